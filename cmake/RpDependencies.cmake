@@ -1,0 +1,65 @@
+# Every third-party dependency is found here, once. scripts/bootstrap.sh installs them.
+find_package(fmt REQUIRED)
+find_package(nlohmann_json 3.10 REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(tomlplusplus REQUIRED)
+find_package(MPI REQUIRED COMPONENTS C CXX)
+find_package(HDF5 REQUIRED COMPONENTS C CXX)
+find_package(Threads REQUIRED)
+
+# --- LibTorch, from the torch wheel in the project venv -----------------------------------------
+if(NOT EXISTS "${RP_PYTHON}")
+  message(FATAL_ERROR "RP_PYTHON=${RP_PYTHON} does not exist: run scripts/bootstrap.sh first "
+                      "(it creates .venv with the pinned torch wheel), or pass -DRP_PYTHON=<python with torch>")
+endif()
+execute_process(
+  COMMAND "${RP_PYTHON}" -c "import torch, os; print(torch.utils.cmake_prefix_path); print(os.path.dirname(os.path.dirname(torch.__file__)))"
+  OUTPUT_VARIABLE _rp_torch_out OUTPUT_STRIP_TRAILING_WHITESPACE
+  RESULT_VARIABLE _rp_torch_rc ERROR_VARIABLE _rp_torch_err)
+if(NOT _rp_torch_rc EQUAL 0)
+  message(FATAL_ERROR "cannot import torch with ${RP_PYTHON}: ${_rp_torch_err}")
+endif()
+string(REPLACE "\n" ";" _rp_torch_out "${_rp_torch_out}")
+list(GET _rp_torch_out 0 _rp_torch_prefix)
+list(GET _rp_torch_out 1 RP_SITE_PACKAGES)
+list(APPEND CMAKE_PREFIX_PATH "${_rp_torch_prefix}")
+
+# The CUDA parts of our own code are torch-free and C++17 (CMake 3.25 has no CUDA20 dialect for nvcc 13).
+set(CMAKE_CUDA_STANDARD 17)
+# Architectures: Turing .. Hopper. "native" fails on machines without a GPU, and LibTorch's own
+# detection would try to run a GPU probe, so both lists are set explicitly.
+set(RP_CUDA_ARCHITECTURES "75;80;86;89;90" CACHE STRING "CUDA architectures for roundpipe's CUDA code")
+if(NOT DEFINED TORCH_CUDA_ARCH_LIST)
+  set(TORCH_CUDA_ARCH_LIST "7.5;8.0;8.6;8.9;9.0")
+endif()
+find_package(Torch REQUIRED)
+message(STATUS "roundpipe: LibTorch ${Torch_VERSION} from ${_rp_torch_prefix}")
+
+# The CUDA wheel's libtorch_cuda needs the NCCL/cuBLAS/... shipped as nvidia-* wheels; the linker must
+# resolve them there (its RPATH uses $ORIGIN), not in /usr/local/cuda, whose NCCL may be older.
+file(GLOB RP_TORCH_NVIDIA_LIBDIRS LIST_DIRECTORIES true "${RP_SITE_PACKAGES}/nvidia/*/lib")
+add_library(rp_torch INTERFACE)
+target_link_libraries(rp_torch INTERFACE ${TORCH_LIBRARIES})
+if(RP_TORCH_NVIDIA_LIBDIRS)
+  list(JOIN RP_TORCH_NVIDIA_LIBDIRS ":" _rp_nv)
+  target_link_options(rp_torch INTERFACE "LINKER:-rpath-link,${_rp_nv}")
+endif()
+
+# --- CUDA: compiled and linked whenever the toolkit is present, even without a GPU ----------------
+if(RP_WITH_CUDA)
+  enable_language(CUDA)
+  find_package(CUDAToolkit REQUIRED)
+endif()
+if(RP_WITH_NCCL)
+  # Prefer the NCCL that LibTorch loads (nvidia-nccl wheel) so one libnccl.so.2 serves both.
+  find_path(RP_NCCL_INCLUDE_DIR nccl.h HINTS "${RP_SITE_PACKAGES}/nvidia/nccl/include" ${CUDAToolkit_INCLUDE_DIRS})
+  find_library(RP_NCCL_LIBRARY NAMES nccl libnccl.so.2
+               HINTS "${RP_SITE_PACKAGES}/nvidia/nccl/lib" ${CUDAToolkit_LIBRARY_DIR})
+  if(NOT RP_NCCL_INCLUDE_DIR OR NOT RP_NCCL_LIBRARY)
+    message(FATAL_ERROR "RP_WITH_NCCL=ON but nccl.h/libnccl were not found (looked in the nvidia-nccl wheel and "
+                        "${CUDAToolkit_LIBRARY_DIR}); install NCCL or configure with -DRP_WITH_NCCL=OFF")
+  endif()
+  add_library(rp_nccl INTERFACE)
+  target_include_directories(rp_nccl SYSTEM INTERFACE ${RP_NCCL_INCLUDE_DIR})
+  target_link_libraries(rp_nccl INTERFACE ${RP_NCCL_LIBRARY})
+endif()

@@ -1,0 +1,33 @@
+# Build options. docs/building.md lists them; keep the two in step.
+include(CheckLanguage)
+check_language(CUDA)
+if(CMAKE_CUDA_COMPILER)
+  set(_rp_cuda_default ON)
+else()
+  set(_rp_cuda_default OFF)
+endif()
+
+option(RP_WITH_CUDA "Build the CUDA backend (needs the CUDA toolkit; runs only where a GPU is present)" ${_rp_cuda_default})
+option(RP_WITH_NCCL "Link NCCL for inter-GPU collectives (needs RP_WITH_CUDA)" ${RP_WITH_CUDA})
+option(RP_WERROR "Treat compiler warnings as errors (on in CI)" OFF)
+option(RP_BUILD_TESTS "Build the test tiers" ON)
+option(RP_BUILD_BENCHMARKS "Build benchmarks/" ON)
+option(RP_USE_PCH "Precompile torch/torch.h for the torch-using targets" ON)
+set(RP_PYTHON "${CMAKE_SOURCE_DIR}/.venv/bin/python" CACHE FILEPATH
+    "Python of the project venv: supplies LibTorch (torch.utils.cmake_prefix_path) and the reference scripts")
+
+if(RP_WITH_NCCL AND NOT RP_WITH_CUDA)
+  message(FATAL_ERROR "RP_WITH_NCCL=ON needs RP_WITH_CUDA=ON")
+endif()
+
+find_program(RP_CCACHE ccache)
+if(RP_CCACHE)
+  set(CMAKE_CXX_COMPILER_LAUNCHER ${RP_CCACHE})
+  set(CMAKE_CUDA_COMPILER_LAUNCHER ${RP_CCACHE})
+endif()
+
+# Warnings for our own targets (third-party headers come in as -isystem).
+add_library(rp_warnings INTERFACE)
+target_compile_options(rp_warnings INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>
+  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${RP_WERROR}>>:-Werror>)

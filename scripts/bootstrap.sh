@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Installs everything roundpipe needs to build and test, and nothing more: Debian packages (apt) and the
+# project venv (.venv) with the pinned torch wheel whose LibTorch we link. Idempotent and fast when all
+# is present (docs/building.md lists what and why).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+apt_packages=(
+  build-essential cmake ccache pkg-config git
+  openmpi-bin libopenmpi-dev libucx-dev         # MPI processes; UCX for multi-node transports
+  libhdf5-dev                                   # checkpoints (serial HDF5, C and C++ APIs)
+  libgtest-dev libgmock-dev libbenchmark-dev    # tests and benchmarks
+  libcli11-dev nlohmann-json3-dev libtomlplusplus-dev libfmt-dev
+)
+
+say() { echo "bootstrap: $*"; }
+
+missing=()
+for pkg in "${apt_packages[@]}"; do
+  if [[ "$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null)" != "install ok installed" ]]; then
+    missing+=("$pkg")
+  fi
+done
+if ((${#missing[@]})); then
+  sudo=""
+  if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+  say "installing ${#missing[@]} Debian package(s): ${missing[*]}"
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
+    --no-install-recommends "${missing[@]}" >/dev/null
+else
+  say "Debian packages present"
+fi
+
+# The venv: created once; re-synced whenever scripts/requirements.txt changes.
+venv="$root/.venv"
+stamp="$venv/.requirements.sha256"
+want="$(sha256sum scripts/requirements.txt | cut -d' ' -f1)"
+if [[ ! -x "$venv/bin/python" ]]; then
+  python="${RP_BOOTSTRAP_PYTHON:-python3}"
+  say "creating $venv with $($python --version 2>&1)"
+  if ! "$python" -m venv "$venv"; then
+    say "python venv module missing; installing python3-venv"
+    apt-get -o DPkg::Lock::Timeout=600 install -y -qq python3-venv >/dev/null
+    "$python" -m venv "$venv"
+  fi
+fi
+if [[ "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
+  say "installing Python requirements (torch wheel with CUDA 13 libraries: ~6 GB)"
+  "$venv/bin/python" -m pip install -q --upgrade pip
+  "$venv/bin/python" -m pip install -q -r scripts/requirements.txt
+  echo "$want" >"$stamp"
+else
+  say "venv up to date ($("$venv/bin/python" -c 'import torch; print("torch", torch.__version__)'))"
+fi

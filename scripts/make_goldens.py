@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""Writes the reference ("golden") files the C++ golden tests compare against.
+
+The reference is Hugging Face transformers (eager attention, float32). For each model this writes
+<out>/<name>/golden.safetensors holding:
+  input_ids [B, T] int64, logits [B, T, V], token_loss [B, T-1] (next-token cross-entropy), loss [] (mean),
+  grad.<hf parameter name> for every parameter (gradient of `loss`),
+and, for the generated models, the checkpoint itself (<out>/<name>/config.json + model.safetensors).
+Models:
+  tinystories-656k  the real fixture checkpoint (skipped when the fixtures are absent); its input ids
+                    come from the HF tokenizer on the first line of text/tinystories_sample.txt, and
+                    tokenizer_cases.json records HF ids for more lines, for the tokenizer test.
+  qwen3-tiny        a random Qwen3ForCausalLM (3 layers, hidden 64, head_dim 32, GQA 4/2, tied embeddings)
+                    with two extra documents run separately (doc_a/doc_b logits) for the packing test.
+  llama3-tiny       a random LlamaForCausalLM with llama3 rope scaling, MQA, biases, untied head.
+versions.json records the library versions used.
+"""
+import argparse
+import json
+import os
+import sys
+
+import torch
+import transformers
+from safetensors.torch import save_file
+
+
+def perturb(model, seed):
+    """Random weights everywhere, norms included (all-ones norms would hide bugs in their use)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(0.08 * torch.randn(p.shape, generator=g))
+
+
+def reference(model, input_ids):
+    model.zero_grad(set_to_none=True)
+    out = model(input_ids=input_ids, labels=input_ids)
+    out.loss.backward()
+    logits = out.logits.detach().float()
+    token_loss = torch.nn.functional.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.size(-1)), input_ids[:, 1:].reshape(-1), reduction="none"
+    ).reshape(input_ids.size(0), -1)
+    tensors = {
+        "input_ids": input_ids.contiguous(),
+        "logits": logits.contiguous(),
+        "token_loss": token_loss.contiguous(),
+        "loss": out.loss.detach().float().reshape(()),
+    }
+    for name, p in model.named_parameters():
+        tensors["grad." + name] = p.grad.detach().float().contiguous()
+    return tensors
+
+
+def write(out_dir, tensors):
+    os.makedirs(out_dir, exist_ok=True)
+    save_file(tensors, os.path.join(out_dir, "golden.safetensors"))
+
+
+def tinystories(fixtures, out):
+    model_dir = os.path.join(fixtures, "models", "tinystories-656k")
+    if not os.path.isdir(model_dir):
+        print(f"make_goldens: {model_dir} absent, skipping tinystories-656k", file=sys.stderr)
+        return
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
+    with open(os.path.join(fixtures, "text", "tinystories_sample.txt"), encoding="utf-8") as f:
+        lines = [line.rstrip("\n") for line in f if line.strip()]
+    ids = torch.tensor([tok.encode(lines[0]).ids[:64]], dtype=torch.int64)
+    model = transformers.LlamaForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32,
+                                                          attn_implementation="eager")
+    target = os.path.join(out, "tinystories-656k")
+    write(target, reference(model, ids))
+    cases = [{"text": line, "ids": tok.encode(line).ids} for line in lines]
+    with open(os.path.join(target, "tokenizer_cases.json"), "w", encoding="utf-8") as f:
+        json.dump(cases, f, ensure_ascii=False)
+
+
+def generated(name, config, seed, out, with_docs=False):
+    torch.manual_seed(seed)
+    model = config_to_model(config)
+    perturb(model, seed)
+    target = os.path.join(out, name)
+    model.save_pretrained(target, safe_serialization=True)
+    g = torch.Generator().manual_seed(seed + 1)
+    ids = torch.randint(config.vocab_size, (2, 24), generator=g)
+    tensors = reference(model, ids)
+    if with_docs:
+        with torch.no_grad():
+            doc_a = torch.randint(config.vocab_size, (1, 10), generator=g)
+            doc_b = torch.randint(config.vocab_size, (1, 14), generator=g)
+            tensors["doc_a_ids"] = doc_a
+            tensors["doc_b_ids"] = doc_b
+            tensors["doc_a_logits"] = model(input_ids=doc_a).logits.float().contiguous()
+            tensors["doc_b_logits"] = model(input_ids=doc_b).logits.float().contiguous()
+    write(target, tensors)
+
+
+def config_to_model(config):
+    cls = transformers.Qwen3ForCausalLM if config.model_type == "qwen3" else transformers.LlamaForCausalLM
+    return cls(config).float().eval()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--fixtures", required=True, help="the shared fixtures directory")
+    parser.add_argument("--out", required=True, help="output directory")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    os.makedirs(args.out, exist_ok=True)
+
+    tinystories(args.fixtures, args.out)
+    qwen3 = transformers.Qwen3Config(
+        vocab_size=512, hidden_size=64, intermediate_size=160, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=32, max_position_embeddings=256, rms_norm_eps=1e-6, rope_theta=1e6,
+        tie_word_embeddings=True, attn_implementation="eager")
+    generated("qwen3-tiny", qwen3, 1234, args.out, with_docs=True)
+    llama3 = transformers.LlamaConfig(
+        vocab_size=384, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=1, max_position_embeddings=256, rms_norm_eps=1e-5, attention_bias=True, mlp_bias=True,
+        tie_word_embeddings=False, attn_implementation="eager",
+        rope_scaling={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                      "high_freq_factor": 4.0, "original_max_position_embeddings": 16})
+    generated("llama3-tiny", llama3, 4321, args.out)
+
+    with open(os.path.join(args.out, "versions.json"), "w") as f:
+        json.dump({"torch": torch.__version__, "transformers": transformers.__version__}, f)
+    print(f"make_goldens: wrote {args.out} (torch {torch.__version__}, transformers {transformers.__version__})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+// The one registry of environment variables roundpipe reads (docs/env.md documents each).
+// Reading any other variable, or reading one of these elsewhere with getenv, is a smell.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace rp::env {
+
+struct Var {
+  const char* name;
+  const char* fallback;  // value when unset
+  const char* help;
+};
+
+// Where tests find ../shared/fixtures when the checkout is not next to it.
+inline constexpr Var kFixturesDir{"RP_FIXTURES_DIR", "", "directory holding the shared test fixtures"};
+// Minimum log level: debug, info, warn, error.
+inline constexpr Var kLogLevel{"RP_LOG_LEVEL", "info", "minimum log level (debug|info|warn|error)"};
+// Intra-op threads per rank for LibTorch CPU compute; 0 = leave LibTorch's default.
+inline constexpr Var kNumThreads{"RP_NUM_THREADS", "0", "LibTorch intra-op threads per rank (0 = default)"};
+// Where the golden tests find the files scripts/make_goldens.py wrote.
+inline constexpr Var kGoldenDir{"RP_GOLDEN_DIR", "", "directory with golden files from scripts/make_goldens.py"};
+
+// The value, or the fallback when unset or empty.
+std::string get(const Var& var);
+// The value as an integer; throws InputError naming the variable when it is not one.
+long getInt(const Var& var);
+
+}  // namespace rp::env

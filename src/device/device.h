@@ -1,0 +1,27 @@
+// Which worker devices this process can use. Without a usable GPU the CPU backend is selected; that is
+// a normal condition, reported with the reason (no CUDA build, no driver, no device).
+#pragma once
+
+#include <string>
+
+namespace rp::device {
+
+enum class Backend { kCpu, kCuda };
+
+struct Inventory {
+  Backend backend = Backend::kCpu;
+  int cudaDevices = 0;
+  bool cudaCompiled = false;  // the binary contains the CUDA backend
+  std::string reason;         // why this backend was chosen, for the one log line
+};
+
+// Probes once; cheap after the first call. Never throws for "no GPU".
+Inventory probe();
+
+// Runs a tiny kernel on CUDA device `index` and checks its result (for the gpu test tier).
+// Returns an empty string on success, otherwise what failed. Requires cudaCompiled.
+std::string cudaSelfTest(int index);
+
+const char* backendName(Backend backend);
+
+}  // namespace rp::device

@@ -1,0 +1,47 @@
+#include "model/causal_lm.h"
+
+#include <torch/torch.h>
+
+namespace rp::model {
+
+CausalLM::CausalLM(const ModelConfig& config, torch::ScalarType dtype)
+    : config_(config), dtype_(dtype), rotary_(config) {
+  embedding_ = register_module("embed_tokens", std::make_shared<Embedding>(config));
+  auto list = register_module("layers", torch::nn::ModuleList());
+  for (std::int64_t i = 0; i < config.numLayers; ++i) {
+    layers_.push_back(std::make_shared<DecoderLayer>(config, i));
+    list->push_back(layers_.back());
+  }
+  head_ = register_module("head", std::make_shared<Head>(config, *embedding_));
+  to(dtype);
+}
+
+torch::Tensor CausalLM::hidden(const Batch& batch) {
+  const AttentionContext ctx = rotary_.context(batch, dtype_);
+  torch::Tensor h = embedding_->forward(batch.inputIds);
+  for (const auto& layer : layers_) h = layer->forward(h, ctx);
+  return h;
+}
+
+torch::Tensor CausalLM::logits(const Batch& batch) { return head_->logits(hidden(batch)); }
+
+LossSum CausalLM::loss(const Batch& batch, std::int64_t chunkTokens) {
+  return head_->loss(hidden(batch), batch.targets, chunkTokens);
+}
+
+std::vector<NamedTensor> CausalLM::hfParameters() const {
+  std::vector<NamedTensor> out = embedding_->hfParameters();
+  for (const auto& layer : layers_) {
+    for (auto& p : layer->hfParameters()) out.push_back(std::move(p));
+  }
+  for (auto& p : head_->hfParameters()) out.push_back(std::move(p));
+  return out;
+}
+
+std::shared_ptr<CausalLM> loadHfModel(const std::string& directory, torch::ScalarType dtype) {
+  auto model = std::make_shared<CausalLM>(loadModelConfig(directory), dtype);
+  loadHfWeights(*model, directory);
+  return model;
+}
+
+}  // namespace rp::model

@@ -1,0 +1,54 @@
+// A causal language model as a layer list: embedding, decoder layers, head (see layers.h).
+// Thread-safety: one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/layers.h"
+
+namespace rp::model {
+
+class CausalLM : public torch::nn::Module {
+ public:
+  // Parameters are allocated (uninitialised) in `dtype`; load weights with loadHfWeights().
+  CausalLM(const ModelConfig& config, torch::ScalarType dtype);
+
+  const ModelConfig& config() const { return config_; }
+  torch::ScalarType dtype() const { return dtype_; }
+  std::int64_t numDecoderLayers() const { return static_cast<std::int64_t>(layers_.size()); }
+
+  Embedding& embedding() { return *embedding_; }
+  DecoderLayer& decoderLayer(std::int64_t i) { return *layers_.at(static_cast<std::size_t>(i)); }
+  Head& head() { return *head_; }
+  const Rotary& rotary() const { return rotary_; }
+
+  // Whole-model conveniences built from the layers above.
+  torch::Tensor hidden(const Batch& batch);  // output of the last decoder layer
+  torch::Tensor logits(const Batch& batch);
+  LossSum loss(const Batch& batch, std::int64_t chunkTokens = 0);
+
+  // Every parameter once, under its Hugging Face name, in layer order.
+  std::vector<NamedTensor> hfParameters() const;
+
+ private:
+  ModelConfig config_;
+  torch::ScalarType dtype_;
+  Rotary rotary_;
+  std::shared_ptr<Embedding> embedding_;
+  std::vector<std::shared_ptr<DecoderLayer>> layers_;
+  std::shared_ptr<Head> head_;
+};
+
+// Fills every parameter from a Hugging Face model directory (safetensors, sharded or not), converting
+// F32/BF16/F16 to the model dtype. Missing tensors, shape mismatches and unsupported dtypes are
+// InputErrors naming the file and tensor. Returns the names of stored tensors the model did not use.
+std::vector<std::string> loadHfWeights(CausalLM& model, const std::string& directory);
+
+// Config + weights in one call.
+std::shared_ptr<CausalLM> loadHfModel(const std::string& directory, torch::ScalarType dtype);
+
+}  // namespace rp::model

@@ -1,0 +1,51 @@
+// Hugging Face safetensors -> CausalLM parameters (declared in causal_lm.h).
+#include <set>
+
+#include <torch/torch.h>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "model/causal_lm.h"
+#include "model/safetensors.h"
+#include "model/torch_bridge.h"
+
+namespace rp::model {
+
+std::vector<std::string> loadHfWeights(CausalLM& model, const std::string& directory) {
+  const safetensors::CheckpointReader reader(directory);
+  const bool tied = model.config().tieWordEmbeddings;
+  std::set<std::string> used;
+  torch::NoGradGuard noGrad;
+  for (auto& [name, param] : model.hfParameters()) {
+    const safetensors::TensorView* view = reader.find(name);
+    // Tied embeddings may be stored under either name (TinyStories stores only lm_head.weight).
+    if (view == nullptr && tied && name == "model.embed_tokens.weight") view = reader.find("lm_head.weight");
+    if (view == nullptr) {
+      RP_THROW(InputError, "{}: tensor '{}' is missing from the checkpoint (config.json: {} layers, "
+               "tie_word_embeddings={})", directory, name, model.config().numLayers, tied);
+    }
+    if (view->shape != param.sizes().vec()) {
+      RP_THROW(InputError, "{}: tensor '{}' has shape [{}] but config.json implies [{}]", *view->file, name,
+               fmt::join(view->shape, ", "), fmt::join(param.sizes(), ", "));
+    }
+    using safetensors::DType;
+    if (view->dtype != DType::kF32 && view->dtype != DType::kBF16 && view->dtype != DType::kF16) {
+      RP_THROW(InputError, "{}: tensor '{}' has dtype {}; model weights must be F32, BF16 or F16", *view->file, name,
+               safetensors::dtypeName(view->dtype));
+    }
+    param.copy_(toTorch(*view));
+    used.insert(view->name);
+  }
+  std::vector<std::string> unused;
+  for (const auto& name : reader.names()) {
+    // With tied embeddings a checkpoint may store the head copy too; it is the same tensor.
+    const bool tiedCopy = tied && (name == "lm_head.weight" || name == "model.embed_tokens.weight");
+    if (!used.count(name) && !tiedCopy) unused.push_back(name);
+  }
+  if (!unused.empty()) {
+    RP_LOG_WARN("{}: {} stored tensor(s) not used by the model, first: '{}'", directory, unused.size(), unused[0]);
+  }
+  return unused;
+}
+
+}  // namespace rp::model

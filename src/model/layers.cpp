@@ -1,0 +1,235 @@
+#include "model/layers.h"
+
+#include <cmath>
+#include <numbers>
+
+#include <torch/torch.h>
+
+#include "common/error.h"
+
+namespace rp::model {
+namespace {
+
+// transformers' rotate_half: (x1, x2) -> (-x2, x1) on the two halves of the last dimension.
+torch::Tensor rotateHalf(const torch::Tensor& x) {
+  const auto half = x.size(-1) / 2;
+  return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+torch::Tensor applyRotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  return x * cos + rotateHalf(x) * sin;
+}
+
+// inv_freq exactly as transformers builds it (float32), then scaled by the configured rope type.
+torch::Tensor inverseFrequencies(const ModelConfig& c) {
+  const auto dim = c.headDim;
+  auto exponents = torch::arange(0, dim, 2, torch::kInt64).to(torch::kFloat) / static_cast<double>(dim);
+  auto invFreq = 1.0 / torch::pow(torch::scalar_tensor(c.rope.theta, torch::kFloat), exponents);
+  const RopeConfig& r = c.rope;
+  if (r.type == "linear") return invFreq / r.factor;
+  if (r.type != "llama3") return invFreq;
+  const double lowFreqWavelen = static_cast<double>(r.originalMaxPositions) / r.lowFreqFactor;
+  const double highFreqWavelen = static_cast<double>(r.originalMaxPositions) / r.highFreqFactor;
+  const auto wavelen = 2.0 * std::numbers::pi / invFreq;
+  auto scaled = torch::where(wavelen > lowFreqWavelen, invFreq / r.factor, invFreq);
+  const auto smooth = (static_cast<double>(r.originalMaxPositions) / wavelen - r.lowFreqFactor) /
+                      (r.highFreqFactor - r.lowFreqFactor);
+  const auto smoothed = (1.0 - smooth) * scaled / r.factor + smooth * scaled;
+  const auto isMedium = (wavelen >= highFreqWavelen).logical_and(wavelen <= lowFreqWavelen);
+  return torch::where(isMedium, smoothed, scaled);
+}
+
+}  // namespace
+
+Batch causalBatch(const torch::Tensor& inputIds) {
+  RP_CHECK(inputIds.dim() == 2, "inputIds must be [B, T], got {} dims", inputIds.dim());
+  Batch batch;
+  batch.inputIds = inputIds.to(torch::kInt64);
+  const auto T = inputIds.size(1);
+  batch.positionIds = torch::arange(T, torch::kInt64).unsqueeze(0).expand({inputIds.size(0), T}).contiguous();
+  batch.targets = torch::full_like(batch.inputIds, kIgnoreIndex);
+  if (T > 1) batch.targets.narrow(1, 0, T - 1).copy_(batch.inputIds.narrow(1, 1, T - 1));
+  return batch;
+}
+
+Rotary::Rotary(const ModelConfig& config) : invFreq_(inverseFrequencies(config)) {}
+
+AttentionContext Rotary::context(const Batch& batch, torch::ScalarType dtype) const {
+  AttentionContext ctx;
+  // [B, T, 1] x [1, 1, D/2] in float32, duplicated to [B, T, D] as transformers does.
+  const auto freqs = batch.positionIds.to(torch::kFloat).unsqueeze(-1) * invFreq_.view({1, 1, -1});
+  const auto emb = torch::cat({freqs, freqs}, -1);
+  ctx.cos = emb.cos().to(dtype);
+  ctx.sin = emb.sin().to(dtype);
+  if (batch.segmentIds.defined()) {
+    const auto T = batch.inputIds.size(1);
+    const auto causal = torch::ones({T, T}, torch::kBool).tril();
+    const auto sameSegment = batch.segmentIds.unsqueeze(2) == batch.segmentIds.unsqueeze(1);  // [B, T, T]
+    ctx.mask = sameSegment.logical_and(causal).unsqueeze(1);
+  }
+  return ctx;
+}
+
+RmsNorm::RmsNorm(std::int64_t dim, double eps) : eps_(eps) {
+  weight = register_parameter("weight", torch::ones({dim}));
+}
+
+torch::Tensor RmsNorm::forward(const torch::Tensor& x) const {
+  const auto xf = x.to(torch::kFloat);
+  const auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  return weight * normed.to(x.scalar_type());
+}
+
+Projection::Projection(std::int64_t in, std::int64_t out, bool withBias) {
+  weight = register_parameter("weight", torch::empty({out, in}));
+  if (withBias) bias = register_parameter("bias", torch::zeros({out}));
+}
+
+torch::Tensor Projection::forward(const torch::Tensor& x) const { return torch::linear(x, weight, bias); }
+
+namespace {
+void appendProjection(std::vector<NamedTensor>& out, const std::string& name, const Projection& p) {
+  out.emplace_back(name + ".weight", p.weight);
+  if (p.bias.defined()) out.emplace_back(name + ".bias", p.bias);
+}
+}  // namespace
+
+Attention::Attention(const ModelConfig& c)
+    : numHeads_(c.numHeads), numKvHeads_(c.numKvHeads), headDim_(c.headDim) {
+  q_ = register_module("q_proj", std::make_shared<Projection>(c.hiddenSize, c.numHeads * c.headDim, c.attentionBias));
+  k_ = register_module("k_proj", std::make_shared<Projection>(c.hiddenSize, c.numKvHeads * c.headDim, c.attentionBias));
+  v_ = register_module("v_proj", std::make_shared<Projection>(c.hiddenSize, c.numKvHeads * c.headDim, c.attentionBias));
+  o_ = register_module("o_proj", std::make_shared<Projection>(c.numHeads * c.headDim, c.hiddenSize, c.attentionBias));
+  if (c.qkNorm) {
+    qNorm_ = register_module("q_norm", std::make_shared<RmsNorm>(c.headDim, c.rmsNormEps));
+    kNorm_ = register_module("k_norm", std::make_shared<RmsNorm>(c.headDim, c.rmsNormEps));
+  }
+}
+
+torch::Tensor Attention::forward(const torch::Tensor& x, const AttentionContext& ctx) const {
+  const auto B = x.size(0);
+  const auto T = x.size(1);
+  auto q = q_->forward(x).view({B, T, numHeads_, headDim_});
+  auto k = k_->forward(x).view({B, T, numKvHeads_, headDim_});
+  auto v = v_->forward(x).view({B, T, numKvHeads_, headDim_}).transpose(1, 2);
+  if (qNorm_) {
+    q = qNorm_->forward(q);
+    k = kNorm_->forward(k);
+  }
+  q = q.transpose(1, 2);  // [B, H, T, D]
+  k = k.transpose(1, 2);
+  const auto cos = ctx.cos.unsqueeze(1);
+  const auto sin = ctx.sin.unsqueeze(1);
+  q = applyRotary(q, cos, sin);
+  k = applyRotary(k, cos, sin);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(headDim_));
+  const bool gqa = numKvHeads_ != numHeads_;
+  torch::Tensor out;
+  if (ctx.mask.defined()) {
+    out = at::scaled_dot_product_attention(q, k, v, ctx.mask, 0.0, /*is_causal=*/false, scale, gqa);
+  } else {
+    out = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, scale, gqa);
+  }
+  return o_->forward(out.transpose(1, 2).reshape({B, T, numHeads_ * headDim_}));
+}
+
+std::vector<NamedTensor> Attention::hfParameters(const std::string& prefix) const {
+  std::vector<NamedTensor> out;
+  appendProjection(out, prefix + "q_proj", *q_);
+  appendProjection(out, prefix + "k_proj", *k_);
+  appendProjection(out, prefix + "v_proj", *v_);
+  appendProjection(out, prefix + "o_proj", *o_);
+  if (qNorm_) {
+    out.emplace_back(prefix + "q_norm.weight", qNorm_->weight);
+    out.emplace_back(prefix + "k_norm.weight", kNorm_->weight);
+  }
+  return out;
+}
+
+Mlp::Mlp(const ModelConfig& c) {
+  gate_ = register_module("gate_proj", std::make_shared<Projection>(c.hiddenSize, c.intermediateSize, c.mlpBias));
+  up_ = register_module("up_proj", std::make_shared<Projection>(c.hiddenSize, c.intermediateSize, c.mlpBias));
+  down_ = register_module("down_proj", std::make_shared<Projection>(c.intermediateSize, c.hiddenSize, c.mlpBias));
+}
+
+torch::Tensor Mlp::forward(const torch::Tensor& x) const {
+  return down_->forward(torch::silu(gate_->forward(x)) * up_->forward(x));
+}
+
+std::vector<NamedTensor> Mlp::hfParameters(const std::string& prefix) const {
+  std::vector<NamedTensor> out;
+  appendProjection(out, prefix + "gate_proj", *gate_);
+  appendProjection(out, prefix + "up_proj", *up_);
+  appendProjection(out, prefix + "down_proj", *down_);
+  return out;
+}
+
+DecoderLayer::DecoderLayer(const ModelConfig& c, std::int64_t index) : index_(index) {
+  inputNorm_ = register_module("input_layernorm", std::make_shared<RmsNorm>(c.hiddenSize, c.rmsNormEps));
+  attention_ = register_module("self_attn", std::make_shared<Attention>(c));
+  postAttentionNorm_ =
+      register_module("post_attention_layernorm", std::make_shared<RmsNorm>(c.hiddenSize, c.rmsNormEps));
+  mlp_ = register_module("mlp", std::make_shared<Mlp>(c));
+}
+
+torch::Tensor DecoderLayer::forward(const torch::Tensor& hidden, const AttentionContext& ctx) const {
+  const auto h = hidden + attention_->forward(inputNorm_->forward(hidden), ctx);
+  return h + mlp_->forward(postAttentionNorm_->forward(h));
+}
+
+std::vector<NamedTensor> DecoderLayer::hfParameters() const {
+  const std::string prefix = fmt::format("model.layers.{}.", index_);
+  std::vector<NamedTensor> out;
+  out.emplace_back(prefix + "input_layernorm.weight", inputNorm_->weight);
+  for (auto& p : attention_->hfParameters(prefix + "self_attn.")) out.push_back(std::move(p));
+  out.emplace_back(prefix + "post_attention_layernorm.weight", postAttentionNorm_->weight);
+  for (auto& p : mlp_->hfParameters(prefix + "mlp.")) out.push_back(std::move(p));
+  return out;
+}
+
+Embedding::Embedding(const ModelConfig& c) {
+  weight = register_parameter("weight", torch::empty({c.vocabSize, c.hiddenSize}));
+}
+
+torch::Tensor Embedding::forward(const torch::Tensor& inputIds) const { return torch::embedding(weight, inputIds); }
+
+std::vector<NamedTensor> Embedding::hfParameters() const { return {{"model.embed_tokens.weight", weight}}; }
+
+Head::Head(const ModelConfig& c, const Embedding& embedding) : tied_(c.tieWordEmbeddings) {
+  norm_ = register_module("norm", std::make_shared<RmsNorm>(c.hiddenSize, c.rmsNormEps));
+  if (tied_) {
+    weight_ = embedding.weight;  // shared storage and autograd leaf: gradients from both uses add up
+  } else {
+    weight_ = register_parameter("lm_head", torch::empty({c.vocabSize, c.hiddenSize}));
+  }
+}
+
+torch::Tensor Head::logits(const torch::Tensor& hidden) const { return torch::linear(norm_->forward(hidden), weight_); }
+
+LossSum Head::loss(const torch::Tensor& hidden, const torch::Tensor& targets, std::int64_t chunkTokens) const {
+  const auto flatHidden = hidden.reshape({-1, hidden.size(-1)});
+  const auto flatTargets = targets.reshape({-1});
+  const auto rows = flatHidden.size(0);
+  const auto chunk = chunkTokens > 0 ? chunkTokens : std::max<std::int64_t>(rows, 1);
+  LossSum out;
+  out.sum = torch::zeros({}, torch::kFloat);
+  for (std::int64_t start = 0; start < rows; start += chunk) {
+    const auto len = std::min(chunk, rows - start);
+    const auto t = flatTargets.narrow(0, start, len);
+    const auto logitsChunk = logits(flatHidden.narrow(0, start, len)).to(torch::kFloat);
+    out.sum = out.sum + torch::nn::functional::cross_entropy(
+                            logitsChunk, t,
+                            torch::nn::functional::CrossEntropyFuncOptions().ignore_index(kIgnoreIndex).reduction(
+                                torch::kSum));
+  }
+  out.tokens = flatTargets.ne(kIgnoreIndex).sum().item<std::int64_t>();
+  return out;
+}
+
+std::vector<NamedTensor> Head::hfParameters() const {
+  std::vector<NamedTensor> out{{"model.norm.weight", norm_->weight}};
+  if (!tied_) out.emplace_back("lm_head.weight", weight_);
+  return out;
+}
+
+}  // namespace rp::model

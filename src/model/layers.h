@@ -1,0 +1,137 @@
+// The model as a layer list (docs/architecture.md, "Model"): a prefix (token embedding), N decoder layers,
+// and a postfix (final norm + LM head + loss). Each layer runs on its own, which is what the pipeline
+// schedules: a stage is a contiguous run of layers. Layers take the per-microbatch AttentionContext.
+// Thread-safety: a layer may be used by one thread at a time (LibTorch autograd state).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/nn/module.h>
+
+#include "model/config.h"
+
+namespace rp::model {
+
+// A parameter under its Hugging Face name (e.g. "model.layers.3.self_attn.q_proj.weight").
+using NamedTensor = std::pair<std::string, torch::Tensor>;
+
+// One microbatch as the layers see it. All tensors are [B, T] int64.
+struct Batch {
+  torch::Tensor inputIds;
+  torch::Tensor positionIds;  // restart at 0 for each packed document
+  torch::Tensor segmentIds;   // undefined, or a document index per token: attention stays inside a document
+  torch::Tensor targets;      // token to predict at each position; kIgnoreIndex = no loss
+};
+inline constexpr std::int64_t kIgnoreIndex = -100;
+
+// Plain causal-LM batch: positions 0..T-1, targets = inputs shifted left, last position ignored.
+Batch causalBatch(const torch::Tensor& inputIds);
+
+// Per-microbatch attention inputs shared by every decoder layer.
+struct AttentionContext {
+  torch::Tensor cos;   // [B, T, head_dim]
+  torch::Tensor sin;   // [B, T, head_dim]
+  torch::Tensor mask;  // undefined (plain causal) or bool [B, 1, T, T], true = may attend
+};
+
+// Rotary position embedding frequencies (default, linear and llama3 scaling as transformers computes them).
+class Rotary {
+ public:
+  explicit Rotary(const ModelConfig& config);
+  AttentionContext context(const Batch& batch, torch::ScalarType dtype) const;
+
+ private:
+  torch::Tensor invFreq_;  // [head_dim / 2] float32
+};
+
+class RmsNorm : public torch::nn::Module {
+ public:
+  RmsNorm(std::int64_t dim, double eps);
+  torch::Tensor forward(const torch::Tensor& x) const;
+  torch::Tensor weight;
+
+ private:
+  double eps_;
+};
+
+// y = x W^T (+ b); weights stored as [out, in] like nn.Linear.
+class Projection : public torch::nn::Module {
+ public:
+  Projection(std::int64_t in, std::int64_t out, bool bias);
+  torch::Tensor forward(const torch::Tensor& x) const;
+  torch::Tensor weight;
+  torch::Tensor bias;
+};
+
+class Attention : public torch::nn::Module {
+ public:
+  explicit Attention(const ModelConfig& config);
+  torch::Tensor forward(const torch::Tensor& x, const AttentionContext& ctx) const;
+  std::vector<NamedTensor> hfParameters(const std::string& prefix) const;
+
+ private:
+  std::int64_t numHeads_, numKvHeads_, headDim_;
+  std::shared_ptr<Projection> q_, k_, v_, o_;
+  std::shared_ptr<RmsNorm> qNorm_, kNorm_;  // Qwen3 only
+};
+
+class Mlp : public torch::nn::Module {
+ public:
+  explicit Mlp(const ModelConfig& config);
+  torch::Tensor forward(const torch::Tensor& x) const;
+  std::vector<NamedTensor> hfParameters(const std::string& prefix) const;
+
+ private:
+  std::shared_ptr<Projection> gate_, up_, down_;
+};
+
+class DecoderLayer : public torch::nn::Module {
+ public:
+  DecoderLayer(const ModelConfig& config, std::int64_t index);
+  torch::Tensor forward(const torch::Tensor& hidden, const AttentionContext& ctx) const;
+  std::vector<NamedTensor> hfParameters() const;
+  std::int64_t index() const { return index_; }
+
+ private:
+  std::int64_t index_;
+  std::shared_ptr<RmsNorm> inputNorm_, postAttentionNorm_;
+  std::shared_ptr<Attention> attention_;
+  std::shared_ptr<Mlp> mlp_;
+};
+
+// Prefix layer: token ids -> hidden states.
+class Embedding : public torch::nn::Module {
+ public:
+  explicit Embedding(const ModelConfig& config);
+  torch::Tensor forward(const torch::Tensor& inputIds) const;
+  std::vector<NamedTensor> hfParameters() const;
+  torch::Tensor weight;  // [vocab, hidden]
+};
+
+// Summed token loss and the number of tokens it covers, so microbatches accumulate exactly.
+struct LossSum {
+  torch::Tensor sum;  // scalar float32
+  std::int64_t tokens = 0;
+};
+
+// Postfix layer: final norm, LM head, cross-entropy. With tied embeddings the head's weight is the
+// embedding's tensor and hfParameters() leaves it to the Embedding (its owner).
+class Head : public torch::nn::Module {
+ public:
+  Head(const ModelConfig& config, const Embedding& embedding);
+  torch::Tensor logits(const torch::Tensor& hidden) const;  // [B, T, vocab] in the model dtype
+  // Cross-entropy in float32 over positions with a target, computed `chunkTokens` rows at a time so the
+  // full [B*T, vocab] logits never exist at once (0 = one chunk).
+  LossSum loss(const torch::Tensor& hidden, const torch::Tensor& targets, std::int64_t chunkTokens = 0) const;
+  std::vector<NamedTensor> hfParameters() const;
+
+ private:
+  bool tied_;
+  std::shared_ptr<RmsNorm> norm_;
+  torch::Tensor weight_;  // [vocab, hidden]
+};
+
+}  // namespace rp::model

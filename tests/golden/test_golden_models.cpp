@@ -1,0 +1,119 @@
+// Our forward and backward against Hugging Face transformers (goldens from scripts/make_goldens.py).
+// Tolerances are relative to the largest reference magnitude: |ours - ref|_inf <= tol * |ref|_inf,
+// 1e-5 for logits and losses, 1e-4 for gradients (fp32).
+#include <filesystem>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "model/causal_lm.h"
+#include "model/safetensors.h"
+#include "model/torch_bridge.h"
+#include "support/fixtures.h"
+
+namespace rp::model {
+namespace {
+
+struct Case {
+  std::string name;
+  bool fromFixtures;  // the checkpoint is the shared fixture, not a generated one
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+class GoldenModel : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    const auto golden = test::goldenDir();
+    RP_SKIP_UNLESS(golden, "golden directory");
+    const std::string dir = *golden + "/" + GetParam().name;
+    if (!std::filesystem::exists(dir + "/golden.safetensors")) {
+      GTEST_SKIP() << dir << "/golden.safetensors absent (make_goldens skips models whose fixtures are missing)";
+    }
+    goldens_ = std::make_unique<safetensors::SafetensorsFile>(dir + "/golden.safetensors");
+    modelDir_ = dir;
+    if (GetParam().fromFixtures) {
+      const auto fixtures = test::fixturesDir();
+      RP_SKIP_UNLESS(fixtures, "shared fixtures");
+      modelDir_ = *fixtures + "/models/" + GetParam().name;
+    }
+    model_ = loadHfModel(modelDir_, torch::kFloat);
+  }
+
+  torch::Tensor golden(const std::string& name) const {
+    const auto* view = goldens_->find(name);
+    if (view == nullptr) throw std::runtime_error("golden tensor missing: " + name);
+    return toTorch(*view);
+  }
+
+  static void expectClose(const torch::Tensor& ours, const torch::Tensor& ref, double tol, const std::string& what) {
+    ASSERT_EQ(ours.sizes(), ref.sizes()) << what;
+    const double scale = std::max(ref.abs().max().item<double>(), 1e-12);
+    const double err = (ours.to(torch::kFloat) - ref).abs().max().item<double>();
+    EXPECT_LE(err, tol * scale) << what << ": max abs error " << err << " vs reference scale " << scale;
+  }
+
+  std::unique_ptr<safetensors::SafetensorsFile> goldens_;
+  std::string modelDir_;
+  std::shared_ptr<CausalLM> model_;
+};
+
+TEST_P(GoldenModel, LogitsAndLossMatchTransformers) {
+  torch::NoGradGuard noGrad;
+  const auto batch = causalBatch(golden("input_ids"));
+  const auto logits = model_->logits(batch);
+  expectClose(logits, golden("logits"), 1e-5, "logits");
+
+  const auto T = batch.inputIds.size(1);
+  const auto tokenLoss = torch::nn::functional::cross_entropy(
+      logits.narrow(1, 0, T - 1).reshape({-1, logits.size(-1)}), batch.inputIds.narrow(1, 1, T - 1).reshape({-1}),
+      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+  expectClose(tokenLoss.view({batch.inputIds.size(0), T - 1}), golden("token_loss"), 1e-5, "per-token loss");
+
+  const auto loss = model_->loss(batch, /*chunkTokens=*/7);
+  const auto mean = loss.sum / static_cast<double>(loss.tokens);
+  expectClose(mean, golden("loss"), 1e-5, "mean loss (chunked)");
+}
+
+TEST_P(GoldenModel, GradientsMatchTransformers) {
+  const auto batch = causalBatch(golden("input_ids"));
+  const auto loss = model_->loss(batch);
+  (loss.sum / static_cast<double>(loss.tokens)).backward();
+  std::size_t compared = 0;
+  for (const auto& [name, param] : model_->hfParameters()) {
+    ASSERT_TRUE(param.grad().defined()) << name;
+    expectClose(param.grad(), golden("grad." + name), 1e-4, "gradient of " + name);
+    ++compared;
+  }
+  std::size_t stored = 0;
+  for (const auto& view : goldens_->tensors()) stored += view.name.rfind("grad.", 0) == 0 ? 1 : 0;
+  EXPECT_EQ(compared, stored) << "transformers has parameters we do not";
+}
+
+TEST_P(GoldenModel, PackedDocumentsMatchSeparateTransformersRuns) {
+  if (goldens_->find("doc_a_ids") == nullptr) GTEST_SKIP() << "no packed-document goldens for this model";
+  torch::NoGradGuard noGrad;
+  const auto a = golden("doc_a_ids");
+  const auto b = golden("doc_b_ids");
+  const auto la = a.size(1), lb = b.size(1);
+  Batch packed = causalBatch(torch::cat({a, b}, 1));
+  packed.positionIds = torch::cat({torch::arange(la), torch::arange(lb)}).unsqueeze(0);
+  packed.segmentIds = torch::cat({torch::zeros(la, torch::kInt64), torch::ones(lb, torch::kInt64)}).unsqueeze(0);
+  const auto logits = model_->logits(packed);
+  expectClose(logits.narrow(1, 0, la), golden("doc_a_logits"), 1e-5, "document A logits");
+  expectClose(logits.narrow(1, la, lb), golden("doc_b_logits"), 1e-5, "document B logits");
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, GoldenModel,
+                         ::testing::Values(Case{"tinystories-656k", true}, Case{"qwen3-tiny", false},
+                                           Case{"llama3-tiny", false}),
+                         [](const auto& info) {
+                           std::string n = info.param.name;
+                           for (auto& c : n) {
+                             if (c == '-') c = '_';
+                           }
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace rp::model

@@ -1,0 +1,40 @@
+// gtest main for tests run under mpiexec. Every rank runs every test; rank 0 prints the usual output,
+// the others print only their failures, prefixed with their rank. The exit code is the worst over ranks.
+#include <cstdio>
+
+#include <gtest/gtest.h>
+
+#include "world/mpi_session.h"
+
+namespace {
+
+class RankFailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit RankFailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& result) override {
+    if (!result.failed()) return;
+    std::fprintf(stderr, "[rank %d] %s:%d: failure\n%s\n", rank_, result.file_name() ? result.file_name() : "?",
+                 result.line_number(), result.summary());
+  }
+
+ private:
+  int rank_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  rp::MpiSession session(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  const int rank = session.identity().rank;
+  if (rank != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new RankFailurePrinter(rank));
+  }
+  const int local = RUN_ALL_TESTS();
+  int worst = local;
+  rp::checkMpi(MPI_Allreduce(&local, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce(test result)");
+  if (rank == 0 && worst != local) std::fprintf(stderr, "[rank 0] another rank failed\n");
+  return worst;
+}

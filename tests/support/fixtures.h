@@ -1,0 +1,25 @@
+// Where tests find the shared fixtures and the generated goldens; tests skip with a clear message when
+// they are absent.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace rp::test {
+
+// $RP_FIXTURES_DIR, else ../shared/fixtures next to the checkout; nullopt if that directory is absent.
+std::optional<std::string> fixturesDir();
+// $RP_GOLDEN_DIR (set by CTest for golden tests); nullopt if unset or absent.
+std::optional<std::string> goldenDir();
+// A fresh empty directory under the system temp dir, named after the running test.
+std::string scratchDir();
+
+}  // namespace rp::test
+
+// Skips the current test unless `path` (a std::optional<std::string>) has a value.
+#define RP_SKIP_UNLESS(path, what)                                                       \
+  do {                                                                                   \
+    if (!(path)) GTEST_SKIP() << what << " not found (set RP_FIXTURES_DIR / RP_GOLDEN_DIR)"; \
+  } while (0)

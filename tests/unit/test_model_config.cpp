@@ -1,0 +1,128 @@
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "model/config.h"
+#include "support/fixtures.h"
+
+namespace rp::model {
+namespace {
+
+using nlohmann::json;
+
+json llama() {
+  return {{"model_type", "llama"},       {"vocab_size", 100},       {"hidden_size", 64},
+          {"intermediate_size", 128},    {"num_hidden_layers", 2},  {"num_attention_heads", 4},
+          {"num_key_value_heads", 2},    {"rms_norm_eps", 1e-5},    {"rope_theta", 10000.0},
+          {"tie_word_embeddings", false}, {"max_position_embeddings", 64}};
+}
+
+std::string errorOf(const json& j) {
+  try {
+    parseModelConfig(j, "cfg.json");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(ModelConfig, TinyStoriesFixture) {
+  const auto fixtures = test::fixturesDir();
+  RP_SKIP_UNLESS(fixtures, "shared fixtures");
+  const ModelConfig c = loadModelConfig(*fixtures + "/models/tinystories-656k");
+  EXPECT_EQ(c.arch, Architecture::kLlama);
+  EXPECT_EQ(c.numLayers, 2);
+  EXPECT_EQ(c.hiddenSize, 128);
+  EXPECT_EQ(c.numHeads, 8);
+  EXPECT_EQ(c.numKvHeads, 4);
+  EXPECT_EQ(c.headDim, 16);
+  EXPECT_EQ(c.intermediateSize, 384);
+  EXPECT_EQ(c.vocabSize, 2048);
+  EXPECT_DOUBLE_EQ(c.rope.theta, 1e4);
+  EXPECT_DOUBLE_EQ(c.rmsNormEps, 1e-6);
+  EXPECT_TRUE(c.tieWordEmbeddings);
+  EXPECT_EQ(c.bosTokenId, 1);
+  EXPECT_EQ(c.eosTokenId, 2);
+}
+
+TEST(ModelConfig, Qwen3HeadDimAndV5RopeParameters) {
+  json j = llama();
+  j["model_type"] = "qwen3";
+  j["head_dim"] = 32;
+  j.erase("rope_theta");
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e6}};
+  j["eos_token_id"] = {7, 8};
+  const ModelConfig c = parseModelConfig(j, "cfg.json");
+  EXPECT_EQ(c.arch, Architecture::kQwen3);
+  EXPECT_TRUE(c.qkNorm);
+  EXPECT_EQ(c.headDim, 32);
+  EXPECT_DOUBLE_EQ(c.rope.theta, 1e6);
+  EXPECT_EQ(c.eosTokenId, 7);
+}
+
+TEST(ModelConfig, Llama3RopeScalingOldForm) {
+  json j = llama();
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+  const ModelConfig c = parseModelConfig(j, "cfg.json");
+  EXPECT_EQ(c.rope.type, "llama3");
+  EXPECT_DOUBLE_EQ(c.rope.factor, 8.0);
+  EXPECT_EQ(c.rope.originalMaxPositions, 8192);
+}
+
+TEST(ModelConfig, ErrorsNameFileAndField) {
+  json j = llama();
+  j["model_type"] = "mistral";
+  EXPECT_NE(errorOf(j).find("cfg.json: model_type \"mistral\" is not supported"), std::string::npos) << errorOf(j);
+
+  j = llama();
+  j.erase("hidden_size");
+  EXPECT_NE(errorOf(j).find("cfg.json: field 'hidden_size' is missing"), std::string::npos) << errorOf(j);
+
+  j = llama();
+  j["num_hidden_layers"] = -2;
+  EXPECT_NE(errorOf(j).find("'num_hidden_layers' is -2, expected a positive integer"), std::string::npos);
+
+  j = llama();
+  j["num_key_value_heads"] = 3;
+  EXPECT_NE(errorOf(j).find("not a multiple of num_key_value_heads (3)"), std::string::npos) << errorOf(j);
+
+  j = llama();
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  EXPECT_NE(errorOf(j).find("rope_type 'yarn' is not supported"), std::string::npos) << errorOf(j);
+
+  j = llama();
+  j["hidden_act"] = "gelu";
+  EXPECT_NE(errorOf(j).find("hidden_act 'gelu'"), std::string::npos) << errorOf(j);
+
+  j = llama();
+  j["use_sliding_window"] = true;
+  EXPECT_NE(errorOf(j).find("use_sliding_window"), std::string::npos) << errorOf(j);
+
+  j = llama();
+  j.erase("model_type");
+  EXPECT_NE(errorOf(j).find("'model_type' is missing"), std::string::npos) << errorOf(j);
+}
+
+TEST(ModelConfig, UnreadableAndInvalidFiles) {
+  const std::string dir = test::scratchDir();
+  try {
+    loadModelConfig(dir);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(dir + "/config.json: cannot open"), std::string::npos) << e.what();
+  }
+  std::ofstream(dir + "/config.json") << "{\"model_type\": \"llama\",";
+  try {
+    loadModelConfig(dir);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("config.json: not valid JSON"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace rp::model

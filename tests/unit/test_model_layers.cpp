@@ -1,0 +1,139 @@
+// Properties of the layer-list model that hold for any weights: parameter naming, tied heads,
+// chunked loss, packed-sequence isolation. Parity with transformers is in tests/golden/.
+#include <set>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "model/causal_lm.h"
+
+namespace rp::model {
+namespace {
+
+ModelConfig tinyConfig(Architecture arch, bool tied) {
+  ModelConfig c;
+  c.arch = arch;
+  c.qkNorm = arch == Architecture::kQwen3;
+  c.vocabSize = 97;
+  c.hiddenSize = 32;
+  c.intermediateSize = 48;
+  c.numLayers = 2;
+  c.numHeads = 4;
+  c.numKvHeads = 2;
+  c.headDim = arch == Architecture::kQwen3 ? 16 : 8;
+  c.maxPositions = 64;
+  c.tieWordEmbeddings = tied;
+  return c;
+}
+
+void randomize(CausalLM& model, int seed) {
+  torch::manual_seed(seed);
+  torch::NoGradGuard noGrad;
+  for (auto& [name, p] : model.hfParameters()) {
+    if (p.dim() == 1) p.copy_(1.0 + 0.2 * torch::randn(p.sizes()));
+    else p.copy_(0.1 * torch::randn(p.sizes()));
+  }
+}
+
+TEST(ModelLayers, HfNamesAreUniqueAndCoverEveryParameter) {
+  CausalLM model(tinyConfig(Architecture::kQwen3, /*tied=*/true), torch::kFloat);
+  std::set<std::string> names;
+  for (const auto& [name, p] : model.hfParameters()) EXPECT_TRUE(names.insert(name).second) << name;
+  EXPECT_EQ(names.size(), model.parameters().size());
+  EXPECT_TRUE(names.count("model.layers.1.self_attn.q_norm.weight"));
+  EXPECT_TRUE(names.count("model.embed_tokens.weight"));
+  EXPECT_FALSE(names.count("lm_head.weight"));  // tied: the embedding owns it
+
+  CausalLM untied(tinyConfig(Architecture::kLlama, /*tied=*/false), torch::kFloat);
+  std::set<std::string> untiedNames;
+  for (const auto& [name, p] : untied.hfParameters()) untiedNames.insert(name);
+  EXPECT_TRUE(untiedNames.count("lm_head.weight"));
+  EXPECT_FALSE(untiedNames.count("model.layers.0.self_attn.q_norm.weight"));
+}
+
+// A tied head must use the embedding matrix and send it the gradient of both uses: exactly the sum of
+// an untied model's embedding and head gradients when the two matrices hold the same values.
+TEST(ModelLayers, TiedHeadGradientIsSumOfBothUses) {
+  CausalLM tied(tinyConfig(Architecture::kLlama, true), torch::kFloat);
+  CausalLM untied(tinyConfig(Architecture::kLlama, false), torch::kFloat);
+  randomize(tied, 3);
+  {
+    torch::NoGradGuard noGrad;
+    auto src = tied.hfParameters();
+    for (auto& [name, p] : untied.hfParameters()) {
+      const std::string from = name == "lm_head.weight" ? "model.embed_tokens.weight" : name;
+      for (auto& [n, q] : src) {
+        if (n == from) p.copy_(q);
+      }
+    }
+  }
+  const auto batch = causalBatch(torch::randint(97, {2, 12}, torch::kInt64));
+  auto lt = tied.loss(batch);
+  auto lu = untied.loss(batch);
+  EXPECT_TRUE(torch::allclose(lt.sum, lu.sum, 1e-6, 1e-6));
+  lt.sum.backward();
+  lu.sum.backward();
+  torch::Tensor embedGrad, headGrad, tiedGrad;
+  for (auto& [n, p] : untied.hfParameters()) {
+    if (n == "model.embed_tokens.weight") embedGrad = p.grad();
+    if (n == "lm_head.weight") headGrad = p.grad();
+  }
+  for (auto& [n, p] : tied.hfParameters()) {
+    if (n == "model.embed_tokens.weight") tiedGrad = p.grad();
+  }
+  EXPECT_TRUE(torch::allclose(tiedGrad, embedGrad + headGrad, 1e-5, 1e-6));
+}
+
+TEST(ModelLayers, ChunkedLossEqualsWholeLossAndGradients) {
+  CausalLM model(tinyConfig(Architecture::kQwen3, false), torch::kFloat);
+  randomize(model, 5);
+  auto batch = causalBatch(torch::randint(97, {2, 15}, torch::kInt64));
+  batch.targets.index_put_({0, 3}, kIgnoreIndex);
+  const auto hidden = model.hidden(batch).detach().requires_grad_(true);
+  const auto whole = model.head().loss(hidden, batch.targets, 0);
+  EXPECT_EQ(whole.tokens, 2 * 14 - 1);
+  const auto wholeGrad = torch::autograd::grad({whole.sum}, {hidden})[0];
+  const auto chunked = model.head().loss(hidden, batch.targets, 7);
+  EXPECT_EQ(chunked.tokens, whole.tokens);
+  EXPECT_TRUE(torch::allclose(chunked.sum, whole.sum, 1e-6, 1e-5));
+  const auto chunkedGrad = torch::autograd::grad({chunked.sum}, {hidden})[0];
+  EXPECT_TRUE(torch::allclose(chunkedGrad, wholeGrad, 1e-6, 1e-7));
+}
+
+// Packed documents with restarted positions and segment ids give each document exactly the logits it
+// gets alone: nothing leaks across the boundary.
+TEST(ModelLayers, PackedSegmentsEqualSeparateSequences) {
+  for (auto arch : {Architecture::kLlama, Architecture::kQwen3}) {
+    CausalLM model(tinyConfig(arch, true), torch::kFloat);
+    randomize(model, 7);
+    torch::NoGradGuard noGrad;
+    const auto a = torch::randint(97, {1, 5}, torch::kInt64);
+    const auto b = torch::randint(97, {1, 9}, torch::kInt64);
+    Batch packed = causalBatch(torch::cat({a, b}, 1));
+    packed.positionIds = torch::cat({torch::arange(5), torch::arange(9)}).unsqueeze(0);
+    packed.segmentIds = torch::cat({torch::zeros(5, torch::kInt64), torch::ones(9, torch::kInt64)}).unsqueeze(0);
+    const auto logits = model.logits(packed);
+    const auto la = model.logits(causalBatch(a));
+    const auto lb = model.logits(causalBatch(b));
+    EXPECT_TRUE(torch::allclose(logits.narrow(1, 0, 5), la, 1e-5, 1e-5)) << architectureName(arch);
+    EXPECT_TRUE(torch::allclose(logits.narrow(1, 5, 9), lb, 1e-5, 1e-5)) << architectureName(arch);
+    // Without segment ids the second document does see the first.
+    Batch leaky = packed;
+    leaky.segmentIds = torch::Tensor();
+    EXPECT_FALSE(torch::allclose(model.logits(leaky).narrow(1, 5, 9), lb, 1e-3, 1e-3));
+  }
+}
+
+TEST(ModelLayers, DecoderLayersRunOneByOne) {
+  CausalLM model(tinyConfig(Architecture::kLlama, false), torch::kFloat);
+  randomize(model, 9);
+  torch::NoGradGuard noGrad;
+  const auto batch = causalBatch(torch::randint(97, {1, 8}, torch::kInt64));
+  const auto ctx = model.rotary().context(batch, torch::kFloat);
+  auto h = model.embedding().forward(batch.inputIds);
+  for (std::int64_t i = 0; i < model.numDecoderLayers(); ++i) h = model.decoderLayer(i).forward(h, ctx);
+  EXPECT_TRUE(torch::equal(model.head().logits(h), model.logits(batch)));
+}
+
+}  // namespace
+}  // namespace rp::model
