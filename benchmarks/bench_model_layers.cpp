@@ -1,6 +1,7 @@
 // Forward and forward+backward time of one decoder layer and of the LM head with loss, on CPU, for a
 // small and a mid-size shape. Reports tokens/s and achieved GFLOP/s (counter "GFLOPs") so the numbers
-// can be set against the machine's matmul peak (docs/benchmarks.md).
+// can be set against the machine's matmul peak (BM_MatmulPeak) and against transformers on the same shapes
+// (benchmarks/peer_hf_layers.py). docs/benchmarks.md has the numbers and commands.
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
 
@@ -90,6 +91,17 @@ void BM_HeadLoss(benchmark::State& state) {
   state.counters["GFLOPs"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_HeadLoss)->ArgNames({"cfg", "chunk"})->ArgsProduct({{0, 1}, {0, 64}})->Unit(benchmark::kMillisecond);
+
+// The hardware limit the layers are measured against: a large fp32 matmul on one thread.
+void BM_MatmulPeak(benchmark::State& state) {
+  torch::set_num_threads(1);
+  const auto n = state.range(0);
+  const auto a = torch::randn({n, n}), b = torch::randn({n, n});
+  for (auto _ : state) benchmark::DoNotOptimize(torch::mm(a, b).data_ptr());
+  const double flops = 2.0 * static_cast<double>(n * n * n) * static_cast<double>(state.iterations());
+  state.counters["GFLOPs"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_MatmulPeak)->Arg(1024)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
