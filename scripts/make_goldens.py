@@ -13,6 +13,9 @@ Models:
   qwen3-tiny        a random Qwen3ForCausalLM (3 layers, hidden 64, head_dim 32, GQA 4/2, tied embeddings)
                     with two extra documents run separately (doc_a/doc_b logits) for the packing test.
   llama3-tiny       a random LlamaForCausalLM with llama3 rope scaling, MQA, biases, untied head.
+  optim/            torch.optim.AdamW on random tensors (two hyper-parameter sets, 100 steps, the grads of every
+                    step stored), transformers' LR schedules sampled per step, and the fixture's AdamW
+                    reference weights (optim/test_adamw.npz) re-encoded as safetensors.
 versions.json records the library versions used.
 """
 import argparse
@@ -105,6 +108,50 @@ def config_to_model(config):
     return cls(config).float().eval()
 
 
+def optimizer_goldens(fixtures, out):
+    target = os.path.join(out, "optim")
+    os.makedirs(target, exist_ok=True)
+    shapes = [(37,), (8, 9), (5, 4, 3)]
+    cases = {"default": dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, amsgrad=False),
+             "amsgrad": dict(lr=3e-3, betas=(0.8, 0.95), eps=1e-6, weight_decay=0.1, amsgrad=True)}
+    for name, hyper in cases.items():
+        g = torch.Generator().manual_seed(7)
+        params = [torch.nn.Parameter(torch.randn(s, generator=g)) for s in shapes]
+        tensors = {f"init.{i}": p.detach().clone() for i, p in enumerate(params)}
+        opt = torch.optim.AdamW(params, **hyper)
+        steps = 100
+        grads = [torch.empty((steps,) + s) for s in shapes]
+        for t in range(steps):
+            for i, p in enumerate(params):
+                p.grad = torch.randn(shapes[i], generator=g) * (1.0 + t % 3)
+                grads[i][t] = p.grad
+            opt.step()
+        for i, p in enumerate(params):
+            tensors[f"grads.{i}"] = grads[i]
+            tensors[f"final.{i}"] = p.detach().clone()
+            tensors[f"exp_avg.{i}"] = opt.state[p]["exp_avg"].clone()
+        save_file(tensors, os.path.join(target, f"adamw_{name}.safetensors"))
+        with open(os.path.join(target, f"adamw_{name}.json"), "w") as f:
+            json.dump({k: list(v) if isinstance(v, tuple) else v for k, v in hyper.items()}, f)
+
+    dummy = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=2e-3)
+    schedules = {}
+    for kind, make in (("constant", transformers.get_constant_schedule_with_warmup),
+                       ("linear", transformers.get_linear_schedule_with_warmup),
+                       ("cosine", transformers.get_cosine_schedule_with_warmup)):
+        sched = make(dummy, 10) if kind == "constant" else make(dummy, 10, 100)
+        schedules[f"lr.{kind}"] = torch.tensor([2e-3 * sched.lr_lambdas[0](t) for t in range(100)],
+                                               dtype=torch.float64)
+    save_file(schedules, os.path.join(target, "lr_schedules.safetensors"))
+
+    npz = os.path.join(fixtures, "optim", "test_adamw.npz")
+    if os.path.exists(npz):
+        import numpy as np
+
+        save_file({"weight": torch.from_numpy(np.load(npz)["array"].copy())},
+                  os.path.join(target, "adamw_fixture.safetensors"))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fixtures", required=True, help="the shared fixtures directory")
@@ -114,6 +161,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
 
     tinystories(args.fixtures, args.out)
+    optimizer_goldens(args.fixtures, args.out)
     qwen3 = transformers.Qwen3Config(
         vocab_size=512, hidden_size=64, intermediate_size=160, num_hidden_layers=3, num_attention_heads=4,
         num_key_value_heads=2, head_dim=32, max_position_embeddings=256, rms_norm_eps=1e-6, rope_theta=1e6,

@@ -1,0 +1,83 @@
+// AdamW over contiguous fp32 host buffers (torch-free). The scalar kernel is the readable specification and
+// reproduces torch.optim.AdamW (single-tensor path) operation by operation in float32; faster kernels
+// (SIMD/OpenMP) plug in as another AdamWKernel and are tested against it.
+// Thread-safety: an AdamW instance is used by one thread at a time; distinct slices of one buffer may be
+// stepped from different threads (the kernel touches only [offset, offset + n)).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace rp::optim {
+
+struct AdamWConfig {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weightDecay = 0.01;
+  bool amsgrad = false;
+};
+
+// The per-step scalars every element uses, computed once in double like torch does.
+struct AdamWStepScalars {
+  float decay;           // 1 - lr * weight_decay
+  float oneMinusBeta1;   // lerp weight
+  float beta2;
+  float oneMinusBeta2;
+  float stepSize;        // lr / (1 - beta1^t)
+  float biasCorrection2Sqrt;  // sqrt(1 - beta2^t)
+  float eps;
+};
+
+AdamWStepScalars stepScalars(const AdamWConfig& config, double lr, std::int64_t step);
+
+// One element range of one tensor. maxExpAvgSq is null unless amsgrad.
+struct AdamWSlice {
+  float* param;
+  const float* grad;
+  float* expAvg;
+  float* expAvgSq;
+  float* maxExpAvgSq;
+  std::size_t n;
+};
+
+using AdamWKernel = void (*)(const AdamWStepScalars& s, bool amsgrad, const AdamWSlice& slice);
+
+// The scalar reference kernel.
+void adamwScalar(const AdamWStepScalars& s, bool amsgrad, const AdamWSlice& slice);
+
+// AdamW over registered fp32 tensors. Owns the moments; parameters and gradients stay where they are.
+class AdamW {
+ public:
+  explicit AdamW(AdamWConfig config, AdamWKernel kernel = &adamwScalar);
+
+  // Registers a parameter of `n` floats; returns its index. Buffers must outlive the optimizer.
+  std::size_t add(std::string name, float* param, const float* grad, std::size_t n);
+  // One update of every parameter with learning rate `lr` (the schedule's value for this step).
+  void step(double lr);
+
+  std::int64_t stepCount() const { return step_; }
+  const AdamWConfig& config() const { return config_; }
+  std::size_t size() const { return params_.size(); }
+  const std::string& name(std::size_t i) const { return params_[i].name; }
+  const std::vector<float>& expAvg(std::size_t i) const { return params_[i].expAvg; }
+  const std::vector<float>& expAvgSq(std::size_t i) const { return params_[i].expAvgSq; }
+
+ private:
+  struct Param {
+    std::string name;
+    float* param;
+    const float* grad;
+    std::size_t n;
+    std::vector<float> expAvg, expAvgSq, maxExpAvgSq;
+  };
+  AdamWConfig config_;
+  AdamWKernel kernel_;
+  std::vector<Param> params_;
+  std::int64_t step_ = 0;
+};
+
+}  // namespace rp::optim

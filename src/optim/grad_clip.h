@@ -1,0 +1,20 @@
+// Global gradient-norm clipping over fp32 buffers, as torch.nn.utils.clip_grad_norm_ (L2, eps 1e-6).
+#pragma once
+
+#include <cstddef>
+#include <span>
+
+namespace rp::optim {
+
+struct GradBuffer {
+  float* data;
+  std::size_t n;
+};
+
+// L2 norm over all buffers, accumulated in double.
+double globalGradNorm(std::span<const GradBuffer> grads);
+// Scales every gradient by maxNorm / (norm + 1e-6) when that is < 1. Returns the norm before clipping.
+// maxNorm <= 0 disables clipping (the norm is still returned).
+double clipGradNorm(std::span<const GradBuffer> grads, double maxNorm);
+
+}  // namespace rp::optim
