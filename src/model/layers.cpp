@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "model/lora.h"
 
 namespace rp::model {
 namespace {
@@ -85,7 +86,16 @@ Projection::Projection(std::int64_t in, std::int64_t out, bool withBias) {
   if (withBias) bias = register_parameter("bias", torch::zeros({out}));
 }
 
-torch::Tensor Projection::forward(const torch::Tensor& x) const { return torch::linear(x, weight, bias); }
+torch::Tensor Projection::forward(const torch::Tensor& x) const {
+  auto y = torch::linear(x, weight, bias);
+  if (lora_) y = y + lora_->delta(x);
+  return y;
+}
+
+void Projection::attach(std::shared_ptr<LoraAdapter> adapter) {
+  RP_CHECK(!lora_, "projection already has a LoRA adapter");
+  lora_ = register_module("lora", std::move(adapter));
+}
 
 namespace {
 void appendProjection(std::vector<NamedTensor>& out, const std::string& name, const Projection& p) {
@@ -133,6 +143,14 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const AttentionContext&
   return o_->forward(out.transpose(1, 2).reshape({B, T, numHeads_ * headDim_}));
 }
 
+Projection* Attention::projection(const std::string& name) const {
+  if (name == "q") return q_.get();
+  if (name == "k") return k_.get();
+  if (name == "v") return v_.get();
+  if (name == "o") return o_.get();
+  return nullptr;
+}
+
 std::vector<NamedTensor> Attention::hfParameters(const std::string& prefix) const {
   std::vector<NamedTensor> out;
   appendProjection(out, prefix + "q_proj", *q_);
@@ -154,6 +172,13 @@ Mlp::Mlp(const ModelConfig& c) {
 
 torch::Tensor Mlp::forward(const torch::Tensor& x) const {
   return down_->forward(torch::silu(gate_->forward(x)) * up_->forward(x));
+}
+
+Projection* Mlp::projection(const std::string& name) const {
+  if (name == "gate") return gate_.get();
+  if (name == "up") return up_.get();
+  if (name == "down") return down_.get();
+  return nullptr;
 }
 
 std::vector<NamedTensor> Mlp::hfParameters(const std::string& prefix) const {
@@ -185,6 +210,16 @@ std::vector<NamedTensor> DecoderLayer::hfParameters() const {
   out.emplace_back(prefix + "post_attention_layernorm.weight", postAttentionNorm_->weight);
   for (auto& p : mlp_->hfParameters(prefix + "mlp.")) out.push_back(std::move(p));
   return out;
+}
+
+Projection* DecoderLayer::projection(const std::string& target) const {
+  if (auto* p = attention_->projection(target)) return p;
+  return mlp_->projection(target);
+}
+
+std::string DecoderLayer::projectionPath(const std::string& target) const {
+  const bool attention = attention_->projection(target) != nullptr;
+  return fmt::format("model.layers.{}.{}.{}_proj", index_, attention ? "self_attn" : "mlp", target);
 }
 
 Embedding::Embedding(const ModelConfig& c) {

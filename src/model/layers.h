@@ -57,13 +57,23 @@ class RmsNorm : public torch::nn::Module {
   double eps_;
 };
 
-// y = x W^T (+ b); weights stored as [out, in] like nn.Linear.
+class LoraAdapter;
+
+// y = x W^T (+ b) (+ LoRA delta); weights stored as [out, in] like nn.Linear.
 class Projection : public torch::nn::Module {
  public:
   Projection(std::int64_t in, std::int64_t out, bool bias);
   torch::Tensor forward(const torch::Tensor& x) const;
+  std::int64_t inFeatures() const { return weight.size(1); }
+  std::int64_t outFeatures() const { return weight.size(0); }
+  // Attaches a LoRA adapter (model/lora.h); at most one.
+  void attach(std::shared_ptr<LoraAdapter> adapter);
+  const std::shared_ptr<LoraAdapter>& adapter() const { return lora_; }
   torch::Tensor weight;
   torch::Tensor bias;
+
+ private:
+  std::shared_ptr<LoraAdapter> lora_;
 };
 
 class Attention : public torch::nn::Module {
@@ -71,6 +81,8 @@ class Attention : public torch::nn::Module {
   explicit Attention(const ModelConfig& config);
   torch::Tensor forward(const torch::Tensor& x, const AttentionContext& ctx) const;
   std::vector<NamedTensor> hfParameters(const std::string& prefix) const;
+  // "q", "k", "v", "o"; nullptr for other names.
+  Projection* projection(const std::string& name) const;
 
  private:
   std::int64_t numHeads_, numKvHeads_, headDim_;
@@ -83,6 +95,8 @@ class Mlp : public torch::nn::Module {
   explicit Mlp(const ModelConfig& config);
   torch::Tensor forward(const torch::Tensor& x) const;
   std::vector<NamedTensor> hfParameters(const std::string& prefix) const;
+  // "gate", "up", "down"; nullptr for other names.
+  Projection* projection(const std::string& name) const;
 
  private:
   std::shared_ptr<Projection> gate_, up_, down_;
@@ -94,6 +108,10 @@ class DecoderLayer : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& hidden, const AttentionContext& ctx) const;
   std::vector<NamedTensor> hfParameters() const;
   std::int64_t index() const { return index_; }
+  // The projection a LoRA target names ("q", "k", "v", "o", "gate", "up", "down") and its HF module path
+  // ("model.layers.3.self_attn.q_proj"); nullptr for unknown names.
+  Projection* projection(const std::string& target) const;
+  std::string projectionPath(const std::string& target) const;
 
  private:
   std::int64_t index_;

@@ -1,0 +1,105 @@
+#include "config/run_config.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "config/schema.h"
+
+namespace rp::config {
+namespace {
+
+std::string oneOf(const Values& v, const std::string& key, std::initializer_list<const char*> allowed) {
+  const std::string& value = v.getString(key);
+  for (const char* a : allowed) {
+    if (value == a) return value;
+  }
+  std::vector<std::string> quoted;
+  for (const char* a : allowed) quoted.push_back(fmt::format("\"{}\"", a));
+  RP_THROW(InputError, "{}: {} = \"{}\": expected one of {}", v.source(), key, value, fmt::join(quoted, ", "));
+}
+
+std::int64_t atLeast(const Values& v, const std::string& key, std::int64_t minimum) {
+  const auto value = v.getInt(key);
+  if (value < minimum) RP_THROW(InputError, "{}: {} = {}: must be >= {}", v.source(), key, value, minimum);
+  return value;
+}
+
+double inRange(const Values& v, const std::string& key, double lo, double hi, bool hiOpen) {
+  const double value = v.getFloat(key);
+  if (value < lo || value > hi || (hiOpen && value == hi)) {
+    RP_THROW(InputError, "{}: {} = {}: must be in [{}, {}{}", v.source(), key, value, lo, hi, hiOpen ? ")" : "]");
+  }
+  return value;
+}
+
+}  // namespace
+
+RunConfig buildRunConfig(Values v) {
+  RunConfig c;
+  c.model.path = v.getString("model.path");
+  c.model.dtype = oneOf(v, "model.dtype", {"float32", "bfloat16", "float16"});
+
+  c.data.paths = v.getStringList("data.path");
+  if (c.data.paths.empty()) RP_THROW(InputError, "{}: data.path is empty (expected at least one file)", v.source());
+  c.data.format = oneOf(v, "data.format", {"text", "jsonl", "alpaca", "sharegpt", "tokenized"});
+  c.data.sampleBy = oneOf(v, "data.sample_by", {"line", "paragraph", "document"});
+  c.data.chatTemplate = oneOf(v, "data.template", {"auto", "chatml", "llama3"});
+  c.data.addBos = v.getBool("data.add_bos");
+  c.data.addEos = v.getBool("data.add_eos");
+  c.data.skipBadRecords = oneOf(v, "data.on_bad_record", {"error", "skip"}) == "skip";
+
+  c.train.seqLen = atLeast(v, "train.seq_len", 2);
+  c.train.globalBatch = atLeast(v, "train.global_batch", 1);
+  c.train.microbatches = atLeast(v, "train.microbatches", 1);
+  if (c.train.globalBatch % c.train.microbatches != 0) {
+    RP_THROW(InputError, "{}: train.global_batch = {} is not a multiple of train.microbatches = {}", v.source(),
+             c.train.globalBatch, c.train.microbatches);
+  }
+  c.train.maxSteps = atLeast(v, "train.max_steps", 1);
+  c.train.epochs = atLeast(v, "train.epochs", 0);
+  c.train.seed = v.getInt("train.seed");
+  c.train.gradClip = inRange(v, "train.grad_clip", 0.0, 1e30, false);
+  c.train.lossChunkTokens = atLeast(v, "train.loss_chunk_tokens", 0);
+  c.train.threads = atLeast(v, "train.threads", 0);
+
+  c.optim.lr = inRange(v, "optim.lr", 0.0, 1e30, false);
+  c.optim.beta1 = inRange(v, "optim.beta1", 0.0, 1.0, true);
+  c.optim.beta2 = inRange(v, "optim.beta2", 0.0, 1.0, true);
+  c.optim.eps = inRange(v, "optim.eps", 0.0, 1.0, false);
+  c.optim.weightDecay = inRange(v, "optim.weight_decay", 0.0, 1e30, false);
+  c.optim.amsgrad = v.getBool("optim.amsgrad");
+  c.optim.schedule = oneOf(v, "optim.schedule", {"constant", "linear", "cosine"});
+  c.optim.warmupSteps = atLeast(v, "optim.warmup_steps", 0);
+  c.optim.minLrRatio = inRange(v, "optim.min_lr_ratio", 0.0, 1.0, false);
+  c.optim.async = oneOf(v, "optim.mode", {"sync", "async"}) == "async";
+
+  c.precision.lossScale = inRange(v, "precision.loss_scale", 1.0, 1e30, false);
+  c.precision.growthInterval = atLeast(v, "precision.growth_interval", 1);
+
+  c.lora.rank = atLeast(v, "lora.rank", 0);
+  c.lora.alpha = inRange(v, "lora.alpha", 0.0, 1e30, false);
+  c.lora.dropout = inRange(v, "lora.dropout", 0.0, 1.0, true);
+  c.lora.targets = v.getStringList("lora.targets");
+  static const std::vector<std::string> kTargets{"q", "k", "v", "o", "gate", "up", "down"};
+  for (const auto& t : c.lora.targets) {
+    if (std::find(kTargets.begin(), kTargets.end(), t) == kTargets.end()) {
+      RP_THROW(InputError, "{}: lora.targets contains \"{}\": expected any of q, k, v, o, gate, up, down", v.source(), t);
+    }
+  }
+  if (c.lora.rank > 0 && c.lora.targets.empty()) {
+    RP_THROW(InputError, "{}: lora.rank = {} but lora.targets is empty", v.source(), c.lora.rank);
+  }
+
+  c.output.dir = v.getString("output.dir");
+  c.output.logEvery = atLeast(v, "output.log_every", 1);
+  c.output.samplePrompt = v.getString("output.sample_prompt");
+  c.output.sampleTokens = atLeast(v, "output.sample_tokens", 1);
+  c.values = std::move(v);
+  return c;
+}
+
+RunConfig loadRunConfig(const std::string& tomlPath, const std::vector<std::string>& overrides) {
+  return buildRunConfig(Values::load(runSchema(), tomlPath, overrides));
+}
+
+}  // namespace rp::config

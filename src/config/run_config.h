@@ -1,0 +1,61 @@
+// The typed run configuration, built from Values (values.h) and validated: cross-field rules and
+// allowed words give InputErrors naming the key.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/values.h"
+
+namespace rp::config {
+
+struct RunConfig {
+  struct Model {
+    std::string path;
+    std::string dtype;  // float32 | bfloat16 | float16
+  } model;
+  struct Data {
+    std::vector<std::string> paths;
+    std::string format;    // text | jsonl | alpaca | sharegpt | tokenized
+    std::string sampleBy;  // line | paragraph | document
+    std::string chatTemplate;  // auto | chatml | llama3
+    bool addBos = true;
+    bool addEos = true;
+    bool skipBadRecords = false;
+  } data;
+  struct Train {
+    std::int64_t seqLen, globalBatch, microbatches, maxSteps, epochs, seed, lossChunkTokens, threads;
+    double gradClip;
+  } train;
+  struct Optim {
+    double lr, beta1, beta2, eps, weightDecay, minLrRatio;
+    bool amsgrad;
+    std::string schedule;
+    std::int64_t warmupSteps;
+    bool async;
+  } optim;
+  struct Precision {
+    double lossScale;
+    std::int64_t growthInterval;
+  } precision;
+  struct Lora {
+    std::int64_t rank;
+    double alpha, dropout;
+    std::vector<std::string> targets;
+  } lora;
+  struct Output {
+    std::string dir;
+    std::int64_t logEvery;
+    std::string samplePrompt;
+    std::int64_t sampleTokens;
+  } output;
+
+  Values values;  // for printing the effective config
+};
+
+RunConfig buildRunConfig(Values values);
+// Loads `tomlPath` with `overrides` against runSchema() and validates.
+RunConfig loadRunConfig(const std::string& tomlPath, const std::vector<std::string>& overrides);
+
+}  // namespace rp::config

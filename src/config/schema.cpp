@@ -1,0 +1,59 @@
+#include "config/schema.h"
+
+namespace rp::config {
+
+using S = std::string;
+using L = std::vector<std::string>;
+using I = std::int64_t;
+
+const std::vector<KeySpec>& runSchema() {
+  static const std::vector<KeySpec> schema = {
+      {"model.path", Type::kString, S(), "Hugging Face model directory (config.json, *.safetensors, tokenizer.json)", true},
+      {"model.dtype", Type::kString, S("float32"), "model weights and compute: float32 | bfloat16 | float16"},
+
+      {"data.path", Type::kStringList, L(), "dataset file(s) or a pre-tokenized directory", true},
+      {"data.format", Type::kString, S("text"), "text | jsonl | alpaca | sharegpt | tokenized"},
+      {"data.sample_by", Type::kString, S("paragraph"), "text format: one sample per line | paragraph | document"},
+      {"data.template", Type::kString, S("auto"), "chat template for alpaca/sharegpt: auto | chatml | llama3"},
+      {"data.add_bos", Type::kBool, true, "prepend the tokenizer's BOS to every sample (when it has one)"},
+      {"data.add_eos", Type::kBool, true, "append EOS to every plain-text sample"},
+      {"data.on_bad_record", Type::kString, S("error"), "error | skip (skipped records are counted and reported)"},
+
+      {"train.seq_len", Type::kInt, I(256), "tokens per packed sequence"},
+      {"train.global_batch", Type::kInt, I(8), "sequences per optimizer step"},
+      {"train.microbatches", Type::kInt, I(1), "microbatches per step (divides global_batch)"},
+      {"train.max_steps", Type::kInt, I(100), "optimizer steps to run"},
+      {"train.epochs", Type::kInt, I(0), "stop after this many passes over the data (0 = no limit)"},
+      {"train.seed", Type::kInt, I(0), "seed for shuffling, LoRA init and dropout"},
+      {"train.grad_clip", Type::kFloat, 1.0, "global gradient-norm clip (0 = off)"},
+      {"train.loss_chunk_tokens", Type::kInt, I(0), "LM-head/loss chunk in tokens (0 = whole microbatch)"},
+      {"train.threads", Type::kInt, I(0), "LibTorch intra-op threads (0 = RP_NUM_THREADS or LibTorch default)"},
+
+      {"optim.lr", Type::kFloat, 1e-3, "peak learning rate"},
+      {"optim.beta1", Type::kFloat, 0.9, "AdamW beta1"},
+      {"optim.beta2", Type::kFloat, 0.999, "AdamW beta2"},
+      {"optim.eps", Type::kFloat, 1e-8, "AdamW epsilon"},
+      {"optim.weight_decay", Type::kFloat, 0.01, "decoupled weight decay"},
+      {"optim.amsgrad", Type::kBool, false, "AMSGrad variant"},
+      {"optim.schedule", Type::kString, S("cosine"), "constant | linear | cosine"},
+      {"optim.warmup_steps", Type::kInt, I(0), "linear warmup steps"},
+      {"optim.min_lr_ratio", Type::kFloat, 0.0, "linear/cosine floor as a fraction of optim.lr"},
+      {"optim.mode", Type::kString, S("async"), "sync | async (one step of weight staleness; pipeline runtime)"},
+
+      {"precision.loss_scale", Type::kFloat, 65536.0, "float16: initial dynamic loss scale"},
+      {"precision.growth_interval", Type::kInt, I(2000), "float16: good steps before the loss scale doubles"},
+
+      {"lora.rank", Type::kInt, I(0), "LoRA rank (0 = full fine-tune)"},
+      {"lora.alpha", Type::kFloat, 16.0, "LoRA alpha (scaling = alpha / rank)"},
+      {"lora.dropout", Type::kFloat, 0.0, "dropout on the LoRA input"},
+      {"lora.targets", Type::kStringList, L{"q", "k", "v", "o", "gate", "up", "down"}, "projections with adapters"},
+
+      {"output.dir", Type::kString, S("out"), "output directory (metrics.jsonl, config.effective.toml)"},
+      {"output.log_every", Type::kInt, I(1), "print a log line every N steps"},
+      {"output.sample_prompt", Type::kString, S(""), "prompt for a greedy sample before and after training"},
+      {"output.sample_tokens", Type::kInt, I(48), "tokens in that sample"},
+  };
+  return schema;
+}
+
+}  // namespace rp::config

@@ -1,0 +1,222 @@
+#include "config/values.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include <toml++/toml.h>
+
+#include "common/error.h"
+
+namespace rp::config {
+namespace {
+
+std::string render(const Value& v) {
+  return std::visit(
+      [](const auto& x) -> std::string {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, bool>) return x ? "true" : "false";
+        else if constexpr (std::is_same_v<T, std::int64_t>) return std::to_string(x);
+        else if constexpr (std::is_same_v<T, double>) return fmt::format("{}", x);
+        else if constexpr (std::is_same_v<T, std::string>) return fmt::format("\"{}\"", x);
+        else return fmt::format("[{}]", fmt::join(x, ", "));
+      },
+      v);
+}
+
+// A TOML node as a value of `type`, or nullopt when it has another type.
+std::optional<Value> fromToml(const toml::node& node, Type type) {
+  switch (type) {
+    case Type::kBool:
+      if (auto v = node.value_exact<bool>()) return *v;
+      break;
+    case Type::kInt:
+      if (auto v = node.value_exact<std::int64_t>()) return *v;
+      break;
+    case Type::kFloat:
+      if (auto v = node.value_exact<double>()) return *v;
+      if (auto v = node.value_exact<std::int64_t>()) return static_cast<double>(*v);
+      break;
+    case Type::kString:
+      if (auto v = node.value_exact<std::string>()) return *v;
+      break;
+    case Type::kStringList:
+      if (auto v = node.value_exact<std::string>()) return std::vector<std::string>{*v};
+      if (const auto* array = node.as_array()) {
+        std::vector<std::string> out;
+        for (const auto& item : *array) {
+          auto s = item.value_exact<std::string>();
+          if (!s) return std::nullopt;
+          out.push_back(*s);
+        }
+        return out;
+      }
+      break;
+  }
+  return std::nullopt;
+}
+
+// A --set value: parsed with TOML syntax first (so 1e-4, true, "x", ["a","b"] work); bare words are strings
+// and comma-separated bare words are string lists.
+std::optional<Value> fromText(const std::string& text, Type type) {
+  try {
+    const auto table = toml::parse("v = " + text);
+    if (const auto* node = table.get("v")) {
+      if (auto v = fromToml(*node, type)) return v;
+    }
+  } catch (const toml::parse_error&) {
+    // not TOML syntax: fall through to bare words
+  }
+  if (type == Type::kString) return text;
+  if (type == Type::kStringList) {
+    std::vector<std::string> out;
+    std::size_t start = 0;
+    while (start <= text.size()) {
+      const auto comma = text.find(',', start);
+      out.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+    return out;
+  }
+  return std::nullopt;
+}
+
+void flatten(const toml::table& table, const std::string& prefix, std::vector<std::pair<std::string, const toml::node*>>& out) {
+  for (const auto& [k, node] : table) {
+    const std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+    if (const auto* sub = node.as_table()) {
+      flatten(*sub, key, out);
+    } else {
+      out.emplace_back(key, &node);
+    }
+  }
+}
+
+const KeySpec* find(const std::vector<KeySpec>& schema, const std::string& key) {
+  for (const auto& spec : schema) {
+    if (key == spec.key) return &spec;
+  }
+  return nullptr;
+}
+
+// The closest known key by edit distance, for "did you mean" hints.
+std::string closest(const std::vector<KeySpec>& schema, const std::string& key) {
+  std::string best;
+  std::size_t bestDistance = 4;  // only suggest near misses
+  for (const auto& spec : schema) {
+    const std::string candidate = spec.key;
+    std::vector<std::size_t> row(candidate.size() + 1);
+    for (std::size_t j = 0; j <= candidate.size(); ++j) row[j] = j;
+    for (std::size_t i = 1; i <= key.size(); ++i) {
+      std::size_t diagonal = row[0];
+      row[0] = i;
+      for (std::size_t j = 1; j <= candidate.size(); ++j) {
+        const std::size_t up = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (key[i - 1] == candidate[j - 1] ? 0u : 1u)});
+        diagonal = up;
+      }
+    }
+    if (row[candidate.size()] < bestDistance) {
+      bestDistance = row[candidate.size()];
+      best = candidate;
+    }
+  }
+  return best;
+}
+
+[[noreturn]] void unknownKey(const std::vector<KeySpec>& schema, const std::string& where, const std::string& key) {
+  const std::string hint = closest(schema, key);
+  RP_THROW(InputError, "{}: unknown key '{}'{}", where, key, hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint));
+}
+
+}  // namespace
+
+const char* typeName(Type type) {
+  switch (type) {
+    case Type::kBool: return "a boolean";
+    case Type::kInt: return "an integer";
+    case Type::kFloat: return "a number";
+    case Type::kString: return "a string";
+    case Type::kStringList: return "a string or a list of strings";
+  }
+  return "?";
+}
+
+Values Values::load(const std::vector<KeySpec>& schema, const std::string& tomlPath,
+                    const std::vector<std::string>& overrides) {
+  Values values;
+  values.source_ = tomlPath.empty() ? "<defaults>" : tomlPath;
+  for (const auto& spec : schema) values.entries_[spec.key] = Entry{spec.type, spec.fallback, Origin::kDefault};
+
+  if (!tomlPath.empty()) {
+    toml::table table;
+    try {
+      table = toml::parse_file(tomlPath);
+    } catch (const toml::parse_error& e) {
+      const auto& where = e.source().begin;
+      RP_THROW(InputError, "{}:{}:{}: {}", tomlPath, where.line, where.column, e.description());
+    }
+    std::vector<std::pair<std::string, const toml::node*>> flat;
+    flatten(table, "", flat);
+    for (const auto& [key, node] : flat) {
+      const KeySpec* spec = find(schema, key);
+      if (spec == nullptr) unknownKey(schema, tomlPath, key);
+      auto value = fromToml(*node, spec->type);
+      if (!value) {
+        RP_THROW(InputError, "{}: key '{}' must be {} (line {})", tomlPath, key, typeName(spec->type),
+                 node->source().begin.line);
+      }
+      values.entries_[key] = Entry{spec->type, *value, Origin::kFile};
+    }
+  }
+
+  for (const auto& assignment : overrides) {
+    const auto eq = assignment.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      RP_THROW(InputError, "--set '{}': expected key=value", assignment);
+    }
+    const std::string key = assignment.substr(0, eq);
+    const KeySpec* spec = find(schema, key);
+    if (spec == nullptr) unknownKey(schema, "--set", key);
+    auto value = fromText(assignment.substr(eq + 1), spec->type);
+    if (!value) RP_THROW(InputError, "--set {}: value '{}' is not {}", key, assignment.substr(eq + 1), typeName(spec->type));
+    values.entries_[key] = Entry{spec->type, *value, Origin::kOverride};
+  }
+
+  for (const auto& spec : schema) {
+    const Entry& e = values.entries_.at(spec.key);
+    if (spec.required && e.origin == Origin::kDefault) {
+      RP_THROW(InputError, "{}: required key '{}' is missing ({})", values.source_, spec.key, spec.help);
+    }
+  }
+  return values;
+}
+
+const Values::Entry& Values::entry(const std::string& key, Type type) const {
+  const auto it = entries_.find(key);
+  RP_CHECK(it != entries_.end(), "config key '{}' is not in the schema", key);
+  RP_CHECK(it->second.type == type, "config key '{}' read as {} but declared {}", key, typeName(type),
+           typeName(it->second.type));
+  return it->second;
+}
+
+bool Values::getBool(const std::string& key) const { return std::get<bool>(entry(key, Type::kBool).value); }
+std::int64_t Values::getInt(const std::string& key) const { return std::get<std::int64_t>(entry(key, Type::kInt).value); }
+double Values::getFloat(const std::string& key) const { return std::get<double>(entry(key, Type::kFloat).value); }
+const std::string& Values::getString(const std::string& key) const {
+  return std::get<std::string>(entry(key, Type::kString).value);
+}
+const std::vector<std::string>& Values::getStringList(const std::string& key) const {
+  return std::get<std::vector<std::string>>(entry(key, Type::kStringList).value);
+}
+
+std::vector<std::string> Values::describe() const {
+  std::vector<std::string> lines;
+  for (const auto& [key, e] : entries_) {
+    const char* origin = e.origin == Origin::kDefault ? "default" : e.origin == Origin::kFile ? "file" : "--set";
+    lines.push_back(fmt::format("{} = {}  # {}", key, render(e.value), origin));
+  }
+  return lines;
+}
+
+}  // namespace rp::config

@@ -1,0 +1,57 @@
+// Configuration values by dotted key ("train.seq_len"), checked against a schema: every key known, every
+// value of its declared type. Sources, in order: schema defaults, the TOML file, --set overrides.
+// Thread-safety: immutable after loading.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace rp::config {
+
+enum class Type { kBool, kInt, kFloat, kString, kStringList };
+const char* typeName(Type type);
+
+using Value = std::variant<bool, std::int64_t, double, std::string, std::vector<std::string>>;
+
+struct KeySpec {
+  const char* key;
+  Type type;
+  Value fallback;
+  const char* help;
+  bool required = false;
+};
+
+enum class Origin { kDefault, kFile, kOverride };
+
+class Values {
+ public:
+  // Loads `tomlPath` (may be empty: defaults only) and applies `overrides` ("key=value"); throws InputError
+  // naming the file, key and expected type for unknown keys, wrong types and missing required keys.
+  static Values load(const std::vector<KeySpec>& schema, const std::string& tomlPath,
+                     const std::vector<std::string>& overrides);
+
+  bool getBool(const std::string& key) const;
+  std::int64_t getInt(const std::string& key) const;
+  double getFloat(const std::string& key) const;
+  const std::string& getString(const std::string& key) const;
+  const std::vector<std::string>& getStringList(const std::string& key) const;
+
+  // "key = value  # origin" lines, sorted by key, for printing the effective config.
+  std::vector<std::string> describe() const;
+  const std::string& source() const { return source_; }
+
+ private:
+  struct Entry {
+    Type type;
+    Value value;
+    Origin origin;
+  };
+  const Entry& entry(const std::string& key, Type type) const;
+  std::map<std::string, Entry> entries_;
+  std::string source_;
+};
+
+}  // namespace rp::config

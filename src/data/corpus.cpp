@@ -1,0 +1,112 @@
+#include "data/corpus.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "common/mapped_file.h"
+
+namespace rp::data {
+namespace fs = std::filesystem;
+
+void TokenizedCorpus::add(const std::vector<std::int32_t>& ids, const std::vector<std::uint8_t>& mask) {
+  if (!mask.empty() || !trainMask.empty()) {
+    if (trainMask.empty()) trainMask.assign(tokens.size(), 1);
+    if (mask.empty()) {
+      trainMask.insert(trainMask.end(), ids.size(), 1);
+    } else {
+      trainMask.insert(trainMask.end(), mask.begin(), mask.end());
+    }
+  }
+  tokens.insert(tokens.end(), ids.begin(), ids.end());
+  docOffsets.push_back(tokens.size());
+}
+
+namespace {
+
+template <typename T>
+void writeArray(const fs::path& path, const std::vector<T>& values) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * sizeof(T)));
+  out.flush();
+  if (!out) RP_THROW(SystemError, "{}: write failed ({} bytes)", path.string(), values.size() * sizeof(T));
+}
+
+template <typename T>
+std::vector<T> readArray(const fs::path& path) {
+  const MappedFile file(path.string());
+  if (file.size() % sizeof(T) != 0) {
+    RP_THROW(InputError, "{}: size {} is not a multiple of {} bytes (truncated?)", path.string(), file.size(), sizeof(T));
+  }
+  std::vector<T> out(file.size() / sizeof(T));
+  if (!out.empty()) std::memcpy(out.data(), file.data(), file.size());
+  return out;
+}
+
+}  // namespace
+
+void saveCorpus(const TokenizedCorpus& corpus, const std::string& directory, const std::string& tokenizerPath,
+                std::int64_t vocabSize) {
+  const fs::path dir(directory);
+  fs::create_directories(dir);
+  writeArray(dir / "tokens.bin", corpus.tokens);
+  writeArray(dir / "docs.bin", corpus.docOffsets);
+  if (!corpus.trainMask.empty()) writeArray(dir / "mask.bin", corpus.trainMask);
+  const nlohmann::json meta{{"format", "roundpipe-tokenized"},
+                            {"version", kCorpusFormatVersion},
+                            {"documents", corpus.documentCount()},
+                            {"tokens", corpus.tokens.size()},
+                            {"has_mask", !corpus.trainMask.empty()},
+                            {"tokenizer", tokenizerPath},
+                            {"vocab_size", vocabSize}};
+  std::ofstream(dir / "meta.json") << meta.dump(2) << '\n';
+}
+
+TokenizedCorpus loadCorpus(const std::string& directory) {
+  const fs::path dir(directory);
+  const fs::path metaPath = dir / "meta.json";
+  std::ifstream in(metaPath);
+  if (!in) RP_THROW(InputError, "{}: cannot open (expected a directory written by roundpipe_tokenize)", metaPath.string());
+  nlohmann::json meta;
+  try {
+    meta = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    RP_THROW(InputError, "{}: not valid JSON: {}", metaPath.string(), e.what());
+  }
+  if (meta.value("format", "") != "roundpipe-tokenized" || meta.value("version", 0) != kCorpusFormatVersion) {
+    RP_THROW(InputError, "{}: expected format \"roundpipe-tokenized\" version {}, found {} version {}", metaPath.string(),
+             kCorpusFormatVersion, meta.value("format", "?"), meta.value("version", 0));
+  }
+  TokenizedCorpus corpus;
+  corpus.tokens = readArray<std::int32_t>(dir / "tokens.bin");
+  corpus.docOffsets = readArray<std::uint64_t>(dir / "docs.bin");
+  if (meta.value("has_mask", false)) corpus.trainMask = readArray<std::uint8_t>(dir / "mask.bin");
+
+  const auto docs = meta.value("documents", std::uint64_t{0});
+  if (corpus.docOffsets.size() != docs + 1 || corpus.docOffsets.front() != 0 ||
+      corpus.docOffsets.back() != corpus.tokens.size() || meta.value("tokens", std::uint64_t{0}) != corpus.tokens.size()) {
+    RP_THROW(InputError, "{}: docs.bin/tokens.bin disagree with meta.json ({} documents, {} tokens expected)",
+             directory, docs, meta.value("tokens", std::uint64_t{0}));
+  }
+  for (std::size_t d = 1; d < corpus.docOffsets.size(); ++d) {
+    if (corpus.docOffsets[d] < corpus.docOffsets[d - 1]) {
+      RP_THROW(InputError, "{}/docs.bin: offsets decrease at document {}", directory, d);
+    }
+  }
+  if (!corpus.trainMask.empty() && corpus.trainMask.size() != corpus.tokens.size()) {
+    RP_THROW(InputError, "{}/mask.bin: {} flags for {} tokens", directory, corpus.trainMask.size(), corpus.tokens.size());
+  }
+  const auto vocab = meta.value("vocab_size", std::int64_t{0});
+  for (std::size_t i = 0; i < corpus.tokens.size(); ++i) {
+    if (corpus.tokens[i] < 0 || corpus.tokens[i] >= vocab) {
+      RP_THROW(InputError, "{}/tokens.bin: token {} at index {} is outside the vocabulary of {}", directory,
+               corpus.tokens[i], i, vocab);
+    }
+  }
+  return corpus;
+}
+
+}  // namespace rp::data

@@ -1,0 +1,71 @@
+#include "data/dataset.h"
+
+#include "common/error.h"
+#include "common/log.h"
+
+namespace rp::data {
+
+ChatTemplate resolveChatTemplate(const std::string& name, const Tokenizer& tokenizer) {
+  if (name == "chatml") return ChatTemplate::kChatML;
+  if (name == "llama3") return ChatTemplate::kLlama3;
+  if (name != "auto") RP_THROW(InputError, "data.template = \"{}\": expected auto, chatml or llama3", name);
+  if (tokenizer.tokenId("<|im_start|>") >= 0) return ChatTemplate::kChatML;
+  if (tokenizer.tokenId("<|start_header_id|>") >= 0) return ChatTemplate::kLlama3;
+  RP_THROW(InputError, "data.template = \"auto\": the tokenizer has neither <|im_start|> (ChatML) nor "
+           "<|start_header_id|> (Llama-3); set data.template explicitly");
+}
+
+TokenizedCorpus tokenizeSamples(const std::vector<Sample>& samples, const Tokenizer& tokenizer,
+                                const DatasetOptions& options) {
+  TokenizedCorpus corpus;
+  const bool masked = options.format == "alpaca" || options.format == "sharegpt";
+  std::vector<std::int32_t> ids;
+  std::vector<std::uint8_t> mask;
+  for (const auto& sample : samples) {
+    ids.clear();
+    mask.clear();
+    auto append = [&](const std::vector<std::int32_t>& piece, bool trainable) {
+      ids.insert(ids.end(), piece.begin(), piece.end());
+      mask.insert(mask.end(), piece.size(), trainable ? 1 : 0);
+    };
+    if (!sample.chat && options.addBos && options.bosId >= 0) append({options.bosId}, true);
+    for (const auto& segment : sample.segments) append(tokenizer.encode(segment.text, false), segment.trainable);
+    if (!sample.chat && options.addEos && options.eosId >= 0) append({options.eosId}, true);
+    if (ids.empty()) continue;
+    corpus.add(ids, masked ? mask : std::vector<std::uint8_t>{});
+  }
+  return corpus;
+}
+
+TokenizedCorpus loadDataset(const DatasetOptions& options, const Tokenizer& tokenizer) {
+  if (options.format == "tokenized") {
+    if (options.paths.size() != 1) {
+      RP_THROW(InputError, "data.format = \"tokenized\" takes one directory in data.path, got {}", options.paths.size());
+    }
+    TokenizedCorpus corpus = loadCorpus(options.paths[0]);
+    for (const auto id : corpus.tokens) {
+      if (id >= tokenizer.vocabSize()) {
+        RP_THROW(InputError, "{}: token id {} is outside this model's tokenizer ({} ids): tokenized for another model?",
+                 options.paths[0], id, tokenizer.vocabSize());
+      }
+    }
+    return corpus;
+  }
+  ReadOptions read;
+  read.format = options.format;
+  read.sampleBy = options.sampleBy;
+  read.skipBadRecords = options.skipBadRecords;
+  if (options.format == "alpaca" || options.format == "sharegpt") {
+    read.chatTemplate = resolveChatTemplate(options.chatTemplate, tokenizer);
+  }
+  const ReadResult result = readSamples(options.paths, read);
+  if (result.skipped > 0) {
+    RP_LOG_WARN("skipped {} bad record(s); first: {}", result.skipped, result.firstSkipReason);
+  }
+  TokenizedCorpus corpus = tokenizeSamples(result.samples, tokenizer, options);
+  RP_LOG_INFO("dataset: {} samples, {} tokens from {} file(s)", corpus.documentCount(), corpus.tokens.size(),
+              options.paths.size());
+  return corpus;
+}
+
+}  // namespace rp::data

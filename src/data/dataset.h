@@ -1,0 +1,38 @@
+// From dataset files to a tokenized corpus: read records, render chat samples, tokenize, add BOS/EOS,
+// build loss masks. The pre-tokenized format is loaded as it is.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/corpus.h"
+#include "data/records.h"
+#include "data/tokenizer.h"
+
+namespace rp::data {
+
+struct DatasetOptions {
+  std::vector<std::string> paths;
+  std::string format = "text";  // text | jsonl | alpaca | sharegpt | tokenized
+  std::string sampleBy = "paragraph";
+  std::string chatTemplate = "auto";  // auto | chatml | llama3
+  bool addBos = true;
+  bool addEos = true;
+  bool skipBadRecords = false;
+  std::int32_t bosId = -1;  // from the model config; -1 = none
+  std::int32_t eosId = -1;
+};
+
+// "auto" picks ChatML when the vocabulary has <|im_start|>, Llama-3 headers when it has
+// <|start_header_id|>; otherwise an InputError asks for data.template.
+ChatTemplate resolveChatTemplate(const std::string& name, const Tokenizer& tokenizer);
+
+// Tokenizes samples: each segment separately (so masks follow segment boundaries exactly); plain samples
+// get BOS/EOS as configured, chat samples carry their own. Empty samples are dropped.
+TokenizedCorpus tokenizeSamples(const std::vector<Sample>& samples, const Tokenizer& tokenizer,
+                                const DatasetOptions& options);
+
+TokenizedCorpus loadDataset(const DatasetOptions& options, const Tokenizer& tokenizer);
+
+}  // namespace rp::data

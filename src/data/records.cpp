@@ -1,0 +1,178 @@
+#include "data/records.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+
+namespace rp::data {
+namespace {
+
+using nlohmann::json;
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) RP_THROW(InputError, "{}: cannot open dataset file", path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+Sample plain(std::string text) { return Sample{{Segment{std::move(text), true}}, false}; }
+
+void splitText(const std::string& text, const std::string& sampleBy, std::vector<Sample>& out) {
+  if (sampleBy == "document") {
+    if (!text.empty()) out.push_back(plain(text));
+    return;
+  }
+  std::istringstream lines(text);
+  std::string line, paragraph;
+  auto flush = [&] {
+    if (!paragraph.empty()) out.push_back(plain(paragraph));
+    paragraph.clear();
+  };
+  while (std::getline(lines, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (sampleBy == "line") {
+      if (!line.empty()) out.push_back(plain(line));
+      continue;
+    }
+    if (line.find_first_not_of(" \t") == std::string::npos) {
+      flush();
+    } else {
+      if (!paragraph.empty()) paragraph += '\n';
+      paragraph += line;
+    }
+  }
+  flush();
+}
+
+const std::string& stringField(const json& record, const char* field) {
+  const auto it = record.find(field);
+  if (it == record.end() || !it->is_string()) throw std::invalid_argument(fmt::format("missing string field '{}'", field));
+  return it->get_ref<const std::string&>();
+}
+
+Sample fromAlpaca(const json& r, ChatTemplate t) {
+  std::string user = stringField(r, "instruction");
+  if (r.contains("input") && r.at("input").is_string() && !r.at("input").get<std::string>().empty()) {
+    user += "\n\n" + r.at("input").get<std::string>();
+  }
+  std::vector<Message> messages;
+  if (r.contains("system") && r.at("system").is_string()) messages.push_back({"system", r.at("system").get<std::string>()});
+  messages.push_back({"user", user});
+  messages.push_back({"assistant", stringField(r, "output")});
+  return renderChat(messages, t);
+}
+
+Sample fromShareGpt(const json& r, ChatTemplate t) {
+  const auto it = r.find("conversations");
+  if (it == r.end() || !it->is_array() || it->empty()) throw std::invalid_argument("missing non-empty array 'conversations'");
+  std::vector<Message> messages;
+  bool anyAssistant = false;
+  for (const auto& turn : *it) {
+    if (!turn.is_object()) throw std::invalid_argument("a conversation turn is not an object");
+    const std::string from = stringField(turn, "from");
+    std::string role;
+    if (from == "system") role = "system";
+    else if (from == "human" || from == "user") role = "user";
+    else if (from == "gpt" || from == "assistant") role = "assistant";
+    else throw std::invalid_argument(fmt::format("turn 'from' is \"{}\": expected system, human/user or gpt/assistant", from));
+    anyAssistant = anyAssistant || role == "assistant";
+    messages.push_back({role, stringField(turn, "value")});
+  }
+  if (!anyAssistant) throw std::invalid_argument("no assistant (gpt) turn: nothing to train on");
+  return renderChat(messages, t);
+}
+
+// Records of a JSON file: one per line (JSONL), or the elements of a top-level array. `where` is
+// "line N" or "record N" for messages.
+template <typename Fn>
+void forEachRecord(const std::string& path, const std::string& text, Fn&& fn) {
+  const auto first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && text[first] == '[') {
+    json array;
+    try {
+      array = json::parse(text);
+    } catch (const json::exception& e) {
+      RP_THROW(InputError, "{}: not valid JSON: {}", path, e.what());
+    }
+    for (std::size_t i = 0; i < array.size(); ++i) fn(array[i], fmt::format("record {}", i));
+    return;
+  }
+  std::istringstream lines(text);
+  std::string line;
+  for (std::size_t n = 1; std::getline(lines, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    json record;
+    try {
+      record = json::parse(line);
+    } catch (const json::exception&) {
+      fn(json(), fmt::format("line {}", n));  // the handler reports "not a JSON object"
+      continue;
+    }
+    fn(record, fmt::format("line {}", n));
+  }
+}
+
+}  // namespace
+
+Sample renderChat(const std::vector<Message>& messages, ChatTemplate t) {
+  Sample s;
+  s.chat = true;
+  auto add = [&](std::string text, bool trainable) {
+    if (!s.segments.empty() && s.segments.back().trainable == trainable) {
+      s.segments.back().text += text;
+    } else {
+      s.segments.push_back({std::move(text), trainable});
+    }
+  };
+  if (t == ChatTemplate::kLlama3) add("<|begin_of_text|>", false);
+  for (const auto& m : messages) {
+    if (t == ChatTemplate::kChatML) {
+      add("<|im_start|>" + m.role + "\n", false);
+      add(m.content + "<|im_end|>", m.role == "assistant");
+      add("\n", false);
+    } else {
+      add("<|start_header_id|>" + m.role + "<|end_header_id|>\n\n", false);
+      add(m.content + "<|eot_id|>", m.role == "assistant");
+    }
+  }
+  return s;
+}
+
+ReadResult readSamples(const std::vector<std::string>& paths, const ReadOptions& options) {
+  ReadResult result;
+  for (const auto& path : paths) {
+    const std::string text = readFile(path);
+    if (options.format == "text") {
+      splitText(text, options.sampleBy, result.samples);
+      continue;
+    }
+    forEachRecord(path, text, [&](const json& record, const std::string& where) {
+      try {
+        if (!record.is_object()) throw std::invalid_argument("not a JSON object");
+        if (options.format == "jsonl") {
+          result.samples.push_back(plain(stringField(record, "text")));
+        } else if (options.format == "alpaca") {
+          result.samples.push_back(fromAlpaca(record, options.chatTemplate));
+        } else if (options.format == "sharegpt") {
+          result.samples.push_back(fromShareGpt(record, options.chatTemplate));
+        } else {
+          RP_THROW(InputError, "data.format \"{}\" cannot be read as records", options.format);
+        }
+      } catch (const std::invalid_argument& e) {
+        if (!options.skipBadRecords) {
+          RP_THROW(InputError, "{}:{}: bad {} record: {} (set data.on_bad_record = \"skip\" to skip such records)",
+                   path, where, options.format, e.what());
+        }
+        if (result.skipped++ == 0) result.firstSkipReason = fmt::format("{}:{}: {}", path, where, e.what());
+      }
+    });
+  }
+  return result;
+}
+
+}  // namespace rp::data

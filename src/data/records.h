@@ -1,0 +1,47 @@
+// Reading dataset files into samples: text, JSONL with "text", alpaca and sharegpt (rendered with a chat
+// template into trainable / non-trainable segments). docs/data.md describes the formats.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace rp::data {
+
+struct Segment {
+  std::string text;
+  bool trainable = true;
+};
+
+struct Sample {
+  std::vector<Segment> segments;
+  bool chat = false;  // rendered by a chat template (carries its own begin/end tokens)
+};
+
+enum class ChatTemplate { kChatML, kLlama3 };
+
+struct ReadOptions {
+  std::string format = "text";      // text | jsonl | alpaca | sharegpt
+  std::string sampleBy = "paragraph";  // text: line | paragraph | document
+  ChatTemplate chatTemplate = ChatTemplate::kChatML;
+  bool skipBadRecords = false;
+};
+
+struct ReadResult {
+  std::vector<Sample> samples;
+  std::int64_t skipped = 0;      // bad records skipped (skipBadRecords)
+  std::string firstSkipReason;   // what the first skipped record had wrong
+};
+
+// Throws InputError "<file>:<line>: ..." for a bad record unless skipBadRecords.
+ReadResult readSamples(const std::vector<std::string>& paths, const ReadOptions& options);
+
+// One chat turn. role: system | user | assistant.
+struct Message {
+  std::string role;
+  std::string content;
+};
+// Renders a conversation; assistant contents and their end-of-turn token are the trainable segments.
+Sample renderChat(const std::vector<Message>& messages, ChatTemplate chatTemplate);
+
+}  // namespace rp::data

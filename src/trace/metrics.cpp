@@ -1,0 +1,39 @@
+#include "trace/metrics.h"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+
+namespace rp::trace {
+
+MetricsWriter::MetricsWriter(const std::string& directory)
+    : path_((std::filesystem::path(directory) / "metrics.jsonl").string()) {
+  std::error_code ec;
+  std::filesystem::create_directories(directory, ec);
+  if (ec) RP_THROW(SystemError, "{}: cannot create the output directory: {}", directory, ec.message());
+  out_.open(path_, std::ios::trunc);
+  if (!out_) RP_THROW(SystemError, "{}: cannot open for writing: {}", path_, std::strerror(errno));
+}
+
+void MetricsWriter::write(const StepMetrics& m) {
+  nlohmann::json j{{"step", m.step},
+                   {"loss", m.loss},
+                   {"lr", m.lr},
+                   {"grad_norm", m.gradNorm},
+                   {"tokens", m.tokens},
+                   {"target_tokens", m.targetTokens},
+                   {"tokens_per_s", m.tokensPerSecond},
+                   {"step_time_s", m.stepTimeSeconds},
+                   {"epoch", m.epoch}};
+  if (m.lossScale) j["loss_scale"] = *m.lossScale;
+  if (m.skipped) j["skipped"] = true;
+  out_ << j.dump() << '\n';
+  out_.flush();
+  if (!out_) RP_THROW(SystemError, "{}: write failed at step {} (disk full?)", path_, m.step);
+}
+
+}  // namespace rp::trace

@@ -1,0 +1,38 @@
+// The metrics log: one JSON object per optimizer step in <output>/metrics.jsonl (docs/metrics.md).
+// Written by rank 0 only; flushed after every record so a crash loses at most the step in flight.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <optional>
+#include <string>
+
+namespace rp::trace {
+
+struct StepMetrics {
+  std::int64_t step = 0;          // 1-based optimizer step
+  double loss = 0.0;              // mean next-token loss over the step's target tokens
+  double lr = 0.0;
+  double gradNorm = 0.0;          // before clipping
+  std::int64_t tokens = 0;        // input tokens processed this step
+  std::int64_t targetTokens = 0;  // tokens that carried a loss
+  double tokensPerSecond = 0.0;
+  double stepTimeSeconds = 0.0;
+  std::int64_t epoch = 0;
+  std::optional<double> lossScale;  // fp16 runs
+  bool skipped = false;             // fp16 overflow: no update
+};
+
+class MetricsWriter {
+ public:
+  // Creates (truncates) <directory>/metrics.jsonl; throws SystemError naming the file on failure.
+  explicit MetricsWriter(const std::string& directory);
+  void write(const StepMetrics& m);
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+}  // namespace rp::trace

@@ -1,0 +1,25 @@
+// Training progress for humans: a single refreshing line (step/total, loss, tok/s, ETA) when stderr is a
+// terminal, plain log lines every `every` steps otherwise.
+#pragma once
+
+#include <cstdint>
+
+#include "trace/metrics.h"
+
+namespace rp::trace {
+
+class Progress {
+ public:
+  Progress(std::int64_t totalSteps, std::int64_t every);
+  ~Progress();
+  void update(const StepMetrics& m);
+
+ private:
+  std::int64_t total_;
+  std::int64_t every_;
+  bool interactive_;
+  double elapsed_ = 0.0;
+  bool lineOpen_ = false;
+};
+
+}  // namespace rp::trace

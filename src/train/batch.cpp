@@ -1,0 +1,32 @@
+#include "train/batch.h"
+
+#include <torch/torch.h>
+
+#include "common/error.h"
+
+namespace rp::train {
+
+model::Batch toBatch(const std::vector<data::PackedRow>& rows, std::size_t begin, std::size_t end) {
+  RP_CHECK(begin < end && end <= rows.size(), "row range [{}, {}) of {}", begin, end, rows.size());
+  const auto n = static_cast<std::int64_t>(end - begin);
+  const auto T = static_cast<std::int64_t>(rows[begin].inputIds.size());
+  auto gather = [&](auto member) {
+    auto t = torch::empty({n, T}, torch::kInt64);
+    auto acc = t.accessor<std::int64_t, 2>();
+    for (std::int64_t r = 0; r < n; ++r) {
+      const auto& v = rows[begin + static_cast<std::size_t>(r)].*member;
+      RP_CHECK(static_cast<std::int64_t>(v.size()) == T, "row {} has {} tokens, expected {}", r, v.size(), T);
+      for (std::int64_t i = 0; i < T; ++i) acc[r][i] = v[static_cast<std::size_t>(i)];
+    }
+    return t;
+  };
+  model::Batch batch;
+  batch.inputIds = gather(&data::PackedRow::inputIds);
+  batch.positionIds = gather(&data::PackedRow::positions);
+  batch.segmentIds = gather(&data::PackedRow::segments);
+  batch.targets = gather(&data::PackedRow::targets);
+  static_assert(data::kNoTarget == model::kIgnoreIndex, "packer and loss agree on the ignore index");
+  return batch;
+}
+
+}  // namespace rp::train

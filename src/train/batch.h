@@ -1,0 +1,14 @@
+// Packed rows -> the model's Batch tensors.
+#pragma once
+
+#include <vector>
+
+#include "data/packer.h"
+#include "model/layers.h"
+
+namespace rp::train {
+
+// Stacks rows [begin, end) into [rows, seqLen] tensors with positions, segment ids and targets.
+model::Batch toBatch(const std::vector<data::PackedRow>& rows, std::size_t begin, std::size_t end);
+
+}  // namespace rp::train

@@ -1,0 +1,196 @@
+#include "train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <torch/torch.h>
+
+#include "common/env.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "data/dataset.h"
+#include "model/generate.h"
+#include "model/lora.h"
+#include "optim/grad_clip.h"
+#include "train/batch.h"
+#include "trace/progress.h"
+
+namespace rp::train {
+namespace {
+
+torch::ScalarType parseDtype(const std::string& name) {
+  if (name == "bfloat16") return torch::kBFloat16;
+  if (name == "float16") return torch::kHalf;
+  return torch::kFloat;
+}
+
+}  // namespace
+
+Trainer::Trainer(config::RunConfig config) : config_(std::move(config)), dtype_(parseDtype(config_.model.dtype)) {
+  const auto& c = config_;
+  const long threads = c.train.threads > 0 ? c.train.threads : env::getInt(env::kNumThreads);
+  if (threads > 0) torch::set_num_threads(static_cast<int>(threads));
+  torch::manual_seed(static_cast<std::uint64_t>(c.train.seed));
+
+  model_ = model::loadHfModel(c.model.path, dtype_);
+  tokenizer_ = std::make_unique<data::Tokenizer>(data::Tokenizer::fromFile(c.model.path));
+
+  if (c.lora.rank > 0) {
+    trainable_ = model::attachLora(*model_, {c.lora.rank, c.lora.alpha, c.lora.dropout, c.lora.targets});
+  } else {
+    trainable_ = model_->hfParameters();
+  }
+  adamw_ = std::make_unique<optim::AdamW>(optim::AdamWConfig{c.optim.lr, c.optim.beta1, c.optim.beta2, c.optim.eps,
+                                                             c.optim.weightDecay, c.optim.amsgrad});
+  std::int64_t count = 0;
+  for (auto& [name, param] : trainable_) {
+    param.set_requires_grad(true);
+    masters_.push_back(dtype_ == torch::kFloat ? param.detach() : param.detach().to(torch::kFloat).contiguous());
+    slots_.push_back(torch::zeros(param.sizes(), torch::kFloat));
+    adamw_->add(name, masters_.back().data_ptr<float>(), slots_.back().data_ptr<float>(),
+                static_cast<std::size_t>(param.numel()));
+    count += param.numel();
+  }
+  RP_LOG_INFO("{} trainable parameters in {} tensors ({})", count, trainable_.size(),
+              c.lora.rank > 0 ? fmt::format("LoRA rank {}", c.lora.rank) : std::string("full fine-tune"));
+
+  schedule_ = optim::LrSchedule{optim::parseScheduleKind(c.optim.schedule, "optim.schedule"), c.optim.lr,
+                                c.optim.warmupSteps, c.train.maxSteps, c.optim.minLrRatio};
+  if (dtype_ == torch::kHalf) {
+    scaler_ = std::make_unique<optim::LossScaler>(optim::LossScalerConfig{c.precision.lossScale, 2.0, 0.5,
+                                                                          c.precision.growthInterval});
+  }
+
+  data::DatasetOptions d;
+  d.paths = c.data.paths;
+  d.format = c.data.format;
+  d.sampleBy = c.data.sampleBy;
+  d.chatTemplate = c.data.chatTemplate;
+  d.addBos = c.data.addBos;
+  d.addEos = c.data.addEos;
+  d.skipBadRecords = c.data.skipBadRecords;
+  d.bosId = static_cast<std::int32_t>(model_->config().bosTokenId);
+  d.eosId = static_cast<std::int32_t>(model_->config().eosTokenId);
+  corpus_ = data::loadDataset(d, *tokenizer_);
+  packer_ = std::make_unique<data::Packer>(corpus_, c.train.seqLen, static_cast<std::uint64_t>(c.train.seed));
+}
+
+GradientResult Trainer::computeGradients(const std::vector<data::PackedRow>& rows, std::int64_t microbatches,
+                                         double lossScale) {
+  RP_CHECK(microbatches >= 1 && rows.size() % static_cast<std::size_t>(microbatches) == 0,
+           "{} rows do not split into {} microbatches", rows.size(), microbatches);
+  GradientResult result;
+  for (const auto& row : rows) {
+    result.targetTokens += row.targetCount();
+    result.tokens += static_cast<std::int64_t>(row.inputIds.size());
+  }
+  // Every microbatch's summed loss is divided by the step's target count, so the accumulated gradient is
+  // that of the mean over all the step's tokens, whatever the microbatch split (docs/training.md).
+  const double norm = lossScale / static_cast<double>(std::max<std::int64_t>(1, result.targetTokens));
+  const std::size_t per = rows.size() / static_cast<std::size_t>(microbatches);
+  model_->train();
+  for (std::size_t begin = 0; begin < rows.size(); begin += per) {
+    const model::Batch batch = toBatch(rows, begin, begin + per);
+    const model::LossSum loss = model_->loss(batch, config_.train.lossChunkTokens);
+    (loss.sum * norm).backward();
+    result.lossSum += loss.sum.item<double>();
+  }
+  torch::NoGradGuard noGrad;
+  for (std::size_t i = 0; i < trainable_.size(); ++i) {
+    auto& param = trainable_[i].second;
+    if (param.grad().defined()) {
+      slots_[i].copy_(param.grad());
+      param.mutable_grad().reset();
+    } else {
+      slots_[i].zero_();
+    }
+  }
+  return result;
+}
+
+trace::StepMetrics Trainer::applyStep(std::int64_t step, const GradientResult& grads) {
+  trace::StepMetrics m;
+  m.step = step + 1;
+  m.loss = grads.lossSum / static_cast<double>(std::max<std::int64_t>(1, grads.targetTokens));
+  m.tokens = grads.tokens;
+  m.targetTokens = grads.targetTokens;
+  m.lr = schedule_.at(step);
+  m.epoch = packer_->cursor().epoch;
+  std::vector<optim::GradBuffer> buffers;
+  for (auto& slot : slots_) buffers.push_back({slot.data_ptr<float>(), static_cast<std::size_t>(slot.numel())});
+  if (scaler_) {
+    m.lossScale = scaler_->scale();
+    bool finite = true;
+    for (auto& slot : slots_) {
+      slot.div_(scaler_->scale());
+      finite = finite && torch::isfinite(slot).all().item<bool>();
+    }
+    if (!scaler_->update(!finite)) {
+      m.skipped = true;
+      m.gradNorm = std::nan("");
+      return m;
+    }
+  }
+  m.gradNorm = optim::clipGradNorm(buffers, config_.train.gradClip);
+  adamw_->step(m.lr);
+  if (dtype_ != torch::kFloat) {
+    torch::NoGradGuard noGrad;
+    for (std::size_t i = 0; i < trainable_.size(); ++i) trainable_[i].second.copy_(masters_[i]);
+  }
+  return m;
+}
+
+std::string Trainer::sample(const std::string& prompt, std::int64_t tokens) {
+  model_->eval();
+  const auto ids = tokenizer_->encode(prompt);
+  const auto generated = model::generateGreedy(*model_, std::vector<std::int64_t>(ids.begin(), ids.end()), tokens,
+                                               model_->config().eosTokenId);
+  std::vector<std::int32_t> all(ids.begin(), ids.end());
+  all.insert(all.end(), generated.begin(), generated.end());
+  return tokenizer_->decode(all);
+}
+
+void Trainer::run() {
+  const auto& c = config_;
+  std::filesystem::create_directories(c.output.dir);
+  {
+    std::ofstream effective(std::filesystem::path(c.output.dir) / "config.effective.toml");
+    for (const auto& line : c.values.describe()) effective << line << '\n';
+  }
+  if (c.optim.async) {
+    RP_LOG_INFO("optim.mode = async: one worker has nothing to overlap the optimizer with, so this trainer "
+                "steps synchronously; asynchrony applies with the pipeline runtime");
+  }
+  if (!c.output.samplePrompt.empty()) {
+    std::printf("sample before: %s\n", sample(c.output.samplePrompt, c.output.sampleTokens).c_str());
+  }
+  trace::MetricsWriter metrics(c.output.dir);
+  {
+    trace::Progress progress(c.train.maxSteps, c.output.logEvery);
+    for (std::int64_t step = 0; step < c.train.maxSteps; ++step) {
+      if (c.train.epochs > 0 && packer_->cursor().epoch >= c.train.epochs) {
+        RP_LOG_INFO("reached train.epochs = {} after {} steps", c.train.epochs, step);
+        break;
+      }
+      const auto start = std::chrono::steady_clock::now();
+      const auto rows = packer_->next(c.train.globalBatch);
+      const GradientResult grads = computeGradients(rows, c.train.microbatches, scaler_ ? scaler_->scale() : 1.0);
+      trace::StepMetrics m = applyStep(step, grads);
+      m.stepTimeSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      m.tokensPerSecond = static_cast<double>(m.tokens) / m.stepTimeSeconds;
+      if (!std::isfinite(m.loss)) {
+        RP_THROW(Error, "step {}: loss is {} (diverged); lower optim.lr or check the data", m.step, m.loss);
+      }
+      metrics.write(m);
+      progress.update(m);
+    }
+  }
+  RP_LOG_INFO("metrics written to {}", metrics.path());
+  if (!c.output.samplePrompt.empty()) {
+    std::printf("sample after:  %s\n", sample(c.output.samplePrompt, c.output.sampleTokens).c_str());
+  }
+}
+
+}  // namespace rp::train

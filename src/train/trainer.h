@@ -1,0 +1,66 @@
+// The single-process trainer: one worker, plain LibTorch forward/backward over microbatches, the host
+// optimizer on fp32 master weights. It is the numerical reference the pipeline runtime is held to.
+// Thread-safety: one thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/run_config.h"
+#include "data/corpus.h"
+#include "data/packer.h"
+#include "data/tokenizer.h"
+#include "model/causal_lm.h"
+#include "optim/adamw.h"
+#include "optim/loss_scaler.h"
+#include "optim/lr_schedule.h"
+#include "trace/metrics.h"
+
+namespace rp::train {
+
+struct GradientResult {
+  double lossSum = 0.0;       // summed token loss (unscaled)
+  std::int64_t targetTokens = 0;
+  std::int64_t tokens = 0;
+};
+
+class Trainer {
+ public:
+  explicit Trainer(config::RunConfig config);
+
+  // Runs every step; writes metrics.jsonl and the effective config into output.dir.
+  void run();
+
+  // Forward/backward of one step's rows split into `microbatches`; leaves d(mean token loss)/d(param)
+  // in the fp32 gradient slots (multiplied by `lossScale`).
+  GradientResult computeGradients(const std::vector<data::PackedRow>& rows, std::int64_t microbatches,
+                                  double lossScale = 1.0);
+  // One optimizer step from the gradient slots (clip, schedule, AdamW, copy back); returns the metrics.
+  trace::StepMetrics applyStep(std::int64_t step, const GradientResult& grads);
+
+  std::string sample(const std::string& prompt, std::int64_t tokens);
+
+  model::CausalLM& model() { return *model_; }
+  data::Packer& packer() { return *packer_; }
+  // Trainable parameters (HF or PEFT names) and their fp32 gradient slots, in the same order.
+  const std::vector<model::NamedTensor>& trainable() const { return trainable_; }
+  const std::vector<torch::Tensor>& gradSlots() const { return slots_; }
+
+ private:
+  config::RunConfig config_;
+  torch::ScalarType dtype_;
+  std::shared_ptr<model::CausalLM> model_;
+  std::unique_ptr<data::Tokenizer> tokenizer_;
+  data::TokenizedCorpus corpus_;
+  std::unique_ptr<data::Packer> packer_;
+  std::vector<model::NamedTensor> trainable_;
+  std::vector<torch::Tensor> masters_;  // fp32; the parameter itself when the model is fp32
+  std::vector<torch::Tensor> slots_;    // fp32 gradients
+  std::unique_ptr<optim::AdamW> adamw_;
+  optim::LrSchedule schedule_;
+  std::unique_ptr<optim::LossScaler> scaler_;  // fp16 only
+};
+
+}  // namespace rp::train

@@ -1,0 +1,79 @@
+// Run config: TOML + --set against the schema; every bad input names the file/flag and the key.
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "config/run_config.h"
+#include "support/fixtures.h"
+
+namespace rp::config {
+namespace {
+
+std::string writeToml(const std::string& text) {
+  const std::string path = test::scratchDir() + "/run.toml";
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::string errorOf(const std::string& toml, const std::vector<std::string>& overrides = {}) {
+  try {
+    loadRunConfig(writeToml(toml), overrides);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+constexpr const char* kMinimal = "[model]\npath = \"m\"\n[data]\npath = \"d.txt\"\n";
+
+TEST(RunConfig, FileDefaultsAndOverrides) {
+  const std::string path = writeToml(std::string(kMinimal) + "[train]\nseq_len = 64\nglobal_batch = 8\n[optim]\nlr = 1\n");
+  const RunConfig c = loadRunConfig(path, {"train.microbatches=4", "optim.lr=3e-4", "lora.targets=q,v",
+                                           "data.path=[\"a.txt\", \"b.txt\"]", "optim.mode=sync"});
+  EXPECT_EQ(c.model.path, "m");
+  EXPECT_EQ(c.train.seqLen, 64);
+  EXPECT_EQ(c.train.microbatches, 4);
+  EXPECT_DOUBLE_EQ(c.optim.lr, 3e-4);  // --set wins over the file
+  EXPECT_EQ(c.lora.targets, (std::vector<std::string>{"q", "v"}));
+  EXPECT_EQ(c.data.paths, (std::vector<std::string>{"a.txt", "b.txt"}));
+  EXPECT_FALSE(c.optim.async);
+  EXPECT_EQ(c.train.maxSteps, 100);  // schema default
+  bool sawOverride = false;
+  for (const auto& line : c.values.describe()) sawOverride = sawOverride || line == "optim.lr = 0.0003  # --set";
+  EXPECT_TRUE(sawOverride);
+}
+
+TEST(RunConfig, UnknownKeyIsNamedWithSuggestion) {
+  const auto error = errorOf(std::string(kMinimal) + "[train]\nseqlen = 64\n");
+  EXPECT_NE(error.find("run.toml: unknown key 'train.seqlen' (did you mean 'train.seq_len'?)"), std::string::npos)
+      << error;
+  const auto viaSet = errorOf(kMinimal, {"optim.learning_rate=1"});
+  EXPECT_NE(viaSet.find("--set: unknown key 'optim.learning_rate'"), std::string::npos) << viaSet;
+}
+
+TEST(RunConfig, WrongTypesAndValues) {
+  EXPECT_NE(errorOf(std::string(kMinimal) + "[train]\nseq_len = \"long\"\n").find("key 'train.seq_len' must be an integer"),
+            std::string::npos);
+  EXPECT_NE(errorOf(kMinimal, {"train.seq_len=abc"}).find("--set train.seq_len: value 'abc' is not an integer"),
+            std::string::npos);
+  EXPECT_NE(errorOf(kMinimal, {"optim.mode=later"}).find("optim.mode = \"later\": expected one of \"sync\", \"async\""),
+            std::string::npos)
+      << errorOf(kMinimal, {"optim.mode=later"});
+  EXPECT_NE(errorOf(kMinimal, {"train.global_batch=6", "train.microbatches=4"})
+                .find("train.global_batch = 6 is not a multiple of train.microbatches = 4"),
+            std::string::npos);
+  EXPECT_NE(errorOf(kMinimal, {"lora.targets=q,x"}).find("lora.targets contains \"x\""), std::string::npos);
+  EXPECT_NE(errorOf(kMinimal, {"optim.beta2=1.0"}).find("optim.beta2 = 1: must be in [0, 1)"), std::string::npos)
+      << errorOf(kMinimal, {"optim.beta2=1.0"});
+  EXPECT_NE(errorOf(kMinimal, {"train.seq_len"}).find("--set 'train.seq_len': expected key=value"), std::string::npos);
+}
+
+TEST(RunConfig, RequiredKeysAndSyntaxErrors) {
+  EXPECT_NE(errorOf("[data]\npath = \"d\"\n").find("required key 'model.path' is missing"), std::string::npos);
+  const auto syntax = errorOf("[model\npath = 1\n");
+  EXPECT_NE(syntax.find("run.toml:1:"), std::string::npos) << syntax;
+}
+
+}  // namespace
+}  // namespace rp::config

@@ -1,0 +1,205 @@
+// Dataset reading, chat rendering, the corpus format and the packer: the rules docs/data.md states.
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "data/corpus.h"
+#include "data/packer.h"
+#include "data/records.h"
+#include "support/fixtures.h"
+
+namespace rp::data {
+namespace {
+
+std::string writeFile(const std::string& name, const std::string& text) {
+  const std::string path = test::scratchDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::string errorOf(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Records, TextSplitsByParagraphLineOrDocument) {
+  const auto path = writeFile("t.txt", "a b\nc\n\n\nd\n  \ne\n");
+  ReadOptions o;
+  o.sampleBy = "paragraph";
+  auto r = readSamples({path}, o);
+  ASSERT_EQ(r.samples.size(), 3u);
+  EXPECT_EQ(r.samples[0].segments[0].text, "a b\nc");
+  EXPECT_EQ(r.samples[2].segments[0].text, "e");
+  o.sampleBy = "line";
+  EXPECT_EQ(readSamples({path}, o).samples.size(), 5u);  // "  " is a line too
+  o.sampleBy = "document";
+  EXPECT_EQ(readSamples({path}, o).samples.size(), 1u);
+}
+
+TEST(Records, JsonlBadRecordNamesFileAndLine) {
+  const auto path = writeFile("d.jsonl", "{\"text\": \"ok\"}\n\n{\"txt\": 1}\nnot json\n");
+  ReadOptions o;
+  o.format = "jsonl";
+  const auto error = errorOf([&] { readSamples({path}, o); });
+  EXPECT_NE(error.find(path + ":line 3: bad jsonl record: missing string field 'text'"), std::string::npos) << error;
+  o.skipBadRecords = true;
+  const auto r = readSamples({path}, o);
+  EXPECT_EQ(r.samples.size(), 1u);
+  EXPECT_EQ(r.skipped, 2);
+  EXPECT_NE(r.firstSkipReason.find("line 3"), std::string::npos);
+}
+
+TEST(Records, AlpacaRendersChatMLWithResponseTrainable) {
+  const auto path = writeFile("a.json", R"([{"instruction": "Add", "input": "1+1", "output": "2"}])");
+  ReadOptions o;
+  o.format = "alpaca";
+  const auto r = readSamples({path}, o);
+  ASSERT_EQ(r.samples.size(), 1u);
+  const auto& s = r.samples[0].segments;
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_EQ(s[0].text, "<|im_start|>user\nAdd\n\n1+1<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_FALSE(s[0].trainable);
+  EXPECT_EQ(s[1].text, "2<|im_end|>");
+  EXPECT_TRUE(s[1].trainable);
+  EXPECT_EQ(s[2].text, "\n");
+  EXPECT_FALSE(s[2].trainable);
+}
+
+TEST(Records, ShareGptLlama3AndRoleErrors) {
+  const auto path = writeFile("s.jsonl",
+                              R"({"conversations": [{"from": "system", "value": "S"}, {"from": "human", "value": "Q"}, {"from": "gpt", "value": "A"}]})"
+                              "\n"
+                              R"({"conversations": [{"from": "robot", "value": "?"}]})"
+                              "\n");
+  ReadOptions o;
+  o.format = "sharegpt";
+  o.chatTemplate = ChatTemplate::kLlama3;
+  const auto error = errorOf([&] { readSamples({path}, o); });
+  EXPECT_NE(error.find(":line 2: bad sharegpt record: turn 'from' is \"robot\""), std::string::npos) << error;
+  o.skipBadRecords = true;
+  const auto r = readSamples({path}, o);
+  ASSERT_EQ(r.samples.size(), 1u);
+  const auto& s = r.samples[0].segments;
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0].text,
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|><|start_header_id|>user"
+            "<|end_header_id|>\n\nQ<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(s[1].text, "A<|eot_id|>");
+  EXPECT_TRUE(s[1].trainable);
+}
+
+TokenizedCorpus smallCorpus() {
+  TokenizedCorpus c;
+  c.add({1, 2, 3, 4, 5}, {});
+  c.add({10, 11}, {});
+  c.add({20, 21, 22, 23, 24, 25, 26}, {});
+  return c;
+}
+
+TEST(Packer, RowsFollowTheSegmentAndTargetRules) {
+  const auto corpus = smallCorpus();
+  Packer packer(corpus, 4, /*seed=*/3);
+  std::vector<std::int32_t> all;
+  for (int r = 0; r < 4; ++r) {  // 16 slots = the 14 tokens + 2 of the next epoch
+    const PackedRow row = packer.next();
+    ASSERT_EQ(row.inputIds.size(), 4u);
+    for (std::size_t i = 0; i < 4; ++i) {
+      all.push_back(row.inputIds[i]);
+      // a position restarts exactly where the segment changes
+      if (i > 0) {
+        EXPECT_EQ(row.positions[i] == 0, row.segments[i] != row.segments[i - 1]) << "row " << r;
+      }
+      // targets are the next token of the same document, or none at a document's end
+      const auto id = row.inputIds[i];
+      const bool last = id == 5 || id == 11 || id == 26;
+      EXPECT_EQ(row.targets[i], last ? kNoTarget : id + 1) << "row " << r << " slot " << i;
+    }
+    EXPECT_EQ(row.positions[0], 0);
+  }
+  // Every token of the epoch appears once, documents contiguous.
+  std::multiset<std::int32_t> firstEpoch(all.begin(), all.begin() + 14);
+  EXPECT_EQ(firstEpoch, (std::multiset<std::int32_t>{1, 2, 3, 4, 5, 10, 11, 20, 21, 22, 23, 24, 25, 26}));
+  EXPECT_EQ(packer.cursor().epoch, 1);
+}
+
+TEST(Packer, SameSeedSameStreamAndCursorResumesExactly) {
+  const auto corpus = smallCorpus();
+  Packer a(corpus, 3, 9), b(corpus, 3, 9);
+  a.next(5);
+  const DataCursor saved = a.cursor();
+  const auto expected = a.next(7);
+  Packer resumed(corpus, 3, 9, saved);
+  const auto got = resumed.next(7);
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(got[i].inputIds, expected[i].inputIds) << i;
+    EXPECT_EQ(got[i].targets, expected[i].targets) << i;
+    EXPECT_EQ(got[i].positions, expected[i].positions) << i;
+  }
+  EXPECT_EQ(resumed.cursor(), a.cursor());
+  EXPECT_EQ(b.next(5)[4].inputIds, Packer(corpus, 3, 9).next(5)[4].inputIds);
+}
+
+TEST(Packer, SeedsShuffleDifferentlyAcrossSeedsAndEpochs) {
+  TokenizedCorpus c;
+  for (int d = 0; d < 50; ++d) c.add({d}, {});
+  auto firstTokens = [&](std::uint64_t seed, int skipEpochs) {
+    Packer p(c, 1, seed);
+    p.next(50 * skipEpochs);
+    std::vector<std::int32_t> out;
+    for (auto& row : p.next(50)) out.push_back(row.inputIds[0]);
+    return out;
+  };
+  EXPECT_NE(firstTokens(1, 0), firstTokens(2, 0));
+  EXPECT_NE(firstTokens(1, 0), firstTokens(1, 1));
+  auto sorted = firstTokens(1, 1);
+  std::sort(sorted.begin(), sorted.end());
+  for (int d = 0; d < 50; ++d) EXPECT_EQ(sorted[static_cast<std::size_t>(d)], d);
+}
+
+TEST(Packer, MaskedTokensAreNotTargets) {
+  TokenizedCorpus c;
+  c.add({1, 2, 3, 4}, {0, 0, 1, 1});  // prompt 1 2, response 3 4
+  Packer p(c, 4, 0);
+  const auto row = p.next();
+  EXPECT_EQ(row.targets, (std::vector<std::int32_t>{kNoTarget, 3, 4, kNoTarget}));
+  EXPECT_EQ(row.targetCount(), 2);
+}
+
+TEST(Packer, ShardsSplitStepRowsEvenly) {
+  const auto corpus = smallCorpus();
+  Packer p(corpus, 2, 0);
+  const auto rows = p.next(6);
+  const auto r1 = shardRows(rows, 1, 3);
+  ASSERT_EQ(r1.size(), 2u);
+  EXPECT_EQ(r1[0].inputIds, rows[2].inputIds);
+  EXPECT_EQ(r1[1].inputIds, rows[3].inputIds);
+  EXPECT_NE(errorOf([&] { shardRows(rows, 0, 4); }).find("6 rows per step do not divide evenly over 4"), std::string::npos);
+}
+
+TEST(Corpus, SaveLoadRoundTripAndCorruption) {
+  TokenizedCorpus c;
+  c.add({1, 2, 3}, {0, 1, 1});
+  c.add({4}, {});
+  const std::string dir = test::scratchDir() + "/tok";
+  saveCorpus(c, dir, "tok.json", 10);
+  const auto back = loadCorpus(dir);
+  EXPECT_EQ(back.tokens, c.tokens);
+  EXPECT_EQ(back.docOffsets, c.docOffsets);
+  EXPECT_EQ(back.trainMask, (std::vector<std::uint8_t>{0, 1, 1, 1}));
+
+  std::filesystem::resize_file(dir + "/tokens.bin", 10);
+  EXPECT_NE(errorOf([&] { loadCorpus(dir); }).find("tokens.bin: size 10 is not a multiple of 4"), std::string::npos);
+  saveCorpus(c, dir, "tok.json", 3);  // token 4 and 3 exceed a vocabulary of 3
+  EXPECT_NE(errorOf([&] { loadCorpus(dir); }).find("outside the vocabulary of 3"), std::string::npos);
+  EXPECT_NE(errorOf([&] { loadCorpus(dir + "/nope"); }).find("meta.json: cannot open"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace rp::data

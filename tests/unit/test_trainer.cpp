@@ -1,0 +1,113 @@
+// The single-process trainer on the real TinyStories-656K checkpoint and tiny-shakespeare.
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "config/run_config.h"
+#include "support/fixtures.h"
+#include "train/trainer.h"
+
+namespace rp::train {
+namespace {
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fixtures_ = test::fixturesDir();
+    if (!fixtures_) GTEST_SKIP() << "shared fixtures not found (set RP_FIXTURES_DIR)";
+    out_ = test::scratchDir();
+  }
+
+  config::RunConfig configWith(std::vector<std::string> extra) const {
+    std::vector<std::string> sets{"model.path=" + *fixtures_ + "/models/tinystories-656k",
+                                  "data.path=" + *fixtures_ + "/text/tinyshakespeare.txt",
+                                  "train.seq_len=64",
+                                  "train.global_batch=8",
+                                  "train.microbatches=2",
+                                  "train.max_steps=20",
+                                  "train.threads=1",
+                                  "optim.lr=3e-3",
+                                  "optim.schedule=constant",
+                                  "optim.mode=sync",
+                                  "output.dir=" + out_};
+    sets.insert(sets.end(), extra.begin(), extra.end());
+    return config::loadRunConfig("", sets);
+  }
+
+  std::vector<nlohmann::json> metrics() const {
+    std::ifstream in(out_ + "/metrics.jsonl");
+    std::vector<nlohmann::json> out;
+    for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+    return out;
+  }
+
+  std::optional<std::string> fixtures_;
+  std::string out_;
+};
+
+TEST_F(TrainerTest, LossDecreasesAndMetricsAreWritten) {
+  Trainer trainer(configWith({}));
+  trainer.run();
+  const auto m = metrics();
+  ASSERT_EQ(m.size(), 20u);
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    EXPECT_EQ(m[i].at("step").get<int>(), static_cast<int>(i) + 1);
+    for (const char* key : {"loss", "lr", "grad_norm", "tokens", "tokens_per_s", "step_time_s"}) {
+      EXPECT_TRUE(m[i].contains(key)) << key;
+    }
+    EXPECT_EQ(m[i].at("tokens").get<int>(), 8 * 64);
+  }
+  auto mean = [&](std::size_t from, std::size_t to) {
+    double s = 0;
+    for (std::size_t i = from; i < to; ++i) s += m[i].at("loss").get<double>();
+    return s / static_cast<double>(to - from);
+  };
+  const double first = mean(0, 3), last = mean(17, 20);
+  EXPECT_LT(last, first - 1.0) << "loss " << first << " -> " << last;
+  EXPECT_TRUE(std::ifstream(out_ + "/config.effective.toml").good());
+}
+
+// The property the pipeline runtime is held to: the microbatch split does not change the gradient.
+TEST_F(TrainerTest, MicrobatchCountDoesNotChangeTheGradient) {
+  Trainer trainer(configWith({}));
+  const auto rows = trainer.packer().next(8);
+  const auto one = trainer.computeGradients(rows, 1);
+  std::vector<torch::Tensor> reference;
+  for (const auto& slot : trainer.gradSlots()) reference.push_back(slot.clone());
+  const auto four = trainer.computeGradients(rows, 4);
+  EXPECT_EQ(one.targetTokens, four.targetTokens);
+  EXPECT_NEAR(one.lossSum, four.lossSum, 1e-6 * std::abs(one.lossSum));
+  for (std::size_t i = 0; i < reference.size(); ++i) {
+    const double scale = reference[i].abs().max().item<double>();
+    const double err = (trainer.gradSlots()[i] - reference[i]).abs().max().item<double>();
+    EXPECT_LE(err, 1e-5 * scale) << trainer.trainable()[i].first;
+    EXPECT_GT(scale, 0.0) << trainer.trainable()[i].first;
+  }
+}
+
+TEST_F(TrainerTest, LoraTrainsAdaptersOnlyAndLowersLoss) {
+  Trainer trainer(configWith({"lora.rank=4", "lora.alpha=8", "train.max_steps=12", "optim.lr=1e-2"}));
+  std::vector<torch::Tensor> base;
+  for (auto& [name, p] : trainer.model().hfParameters()) base.push_back(p.detach().clone());
+  trainer.run();
+  std::size_t i = 0;
+  for (auto& [name, p] : trainer.model().hfParameters()) EXPECT_TRUE(torch::equal(p, base[i++])) << name;
+  const auto m = metrics();
+  ASSERT_EQ(m.size(), 12u);
+  EXPECT_LT(m.back().at("loss").get<double>(), m.front().at("loss").get<double>() - 0.3);
+  for (const auto& [name, t] : trainer.trainable()) EXPECT_NE(name.find("lora_"), std::string::npos) << name;
+}
+
+TEST_F(TrainerTest, Bfloat16KeepsFp32MasterWeights) {
+  Trainer trainer(configWith({"model.dtype=bfloat16", "train.max_steps=3"}));
+  trainer.run();
+  const auto m = metrics();
+  ASSERT_EQ(m.size(), 3u);
+  for (const auto& r : m) EXPECT_TRUE(std::isfinite(r.at("loss").get<double>()));
+  for (const auto& [name, p] : trainer.trainable()) EXPECT_EQ(p.scalar_type(), torch::kBFloat16) << name;
+}
+
+}  // namespace
+}  // namespace rp::train
