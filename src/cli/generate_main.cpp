@@ -1,5 +1,5 @@
 // roundpipe_generate: load a Hugging Face checkpoint, print a greedy continuation of a prompt and the
-// model's loss on a text. The demo's main job until the trainer lands (scripts/demo.sh).
+// model's loss on a text.
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -53,28 +53,6 @@ double meanLoss(CausalLM& model, const std::vector<std::int32_t>& ids) {
   return tokens > 0 ? sum / static_cast<double>(tokens) : 0.0;
 }
 
-// A small random Llama for machines without the fixtures: shows the path runs, not a trained model.
-std::shared_ptr<CausalLM> builtinModel(torch::ScalarType dtype) {
-  rp::model::ModelConfig c;
-  c.vocabSize = 256;
-  c.hiddenSize = 64;
-  c.intermediateSize = 172;
-  c.numLayers = 2;
-  c.numHeads = 4;
-  c.numKvHeads = 2;
-  c.headDim = 16;
-  c.maxPositions = 128;
-  c.tieWordEmbeddings = true;
-  torch::manual_seed(0);
-  auto model = std::make_shared<CausalLM>(c, dtype);
-  torch::NoGradGuard noGrad;
-  for (auto& [name, param] : model->hfParameters()) {
-    if (param.dim() == 1) param.fill_(1.0);
-    else param.normal_(0.0, 0.02);
-  }
-  return model;
-}
-
 int run(int argc, char** argv) {
   CLI::App app{"roundpipe_generate: greedy continuation and loss of a Hugging Face Llama/Qwen3 checkpoint"};
   std::string modelDir;
@@ -83,8 +61,8 @@ int run(int argc, char** argv) {
   std::string dtypeName = "float32";
   std::int64_t maxNew = 60;
   int threads = 0;
-  app.add_option("--model", modelDir, "Hugging Face model directory (config.json, *.safetensors, tokenizer.json); "
-                 "omit for a built-in random tiny model");
+  app.add_option("--model", modelDir, "Hugging Face model directory (config.json, *.safetensors, tokenizer.json)")
+      ->required();
   app.add_option("--prompt", prompt, "prompt text");
   app.add_option("--max-new-tokens", maxNew, "tokens to generate")->check(CLI::PositiveNumber);
   app.add_option("--loss-text", lossText, "text file to report the model's mean next-token loss on");
@@ -100,16 +78,6 @@ int run(int argc, char** argv) {
   const auto dtype = parseDtype(dtypeName);
   const auto devices = rp::device::probe();
   RP_LOG_INFO("backend {}: {}", rp::device::backendName(devices.backend), devices.reason);
-
-  if (modelDir.empty()) {
-    auto model = builtinModel(dtype);
-    RP_LOG_INFO("no --model given: built-in random tiny Llama (untrained; output is noise by design)");
-    const auto out = rp::model::generateGreedy(*model, {1, 2, 3}, maxNew, -1);
-    std::cout << "continuation ids:";
-    for (auto id : out) std::cout << ' ' << id;
-    std::cout << '\n';
-    return rp::cli::kExitOk;
-  }
 
   auto model = rp::model::loadHfModel(modelDir, dtype);
   const auto& c = model->config();

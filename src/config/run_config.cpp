@@ -38,6 +38,7 @@ RunConfig buildRunConfig(Values v) {
   RunConfig c;
   c.model.path = v.getString("model.path");
   c.model.dtype = oneOf(v, "model.dtype", {"float32", "bfloat16", "float16"});
+  c.model.randomInit = oneOf(v, "model.init", {"pretrained", "random"}) == "random";
 
   c.data.paths = v.getStringList("data.path");
   if (c.data.paths.empty()) RP_THROW(InputError, "{}: data.path is empty (expected at least one file)", v.source());

@@ -14,6 +14,7 @@ struct RunConfig {
   struct Model {
     std::string path;
     std::string dtype;  // float32 | bfloat16 | float16
+    bool randomInit = false;
   } model;
   struct Data {
     std::vector<std::string> paths;

@@ -10,6 +10,7 @@ const std::vector<KeySpec>& runSchema() {
   static const std::vector<KeySpec> schema = {
       {"model.path", Type::kString, S(), "Hugging Face model directory (config.json, *.safetensors, tokenizer.json)", true},
       {"model.dtype", Type::kString, S("float32"), "model weights and compute: float32 | bfloat16 | float16"},
+      {"model.init", Type::kString, S("pretrained"), "pretrained (load the safetensors) | random (train from scratch)"},
 
       {"data.path", Type::kStringList, L(), "dataset file(s) or a pre-tokenized directory", true},
       {"data.format", Type::kString, S("text"), "text | jsonl | alpaca | sharegpt | tokenized"},

@@ -38,6 +38,19 @@ std::vector<NamedTensor> CausalLM::hfParameters() const {
   return out;
 }
 
+void initRandom(CausalLM& model) {
+  torch::NoGradGuard noGrad;
+  for (auto& [name, param] : model.hfParameters()) {
+    if (param.dim() == 1 && name.find("norm") != std::string::npos) {
+      param.fill_(1.0);
+    } else if (param.dim() == 1) {
+      param.zero_();  // biases
+    } else {
+      param.normal_(0.0, model.config().initializerRange);
+    }
+  }
+}
+
 std::shared_ptr<CausalLM> loadHfModel(const std::string& directory, torch::ScalarType dtype) {
   auto model = std::make_shared<CausalLM>(loadModelConfig(directory), dtype);
   loadHfWeights(*model, directory);

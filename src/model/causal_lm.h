@@ -48,6 +48,10 @@ class CausalLM : public torch::nn::Module {
 // InputErrors naming the file and tensor. Returns the names of stored tensors the model did not use.
 std::vector<std::string> loadHfWeights(CausalLM& model, const std::string& directory);
 
+// Initialises every parameter as transformers does for a new model: normal(0, initializer_range) for
+// embeddings and projections, ones for norms. Uses LibTorch's RNG (the caller seeds it).
+void initRandom(CausalLM& model);
+
 // Config + weights in one call.
 std::shared_ptr<CausalLM> loadHfModel(const std::string& directory, torch::ScalarType dtype);
 

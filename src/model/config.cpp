@@ -148,6 +148,7 @@ ModelConfig parseModelConfig(const json& j, const std::string& source) {
   c.qkNorm = c.arch == Architecture::kQwen3;
   c.bosTokenId = f.tokenIdOr("bos_token_id");
   c.eosTokenId = f.tokenIdOr("eos_token_id");
+  c.initializerRange = f.positiveNumberOr("initializer_range", 0.02);
   c.storedDtype = f.stringOr("torch_dtype", f.stringOr("dtype", "float32"));
 
   const std::string act = f.stringOr("hidden_act", "silu");

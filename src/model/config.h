@@ -37,6 +37,7 @@ struct ModelConfig {
   bool qkNorm = false;  // per-head RMSNorm on queries and keys (Qwen3)
   std::int64_t bosTokenId = -1;
   std::int64_t eosTokenId = -1;
+  double initializerRange = 0.02;       // std of the normal init for training from scratch
   std::string storedDtype = "float32";  // torch_dtype / dtype of the checkpoint, informational
 };
 

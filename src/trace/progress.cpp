@@ -26,7 +26,7 @@ void Progress::update(const StepMetrics& m) {
     std::fprintf(stderr, "\r%s%s\033[K", line.c_str(), m.skipped ? " (skipped: overflow)" : "");
     std::fflush(stderr);
     lineOpen_ = true;
-  } else if (m.step % every_ == 0 || m.step == total_) {
+  } else if (m.step == 1 || m.step % every_ == 0 || m.step == total_) {
     RP_LOG_INFO("{}{}", line, m.skipped ? " (skipped: overflow)" : "");
   }
 }

@@ -34,7 +34,14 @@ Trainer::Trainer(config::RunConfig config) : config_(std::move(config)), dtype_(
   if (threads > 0) torch::set_num_threads(static_cast<int>(threads));
   torch::manual_seed(static_cast<std::uint64_t>(c.train.seed));
 
-  model_ = model::loadHfModel(c.model.path, dtype_);
+  if (c.model.randomInit) {
+    model_ = std::make_shared<model::CausalLM>(model::loadModelConfig(c.model.path), dtype_);
+    model::initRandom(*model_);
+    RP_LOG_INFO("{}: model.init = random: training from scratch (initializer_range {})", c.model.path,
+                model_->config().initializerRange);
+  } else {
+    model_ = model::loadHfModel(c.model.path, dtype_);
+  }
   tokenizer_ = std::make_unique<data::Tokenizer>(data::Tokenizer::fromFile(c.model.path));
 
   if (c.lora.rank > 0) {
