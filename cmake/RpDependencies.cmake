@@ -6,6 +6,7 @@ find_package(tomlplusplus REQUIRED)
 find_package(MPI REQUIRED COMPONENTS C CXX)
 find_package(HDF5 REQUIRED COMPONENTS C CXX)
 find_package(Threads REQUIRED)
+find_package(ICU REQUIRED COMPONENTS uc i18n)   # tokenizer: NFC and pre-tokenizer regexes
 
 # --- LibTorch, from the torch wheel in the project venv -----------------------------------------
 if(NOT EXISTS "${RP_PYTHON}")

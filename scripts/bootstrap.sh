@@ -12,6 +12,7 @@ apt_packages=(
   libhdf5-dev                                   # checkpoints (serial HDF5, C and C++ APIs)
   libgtest-dev libgmock-dev libbenchmark-dev    # tests and benchmarks
   libcli11-dev nlohmann-json3-dev libtomlplusplus-dev libfmt-dev
+  libicu-dev                                    # tokenizer: Unicode normalization and regexes
   fortunes                                      # the demo's corpus when ../shared is absent
 )
 

@@ -16,6 +16,8 @@ Models:
   optim/            torch.optim.AdamW on random tensors (two hyper-parameter sets, 100 steps, the grads of every
                     step stored), transformers' LR schedules sampled per step, and the fixture's AdamW
                     reference weights (optim/test_adamw.npz) re-encoded as safetensors.
+  tokenizers/       Hugging Face tokenizers' ids and decodes for the Qwen3, TinyStories and built-in
+                    tokenizers on 3000 lines of tiny-shakespeare, the TinyStories sample and Unicode edge cases.
 versions.json records the library versions used.
 """
 import argparse
@@ -152,6 +154,74 @@ def optimizer_goldens(fixtures, out):
                   os.path.join(target, "adamw_fixture.safetensors"))
 
 
+UNICODE_CASES = [
+    "", " ", "  leading and trailing  ", "tabs\tand\r\nwindows\nlines\n\n\n",
+    "Caf\u00e9 vs Cafe\u0301 (NFC)", "na\u00efve r\u00e9sum\u00e9 \u00fcber", "\u4f60\u597d\uff0c\u4e16\u754c\uff01 \u65e5\u672c\u8a9e",
+    "emoji \U0001F600\U0001F680 and \u2764\ufe0f", "I'LL SHE'S we're they've", "numbers 1234567 3.14159 1,000,000",
+    "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nhello<|im_end|>", "code: def f(x):\n    return x**2  # sq",
+    "\u00a0non-breaking\u2003em-space", "\u0645\u0631\u062d\u0628\u0627 \u05e9\u05dc\u05d5\u05dd",
+    "quotes \u201cdouble\u201d and \u2018single\u2019", "   ", "a\u0300\u0301\u0302 combining",
+    "literal <unk> and a<unk>b, <s>x</s> <|start_story|>Once<|end_story|> <|endoftext|><|im_end|>",
+]
+
+
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def llama3_style_tokenizer(fixtures, path):
+    """A Llama-3-style tokenizer.json (no such file is among the fixtures): byte-level BPE trained by HF
+    tokenizers on tiny-shakespeare, Llama-3's split regex, ignore_merges, BOS via TemplateProcessing."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE(ignore_merges=True))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+    trainer = trainers.BpeTrainer(vocab_size=1200, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train([os.path.join(fixtures, "text", "tinyshakespeare.txt")], trainer)
+    bos = tok.token_to_id("<|begin_of_text|>")
+    tok.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A <|begin_of_text|> $B",
+                                      special_tokens=[("<|begin_of_text|>", bos)])])
+    tok.save(path)
+
+
+def tokenizer_goldens(fixtures, out):
+    from tokenizers import Tokenizer
+
+    target = os.path.join(out, "tokenizers")
+    os.makedirs(target, exist_ok=True)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    llama3 = os.path.join(target, "llama3-style.tokenizer.json")
+    if os.path.exists(os.path.join(fixtures, "text", "tinyshakespeare.txt")):
+        llama3_style_tokenizer(fixtures, llama3)
+    files = {"llama3-style": llama3,"builtin-tiny": os.path.join(root, "configs", "builtin-tiny", "tokenizer.json"),
+             "qwen3": os.path.join(fixtures, "tokenizers", "qwen3", "tokenizer.json"),
+             "tinystories-656k": os.path.join(fixtures, "models", "tinystories-656k", "tokenizer.json")}
+    texts = list(UNICODE_CASES)
+    for name, limit in (("tinyshakespeare.txt", 3000), ("tinystories_sample.txt", 1000)):
+        path = os.path.join(fixtures, "text", name)
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                texts += [line.rstrip("\n") for line in f][:limit]
+    for name, path in files.items():
+        if not os.path.exists(path):
+            print(f"make_goldens: {path} absent, skipping tokenizer {name}", file=sys.stderr)
+            continue
+        tok = Tokenizer.from_file(path)
+        cases = []
+        for text in texts:
+            ids = tok.encode(text).ids
+            cases.append({"text": text, "ids": ids, "decoded": tok.decode(ids, skip_special_tokens=True)})
+        with open(os.path.join(target, f"{name.replace('-', '_')}.json"), "w", encoding="utf-8") as f:
+            json.dump({"tokenizer": path, "cases": cases}, f, ensure_ascii=False)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fixtures", required=True, help="the shared fixtures directory")
@@ -162,6 +232,7 @@ def main():
 
     tinystories(args.fixtures, args.out)
     optimizer_goldens(args.fixtures, args.out)
+    tokenizer_goldens(args.fixtures, args.out)
     qwen3 = transformers.Qwen3Config(
         vocab_size=512, hidden_size=64, intermediate_size=160, num_hidden_layers=3, num_attention_heads=4,
         num_key_value_heads=2, head_dim=32, max_position_embeddings=256, rms_norm_eps=1e-6, rope_theta=1e6,

@@ -16,7 +16,7 @@
 #include "data/tokenizer.h"
 #include "device/device.h"
 #include "model/causal_lm.h"
-#include "model/generate.h"
+#include "train/sample.h"
 
 namespace {
 
@@ -85,14 +85,7 @@ int run(int argc, char** argv) {
               rp::model::architectureName(c.arch), c.numLayers, c.hiddenSize, c.numHeads, c.numKvHeads, c.vocabSize);
   const auto tokenizer = rp::data::Tokenizer::fromFile(modelDir);
 
-  const auto promptIds = tokenizer.encode(prompt);
-  const auto generated =
-      rp::model::generateGreedy(*model, std::vector<std::int64_t>(promptIds.begin(), promptIds.end()), maxNew,
-                                c.eosTokenId);
-  std::vector<std::int32_t> all(promptIds.begin(), promptIds.end());
-  all.insert(all.end(), generated.begin(), generated.end());
-  std::cout << "prompt: " << prompt << '\n';
-  std::cout << "greedy: " << tokenizer.decode(all) << '\n';
+  std::cout << "greedy: " << rp::train::greedySample(*model, tokenizer, prompt, maxNew) << '\n';
 
   if (!lossText.empty()) {
     const auto ids = tokenizer.encode(readText(lossText));

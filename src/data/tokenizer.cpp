@@ -2,6 +2,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -9,25 +12,16 @@
 
 #include "common/error.h"
 #include "data/bpe.h"
+#include "data/pretokenizer.h"
+#include "data/unicode.h"
 
 namespace rp::data {
 namespace {
 
 using nlohmann::json;
 
-struct ReplaceRule {
-  std::string pattern;
-  std::string content;
-};
-
-struct AddedToken {
-  std::string content;
-  std::int32_t id;
-  bool special;
-};
-
-std::string replaceAll(std::string text, const std::string& from, const std::string& to) {
-  if (from.empty()) return text;
+std::string replaceAll(std::string_view text, std::string_view from, std::string_view to) {
+  if (from.empty()) return std::string(text);
   std::string out;
   std::size_t pos = 0;
   while (true) {
@@ -41,19 +35,6 @@ std::string replaceAll(std::string text, const std::string& from, const std::str
 }
 
 bool isByteToken(const std::string& t) { return t.size() == 6 && t.rfind("<0x", 0) == 0 && t.back() == '>'; }
-
-bool validUtf8(const std::string& s) {
-  for (std::size_t i = 0; i < s.size();) {
-    const auto lead = static_cast<unsigned char>(s[i]);
-    std::size_t len = lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xE ? 3 : (lead >> 3) == 0x1E ? 4 : 0;
-    if (len == 0 || i + len > s.size()) return false;
-    for (std::size_t k = 1; k < len; ++k) {
-      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 0x2) return false;
-    }
-    i += len;
-  }
-  return true;
-}
 
 // HF's ByteFallback decoder: each run of <0xHH> tokens becomes its bytes when they form valid UTF-8,
 // otherwise one U+FFFD per byte.
@@ -69,7 +50,7 @@ std::vector<std::string> fuseByteTokens(const std::vector<std::string>& tokens) 
     for (; i < tokens.size() && isByteToken(tokens[i]); ++i, ++count) {
       bytes.push_back(static_cast<char>(std::stoi(tokens[i].substr(3, 2), nullptr, 16)));
     }
-    if (validUtf8(bytes)) {
+    if (unicode::isValidUtf8(bytes)) {
       out.push_back(bytes);
     } else {
       for (std::size_t k = 0; k < count; ++k) out.push_back("\xEF\xBF\xBD");
@@ -78,13 +59,33 @@ std::vector<std::string> fuseByteTokens(const std::vector<std::string>& tokens) 
   return out;
 }
 
-// Length of the UTF-8 sequence starting with byte `lead` (1 for invalid lead bytes, as bytes).
-std::size_t utf8Length(unsigned char lead) {
-  if (lead < 0x80) return 1;
-  if ((lead >> 5) == 0x6) return 2;
-  if ((lead >> 4) == 0xE) return 3;
-  if ((lead >> 3) == 0x1E) return 4;
-  return 1;
+struct NormalizerStep {
+  enum class Kind { kPrepend, kReplace, kNfc } kind;
+  std::string a, b;  // Prepend: a = text; Replace: a -> b
+};
+
+struct AddedToken {
+  std::string content;
+  std::int32_t id;
+  bool special;
+  bool normalized;    // matched in normalized text, as its normalized form
+  std::string match;  // the text it is matched as: content, or normalize(content)
+};
+
+// Leftmost-longest match of any token in `tokens` at or after `from`; returns {position, token}.
+std::pair<std::size_t, const AddedToken*> findAdded(std::string_view text, std::size_t from,
+                                                    const std::vector<const AddedToken*>& tokens) {
+  for (std::size_t pos = from; pos < text.size(); ++pos) {
+    const AddedToken* best = nullptr;
+    for (const AddedToken* token : tokens) {
+      if (!token->match.empty() && text.substr(pos, token->match.size()) == token->match &&
+          (best == nullptr || token->match.size() > best->match.size())) {
+        best = token;
+      }
+    }
+    if (best != nullptr) return {pos, best};
+  }
+  return {text.size(), nullptr};
 }
 
 }  // namespace
@@ -97,12 +98,19 @@ struct Tokenizer::Impl {
   std::int32_t unkId = -1;
   bool byteFallback = false;
   bool fuseUnk = false;
-  std::vector<ReplaceRule> normalizers;  // Prepend is a rule with an empty pattern
+  bool ignoreMerges = false;
+  std::vector<NormalizerStep> normalizers;
+  std::optional<PreTokenizer> preTokenizer;
   std::vector<AddedToken> added;
+  std::vector<const AddedToken*> rawAdded, normalizedAdded;  // matched before / after normalization
   std::unordered_set<std::int32_t> specialIds;
   std::vector<std::int32_t> prefixIds, suffixIds;  // post-processor, single sequence
-  // Decoder steps in order.
   std::vector<json> decoders;
+
+  // Word -> ids cache (words repeat a lot); bounded, cleared when full. Guarded for concurrent encode().
+  static constexpr std::size_t kCacheLimit = 1 << 18;
+  mutable std::shared_mutex cacheMutex;
+  mutable std::unordered_map<std::string, std::vector<std::int32_t>> cache;
 
   [[noreturn]] void unsupported(const std::string& what) const {
     RP_THROW(InputError, "{}: {} is not supported (docs/tokenizer.md lists what is)", source, what);
@@ -134,7 +142,7 @@ struct Tokenizer::Impl {
         RP_THROW(InputError, "{}: merge #{} '{} {}' refers to a token missing from the vocabulary", source, rank, left,
                  right);
       }
-      merges[{l->second, r->second}] = MergeRule{rank++, m->second};
+      merges.emplace(std::pair{l->second, r->second}, MergeRule{rank++, m->second});
     }
     if (model.contains("unk_token") && !model.at("unk_token").is_null()) {
       const auto unk = model.at("unk_token").get<std::string>();
@@ -142,11 +150,11 @@ struct Tokenizer::Impl {
     }
     byteFallback = model.value("byte_fallback", false);
     fuseUnk = model.value("fuse_unk", false);
-    if (model.contains("continuing_subword_prefix") && !model.at("continuing_subword_prefix").is_null()) {
-      unsupported("BPE continuing_subword_prefix");
-    }
-    if (model.contains("end_of_word_suffix") && !model.at("end_of_word_suffix").is_null()) {
-      unsupported("BPE end_of_word_suffix");
+    ignoreMerges = model.value("ignore_merges", false);
+    for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+      if (model.contains(key) && model.at(key).is_string() && !model.at(key).get<std::string>().empty()) {
+        unsupported(fmt::format("BPE {}", key));
+      }
     }
   }
 
@@ -156,9 +164,12 @@ struct Tokenizer::Impl {
     if (type == "Sequence") {
       for (const auto& child : n.at("normalizers")) loadNormalizer(child);
     } else if (type == "Prepend") {
-      normalizers.push_back({"", n.at("prepend").get<std::string>()});
+      normalizers.push_back({NormalizerStep::Kind::kPrepend, n.at("prepend").get<std::string>(), ""});
     } else if (type == "Replace" && n.at("pattern").contains("String")) {
-      normalizers.push_back({n.at("pattern").at("String").get<std::string>(), n.at("content").get<std::string>()});
+      normalizers.push_back({NormalizerStep::Kind::kReplace, n.at("pattern").at("String").get<std::string>(),
+                             n.at("content").get<std::string>()});
+    } else if (type == "NFC") {
+      normalizers.push_back({NormalizerStep::Kind::kNfc, "", ""});
     } else {
       unsupported(fmt::format("normalizer {}", n.dump()));
     }
@@ -166,17 +177,25 @@ struct Tokenizer::Impl {
 
   void loadPostProcessor(const json& p) {
     if (p.is_null()) return;
-    if (p.value("type", "") != "TemplateProcessing") unsupported(fmt::format("post_processor '{}'", p.value("type", "?")));
-    bool seenSequence = false;
-    for (const auto& piece : p.at("single")) {
-      if (piece.contains("Sequence")) {
-        seenSequence = true;
-      } else {
+    const auto type = p.value("type", "");
+    if (type == "Sequence") {
+      for (const auto& child : p.at("processors")) loadPostProcessor(child);
+    } else if (type == "ByteLevel") {
+      // offsets only: ids are unchanged
+    } else if (type == "TemplateProcessing") {
+      bool seenSequence = false;
+      for (const auto& piece : p.at("single")) {
+        if (piece.contains("Sequence")) {
+          seenSequence = true;
+          continue;
+        }
         const auto name = piece.at("SpecialToken").at("id").get<std::string>();
         for (const auto& id : p.at("special_tokens").at(name).at("ids")) {
           (seenSequence ? suffixIds : prefixIds).push_back(id.get<std::int32_t>());
         }
       }
+    } else {
+      unsupported(fmt::format("post_processor '{}'", type));
     }
   }
 
@@ -185,27 +204,56 @@ struct Tokenizer::Impl {
     const auto type = d.value("type", "");
     if (type == "Sequence") {
       for (const auto& child : d.at("decoders")) loadDecoder(child);
-    } else if (type == "Replace" || type == "ByteFallback" || type == "Fuse" || type == "Strip") {
+    } else if (type == "Replace" || type == "ByteFallback" || type == "Fuse" || type == "Strip" || type == "ByteLevel") {
       decoders.push_back(d);
     } else {
       unsupported(fmt::format("decoder '{}'", type));
     }
   }
 
-  std::string normalize(std::string text) const {
-    for (const auto& rule : normalizers) {
-      text = rule.pattern.empty() ? (text.empty() ? text : rule.content + text) : replaceAll(text, rule.pattern, rule.content);
+  std::string normalize(std::string_view input) const {
+    std::string text(input);
+    for (const auto& step : normalizers) {
+      switch (step.kind) {
+        case NormalizerStep::Kind::kPrepend:
+          if (!text.empty()) text = step.a + text;
+          break;
+        case NormalizerStep::Kind::kReplace: text = replaceAll(text, step.a, step.b); break;
+        case NormalizerStep::Kind::kNfc: text = unicode::nfc(text); break;
+      }
     }
     return text;
   }
 
-  // One normalized segment (no pre-tokenizer: the whole segment is one word) through BPE.
-  void encodeSegment(const std::string& text, std::vector<std::int32_t>& out) const {
+  // One pre-tokenized word through the BPE model, via the cache.
+  void encodeWord(const std::string& word, std::vector<std::int32_t>& out) const {
+    {
+      std::shared_lock<std::shared_mutex> lock(cacheMutex);
+      if (const auto it = cache.find(word); it != cache.end()) {
+        out.insert(out.end(), it->second.begin(), it->second.end());
+        return;
+      }
+    }
+    std::vector<std::int32_t> ids;
+    bpeWord(word, ids);
+    out.insert(out.end(), ids.begin(), ids.end());
+    std::unique_lock<std::shared_mutex> lock(cacheMutex);
+    if (cache.size() >= kCacheLimit) cache.clear();
+    cache.emplace(word, std::move(ids));
+  }
+
+  void bpeWord(const std::string& word, std::vector<std::int32_t>& out) const {
+    if (ignoreMerges) {
+      if (const auto it = vocab.find(word); it != vocab.end()) {
+        out.push_back(it->second);
+        return;
+      }
+    }
     std::vector<std::int32_t> symbols;
     bool lastWasUnk = false;
-    for (std::size_t pos = 0; pos < text.size();) {
-      const std::size_t len = std::min(utf8Length(static_cast<unsigned char>(text[pos])), text.size() - pos);
-      const std::string ch = text.substr(pos, len);
+    for (std::size_t pos = 0; pos < word.size();) {
+      const std::size_t len = std::min(unicode::sequenceLength(static_cast<unsigned char>(word[pos])), word.size() - pos);
+      const std::string ch = word.substr(pos, len);
       pos += len;
       if (const auto it = vocab.find(ch); it != vocab.end()) {
         symbols.push_back(it->second);
@@ -213,28 +261,84 @@ struct Tokenizer::Impl {
         continue;
       }
       if (byteFallback) {
-        bool allBytes = true;
         std::vector<std::int32_t> bytes;
         for (unsigned char b : ch) {
           const auto it = vocab.find(fmt::format("<0x{:02X}>", b));
-          if (it == vocab.end()) {
-            allBytes = false;
-            break;
-          }
+          if (it == vocab.end()) break;
           bytes.push_back(it->second);
         }
-        if (allBytes) {
+        if (bytes.size() == ch.size()) {
           symbols.insert(symbols.end(), bytes.begin(), bytes.end());
           lastWasUnk = false;
           continue;
         }
       }
-      if (unkId < 0) RP_THROW(InputError, "{}: character '{}' is not in the vocabulary and there is no unk_token", source, ch);
+      if (unkId < 0) {
+        RP_THROW(InputError, "{}: character '{}' is not in the vocabulary and there is no unk_token", source, ch);
+      }
       if (!(fuseUnk && lastWasUnk)) symbols.push_back(unkId);
       lastWasUnk = true;
     }
     const auto merged = applyMerges(std::move(symbols), merges);
     out.insert(out.end(), merged.begin(), merged.end());
+  }
+
+  // Normalized text between added tokens: pre-tokenized into words, each through BPE.
+  void encodeNormalized(std::string_view normalized, std::vector<std::int32_t>& out) const {
+    if (normalized.empty()) return;
+    if (!preTokenizer) {
+      encodeWord(std::string(normalized), out);  // no pre-tokenizer: the whole piece is one word
+      return;
+    }
+    for (const auto& word : preTokenizer->split(normalized)) encodeWord(word, out);
+  }
+
+  // Raw text between non-normalized added tokens: normalized, then split on normalized added tokens.
+  void encodeSegment(std::string_view text, std::vector<std::int32_t>& out) const {
+    const std::string normalized = normalize(text);
+    std::size_t start = 0;
+    while (true) {
+      const auto [pos, token] = findAdded(normalized, start, normalizedAdded);
+      encodeNormalized(std::string_view(normalized).substr(start, pos - start), out);
+      if (token == nullptr) break;
+      out.push_back(token->id);
+      start = pos + token->match.size();
+    }
+  }
+
+  std::string decode(std::vector<std::string> tokens) const {
+    for (const auto& step : decoders) {
+      const auto type = step.at("type").get<std::string>();
+      if (type == "Replace") {
+        const auto from = step.at("pattern").at("String").get<std::string>();
+        const auto to = step.at("content").get<std::string>();
+        for (auto& t : tokens) t = replaceAll(t, from, to);
+      } else if (type == "ByteFallback") {
+        tokens = fuseByteTokens(tokens);
+      } else if (type == "ByteLevel") {
+        std::string bytes;
+        for (const auto& t : tokens) bytes += byteLevelDecode(t);
+        tokens = {unicode::lossyUtf8(bytes)};
+      } else if (type == "Fuse") {
+        std::string all;
+        for (const auto& t : tokens) all += t;
+        tokens = {all};
+      } else if (type == "Strip") {
+        const auto content = step.at("content").get<std::string>();
+        const auto start = step.value("start", 0), stop = step.value("stop", 0);
+        for (auto& t : tokens) {
+          for (int i = 0; i < start && t.rfind(content, 0) == 0; ++i) t.erase(0, content.size());
+          for (int i = 0; i < stop && t.size() >= content.size() &&
+                          t.compare(t.size() - content.size(), content.size(), content) == 0;
+               ++i) {
+            t.erase(t.size() - content.size());
+          }
+        }
+      }
+    }
+    std::string out;
+    for (const auto& t : tokens) out += t;
+    return out;
   }
 };
 
@@ -254,17 +358,24 @@ Tokenizer Tokenizer::fromFile(const std::string& path) {
     const json j = json::parse(in);
     impl->loadModel(j.at("model"));
     if (j.contains("pre_tokenizer") && !j.at("pre_tokenizer").is_null()) {
-      impl->unsupported(fmt::format("pre_tokenizer '{}'", j.at("pre_tokenizer").value("type", "?")));
+      impl->preTokenizer.emplace(j.at("pre_tokenizer"), impl->source);
     }
     impl->loadNormalizer(j.value("normalizer", json()));
     impl->loadPostProcessor(j.value("post_processor", json()));
     impl->loadDecoder(j.value("decoder", json()));
     for (const auto& token : j.value("added_tokens", json::array())) {
-      const AddedToken added{token.at("content").get<std::string>(), token.at("id").get<std::int32_t>(),
-                             token.value("special", false)};
-      impl->added.push_back(added);
-      if (added.special) impl->specialIds.insert(added.id);
+      AddedToken added{token.at("content").get<std::string>(), token.at("id").get<std::int32_t>(),
+                       token.value("special", false), token.value("normalized", false), ""};
+      // As Hugging Face does: a "normalized" added token is matched, and decoded, as its normalized form;
+      // decoding skips special tokens by their content, so a normalized special token is never skipped.
+      added.match = added.normalized ? impl->normalize(added.content) : added.content;
+      if (added.id >= static_cast<std::int32_t>(impl->pieces.size())) impl->pieces.resize(added.id + 1);
+      impl->pieces[static_cast<std::size_t>(added.id)] = added.match;
+      impl->vocab.emplace(added.content, added.id);
+      if (added.special && added.match == added.content) impl->specialIds.insert(added.id);
+      impl->added.push_back(std::move(added));
     }
+    for (const auto& added : impl->added) (added.normalized ? impl->normalizedAdded : impl->rawAdded).push_back(&added);
   } catch (const json::exception& e) {
     RP_THROW(InputError, "{}: malformed tokenizer.json: {}", file.string(), e.what());
   }
@@ -275,29 +386,15 @@ std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool addSpeci
   const Impl& m = *impl_;
   std::vector<std::int32_t> ids;
   if (addSpecialTokens) ids = m.prefixIds;
-  // Split out added tokens (leftmost, then longest match), encode the text between them.
-  std::size_t pos = 0, segmentStart = 0;
-  auto flush = [&](std::size_t end) {
-    if (end > segmentStart) m.encodeSegment(m.normalize(std::string(text.substr(segmentStart, end - segmentStart))), ids);
-  };
-  while (pos < text.size()) {
-    const AddedToken* match = nullptr;
-    for (const auto& token : m.added) {
-      if (!token.content.empty() && text.substr(pos, token.content.size()) == token.content &&
-          (match == nullptr || token.content.size() > match->content.size())) {
-        match = &token;
-      }
-    }
-    if (match == nullptr) {
-      ++pos;
-      continue;
-    }
-    flush(pos);
-    ids.push_back(match->id);
-    pos += match->content.size();
-    segmentStart = pos;
+  // Split out non-normalized added tokens (leftmost, then longest match); encode the text between them.
+  std::size_t start = 0;
+  while (true) {
+    const auto [pos, token] = findAdded(text, start, m.rawAdded);
+    if (pos > start) m.encodeSegment(text.substr(start, pos - start), ids);
+    if (token == nullptr) break;
+    ids.push_back(token->id);
+    start = pos + token->match.size();
   }
-  flush(text.size());
   if (addSpecialTokens) ids.insert(ids.end(), m.suffixIds.begin(), m.suffixIds.end());
   return ids;
 }
@@ -312,33 +409,7 @@ std::string Tokenizer::decode(const std::vector<std::int32_t>& ids, bool skipSpe
     if (skipSpecialTokens && m.specialIds.count(id)) continue;
     tokens.push_back(m.pieces[static_cast<std::size_t>(id)]);
   }
-  for (const auto& step : m.decoders) {
-    const auto type = step.at("type").get<std::string>();
-    if (type == "Replace") {
-      const auto from = step.at("pattern").at("String").get<std::string>();
-      const auto to = step.at("content").get<std::string>();
-      for (auto& t : tokens) t = replaceAll(t, from, to);
-    } else if (type == "ByteFallback") {
-      tokens = fuseByteTokens(tokens);
-    } else if (type == "Fuse") {
-      std::string all;
-      for (const auto& t : tokens) all += t;
-      tokens = {all};
-    } else if (type == "Strip") {
-      const auto content = step.at("content").get<std::string>();
-      const auto start = step.value("start", 0), stop = step.value("stop", 0);
-      for (auto& t : tokens) {
-        for (int i = 0; i < start && t.rfind(content, 0) == 0; ++i) t.erase(0, content.size());
-        for (int i = 0; i < stop && t.size() >= content.size() &&
-                        t.compare(t.size() - content.size(), content.size(), content) == 0; ++i) {
-          t.erase(t.size() - content.size());
-        }
-      }
-    }
-  }
-  std::string out;
-  for (const auto& t : tokens) out += t;
-  return out;
+  return m.decode(std::move(tokens));
 }
 
 std::int32_t Tokenizer::vocabSize() const { return static_cast<std::int32_t>(impl_->pieces.size()); }

@@ -24,7 +24,8 @@ class Tokenizer {
 
   // Ids as Hugging Face `tokenizer.encode(text, add_special_tokens=addSpecial)` returns them.
   std::vector<std::int32_t> encode(std::string_view text, bool addSpecialTokens = true) const;
-  // Text as `tokenizer.decode(ids, skip_special_tokens=skipSpecial)` returns it.
+  // Text as `tokenizer.decode(ids, skip_special_tokens=skipSpecial)` returns it. Like HF tokenizers, the
+  // skip covers added tokens marked special and not "normalized".
   std::string decode(const std::vector<std::int32_t>& ids, bool skipSpecialTokens = true) const;
 
   std::int32_t vocabSize() const;

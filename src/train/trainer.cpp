@@ -11,10 +11,10 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "data/dataset.h"
-#include "model/generate.h"
 #include "model/lora.h"
 #include "optim/grad_clip.h"
 #include "train/batch.h"
+#include "train/sample.h"
 #include "trace/progress.h"
 
 namespace rp::train {
@@ -150,13 +150,7 @@ trace::StepMetrics Trainer::applyStep(std::int64_t step, const GradientResult& g
 }
 
 std::string Trainer::sample(const std::string& prompt, std::int64_t tokens) {
-  model_->eval();
-  const auto ids = tokenizer_->encode(prompt);
-  const auto generated = model::generateGreedy(*model_, std::vector<std::int64_t>(ids.begin(), ids.end()), tokens,
-                                               model_->config().eosTokenId);
-  std::vector<std::int32_t> all(ids.begin(), ids.end());
-  all.insert(all.end(), generated.begin(), generated.end());
-  return tokenizer_->decode(all);
+  return greedySample(*model_, *tokenizer_, prompt, tokens);
 }
 
 void Trainer::run() {

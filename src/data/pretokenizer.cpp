@@ -1,0 +1,173 @@
+#include "data/pretokenizer.h"
+
+#include <array>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+#include <unicode/regex.h>
+#include <unicode/unistr.h>
+
+#include "common/error.h"
+
+namespace rp::data {
+namespace {
+
+// GPT-2 bytes_to_unicode(): printable bytes map to themselves, the rest to U+0100 onwards.
+struct ByteTable {
+  std::array<std::string, 256> toUtf8;
+  std::unordered_map<std::uint32_t, unsigned char> fromCodepoint;
+  ByteTable() {
+    std::uint32_t next = 256;
+    for (std::uint32_t b = 0; b < 256; ++b) {
+      const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      const std::uint32_t cp = printable ? b : next++;
+      std::string utf8;
+      if (cp < 0x80) {
+        utf8 = std::string(1, static_cast<char>(cp));
+      } else {
+        utf8 = {static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))};
+      }
+      toUtf8[b] = utf8;
+      fromCodepoint[cp] = static_cast<unsigned char>(b);
+    }
+  }
+};
+
+const ByteTable& table() {
+  static const ByteTable t;
+  return t;
+}
+
+// GPT-2's pattern, which ByteLevel applies itself when use_regex is true.
+constexpr const char* kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+}  // namespace
+
+std::string byteLevelEncode(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (unsigned char b : bytes) out += table().toUtf8[b];
+  return out;
+}
+
+std::string byteLevelDecode(std::string_view mapped) {
+  std::string out;
+  for (std::size_t i = 0; i < mapped.size();) {
+    const auto b0 = static_cast<unsigned char>(mapped[i]);
+    std::uint32_t cp = b0;
+    std::size_t len = 1;
+    if ((b0 >> 5) == 0x6 && i + 1 < mapped.size()) {
+      cp = ((b0 & 0x1Fu) << 6) | (static_cast<unsigned char>(mapped[i + 1]) & 0x3Fu);
+      len = 2;
+    } else if (b0 >= 0x80) {
+      len = std::min<std::size_t>(mapped.size() - i, (b0 >> 4) == 0xE ? 3 : (b0 >> 3) == 0x1E ? 4 : 1);
+      out.append(mapped.substr(i, len));
+      i += len;
+      continue;
+    }
+    const auto it = table().fromCodepoint.find(cp);
+    if (it != table().fromCodepoint.end()) out.push_back(static_cast<char>(it->second));
+    else out.append(mapped.substr(i, len));
+    i += len;
+  }
+  return out;
+}
+
+// One step: a regex split (Isolated/Removed behaviour) or the ByteLevel mapping.
+struct PreTokenizer::Step {
+  enum class Kind { kSplit, kByteLevel } kind;
+  std::unique_ptr<icu::RegexPattern> pattern;  // kSplit (also ByteLevel with use_regex)
+  bool removeMatches = false;                  // behavior "Removed"
+  bool addPrefixSpace = false;                 // ByteLevel
+
+
+  // Splits `piece` into the regex matches and the gaps between them (gaps kept as pieces).
+  void applyRegex(const std::string& piece, std::vector<std::string>& out) const {
+    UErrorCode status = U_ZERO_ERROR;
+    const icu::UnicodeString text = icu::UnicodeString::fromUTF8(piece);
+    std::unique_ptr<icu::RegexMatcher> matcher(pattern->matcher(text, status));
+    if (U_FAILURE(status)) RP_THROW(SystemError, "ICU regex matcher: {}", u_errorName(status));
+    int32_t last = 0;
+    auto emit = [&](int32_t begin, int32_t end) {
+      if (end <= begin) return;
+      std::string utf8;
+      text.tempSubStringBetween(begin, end).toUTF8String(utf8);
+      out.push_back(std::move(utf8));
+    };
+    while (matcher->find(status) && U_SUCCESS(status)) {
+      const int32_t start = matcher->start(status), end = matcher->end(status);
+      emit(last, start);
+      if (!removeMatches) emit(start, end);
+      last = end;
+    }
+    emit(last, text.length());
+  }
+};
+
+PreTokenizer::PreTokenizer(const nlohmann::json& spec, const std::string& source) : source_(source) { add(spec); }
+PreTokenizer::~PreTokenizer() = default;
+
+void PreTokenizer::add(const nlohmann::json& spec) {
+  const std::string type = spec.value("type", "");
+  auto compile = [&](const std::string& regex) {
+    UErrorCode status = U_ZERO_ERROR;
+    UParseError parseError{};
+    std::unique_ptr<icu::RegexPattern> p(
+        icu::RegexPattern::compile(icu::UnicodeString::fromUTF8(regex), parseError, status));
+    if (U_FAILURE(status)) {
+      RP_THROW(InputError, "{}: pre_tokenizer regex does not compile ({} at offset {}): {}", source_,
+               u_errorName(status), parseError.offset, regex);
+    }
+    return p;
+  };
+  if (type == "Sequence") {
+    for (const auto& child : spec.at("pretokenizers")) add(child);
+  } else if (type == "Split") {
+    auto step = std::make_unique<Step>();
+    step->kind = Step::Kind::kSplit;
+    const auto& pattern = spec.at("pattern");
+    if (!pattern.contains("Regex")) RP_THROW(InputError, "{}: Split pre_tokenizer with a String pattern is not supported", source_);
+    step->pattern = compile(pattern.at("Regex").get<std::string>());
+    const std::string behavior = spec.value("behavior", "Isolated");
+    if (behavior != "Isolated" && behavior != "Removed") {
+      RP_THROW(InputError, "{}: Split behavior '{}' is not supported (Isolated, Removed)", source_, behavior);
+    }
+    if (spec.value("invert", false)) RP_THROW(InputError, "{}: Split with invert=true is not supported", source_);
+    step->removeMatches = behavior == "Removed";
+    steps_.push_back(std::move(step));
+  } else if (type == "ByteLevel") {
+    if (spec.value("use_regex", true)) {
+      auto split = std::make_unique<Step>();
+      split->kind = Step::Kind::kSplit;
+      split->pattern = compile(kGpt2Pattern);
+      steps_.push_back(std::move(split));
+    }
+    auto step = std::make_unique<Step>();
+    step->kind = Step::Kind::kByteLevel;
+    step->addPrefixSpace = spec.value("add_prefix_space", false);
+    steps_.push_back(std::move(step));
+    byteLevel_ = true;
+  } else {
+    RP_THROW(InputError, "{}: pre_tokenizer '{}' is not supported (docs/tokenizer.md lists what is)", source_, type);
+  }
+}
+
+std::vector<std::string> PreTokenizer::split(std::string_view text) const {
+  std::vector<std::string> pieces{std::string(text)};
+  for (const auto& step : steps_) {
+    std::vector<std::string> next;
+    if (step->kind == Step::Kind::kSplit) {
+      for (const auto& piece : pieces) step->applyRegex(piece, next);
+    } else {
+      for (std::size_t i = 0; i < pieces.size(); ++i) {
+        const bool prefix = step->addPrefixSpace && i == 0 && !pieces[i].empty() && pieces[i][0] != ' ';
+        next.push_back(byteLevelEncode(prefix ? " " + pieces[i] : pieces[i]));
+      }
+    }
+    pieces = std::move(next);
+  }
+  return pieces;
+}
+
+}  // namespace rp::data

@@ -1,0 +1,37 @@
+// Hugging Face pre-tokenizers: Split (regex, via ICU) and ByteLevel (GPT-2 byte-to-unicode mapping),
+// alone or in a Sequence. Turns normalized text into the words BPE runs on.
+// Thread-safety: immutable after construction; split() may run concurrently.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace rp::data {
+
+class PreTokenizer {
+ public:
+  // Builds from the tokenizer.json "pre_tokenizer" object; `source` names the file in errors.
+  PreTokenizer(const nlohmann::json& spec, const std::string& source);
+  ~PreTokenizer();
+
+  std::vector<std::string> split(std::string_view text) const;
+  bool byteLevel() const { return byteLevel_; }
+
+ private:
+  struct Step;
+  void add(const nlohmann::json& spec);
+  std::string source_;
+  std::vector<std::unique_ptr<Step>> steps_;
+  bool byteLevel_ = false;
+};
+
+// GPT-2's reversible byte <-> printable-unicode mapping used by ByteLevel models.
+std::string byteLevelEncode(std::string_view bytes);
+// Maps back; characters outside the table are kept as their UTF-8 bytes.
+std::string byteLevelDecode(std::string_view mapped);
+
+}  // namespace rp::data
