@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "support/fixtures.h"
 
@@ -26,7 +27,7 @@ TEST_P(GoldenTokenizer, IdsAndDecodeEqualHuggingFace) {
   const auto tokenizer = Tokenizer::fromFile(golden_.at("tokenizer").get<std::string>());
   const auto& cases = golden_.at("cases");
   ASSERT_GE(cases.size(), 1000u);
-  int idMismatches = 0, decodeMismatches = 0;
+  int idMismatches = 0, decodeMismatches = 0, roundTrips = 0;
   for (const auto& c : cases) {
     const auto text = c.at("text").get<std::string>();
     const auto expected = c.at("ids").get<std::vector<std::int32_t>>();
@@ -36,6 +37,14 @@ TEST_P(GoldenTokenizer, IdsAndDecodeEqualHuggingFace) {
     if (decoded != c.at("decoded").get<std::string>() && ++decodeMismatches <= 5) {
       ADD_FAILURE() << "decode differs for: " << text << "\n ours: " << decoded;
     }
+    // Where HF round-trips the text, so must we.
+    if (c.at("decoded").get<std::string>() == text) {
+      EXPECT_EQ(tokenizer.decode(ids), text);
+      ++roundTrips;
+    }
+  }
+  if (GetParam() != "tinystories_656k") {
+    EXPECT_GT(roundTrips, 1000) << "byte-level tokenizers round-trip";
   }
   EXPECT_EQ(idMismatches, 0) << "of " << cases.size() << " cases";
   EXPECT_EQ(decodeMismatches, 0) << "of " << cases.size() << " cases";
@@ -87,6 +96,29 @@ TEST(Qwen3Tokenizer, SpecialTokens) {
   EXPECT_EQ(ids[0], 151644);
   EXPECT_EQ(tokenizer.decode(ids, /*skipSpecialTokens=*/false), "<|im_start|>user");
   EXPECT_EQ(tokenizer.decode(ids), "user");
+}
+
+// SFT masks with the real Qwen3 tokenizer: exactly the assistant reply and its <|im_end|> are trainable.
+TEST(Qwen3Tokenizer, ChatMLMaskCoversTheAssistantReplyOnly) {
+  const auto fixtures = test::fixturesDir();
+  RP_SKIP_UNLESS(fixtures, "shared fixtures");
+  const auto tokenizer = Tokenizer::fromFile(*fixtures + "/tokenizers/qwen3");
+  DatasetOptions options;
+  options.format = "sharegpt";
+  const Sample sample = renderChat({{"system", "Be brief."}, {"user", "Capital of France?"},
+                                    {"assistant", "Paris."}, {"user", "And Italy?"}, {"assistant", "Rome."}},
+                                   resolveChatTemplate("auto", tokenizer));
+  const TokenizedCorpus corpus = tokenizeSamples({sample}, tokenizer, options);
+  ASSERT_EQ(corpus.documentCount(), 1u);
+  std::vector<std::int32_t> trained, all(corpus.tokens.begin(), corpus.tokens.end());
+  for (std::size_t i = 0; i < corpus.tokens.size(); ++i) {
+    if (corpus.trainable(i)) trained.push_back(corpus.tokens[i]);
+  }
+  EXPECT_EQ(tokenizer.decode(trained, /*skipSpecialTokens=*/false), "Paris.<|im_end|>Rome.<|im_end|>");
+  EXPECT_EQ(tokenizer.decode(all, false),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nCapital of France?<|im_end|>\n"
+            "<|im_start|>assistant\nParis.<|im_end|>\n<|im_start|>user\nAnd Italy?<|im_end|>\n"
+            "<|im_start|>assistant\nRome.<|im_end|>\n");
 }
 
 }  // namespace

@@ -109,5 +109,17 @@ TEST_F(TrainerTest, Bfloat16KeepsFp32MasterWeights) {
   for (const auto& [name, p] : trainer.trainable()) EXPECT_EQ(p.scalar_type(), torch::kBFloat16) << name;
 }
 
+TEST_F(TrainerTest, Float16UsesTheLossScaler) {
+  Trainer trainer(configWith({"model.dtype=float16", "train.max_steps=3", "precision.loss_scale=1024"}));
+  trainer.run();
+  const auto m = metrics();
+  ASSERT_EQ(m.size(), 3u);
+  for (const auto& r : m) {
+    ASSERT_TRUE(r.contains("loss_scale"));
+    EXPECT_TRUE(std::isfinite(r.at("loss").get<double>()));
+  }
+  EXPECT_EQ(m[0].at("loss_scale").get<double>(), 1024.0);
+}
+
 }  // namespace
 }  // namespace rp::train

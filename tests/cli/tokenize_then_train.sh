@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# End to end through the executables: roundpipe_tokenize writes the pre-tokenized format, roundpipe_train
+# trains on it and writes metrics.jsonl; a bad config key exits with code 2 and names the key.
+# Usage: tokenize_then_train.sh <bin dir> <fixtures dir>
+set -euo pipefail
+bin="$1"
+fixtures="$2"
+model="$fixtures/models/tinystories-656k"
+if [[ ! -d "$model" ]]; then
+  echo "SKIP: $model not found (set RP_FIXTURES_DIR)"
+  exit 0
+fi
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+"$bin/roundpipe_tokenize" --model "$model" --output "$work/tok" --format text --sample-by paragraph \
+  "$fixtures/text/tinystories_sample.txt"
+test -s "$work/tok/tokens.bin" && test -s "$work/tok/docs.bin" && test -s "$work/tok/meta.json"
+
+cat >"$work/run.toml" <<TOML
+[model]
+path = "$model"
+[data]
+path = "$work/tok"
+format = "tokenized"
+[train]
+seq_len = 32
+global_batch = 4
+max_steps = 3
+threads = 1
+[output]
+dir = "$work/out"
+TOML
+"$bin/roundpipe_train" --config "$work/run.toml"
+lines=$(wc -l <"$work/out/metrics.jsonl")
+[[ "$lines" -eq 3 ]] || { echo "expected 3 metrics records, got $lines"; exit 1; }
+
+set +e
+out=$("$bin/roundpipe_train" --config "$work/run.toml" --set train.seqlen=4 2>&1)
+code=$?
+set -e
+[[ $code -eq 2 ]] || { echo "bad key: expected exit code 2, got $code: $out"; exit 1; }
+grep -q "unknown key 'train.seqlen' (did you mean 'train.seq_len'?)" <<<"$out" || { echo "message: $out"; exit 1; }
+echo "ok"
