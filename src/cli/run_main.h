@@ -4,6 +4,10 @@
 
 #include <functional>
 
+namespace rp {
+class MpiSession;
+}
+
 namespace rp::cli {
 
 inline constexpr int kExitOk = 0;
@@ -11,5 +15,10 @@ inline constexpr int kExitFailure = 1;
 inline constexpr int kExitBadInput = 2;
 
 int runMain(const std::function<int()>& body);
+
+// For executables that run under mpirun: starts the MPI session, runs `body`, and on an exception on any
+// rank prints it (with the rank) and aborts the whole job with MPI_Abort, so no rank hangs waiting for the
+// failed one. The job's exit code is the failing rank's.
+int runMpiMain(int* argc, char*** argv, const std::function<int(const MpiSession&)>& body);
 
 }  // namespace rp::cli

@@ -1,5 +1,6 @@
 // roundpipe_train --config run.toml [--set key=value ...]: fine-tune a Hugging Face checkpoint.
-// docs/config.md lists the keys.
+// One process: the single-process trainer. Under `mpirun -np N` (N > 1): the RoundPipe pipeline runtime
+// with N workers. docs/config.md lists the keys.
 #include <cstdio>
 
 #include <CLI/CLI.hpp>
@@ -9,11 +10,13 @@
 #include "common/log.h"
 #include "config/run_config.h"
 #include "device/device.h"
+#include "engine/runtime.h"
 #include "train/trainer.h"
+#include "world/mpi_session.h"
 
 namespace {
 
-int run(int argc, char** argv) {
+int run(int argc, char** argv, const rp::MpiSession& session) {
   CLI::App app{"roundpipe_train: fine-tune a Hugging Face Llama/Qwen3 checkpoint"};
   std::string configPath;
   std::vector<std::string> overrides;
@@ -26,19 +29,27 @@ int run(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  const bool leader = session.identity().rank == 0;
   auto config = rp::config::loadRunConfig(configPath, overrides);
-  RP_LOG_INFO("effective config ({}):", configPath);
-  for (const auto& line : config.values.describe()) RP_LOG_INFO("  {}", line);
+  if (leader) {
+    RP_LOG_INFO("effective config ({}):", configPath);
+    for (const auto& line : config.values.describe()) RP_LOG_INFO("  {}", line);
+  }
   if (printOnly) return rp::cli::kExitOk;
   const auto devices = rp::device::probe();
-  RP_LOG_INFO("backend {}: {}", rp::device::backendName(devices.backend), devices.reason);
-  rp::train::Trainer trainer(std::move(config));
-  trainer.run();
+  if (leader) RP_LOG_INFO("backend {}: {}", rp::device::backendName(devices.backend), devices.reason);
+  if (session.identity().size == 1) {
+    rp::train::Trainer trainer(std::move(config));
+    trainer.run();
+  } else {
+    rp::engine::PipelineRuntime runtime(std::move(config), session);
+    runtime.run();
+  }
   return rp::cli::kExitOk;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  return rp::cli::runMain([&] { return run(argc, argv); });
+  return rp::cli::runMpiMain(&argc, &argv, [&](const rp::MpiSession& session) { return run(argc, argv, session); });
 }

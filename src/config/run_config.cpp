@@ -37,6 +37,7 @@ double inRange(const Values& v, const std::string& key, double lo, double hi, bo
 RunConfig buildRunConfig(Values v) {
   RunConfig c;
   c.model.path = v.getString("model.path");
+  c.model.tokenizer = v.getString("model.tokenizer").empty() ? c.model.path : v.getString("model.tokenizer");
   c.model.dtype = oneOf(v, "model.dtype", {"float32", "bfloat16", "float16"});
   c.model.randomInit = oneOf(v, "model.init", {"pretrained", "random"}) == "random";
 
@@ -74,6 +75,9 @@ RunConfig buildRunConfig(Values v) {
   c.optim.minLrRatio = inRange(v, "optim.min_lr_ratio", 0.0, 1.0, false);
   c.optim.async = oneOf(v, "optim.mode", {"sync", "async"}) == "async";
 
+  c.pipeline.plan = v.getString("pipeline.plan");
+  c.pipeline.memoryLimitGb = inRange(v, "pipeline.memory_limit_gb", 0.0, 1e9, false);
+  c.pipeline.stallTimeoutSeconds = inRange(v, "pipeline.stall_timeout_s", 0.001, 1e9, false);
   c.precision.lossScale = inRange(v, "precision.loss_scale", 1.0, 1e30, false);
   c.precision.growthInterval = atLeast(v, "precision.growth_interval", 1);
 

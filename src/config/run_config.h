@@ -13,7 +13,8 @@ namespace rp::config {
 struct RunConfig {
   struct Model {
     std::string path;
-    std::string dtype;  // float32 | bfloat16 | float16
+    std::string tokenizer;  // defaults to path
+    std::string dtype;      // float32 | bfloat16 | float16
     bool randomInit = false;
   } model;
   struct Data {
@@ -36,6 +37,11 @@ struct RunConfig {
     std::int64_t warmupSteps;
     bool async;
   } optim;
+  struct Pipeline {
+    std::string plan;  // "auto" or counts (schedule::parsePlan)
+    double memoryLimitGb;
+    double stallTimeoutSeconds;
+  } pipeline;
   struct Precision {
     double lossScale;
     std::int64_t growthInterval;

@@ -9,6 +9,7 @@ using I = std::int64_t;
 const std::vector<KeySpec>& runSchema() {
   static const std::vector<KeySpec> schema = {
       {"model.path", Type::kString, S(), "Hugging Face model directory (config.json, *.safetensors, tokenizer.json)", true},
+      {"model.tokenizer", Type::kString, S(""), "tokenizer.json or its directory (default: model.path)"},
       {"model.dtype", Type::kString, S("float32"), "model weights and compute: float32 | bfloat16 | float16"},
       {"model.init", Type::kString, S("pretrained"), "pretrained (load the safetensors) | random (train from scratch)"},
 
@@ -40,6 +41,10 @@ const std::vector<KeySpec>& runSchema() {
       {"optim.warmup_steps", Type::kInt, I(0), "linear warmup steps"},
       {"optim.min_lr_ratio", Type::kFloat, 0.0, "linear/cosine floor as a fraction of optim.lr"},
       {"optim.mode", Type::kString, S("async"), "sync | async (one step of weight staleness; pipeline runtime)"},
+
+      {"pipeline.plan", Type::kString, S("auto"), "auto (the partitioner) or \"F1,F2,... | fused | B1,B2,...\" layer counts"},
+      {"pipeline.memory_limit_gb", Type::kFloat, 0.0, "per-worker memory budget for the partitioner (0 = unlimited)"},
+      {"pipeline.stall_timeout_s", Type::kFloat, 300.0, "a rank waiting longer than this for a peer aborts the job"},
 
       {"precision.loss_scale", Type::kFloat, 65536.0, "float16: initial dynamic loss scale"},
       {"precision.growth_interval", Type::kInt, I(2000), "float16: good steps before the loss scale doubles"},

@@ -42,7 +42,7 @@ Trainer::Trainer(config::RunConfig config) : config_(std::move(config)), dtype_(
   } else {
     model_ = model::loadHfModel(c.model.path, dtype_);
   }
-  tokenizer_ = std::make_unique<data::Tokenizer>(data::Tokenizer::fromFile(c.model.path));
+  tokenizer_ = std::make_unique<data::Tokenizer>(data::Tokenizer::fromFile(c.model.tokenizer));
 
   if (c.lora.rank > 0) {
     trainable_ = model::attachLora(*model_, {c.lora.rank, c.lora.alpha, c.lora.dropout, c.lora.targets});

@@ -4,9 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include "mpi_test_session.h"
 #include "world/mpi_session.h"
 
 namespace {
+
+const rp::MpiSession* gSession = nullptr;
 
 class RankFailurePrinter : public ::testing::EmptyTestEventListener {
  public:
@@ -23,8 +26,13 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
 
 }  // namespace
 
+namespace rp::test {
+const MpiSession& mpiSession() { return *gSession; }
+}  // namespace rp::test
+
 int main(int argc, char** argv) {
   rp::MpiSession session(&argc, &argv);
+  gSession = &session;
   ::testing::InitGoogleTest(&argc, argv);
   const int rank = session.identity().rank;
   if (rank != 0) {

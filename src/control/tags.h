@@ -1,0 +1,17 @@
+// The one registry of MPI tags (docs/protocol.md). Every point-to-point message roundpipe sends uses one
+// of these; values are unique (tested) and stay below MPI_TAG_UB's guaranteed minimum (32767).
+#pragma once
+
+#include <array>
+
+namespace rp::control {
+
+enum class Tag : int {
+  kStageReady = 101,  // StageReady: job k's microbatch m is in the arena; from job k's worker to job k+1's
+};
+
+inline constexpr std::array<Tag, 1> kAllTags{Tag::kStageReady};
+
+inline int mpiTag(Tag tag) { return static_cast<int>(tag); }
+
+}  // namespace rp::control

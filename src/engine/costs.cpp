@@ -1,0 +1,52 @@
+#include "engine/costs.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace rp::engine {
+
+LayerCosts estimateCosts(const PipelineModel& model, std::int64_t tokens) {
+  LayerCosts out;
+  auto& c = out.layers;
+  const int L = model.layerCount();
+  const auto& config = const_cast<PipelineModel&>(model).model().config();
+  for (int l = 0; l < L; ++l) {
+    double params = 0.0, trainable = 0.0;
+    for (int i : model.tensorsOfLayer(l)) {
+      const auto& t = model.tensors()[static_cast<std::size_t>(i)];
+      params += static_cast<double>(t.local.numel());
+      if (t.trainable) trainable += static_cast<double>(t.local.numel());
+    }
+    const double n = static_cast<double>(tokens);
+    double forward = 0.0;
+    if (l == 0) {
+      forward = n * static_cast<double>(config.hiddenSize);  // a lookup
+    } else if (l == L - 1) {
+      forward = 2.0 * n * static_cast<double>(config.vocabSize * config.hiddenSize);  // LM head (+ loss)
+    } else {
+      // projections + causal attention scores and values (half the square on average)
+      forward = 2.0 * n * params + 2.0 * n * static_cast<double>(config.numHeads * config.headDim) *
+                                       static_cast<double>(tokens) / 2.0;
+    }
+    c.forward.push_back(forward / 1e9);
+    c.backward.push_back(3.0 * forward / 1e9);  // recompute + backward (2x)
+    c.bytes.push_back(4.0 * params);
+    c.backwardBytes.push_back(4.0 * (params + trainable));
+  }
+  return out;
+}
+
+std::string describeStageCosts(const schedule::Plan& plan, const LayerCosts& costs) {
+  auto sum = [&](const schedule::Range& r, const std::vector<double>& v) {
+    double s = 0.0;
+    for (int l = r.begin; l < r.end; ++l) s += v[static_cast<std::size_t>(l)];
+    return s;
+  };
+  std::vector<std::string> fwd, bwd;
+  for (const auto& r : plan.forward) fwd.push_back(fmt::format("{:.3f}", sum(r, costs.layers.forward)));
+  for (const auto& r : plan.backward) bwd.push_back(fmt::format("{:.3f}", sum(r, costs.layers.backward)));
+  return fmt::format("fwd [{}] | fused {:.3f} | bwd [{}]", fmt::join(fwd, ", "), sum(plan.fused, costs.layers.backward),
+                     fmt::join(bwd, ", "));
+}
+
+}  // namespace rp::engine

@@ -1,0 +1,58 @@
+#include "engine/pipeline_model.h"
+
+#include <algorithm>
+
+#include <torch/torch.h>
+
+#include "common/error.h"
+
+namespace rp::engine {
+namespace {
+
+// "base_model.model.model.layers.3.self_attn.q_proj.lora_A.weight" -> decoder layer 3.
+int adapterDecoderLayer(const std::string& name) {
+  const std::string key = "model.layers.";
+  const auto at = name.find(key);
+  RP_CHECK(at != std::string::npos, "adapter name '{}' has no layer index", name);
+  return std::stoi(name.substr(at + key.size()));
+}
+
+}  // namespace
+
+PipelineModel::PipelineModel(std::shared_ptr<model::CausalLM> model, const std::vector<model::NamedTensor>& adapters)
+    : model_(std::move(model)) {
+  const int L = layerCount();
+  byLayer_.resize(static_cast<std::size_t>(L));
+  const bool fullFineTune = adapters.empty();
+  auto add = [&](const model::NamedTensor& p, int layer, bool trainable) {
+    for (std::size_t i = 0; i < tensors_.size(); ++i) {
+      if (tensors_[i].local.is_same(p.second)) {  // a tied tensor: one more user
+        tensors_[i].layers.push_back(layer);
+        byLayer_[static_cast<std::size_t>(layer)].push_back(static_cast<int>(i));
+        return;
+      }
+    }
+    tensors_.push_back({p.first, p.second, trainable, {layer}});
+    byLayer_[static_cast<std::size_t>(layer)].push_back(static_cast<int>(tensors_.size() - 1));
+  };
+  for (const auto& p : model_->embedding().hfParameters()) add(p, 0, fullFineTune);
+  for (std::int64_t i = 0; i < model_->numDecoderLayers(); ++i) {
+    for (const auto& p : model_->decoderLayer(i).hfParameters()) add(p, static_cast<int>(i) + 1, fullFineTune);
+  }
+  for (const auto& a : adapters) add(a, adapterDecoderLayer(a.first) + 1, true);
+  for (const auto& p : model_->head().hfParameters()) add(p, L - 1, fullFineTune);
+  if (model_->config().tieWordEmbeddings) add({"model.embed_tokens.weight", model_->embedding().weight}, L - 1, fullFineTune);
+}
+
+torch::Tensor PipelineModel::forward(int l, const torch::Tensor& x, const model::Batch& batch,
+                                     const model::AttentionContext& ctx) {
+  RP_CHECK(l >= 0 && l < layerCount() - 1, "layer {} is not a forward layer", l);
+  if (l == 0) return model_->embedding().forward(batch.inputIds);
+  return model_->decoderLayer(l - 1).forward(x, ctx);
+}
+
+model::LossSum PipelineModel::loss(const torch::Tensor& x, const model::Batch& batch, std::int64_t chunkTokens) {
+  return model_->head().loss(x, batch.targets, chunkTokens);
+}
+
+}  // namespace rp::engine

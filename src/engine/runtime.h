@@ -1,0 +1,69 @@
+// The RoundPipe runtime on one node (docs/schedule.md): every rank is a worker; model state lives in the
+// node store; each iteration's stage jobs are dispatched round-robin and executed on the workers' replicas,
+// activations and gradients handed off through the store's arena with one readiness message per
+// (job, microbatch) to the next job's worker; the node's ranks then share the AdamW update.
+// This first runtime runs the optimizer synchronously (optim.mode = "sync" semantics).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <mpi.h>
+
+#include "config/run_config.h"
+#include "data/corpus.h"
+#include "data/packer.h"
+#include "data/tokenizer.h"
+#include "engine/pipeline_model.h"
+#include "memory/node_store.h"
+#include "optim/adamw.h"
+#include "optim/lr_schedule.h"
+#include "schedule/dispatch.h"
+#include "schedule/plan.h"
+#include "trace/metrics.h"
+#include "world/mpi_session.h"
+
+namespace rp::engine {
+
+class PipelineRuntime {
+ public:
+  PipelineRuntime(config::RunConfig config, const MpiSession& session);
+  ~PipelineRuntime();
+
+  // Trains for train.max_steps; returns the per-step metrics on rank 0 (empty on other ranks) and writes
+  // metrics.jsonl there.
+  std::vector<trace::StepMetrics> run();
+
+  const schedule::Plan& plan() const { return plan_; }
+  // A tensor's current weights in the store (a copy), by HF/PEFT name.
+  torch::Tensor storeWeight(const std::string& name) const;
+
+ private:
+  struct StepData;
+  void buildStore();
+  trace::StepMetrics step(std::int64_t step);
+  void runJob(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table, const StepData& data);
+  void upload(const schedule::Range& layers);
+  void download(const schedule::Range& layers);
+  void optimizerStep(std::int64_t step, trace::StepMetrics& m);
+  torch::Tensor storeTensor(const std::string& region, at::IntArrayRef shape) const;
+  std::string sample(const std::string& prompt);
+
+  config::RunConfig config_;
+  const MpiSession& session_;
+  int rank_, workers_;
+  std::unique_ptr<data::Tokenizer> tokenizer_;
+  data::TokenizedCorpus corpus_;
+  std::unique_ptr<data::Packer> packer_;
+  std::unique_ptr<PipelineModel> model_;
+  std::unique_ptr<memory::NodeStore> store_;
+  schedule::Plan plan_;
+  std::int64_t counter_ = 0;  // round-robin dispatch counter, continued across steps
+  std::int64_t rowsPerMicrobatch_ = 0;
+  std::unique_ptr<optim::AdamW> adamw_;
+  optim::LrSchedule schedule_;
+};
+
+}  // namespace rp::engine

@@ -1,0 +1,88 @@
+#include "memory/shm_segment.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "common/error.h"
+
+namespace rp::memory {
+namespace {
+
+std::uint8_t* mapFd(int fd, std::size_t bytes, const std::string& name) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    const int err = errno;
+    ::close(fd);
+    RP_THROW(SystemError, "mmap of shared segment {} ({} bytes) failed: {}", name, bytes, std::strerror(err));
+  }
+  ::close(fd);
+  return static_cast<std::uint8_t*>(p);
+}
+
+}  // namespace
+
+ShmSegment::ShmSegment(std::string name, std::uint8_t* data, std::size_t size, bool owner)
+    : name_(std::move(name)), data_(data), size_(size), linked_(owner) {}
+
+ShmSegment ShmSegment::create(const std::string& name, std::size_t bytes) {
+  const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) RP_THROW(SystemError, "shm_open({}, O_CREAT|O_EXCL) failed: {}", name, std::strerror(errno));
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    const int err = errno;
+    ::close(fd);
+    ::shm_unlink(name.c_str());
+    RP_THROW(SystemError, "sizing shared segment {} to {} bytes failed: {} (is /dev/shm large enough?)", name, bytes,
+             std::strerror(err));
+  }
+  std::uint8_t* data = nullptr;
+  try {
+    data = mapFd(fd, bytes, name);
+  } catch (...) {
+    ::shm_unlink(name.c_str());
+    throw;
+  }
+  return ShmSegment(name, data, bytes, true);
+}
+
+ShmSegment ShmSegment::open(const std::string& name, std::size_t bytes) {
+  const int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
+  if (fd < 0) RP_THROW(SystemError, "shm_open({}) failed: {}", name, std::strerror(errno));
+  return ShmSegment(name, mapFd(fd, bytes, name), bytes, false);
+}
+
+ShmSegment::~ShmSegment() { release(); }
+
+ShmSegment::ShmSegment(ShmSegment&& other) noexcept
+    : name_(std::move(other.name_)),
+      data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      linked_(std::exchange(other.linked_, false)) {}
+
+ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
+  if (this != &other) {
+    release();
+    name_ = std::move(other.name_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    linked_ = std::exchange(other.linked_, false);
+  }
+  return *this;
+}
+
+void ShmSegment::unlink() {
+  if (linked_) ::shm_unlink(name_.c_str());
+  linked_ = false;
+}
+
+void ShmSegment::release() noexcept {
+  if (data_ != nullptr) ::munmap(data_, size_);
+  data_ = nullptr;
+  unlink();
+}
+
+}  // namespace rp::memory

@@ -1,0 +1,30 @@
+// Round-robin dispatch (docs/schedule.md): the jobs of one iteration are the forward stages, the fused
+// stage, then the backward stages (deepest first); job k goes to worker (c0 + k) mod N, and the counter
+// continues across iterations. One job is one stage over all M microbatches.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "schedule/plan.h"
+
+namespace rp::schedule {
+
+enum class JobKind { kForward, kFused, kBackward };
+const char* jobKindName(JobKind kind);
+
+struct Job {
+  JobKind kind;
+  int stage;     // index within its kind's list (plan.forward / plan.backward); 0 for the fused stage
+  Range layers;
+  int worker;
+};
+
+struct DispatchTable {
+  std::vector<Job> jobs;       // in dispatch order
+  std::int64_t counterEnd = 0; // c0 + number of jobs: the next iteration's c0
+};
+
+DispatchTable dispatch(const Plan& plan, int workers, std::int64_t counterStart);
+
+}  // namespace rp::schedule

@@ -1,0 +1,99 @@
+#include "schedule/partitioner.h"
+
+#include <algorithm>
+#include <limits>
+#include <set>
+
+#include "common/error.h"
+
+namespace rp::schedule {
+namespace {
+
+// Greedy packing of [0, e) walking `descending` (e-1 -> 0) or ascending; a new stage starts when adding a
+// layer would exceed T or the memory cap. Returns ranges in walking order.
+std::vector<Range> pack(int e, const std::vector<double>& cost, const std::vector<double>& bytes, double limitT,
+                        double cap, bool descending) {
+  std::vector<Range> out;
+  double t = 0.0, m = 0.0;
+  Range current{-1, -1};
+  for (int k = 0; k < e; ++k) {
+    const int l = descending ? e - 1 - k : k;
+    const double c = cost[static_cast<std::size_t>(l)], b = bytes[static_cast<std::size_t>(l)];
+    if (current.begin >= 0 && (t + c > limitT || m + b > cap)) {
+      out.push_back(current);
+      current = {-1, -1};
+    }
+    if (current.begin < 0) {
+      current = {l, l + 1};
+      t = 0.0;
+      m = 0.0;
+    }
+    current.begin = std::min(current.begin, l);
+    current.end = std::max(current.end, l + 1);
+    t += c;
+    m += b;
+  }
+  if (current.begin >= 0) out.push_back(current);
+  return out;
+}
+
+}  // namespace
+
+PartitionResult partition(const LayerCosts& c, const PartitionOptions& o) {
+  const int L = static_cast<int>(c.forward.size());
+  RP_CHECK(L >= 2 && c.backward.size() == c.forward.size() && c.bytes.size() == c.forward.size() &&
+               c.backwardBytes.size() == c.forward.size(),
+           "layer cost vectors must all have the {} layers", L);
+  PartitionResult result;
+  double cap = o.memoryLimit > 0 ? o.memoryLimit / 2.0 : std::numeric_limits<double>::infinity();
+  const double largest = *std::max_element(c.backwardBytes.begin(), c.backwardBytes.end());
+  if (largest > cap) {
+    cap = largest;  // the reference raises the limit to 2x the largest layer
+    result.memoryLimitRaised = true;
+  }
+
+  double W = 0.0;
+  for (int l = 0; l < L; ++l) W = std::max({W, c.forward[static_cast<std::size_t>(l)], c.backward[static_cast<std::size_t>(l)]});
+  std::set<double> candidates;
+  for (const auto* cost : {&c.forward, &c.backward}) {
+    for (int i = 0; i < L; ++i) {
+      double sum = 0.0;
+      for (int j = i; j < L; ++j) {
+        sum += (*cost)[static_cast<std::size_t>(j)];
+        if (sum > o.upperThreshold * W) break;
+        if (sum >= W) candidates.insert(sum);
+      }
+    }
+  }
+  RP_CHECK(!candidates.empty(), "no candidate stage time (W = {})", W);
+
+  result.objective = std::numeric_limits<double>::infinity();
+  for (const double T : candidates) {
+    // Fused tail: grow from the head while its backward cost and memory fit.
+    int e = L;
+    double t = 0.0, m = 0.0;
+    for (int l = L - 1; l >= 0; --l) {
+      const double bt = c.backward[static_cast<std::size_t>(l)], bm = c.backwardBytes[static_cast<std::size_t>(l)];
+      if (l < L - 1 && (t + bt > T || m + bm > cap)) break;
+      t += bt;
+      m += bm;
+      e = l;
+    }
+    Plan plan;
+    plan.fused = {e, L};
+    plan.forward = pack(e, c.forward, c.bytes, T, cap, /*descending=*/true);
+    std::reverse(plan.forward.begin(), plan.forward.end());
+    plan.backward = pack(e, c.backward, c.backwardBytes, T, cap, /*descending=*/false);
+    std::reverse(plan.backward.begin(), plan.backward.end());
+    const double objective = std::max(plan.stageCount(), o.minStages) * T;
+    if (objective < result.objective) {
+      result.objective = objective;
+      result.plan = plan;
+      result.stageTimeLimit = T;
+    }
+  }
+  validate(result.plan, L, "partitioner");
+  return result;
+}
+
+}  // namespace rp::schedule
