@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
-# The main job on a built-in default: fine-tune the TinyStories-656K checkpoint (shared fixtures) on
-# tiny-shakespeare for under a minute on CPU, printing the loss going down and a sample before and after.
-# Without the fixtures, train a small byte-level Llama from scratch on Debian's fortunes instead.
-# Extra arguments go to roundpipe_train (e.g. --set train.max_steps=100).
+# The main job on a built-in default: RoundPipe pipeline training with 2 worker processes under mpirun —
+# fine-tune the TinyStories-656K checkpoint (shared fixtures) on tiny-shakespeare on CPU, printing the plan,
+# the loss going down and a sample before and after. Without the fixtures, train a small byte-level Llama
+# from scratch on Debian's fortunes instead. Extra arguments go to roundpipe_train
+# (e.g. --set train.max_steps=100); RP_DEMO_WORKERS sets the number of worker processes (default 2).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/bootstrap.sh"
 "$root/scripts/build.sh" --target roundpipe_train
 bin="${RP_BUILD_DIR:-$root/build}/src/cli/roundpipe_train"
 fixtures="${RP_FIXTURES_DIR:-$root/../shared/fixtures}"
+workers="${RP_DEMO_WORKERS:-2}"
 cd "$root"
-threads=$(nproc)
+
+# One compute thread per worker process; as root Open MPI needs explicit permission.
+launch=(mpirun -np "$workers" --bind-to none)
+if [[ $(id -u) -eq 0 ]]; then launch+=(--allow-run-as-root); fi
+if (( workers > $(nproc) )); then launch+=(--oversubscribe); fi
+common=(--set train.threads=1 --set "train.microbatches=$((workers + 2))" --set "train.global_batch=$((4 * (workers + 2)))")
+
 if [[ -d "$fixtures/models/tinystories-656k" ]]; then
-  exec "$bin" --config configs/tiny-finetune.toml \
+  exec "${launch[@]}" "$bin" --config configs/tiny-finetune.toml \
     --set "model.path=$fixtures/models/tinystories-656k" \
-    --set "data.path=$fixtures/text/tinyshakespeare.txt" \
-    --set "train.threads=$threads" "$@"
+    --set "data.path=$fixtures/text/tinyshakespeare.txt" "${common[@]}" "$@"
 fi
 echo "demo: $fixtures not found; training the built-in tiny model from scratch on fortunes" >&2
-exec "$bin" --config configs/builtin-fortunes.toml --set "train.threads=$threads" "$@"
+exec "${launch[@]}" "$bin" --config configs/builtin-fortunes.toml "${common[@]}" "$@"

@@ -11,7 +11,8 @@ std::string greedySample(model::CausalLM& model, const data::Tokenizer& tokenize
   std::vector<std::int32_t> ids = tokenizer.encode(prompt, /*addSpecialTokens=*/false);
   std::vector<std::int64_t> input(ids.begin(), ids.end());
   if (model.config().bosTokenId >= 0) input.insert(input.begin(), model.config().bosTokenId);
-  const auto generated = model::generateGreedy(model, input, tokens, model.config().eosTokenId);
+  auto generated = model::generateGreedy(model, input, tokens, model.config().eosTokenId);
+  if (!generated.empty() && generated.back() == model.config().eosTokenId) generated.pop_back();
   ids.insert(ids.end(), generated.begin(), generated.end());
   model.train(wasTraining);
   return tokenizer.decode(ids);

@@ -1,5 +1,5 @@
-// A greedy text sample from a model: BOS (from the model config) + prompt, continued greedily; returns the
-// prompt and its continuation as text.
+// A greedy text sample from a model: BOS (from the model config) + prompt, continued greedily until EOS or
+// `tokens`; returns the prompt and its continuation as text (without the EOS).
 #pragma once
 
 #include <cstdint>
