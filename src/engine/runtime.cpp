@@ -15,7 +15,6 @@
 #include "data/dataset.h"
 #include "engine/costs.h"
 #include "model/lora.h"
-#include "optim/grad_clip.h"
 #include "train/batch.h"
 #include "train/sample.h"
 #include "trace/progress.h"
@@ -25,16 +24,14 @@ namespace {
 
 std::string weightRegion(const std::string& name) { return "w/" + name; }
 std::string gradRegion(const std::string& name, int layer) { return fmt::format("g/{}@{}", name, layer); }
-std::string actRegion(int layer, int mb) { return fmt::format("act/{}/{}", layer, mb); }
-std::string gradActRegion(int layer, int mb) { return fmt::format("gact/{}/{}", layer, mb); }
-
-// This rank's contiguous share [begin, end) of n elements split over `parts`.
-std::pair<std::size_t, std::size_t> sliceOf(std::size_t n, int part, int parts) {
-  const std::size_t p = static_cast<std::size_t>(parts), r = static_cast<std::size_t>(part);
-  const std::size_t base = n / p, extra = n % p;
-  const std::size_t begin = base * r + std::min(r, extra);
-  return {begin, begin + base + (r < extra ? 1 : 0)};
+std::string masterRegion(const std::string& name) { return "m/" + name; }
+// The arena is double-buffered by iteration parity: iteration t+1's forward may run while iteration t's
+// backward still reads its checkpoints (async mode; Note [Layer fences] bounds the overlap to one iteration).
+std::string actRegion(std::int64_t step, int layer, int mb) { return fmt::format("act/{}/{}/{}", step % 2, layer, mb); }
+std::string gradActRegion(std::int64_t step, int layer, int mb) {
+  return fmt::format("gact/{}/{}/{}", step % 2, layer, mb);
 }
+std::string lossRegion(std::int64_t step) { return fmt::format("loss/{}", step % 2); }
 
 // Note [Fault injection]: RP_FAULT_INJECT lets the failure tests kill or fail a real rank mid-run.
 void injectFault(int rank, std::int64_t step) {
@@ -71,9 +68,6 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, const MpiSession& ses
   if (c.model.dtype != "float32") {
     RP_THROW(InputError, "model.dtype = \"{}\": the pipeline runtime supports float32 for now (the single-process "
              "trainer, with one rank, supports bfloat16 and float16)", c.model.dtype);
-  }
-  if (c.optim.async) {
-    RP_LOG_WARN("optim.mode = async is not implemented in the pipeline runtime yet; running sync");
   }
   const long threads = c.train.threads > 0 ? c.train.threads : env::getInt(env::kNumThreads);
   if (threads > 0) torch::set_num_threads(static_cast<int>(threads));
@@ -120,50 +114,72 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, const MpiSession& ses
     RP_LOG_INFO("pipeline: predicted stage costs (GFLOP per microbatch) {}", describeStageCosts(plan_, costs));
   }
   buildStore();
-  schedule_ = optim::LrSchedule{optim::parseScheduleKind(c.optim.schedule, "optim.schedule"), c.optim.lr,
-                                c.optim.warmupSteps, c.train.maxSteps, c.optim.minLrRatio};
 }
 
 PipelineRuntime::~PipelineRuntime() = default;
 
 void PipelineRuntime::buildStore() {
   const auto& c = config_;
+  const int L = model_->layerCount();
+  const auto& id = session_.identity();
   memory::StoreLayout layout;
   for (const auto& t : model_->tensors()) {
     const std::size_t bytes = static_cast<std::size_t>(t.local.numel()) * sizeof(float);
     layout.add(weightRegion(t.name), bytes);
     if (t.trainable) {
+      layout.add(masterRegion(t.name), bytes);
       for (int l : t.layers) layout.add(gradRegion(t.name, l), bytes);
     }
   }
   const std::size_t actBytes = static_cast<std::size_t>(rowsPerMicrobatch_ * c.train.seqLen *
                                                         model_->model().config().hiddenSize) * sizeof(float);
-  for (int l = 1; l < model_->layerCount(); ++l) {
-    for (int mb = 0; mb < c.train.microbatches; ++mb) {
-      layout.add(actRegion(l, mb), actBytes);
-      layout.add(gradActRegion(l, mb), actBytes);
+  for (int parity = 0; parity < 2; ++parity) {
+    for (int l = 1; l < L; ++l) {
+      for (int mb = 0; mb < c.train.microbatches; ++mb) {
+        layout.add(actRegion(parity, l, mb), actBytes);
+        layout.add(gradActRegion(parity, l, mb), actBytes);
+      }
     }
+    layout.add(lossRegion(parity), static_cast<std::size_t>(c.train.microbatches) * sizeof(double));
   }
-  layout.add("loss", static_cast<std::size_t>(c.train.microbatches) * sizeof(double));
+  layout.add("fences", Fences::regionBytes(L, id.localSize));
   store_ = std::make_unique<memory::NodeStore>(std::move(layout), session_.node(), "store");
   RP_LOG_DEBUG("node store {}: {:.1f} MB", store_->segmentName(), static_cast<double>(store_->layout().total()) / 1e6);
+  fences_ = std::make_unique<Fences>(store_->bytes("fences"), L, id.localSize, c.pipeline.stallTimeoutSeconds);
 
-  // Local rank 0 publishes the initial weights; every replica already holds the same values.
-  if (session_.identity().localRank == 0) {
+  // Local rank 0 publishes the initial weights and masters; every replica already holds the same values.
+  if (id.localRank == 0) {
     torch::NoGradGuard noGrad;
-    for (const auto& t : model_->tensors()) storeTensor(weightRegion(t.name), t.local.sizes()).copy_(t.local);
+    for (const auto& t : model_->tensors()) {
+      storeTensor(weightRegion(t.name), t.local.sizes()).copy_(t.local);
+      if (t.trainable) storeTensor(masterRegion(t.name), t.local.sizes()).copy_(t.local);
+    }
   }
   checkMpi(MPI_Barrier(session_.node()), "MPI_Barrier(store initialised)");
 
-  adamw_ = std::make_unique<optim::AdamW>(optim::AdamWConfig{c.optim.lr, c.optim.beta1, c.optim.beta2, c.optim.eps,
-                                                             c.optim.weightDecay, c.optim.amsgrad});
-  const int localRank = session_.identity().localRank, localSize = session_.identity().localSize;
+  std::vector<OptimTensor> tensors;
   for (const auto& t : model_->tensors()) {
-    if (!t.trainable) continue;
-    const auto [begin, end] = sliceOf(static_cast<std::size_t>(t.local.numel()), localRank, localSize);
-    adamw_->add(t.name, store_->floats(weightRegion(t.name)) + begin,
-                store_->floats(gradRegion(t.name, t.layers.front())) + begin, end - begin);
+    OptimTensor o{t.name, t.layers, store_->floats(weightRegion(t.name)), nullptr, {},
+                  static_cast<std::size_t>(t.local.numel()), t.trainable};
+    if (t.trainable) {
+      o.master = store_->floats(masterRegion(t.name));
+      for (int l : t.layers) o.slots.push_back(store_->floats(gradRegion(t.name, l)));
+    }
+    tensors.push_back(std::move(o));
   }
+  OptimizerOptions options;
+  options.adamw = {c.optim.lr, c.optim.beta1, c.optim.beta2, c.optim.eps, c.optim.weightDecay, c.optim.amsgrad};
+  options.schedule = optim::LrSchedule{optim::parseScheduleKind(c.optim.schedule, "optim.schedule"), c.optim.lr,
+                                       c.optim.warmupSteps, c.train.maxSteps, c.optim.minLrRatio};
+  options.gradClip = c.train.gradClip;
+  options.async = c.optim.async;
+  options.layers = L;
+  for (int l = 0; l < L; ++l) options.uploadsPerIteration.push_back(l >= plan_.fused.begin ? 1 : 2);
+  options.losses[0] = store_->doubles(lossRegion(0));
+  options.losses[1] = store_->doubles(lossRegion(1));
+  options.microbatches = static_cast<int>(c.train.microbatches);
+  optimizer_ = std::make_unique<OptimizerWorker>(std::move(tensors), *fences_, std::move(options), id.localRank,
+                                                 id.localSize, session_.node());
 }
 
 torch::Tensor PipelineRuntime::storeTensor(const std::string& region, at::IntArrayRef shape) const {
@@ -172,26 +188,33 @@ torch::Tensor PipelineRuntime::storeTensor(const std::string& region, at::IntArr
 
 torch::Tensor PipelineRuntime::storeWeight(const std::string& name) const {
   for (const auto& t : model_->tensors()) {
-    if (t.name == name) return storeTensor(weightRegion(name), t.local.sizes()).clone();
+    if (t.name == name) return storeTensor(t.trainable ? masterRegion(name) : weightRegion(name), t.local.sizes()).clone();
   }
   RP_THROW(InputError, "no tensor named '{}' in the pipeline model", name);
 }
 
-// Upload: the store's weights of every tensor the layers use, into the replica.
-void PipelineRuntime::upload(const schedule::Range& layers) {
+// Upload: the store's weights of every tensor the layers use, into the replica. Note [Layer fences]:
+// iteration t reads the weights the optimizer's copy of step t-1 published.
+void PipelineRuntime::upload(std::int64_t step, const schedule::Range& layers) {
   torch::NoGradGuard noGrad;
+  for (int l = layers.begin; l < layers.end; ++l) fences_->waitCopiedByAll(l, step);
   for (int l = layers.begin; l < layers.end; ++l) {
     for (int i : model_->tensorsOfLayer(l)) {
       auto& t = model_->tensors()[static_cast<std::size_t>(i)];
       t.local.copy_(storeTensor(weightRegion(t.name), t.local.sizes()));
     }
   }
+  if (step >= 0) {
+    for (int l = layers.begin; l < layers.end; ++l) fences_->addUpload(l);
+  }
 }
 
 // Download: each trainable tensor's accumulated gradient into the slot of its first user in this job (a
 // tensor used twice within one job has one gradient for both uses; the other slot gets zeros).
-void PipelineRuntime::download(const schedule::Range& layers) {
+// Note [Layer fences]: the slots are overwritten only after the optimizer took iteration t-1's gradients.
+void PipelineRuntime::download(std::int64_t step, const schedule::Range& layers) {
   torch::NoGradGuard noGrad;
+  for (int l = layers.begin; l < layers.end; ++l) fences_->waitConsumedByAll(l, step);
   std::vector<int> done;
   for (int l = layers.begin; l < layers.end; ++l) {
     for (int i : model_->tensorsOfLayer(l)) {
@@ -211,6 +234,7 @@ void PipelineRuntime::download(const schedule::Range& layers) {
     auto local = model_->tensors()[static_cast<std::size_t>(i)].local;
     if (local.grad().defined()) local.mutable_grad().reset();
   }
+  for (int l = layers.begin; l < layers.end; ++l) fences_->addDownload(l);
 }
 
 void PipelineRuntime::runJob(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table,
@@ -226,7 +250,7 @@ void PipelineRuntime::runJob(std::int64_t step, std::int64_t k, const schedule::
   std::vector<bool> checkpoint(static_cast<std::size_t>(L), false);
   for (const auto& r : plan_.backward) checkpoint[static_cast<std::size_t>(r.begin)] = true;
 
-  upload(job.layers);
+  upload(step, job.layers);
   model_->model().train();
   const double norm = 1.0 / static_cast<double>(std::max<std::int64_t>(1, data.targets));
   for (int mb = 0; mb < config_.train.microbatches; ++mb) {
@@ -240,33 +264,33 @@ void PipelineRuntime::runJob(std::int64_t step, std::int64_t k, const schedule::
     switch (job.kind) {
       case schedule::JobKind::kForward: {
         torch::NoGradGuard noGrad;
-        torch::Tensor x = a == 0 ? torch::Tensor() : storeTensor(actRegion(a, mb), shape);
+        torch::Tensor x = a == 0 ? torch::Tensor() : storeTensor(actRegion(step, a, mb), shape);
         for (int l = a; l < b; ++l) {
-          if (l > a && checkpoint[static_cast<std::size_t>(l)]) storeTensor(actRegion(l, mb), shape).copy_(x);
+          if (l > a && checkpoint[static_cast<std::size_t>(l)]) storeTensor(actRegion(step, l, mb), shape).copy_(x);
           x = model_->forward(l, x, batch, ctx);
         }
-        storeTensor(actRegion(b, mb), shape).copy_(x);
+        storeTensor(actRegion(step, b, mb), shape).copy_(x);
         break;
       }
       case schedule::JobKind::kFused: {
         torch::Tensor input = a == 0 ? torch::Tensor()
-                                     : storeTensor(actRegion(a, mb), shape).clone().requires_grad_(true);
+                                     : storeTensor(actRegion(step, a, mb), shape).clone().requires_grad_(true);
         torch::Tensor x = input;
         for (int l = a; l < L - 1; ++l) x = model_->forward(l, x, batch, ctx);
         const model::LossSum loss = model_->loss(x, batch, config_.train.lossChunkTokens);
         (loss.sum * norm).backward();
-        store_->doubles("loss")[mb] = loss.sum.item<double>();
-        if (a > 0) storeTensor(gradActRegion(a, mb), shape).copy_(input.grad());
+        store_->doubles(lossRegion(step))[mb] = loss.sum.item<double>();
+        if (a > 0) storeTensor(gradActRegion(step, a, mb), shape).copy_(input.grad());
         break;
       }
       case schedule::JobKind::kBackward: {
         torch::Tensor input = a == 0 ? torch::Tensor()
-                                     : storeTensor(actRegion(a, mb), shape).clone().requires_grad_(true);
+                                     : storeTensor(actRegion(step, a, mb), shape).clone().requires_grad_(true);
         torch::Tensor x = input;
         for (int l = a; l < b; ++l) x = model_->forward(l, x, batch, ctx);  // recompute (stage grain)
         // A stage of frozen layers over the token ids (LoRA: the embedding) has nothing to differentiate.
-        if (x.requires_grad()) x.backward(storeTensor(gradActRegion(b, mb), shape));
-        if (a > 0) storeTensor(gradActRegion(a, mb), shape).copy_(input.grad());
+        if (x.requires_grad()) x.backward(storeTensor(gradActRegion(step, b, mb), shape));
+        if (a > 0) storeTensor(gradActRegion(step, a, mb), shape).copy_(input.grad());
         break;
       }
     }
@@ -274,44 +298,12 @@ void PipelineRuntime::runJob(std::int64_t step, std::int64_t k, const schedule::
       control::sendReady(session_.world(), nextWorker, {control::kProtocolVersion, static_cast<std::uint32_t>(mb), step, k});
     }
   }
-  if (job.kind != schedule::JobKind::kForward) download(job.layers);
+  if (job.kind != schedule::JobKind::kForward) download(step, job.layers);
+  if (job.kind == schedule::JobKind::kFused) fences_->setFusedDone(step + 1);
 }
 
-void PipelineRuntime::optimizerStep(std::int64_t step, trace::StepMetrics& m) {
-  const int localRank = session_.identity().localRank, localSize = session_.identity().localSize;
-  // Sum the per-use gradient slots of shared tensors into the first, on this rank's slice.
-  std::vector<optim::GradBuffer> mine;
-  for (const auto& t : model_->tensors()) {
-    if (!t.trainable) continue;
-    const auto [begin, end] = sliceOf(static_cast<std::size_t>(t.local.numel()), localRank, localSize);
-    float* first = store_->floats(gradRegion(t.name, t.layers.front()));
-    for (std::size_t u = 1; u < t.layers.size(); ++u) {
-      const float* other = store_->floats(gradRegion(t.name, t.layers[u]));
-      for (std::size_t i = begin; i < end; ++i) first[i] += other[i];
-    }
-    mine.push_back({first + begin, end - begin});
-  }
-  double sumSq = 0.0;
-  for (const auto& g : mine) {
-    for (std::size_t i = 0; i < g.n; ++i) sumSq += static_cast<double>(g.data[i]) * g.data[i];
-  }
-  checkMpi(MPI_Allreduce(MPI_IN_PLACE, &sumSq, 1, MPI_DOUBLE, MPI_SUM, session_.node()), "MPI_Allreduce(grad norm)");
-  m.gradNorm = std::sqrt(sumSq);
-  if (config_.train.gradClip > 0) {
-    const double coef = config_.train.gradClip / (m.gradNorm + 1e-6);
-    if (coef < 1.0) {
-      for (const auto& g : mine) {
-        for (std::size_t i = 0; i < g.n; ++i) g.data[i] *= static_cast<float>(coef);
-      }
-    }
-  }
-  m.lr = schedule_.at(step);
-  adamw_->step(m.lr);
-}
-
-trace::StepMetrics PipelineRuntime::step(std::int64_t step) {
+void PipelineRuntime::step(std::int64_t step) {
   injectFault(rank_, step);
-  const auto start = std::chrono::steady_clock::now();
   const auto& c = config_;
   StepData data;
   const auto rows = packer_->next(c.train.globalBatch);
@@ -319,6 +311,7 @@ trace::StepMetrics PipelineRuntime::step(std::int64_t step) {
     data.targets += row.targetCount();
     data.tokens += static_cast<std::int64_t>(row.inputIds.size());
   }
+  stepSizes_.push_back({data.tokens, data.targets, packer_->cursor().epoch});
   for (std::int64_t mb = 0; mb < c.train.microbatches; ++mb) {
     const auto begin = static_cast<std::size_t>(mb * rowsPerMicrobatch_);
     data.batches.push_back(train::toBatch(rows, begin, begin + static_cast<std::size_t>(rowsPerMicrobatch_)));
@@ -329,24 +322,13 @@ trace::StepMetrics PipelineRuntime::step(std::int64_t step) {
   for (std::size_t k = 0; k < table.jobs.size(); ++k) {
     if (table.jobs[k].worker == rank_) runJob(step, static_cast<std::int64_t>(k), table, data);
   }
-  checkMpi(MPI_Barrier(session_.node()), "MPI_Barrier(gradients final)");
-  trace::StepMetrics m;
-  m.step = step + 1;
-  m.tokens = data.tokens;
-  m.targetTokens = data.targets;
-  m.epoch = packer_->cursor().epoch;
-  double lossSum = 0.0;
-  for (int mb = 0; mb < c.train.microbatches; ++mb) lossSum += store_->doubles("loss")[mb];
-  m.loss = lossSum / static_cast<double>(std::max<std::int64_t>(1, data.targets));
-  optimizerStep(step, m);
-  checkMpi(MPI_Barrier(session_.node()), "MPI_Barrier(weights updated)");
-  m.stepTimeSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  m.tokensPerSecond = static_cast<double>(m.tokens) / m.stepTimeSeconds;
-  return m;
+  optimizer_->enqueue(step);
+  // sync: the next iteration starts from W_{t+1}; async: it starts as soon as the fences allow.
+  if (!c.optim.async) optimizer_->waitFor(step);
 }
 
 std::string PipelineRuntime::sample(const std::string& prompt) {
-  upload({0, model_->layerCount()});
+  upload(-1, {0, model_->layerCount()});
   return train::greedySample(model_->model(), *tokenizer_, prompt, config_.output.sampleTokens);
 }
 
@@ -363,15 +345,44 @@ std::vector<trace::StepMetrics> PipelineRuntime::run() {
     progress = std::make_unique<trace::Progress>(c.train.maxSteps, c.output.logEvery);
     if (!c.output.samplePrompt.empty()) std::printf("sample before: %s\n", sample(c.output.samplePrompt).c_str());
   }
-  for (std::int64_t s = 0; s < c.train.maxSteps; ++s) {
+  auto last = std::chrono::steady_clock::now();
+  // Rank 0 reports steps as its optimizer finishes them (in async mode, while later iterations run).
+  auto report = [&](const std::vector<OptimizerResult>& results) {
+    if (rank_ != 0) return;
+    for (const auto& r : results) {
+      const auto now = std::chrono::steady_clock::now();
+      const StepSize& size = stepSizes_[static_cast<std::size_t>(r.step)];
+      trace::StepMetrics m;
+      m.step = r.step + 1;
+      m.loss = r.lossSum / static_cast<double>(std::max<std::int64_t>(1, size.targets));
+      m.lr = r.lr;
+      m.gradNorm = r.gradNorm;
+      m.tokens = size.tokens;
+      m.targetTokens = size.targets;
+      m.epoch = size.epoch;
+      m.stepTimeSeconds = std::chrono::duration<double>(now - last).count();
+      m.tokensPerSecond = static_cast<double>(m.tokens) / m.stepTimeSeconds;
+      last = now;
+      if (!std::isfinite(m.loss)) {
+        RP_THROW(Error, "step {}: loss is {} (diverged); lower optim.lr or check the data", m.step, m.loss);
+      }
+      metrics->write(m);
+      progress->update(m);
+      all.push_back(m);
+    }
+  };
+  std::int64_t steps = 0;
+  for (; steps < c.train.maxSteps; ++steps) {
     if (c.train.epochs > 0 && packer_->cursor().epoch >= c.train.epochs) break;
-    const trace::StepMetrics m = step(s);
-    if (rank_ != 0) continue;
-    if (!std::isfinite(m.loss)) RP_THROW(Error, "step {}: loss is {} (diverged); lower optim.lr or check the data", m.step, m.loss);
-    metrics->write(m);
-    progress->update(m);
-    all.push_back(m);
+    step(steps);
+    report(optimizer_->poll());
   }
+  if (steps > 0) optimizer_->waitFor(steps - 1);
+  report(optimizer_->poll());
+  // Every rank's optimizer is done: publish the final masters (each rank its slices) for sampling and export.
+  checkMpi(MPI_Barrier(session_.node()), "MPI_Barrier(optimizer done)");
+  optimizer_->publishMasters();
+  checkMpi(MPI_Barrier(session_.node()), "MPI_Barrier(final weights)");
   if (rank_ == 0) {
     progress.reset();
     RP_LOG_INFO("metrics written to {}", metrics->path());

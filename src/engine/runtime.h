@@ -2,7 +2,8 @@
 // node store; each iteration's stage jobs are dispatched round-robin and executed on the workers' replicas,
 // activations and gradients handed off through the store's arena with one readiness message per
 // (job, microbatch) to the next job's worker; the node's ranks then share the AdamW update.
-// This first runtime runs the optimizer synchronously (optim.mode = "sync" semantics).
+// The optimizer runs on a thread per rank, synchronously (optim.mode = "sync") or overlapped with the next
+// iteration with exactly one step of staleness ("async"), ordered by per-layer fences (fences.h).
 #pragma once
 
 #include <cstdint>
@@ -16,10 +17,10 @@
 #include "data/corpus.h"
 #include "data/packer.h"
 #include "data/tokenizer.h"
+#include "engine/fences.h"
+#include "engine/optimizer_worker.h"
 #include "engine/pipeline_model.h"
 #include "memory/node_store.h"
-#include "optim/adamw.h"
-#include "optim/lr_schedule.h"
 #include "schedule/dispatch.h"
 #include "schedule/plan.h"
 #include "trace/metrics.h"
@@ -42,12 +43,15 @@ class PipelineRuntime {
 
  private:
   struct StepData;
+  struct StepSize {
+    std::int64_t tokens, targets, epoch;
+  };
   void buildStore();
-  trace::StepMetrics step(std::int64_t step);
+  void step(std::int64_t step);
   void runJob(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table, const StepData& data);
-  void upload(const schedule::Range& layers);
-  void download(const schedule::Range& layers);
-  void optimizerStep(std::int64_t step, trace::StepMetrics& m);
+  // step < 0: outside training (sampling), no fences.
+  void upload(std::int64_t step, const schedule::Range& layers);
+  void download(std::int64_t step, const schedule::Range& layers);
   torch::Tensor storeTensor(const std::string& region, at::IntArrayRef shape) const;
   std::string sample(const std::string& prompt);
 
@@ -62,8 +66,9 @@ class PipelineRuntime {
   schedule::Plan plan_;
   std::int64_t counter_ = 0;  // round-robin dispatch counter, continued across steps
   std::int64_t rowsPerMicrobatch_ = 0;
-  std::unique_ptr<optim::AdamW> adamw_;
-  optim::LrSchedule schedule_;
+  std::unique_ptr<Fences> fences_;
+  std::unique_ptr<OptimizerWorker> optimizer_;
+  std::vector<StepSize> stepSizes_;
 };
 
 }  // namespace rp::engine

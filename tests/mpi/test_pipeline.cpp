@@ -10,6 +10,8 @@
 #include "engine/runtime.h"
 #include "mpi_test_session.h"
 #include "support/fixtures.h"
+#include "optim/adamw.h"
+#include "optim/grad_clip.h"
 #include "train/trainer.h"
 #include "world/mpi_session.h"
 
@@ -96,6 +98,57 @@ TEST_P(Equivalence, LossesAndWeightsEqualTheSingleProcessTrainer) {
     const auto ours = runtime.storeWeight(name);
     const double err = (ours - param.detach()).abs().max().item<double>();
     EXPECT_LE(err, 1e-5) << name;
+  }
+}
+
+// optim.mode = async: every iteration after the first runs on weights one update behind the master. The
+// reference is the single-process trainer's gradients with the update applied one step late: before each
+// update the model weights take the master's current value (W_t), then the master moves to W_{t+1}.
+TEST(AsyncEquivalence, EqualsTheSingleProcessTrainerWithAOneStepDelayedUpdate) {
+  const auto fixtures = test::fixturesDir();
+  RP_SKIP_UNLESS(fixtures, "shared fixtures");
+  const Case c{"tinystories_async", *fixtures + "/models/tinystories-656k", *fixtures + "/models/tinystories-656k",
+               {"optim.mode=async", "pipeline.plan=1,1 | 1 | 1,1"}};
+  std::unique_ptr<PipelineRuntime> runtime;
+  std::vector<trace::StepMetrics> metrics;
+  try {
+    runtime = std::make_unique<PipelineRuntime>(config::loadRunConfig("", baseConfig(c, *fixtures, scratch(c.name))),
+                                                test::mpiSession());
+    metrics = runtime->run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[rank %d] %s\n", worldRank(), e.what());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  if (worldRank() != 0) return;
+  ASSERT_EQ(metrics.size(), 5u);
+
+  const auto config = config::loadRunConfig("", baseConfig(c, *fixtures, scratch(c.name + "-ref")));
+  train::Trainer reference(config);
+  std::vector<torch::Tensor> masters;
+  optim::AdamW adamw({config.optim.lr, config.optim.beta1, config.optim.beta2, config.optim.eps,
+                      config.optim.weightDecay, config.optim.amsgrad});
+  for (std::size_t i = 0; i < reference.trainable().size(); ++i) {
+    masters.push_back(reference.trainable()[i].second.detach().clone());
+    adamw.add(reference.trainable()[i].first, masters.back().data_ptr<float>(),
+              reference.gradSlots()[i].data_ptr<float>(), static_cast<std::size_t>(masters.back().numel()));
+  }
+  for (std::int64_t s = 0; s < 5; ++s) {
+    const auto grads = reference.computeGradients(reference.packer().next(8), 4);
+    const double loss = grads.lossSum / static_cast<double>(grads.targetTokens);
+    EXPECT_NEAR(metrics[static_cast<std::size_t>(s)].loss, loss, 1e-6 * loss) << "step " << s + 1;
+    {
+      torch::NoGradGuard noGrad;
+      for (std::size_t i = 0; i < masters.size(); ++i) reference.trainable()[i].second.copy_(masters[i]);
+    }
+    std::vector<optim::GradBuffer> buffers;
+    for (const auto& slot : reference.gradSlots()) buffers.push_back({slot.data_ptr<float>(), static_cast<std::size_t>(slot.numel())});
+    const double norm = optim::clipGradNorm(buffers, config.train.gradClip);
+    EXPECT_NEAR(metrics[static_cast<std::size_t>(s)].gradNorm, norm, 1e-5 * norm) << "step " << s + 1;
+    adamw.step(config.optim.lr);
+  }
+  for (std::size_t i = 0; i < masters.size(); ++i) {
+    const auto& name = reference.trainable()[i].first;
+    EXPECT_LE((runtime->storeWeight(name) - masters[i]).abs().max().item<double>(), 1e-5) << name;
   }
 }
 

@@ -1,0 +1,75 @@
+#include "engine/fences.h"
+
+#include <chrono>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "control/channel.h"
+
+namespace rp::engine {
+
+static_assert(std::atomic<std::int64_t>::is_always_lock_free, "fences need lock-free 64-bit atomics in shared memory");
+
+// Layout: uploads[L] | downloads[L] | copied[L*R] | consumed[L*R] | fusedDone
+std::size_t Fences::regionBytes(int layers, int ranks) {
+  return sizeof(std::atomic<std::int64_t>) * static_cast<std::size_t>(2 * layers + 2 * layers * ranks + 1);
+}
+
+Fences::Fences(void* memory, int layers, int ranks, double timeoutSeconds)
+    : base_(static_cast<std::atomic<std::int64_t>*>(memory)), layers_(layers), ranks_(ranks), timeout_(timeoutSeconds) {}
+
+std::atomic<std::int64_t>& Fences::at(std::size_t index) const { return base_[index]; }
+
+void Fences::addUpload(int l) { at(static_cast<std::size_t>(l)).fetch_add(1, std::memory_order_acq_rel); }
+void Fences::addDownload(int l) {
+  at(static_cast<std::size_t>(layers_ + l)).fetch_add(1, std::memory_order_acq_rel);
+}
+void Fences::setCopied(int l, int r, std::int64_t steps) {
+  at(static_cast<std::size_t>(2 * layers_ + l * ranks_ + r)).store(steps, std::memory_order_release);
+}
+void Fences::setConsumed(int l, int r, std::int64_t steps) {
+  at(static_cast<std::size_t>(2 * layers_ + layers_ * ranks_ + l * ranks_ + r)).store(steps, std::memory_order_release);
+}
+void Fences::setFusedDone(std::int64_t iterations) {
+  at(static_cast<std::size_t>(2 * layers_ + 2 * layers_ * ranks_)).store(iterations, std::memory_order_release);
+}
+
+void Fences::wait(std::size_t index, std::int64_t atLeast, const std::string& what) const {
+  if (at(index).load(std::memory_order_acquire) >= atLeast) return;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_);
+  auto pause = std::chrono::microseconds(1);
+  while (at(index).load(std::memory_order_acquire) < atLeast) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      RP_THROW(control::PeerError, "stalled: waited {:.0f} s for {} to reach {} (it is {}; pipeline.stall_timeout_s)",
+               timeout_, what, atLeast, at(index).load());
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(200));
+  }
+}
+
+void Fences::waitUploads(int l, std::int64_t n) const {
+  wait(static_cast<std::size_t>(l), n, fmt::format("the uploads of layer {}", l));
+}
+void Fences::waitDownloads(int l, std::int64_t n) const {
+  wait(static_cast<std::size_t>(layers_ + l), n, fmt::format("the gradient downloads of layer {}", l));
+}
+void Fences::waitCopiedByAll(int l, std::int64_t n) const {
+  for (int r = 0; r < ranks_; ++r) {
+    wait(static_cast<std::size_t>(2 * layers_ + l * ranks_ + r), n,
+         fmt::format("rank {}'s weight copy of layer {}", r, l));
+  }
+}
+void Fences::waitConsumedByAll(int l, std::int64_t n) const {
+  for (int r = 0; r < ranks_; ++r) {
+    wait(static_cast<std::size_t>(2 * layers_ + layers_ * ranks_ + l * ranks_ + r), n,
+         fmt::format("rank {}'s optimizer taking layer {}'s gradients", r, l));
+  }
+}
+void Fences::waitFusedDone(std::int64_t n) const {
+  wait(static_cast<std::size_t>(2 * layers_ + 2 * layers_ * ranks_), n, "the fused stage");
+}
+
+}  // namespace rp::engine

@@ -1,0 +1,44 @@
+// Note [Layer fences]: per-layer sequence counters in the node store that order the workers' uploads and
+// downloads against the optimizer, across processes (docs/schedule.md, "Fences"). Each counter only grows;
+// a waiter spins (with backoff) until it reaches a value, or throws PeerError after the stall timeout.
+//   uploads[l]      uploads of layer l's weights finished (a layer is uploaded once or twice per iteration)
+//   downloads[l]    gradient downloads of layer l finished (one per iteration)
+//   copied[l][r]    optimizer steps whose master->weights copy of layer l rank r's slice has finished
+//   consumed[l][r]  optimizer steps that took layer l's gradients out of the slots (rank r's slice)
+//   fusedDone       iterations whose fused stage finished every microbatch (losses written)
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+namespace rp::engine {
+
+class Fences {
+ public:
+  // `memory` points at regionBytes(layers, ranks) zero-initialised bytes in the node store.
+  Fences(void* memory, int layers, int ranks, double timeoutSeconds);
+  static std::size_t regionBytes(int layers, int ranks);
+
+  void addUpload(int layer);
+  void addDownload(int layer);
+  void setCopied(int layer, int rank, std::int64_t steps);
+  void setConsumed(int layer, int rank, std::int64_t steps);
+  void setFusedDone(std::int64_t iterations);
+
+  void waitUploads(int layer, std::int64_t atLeast) const;
+  void waitDownloads(int layer, std::int64_t atLeast) const;
+  void waitCopiedByAll(int layer, std::int64_t atLeast) const;    // every rank's slice
+  void waitConsumedByAll(int layer, std::int64_t atLeast) const;  // every rank's slice
+  void waitFusedDone(std::int64_t atLeast) const;
+
+ private:
+  std::atomic<std::int64_t>& at(std::size_t index) const;
+  void wait(std::size_t index, std::int64_t atLeast, const std::string& what) const;
+
+  std::atomic<std::int64_t>* base_;
+  int layers_, ranks_;
+  double timeout_;
+};
+
+}  // namespace rp::engine

@@ -1,0 +1,172 @@
+#include "engine/optimizer_worker.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "world/mpi_session.h"
+
+namespace rp::engine {
+namespace {
+
+std::pair<std::size_t, std::size_t> sliceOf(std::size_t n, int part, int parts) {
+  const std::size_t p = static_cast<std::size_t>(parts), r = static_cast<std::size_t>(part);
+  const std::size_t base = n / p, extra = n % p;
+  const std::size_t begin = base * r + std::min(r, extra);
+  return {begin, begin + base + (r < extra ? 1 : 0)};
+}
+
+}  // namespace
+
+OptimizerWorker::OptimizerWorker(std::vector<OptimTensor> tensors, Fences& fences, OptimizerOptions options,
+                                 int localRank, int localSize, MPI_Comm nodeComm)
+    : tensors_(std::move(tensors)), fences_(fences), options_(std::move(options)), rank_(localRank),
+      ranks_(localSize), adamw_(options_.adamw) {
+  checkMpi(MPI_Comm_dup(nodeComm, &comm_), "MPI_Comm_dup(optimizer)");
+  for (auto& t : tensors_) {
+    slices_.push_back(sliceOf(t.numel, rank_, ranks_));
+    const auto [begin, end] = slices_.back();
+    grads_.emplace_back(t.trainable ? end - begin : 0, 0.0f);
+    if (t.trainable) adamw_.add(t.name, t.master + begin, grads_.back().data(), end - begin);
+  }
+  thread_ = std::thread([this] { loop(); });
+}
+
+OptimizerWorker::~OptimizerWorker() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void OptimizerWorker::enqueue(std::int64_t step) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (error_) std::rethrow_exception(error_);
+  queue_.push_back(step);
+  cv_.notify_all();
+}
+
+OptimizerResult OptimizerWorker::waitFor(std::int64_t step) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [&] {
+    return error_ || std::any_of(done_.begin(), done_.end(), [&](const auto& r) { return r.step == step; });
+  });
+  if (error_) std::rethrow_exception(error_);
+  return *std::find_if(done_.begin(), done_.end(), [&](const auto& r) { return r.step == step; });
+}
+
+std::vector<OptimizerResult> OptimizerWorker::poll() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (error_) std::rethrow_exception(error_);
+  std::vector<OptimizerResult> out(done_.begin() + static_cast<std::ptrdiff_t>(polled_), done_.end());
+  polled_ = done_.size();
+  return out;
+}
+
+void OptimizerWorker::loop() {
+  while (true) {
+    std::int64_t step = 0;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_ && queue_.empty()) return;
+      step = queue_.front();
+      queue_.pop_front();
+    }
+    try {
+      const OptimizerResult result = runStep(step);
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_.push_back(result);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      error_ = std::current_exception();
+      cv_.notify_all();
+      return;
+    }
+    cv_.notify_all();
+  }
+}
+
+// Master -> weights on this rank's slice. Note [Layer fences]: no weight is written while an upload of the
+// iteration may still read it, so each tensor first waits for every upload of every layer using it.
+void OptimizerWorker::copyMasters(std::int64_t t, bool waitForUploads) {
+  for (std::size_t i = 0; i < tensors_.size(); ++i) {
+    const auto& tensor = tensors_[i];
+    if (!tensor.trainable) continue;
+    if (waitForUploads) {
+      for (int l : tensor.layers) {
+        fences_.waitUploads(l, (t + 1) * options_.uploadsPerIteration[static_cast<std::size_t>(l)]);
+      }
+    }
+    const auto [begin, end] = slices_[i];
+    std::memcpy(tensor.weights + begin, tensor.master + begin, (end - begin) * sizeof(float));
+  }
+  for (int l = 0; l < options_.layers; ++l) fences_.setCopied(l, rank_, t + 1);
+}
+
+OptimizerResult OptimizerWorker::runStep(std::int64_t t) {
+  OptimizerResult result;
+  result.step = t;
+  if (options_.async) copyMasters(t, /*waitForUploads=*/true);  // the next iteration runs on W_t
+
+  // Gradients, deepest layer first, as each layer's download lands.
+  std::vector<bool> started(tensors_.size(), false);
+  for (int l = options_.layers - 1; l >= 0; --l) {
+    fences_.waitDownloads(l, t + 1);
+    for (std::size_t i = 0; i < tensors_.size(); ++i) {
+      const auto& tensor = tensors_[i];
+      if (!tensor.trainable) continue;
+      const auto use = std::find(tensor.layers.begin(), tensor.layers.end(), l);
+      if (use == tensor.layers.end()) continue;
+      const float* slot = tensor.slots[static_cast<std::size_t>(use - tensor.layers.begin())];
+      const auto [begin, end] = slices_[i];
+      auto& grad = grads_[i];
+      if (!started[i]) {
+        std::memcpy(grad.data(), slot + begin, (end - begin) * sizeof(float));
+        started[i] = true;
+      } else {
+        for (std::size_t k = 0; k < grad.size(); ++k) grad[k] += slot[begin + k];
+      }
+    }
+    fences_.setConsumed(l, rank_, t + 1);
+  }
+
+  double sumSq = 0.0;
+  for (const auto& grad : grads_) {
+    for (float g : grad) sumSq += static_cast<double>(g) * g;
+  }
+  checkMpi(MPI_Allreduce(MPI_IN_PLACE, &sumSq, 1, MPI_DOUBLE, MPI_SUM, comm_), "MPI_Allreduce(grad norm)");
+  result.gradNorm = std::sqrt(sumSq);
+  if (options_.gradClip > 0) {
+    const double coef = options_.gradClip / (result.gradNorm + 1e-6);
+    if (coef < 1.0) {
+      for (auto& grad : grads_) {
+        for (float& g : grad) g *= static_cast<float>(coef);
+      }
+    }
+  }
+  result.lr = options_.schedule.at(t);
+  adamw_.step(result.lr);
+  if (!options_.async) copyMasters(t, /*waitForUploads=*/false);  // the next iteration runs on W_{t+1}
+
+  fences_.waitFusedDone(t + 1);
+  const double* losses = options_.losses[t % 2];
+  for (int mb = 0; mb < options_.microbatches; ++mb) result.lossSum += losses[mb];
+  return result;
+}
+
+void OptimizerWorker::publishMasters() {
+  for (std::size_t i = 0; i < tensors_.size(); ++i) {
+    const auto& tensor = tensors_[i];
+    if (!tensor.trainable) continue;
+    const auto [begin, end] = slices_[i];
+    std::memcpy(tensor.weights + begin, tensor.master + begin, (end - begin) * sizeof(float));
+  }
+}
+
+}  // namespace rp::engine

@@ -1,0 +1,94 @@
+// The optimizer thread of one rank: steps AdamW over this rank's slice of every trainable tensor in the node
+// store, in the order the RoundPipe reference gives (docs/schedule.md, "Optimizer"):
+//   async: copy master -> weights (W_t, once the iteration's uploads are done), take the gradients layer by
+//          layer in reverse order as each layer's download lands, clip, update the master to W_{t+1};
+//   sync:  take the gradients, clip, update, then copy master -> weights (W_{t+1}).
+// Steps run in order on one thread; the main thread enqueues them and collects results.
+// Thread-safety: enqueue/wait/poll from one (the main) thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <mpi.h>
+
+#include "engine/fences.h"
+#include "optim/adamw.h"
+#include "optim/lr_schedule.h"
+
+namespace rp::engine {
+
+struct OptimTensor {
+  std::string name;
+  std::vector<int> layers;   // layers that use it
+  float* weights;            // what uploads read
+  float* master;             // fp32 master (trainable only)
+  std::vector<float*> slots; // one gradient slot per layer in `layers` (trainable only)
+  std::size_t numel;
+  bool trainable;
+};
+
+struct OptimizerOptions {
+  optim::AdamWConfig adamw;
+  optim::LrSchedule schedule;
+  double gradClip = 0.0;
+  bool async = true;
+  int layers = 0;
+  std::vector<int> uploadsPerIteration;  // per layer
+  const double* losses[2] = {nullptr, nullptr};  // per-parity loss sums (rank 0 reads them)
+  int microbatches = 0;
+};
+
+struct OptimizerResult {
+  std::int64_t step = 0;
+  double gradNorm = 0.0;
+  double lr = 0.0;
+  double lossSum = 0.0;  // the iteration's summed token loss
+};
+
+class OptimizerWorker {
+ public:
+  OptimizerWorker(std::vector<OptimTensor> tensors, Fences& fences, OptimizerOptions options, int localRank,
+                  int localSize, MPI_Comm nodeComm);
+  ~OptimizerWorker();
+
+  void enqueue(std::int64_t step);
+  // Blocks until `step` is done; rethrows the thread's error.
+  OptimizerResult waitFor(std::int64_t step);
+  // Results finished since the last call, in order.
+  std::vector<OptimizerResult> poll();
+  // Copies this rank's slice of every master into the weights (after the last step).
+  void publishMasters();
+
+ private:
+  void loop();
+  OptimizerResult runStep(std::int64_t t);
+  void copyMasters(std::int64_t t, bool waitForUploads);
+
+  std::vector<OptimTensor> tensors_;
+  Fences& fences_;
+  OptimizerOptions options_;
+  int rank_, ranks_;
+  MPI_Comm comm_ = MPI_COMM_NULL;  // a duplicate of the node communicator, used only by this thread
+  std::vector<std::pair<std::size_t, std::size_t>> slices_;
+  std::vector<std::vector<float>> grads_;  // this rank's slice of each trainable tensor's gradient
+  optim::AdamW adamw_;
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::int64_t> queue_;
+  std::vector<OptimizerResult> done_;
+  std::size_t polled_ = 0;
+  std::exception_ptr error_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace rp::engine
