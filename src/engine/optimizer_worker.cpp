@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "common/error.h"
 #include "common/log.h"
 #include "world/mpi_session.h"
@@ -112,9 +114,13 @@ void OptimizerWorker::copyMasters(std::int64_t t, bool waitForUploads) {
 OptimizerResult OptimizerWorker::runStep(std::int64_t t) {
   OptimizerResult result;
   result.step = t;
-  if (options_.async) copyMasters(t, /*waitForUploads=*/true);  // the next iteration runs on W_t
+  if (options_.async) {
+    trace::Timeline::Scope span(options_.timeline, "copy master -> weights", "optimizer", 1);
+    copyMasters(t, /*waitForUploads=*/true);  // the next iteration runs on W_t
+  }
 
   // Gradients, deepest layer first, as each layer's download lands.
+  std::optional<trace::Timeline::Scope> gradSpan(std::in_place, options_.timeline, "take gradients", "optimizer", 1);
   std::vector<bool> started(tensors_.size(), false);
   for (int l = options_.layers - 1; l >= 0; --l) {
     fences_.waitDownloads(l, t + 1);
@@ -136,6 +142,8 @@ OptimizerResult OptimizerWorker::runStep(std::int64_t t) {
     fences_.setConsumed(l, rank_, t + 1);
   }
 
+  gradSpan.reset();
+  trace::Timeline::Scope updateSpan(options_.timeline, fmt::format("AdamW step {}", t + 1), "optimizer", 1);
   double sumSq = 0.0;
   for (const auto& grad : grads_) {
     for (float g : grad) sumSq += static_cast<double>(g) * g;

@@ -22,6 +22,7 @@
 #include "engine/fences.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
+#include "trace/timeline.h"
 
 namespace rp::engine {
 
@@ -44,6 +45,7 @@ struct OptimizerOptions {
   std::vector<int> uploadsPerIteration;  // per layer
   const double* losses[2] = {nullptr, nullptr};  // per-parity loss sums (rank 0 reads them)
   int microbatches = 0;
+  trace::Timeline* timeline = nullptr;  // optional: spans on thread 1
 };
 
 struct OptimizerResult {

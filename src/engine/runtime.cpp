@@ -17,6 +17,7 @@
 #include "model/lora.h"
 #include "train/batch.h"
 #include "train/sample.h"
+#include "trace/bubbles.h"
 #include "trace/progress.h"
 
 namespace rp::engine {
@@ -122,6 +123,11 @@ void PipelineRuntime::buildStore() {
   const auto& c = config_;
   const int L = model_->layerCount();
   const auto& id = session_.identity();
+  // One time origin for the node (the monotonic clock is shared by its processes).
+  std::int64_t origin = trace::Timeline::Clock::now().time_since_epoch().count();
+  checkMpi(MPI_Bcast(&origin, 1, MPI_INT64_T, 0, session_.node()), "MPI_Bcast(trace origin)");
+  timeline_ = std::make_unique<trace::Timeline>(
+      rank_, trace::Timeline::Clock::time_point(trace::Timeline::Clock::duration(origin)));
   memory::StoreLayout layout;
   for (const auto& t : model_->tensors()) {
     const std::size_t bytes = static_cast<std::size_t>(t.local.numel()) * sizeof(float);
@@ -178,6 +184,7 @@ void PipelineRuntime::buildStore() {
   options.losses[0] = store_->doubles(lossRegion(0));
   options.losses[1] = store_->doubles(lossRegion(1));
   options.microbatches = static_cast<int>(c.train.microbatches);
+  options.timeline = timeline_.get();
   optimizer_ = std::make_unique<OptimizerWorker>(std::move(tensors), *fences_, std::move(options), id.localRank,
                                                  id.localSize, session_.node());
 }
@@ -197,7 +204,11 @@ torch::Tensor PipelineRuntime::storeWeight(const std::string& name) const {
 // iteration t reads the weights the optimizer's copy of step t-1 published.
 void PipelineRuntime::upload(std::int64_t step, const schedule::Range& layers) {
   torch::NoGradGuard noGrad;
-  for (int l = layers.begin; l < layers.end; ++l) fences_->waitCopiedByAll(l, step);
+  {
+    trace::Timeline::Scope wait(timeline_.get(), "wait: weights published", "wait", 0);
+    for (int l = layers.begin; l < layers.end; ++l) fences_->waitCopiedByAll(l, step);
+  }
+  trace::Timeline::Scope span(timeline_.get(), fmt::format("upload {}-{}", layers.begin, layers.end - 1), "upload", 0);
   for (int l = layers.begin; l < layers.end; ++l) {
     for (int i : model_->tensorsOfLayer(l)) {
       auto& t = model_->tensors()[static_cast<std::size_t>(i)];
@@ -214,7 +225,11 @@ void PipelineRuntime::upload(std::int64_t step, const schedule::Range& layers) {
 // Note [Layer fences]: the slots are overwritten only after the optimizer took iteration t-1's gradients.
 void PipelineRuntime::download(std::int64_t step, const schedule::Range& layers) {
   torch::NoGradGuard noGrad;
-  for (int l = layers.begin; l < layers.end; ++l) fences_->waitConsumedByAll(l, step);
+  {
+    trace::Timeline::Scope wait(timeline_.get(), "wait: gradients taken", "wait", 0);
+    for (int l = layers.begin; l < layers.end; ++l) fences_->waitConsumedByAll(l, step);
+  }
+  trace::Timeline::Scope span(timeline_.get(), fmt::format("download {}-{}", layers.begin, layers.end - 1), "download", 0);
   std::vector<int> done;
   for (int l = layers.begin; l < layers.end; ++l) {
     for (int i : model_->tensorsOfLayer(l)) {
@@ -255,12 +270,16 @@ void PipelineRuntime::runJob(std::int64_t step, std::int64_t k, const schedule::
   const double norm = 1.0 / static_cast<double>(std::max<std::int64_t>(1, data.targets));
   for (int mb = 0; mb < config_.train.microbatches; ++mb) {
     if (hasPrev && prevWorker != rank_) {
+      trace::Timeline::Scope wait(timeline_.get(), fmt::format("wait: job {} mb {}", k - 1, mb), "wait", 0);
       control::waitReady(session_.world(), prevWorker, {control::kProtocolVersion, static_cast<std::uint32_t>(mb), step, k - 1},
                          config_.pipeline.stallTimeoutSeconds);
     }
     const model::Batch& batch = data.batches[static_cast<std::size_t>(mb)];
     const model::AttentionContext& ctx = data.contexts[static_cast<std::size_t>(mb)];
     const int a = job.layers.begin, b = job.layers.end;
+    trace::Timeline::Scope compute(
+        timeline_.get(), fmt::format("{} {}-{} mb {} (step {})", schedule::jobKindName(job.kind), a, b - 1, mb, step + 1),
+        "compute", 0);
     switch (job.kind) {
       case schedule::JobKind::kForward: {
         torch::NoGradGuard noGrad;
@@ -327,6 +346,28 @@ void PipelineRuntime::step(std::int64_t step) {
   if (!c.optim.async) optimizer_->waitFor(step);
 }
 
+void PipelineRuntime::finishTrace() {
+  const std::filesystem::path dir = std::filesystem::path(config_.output.dir) / "trace";
+  std::filesystem::create_directories(dir);
+  const std::string mine = (dir / fmt::format("rank{}.json", rank_)).string();
+  std::ofstream(mine) << timeline_->toJson() << '\n';
+  const trace::WorkerActivity a = trace::activityOf(timeline_->spans(), 0);
+  std::int64_t local[3] = {a.busyUs, a.firstUs, a.lastUs};
+  std::vector<std::int64_t> all(static_cast<std::size_t>(3 * workers_));
+  checkMpi(MPI_Gather(local, 3, MPI_INT64_T, all.data(), 3, MPI_INT64_T, 0, session_.world()), "MPI_Gather(activity)");
+  if (rank_ != 0) return;
+  std::vector<trace::WorkerActivity> workers;
+  std::vector<std::string> files;
+  for (int r = 0; r < workers_; ++r) {
+    workers.push_back({all[3 * r], all[3 * r + 1], all[3 * r + 2]});
+    files.push_back((dir / fmt::format("rank{}.json", r)).string());
+  }
+  const std::string merged = (std::filesystem::path(config_.output.dir) / "trace.json").string();
+  trace::mergeTraces(files, merged);
+  RP_LOG_INFO("bubble report ({} workers; timeline in {}):\n{}", workers_, merged,
+              trace::bubbleReport(workers).table());
+}
+
 std::string PipelineRuntime::sample(const std::string& prompt) {
   upload(-1, {0, model_->layerCount()});
   return train::greedySample(model_->model(), *tokenizer_, prompt, config_.output.sampleTokens);
@@ -383,6 +424,7 @@ std::vector<trace::StepMetrics> PipelineRuntime::run() {
   checkMpi(MPI_Barrier(session_.node()), "MPI_Barrier(optimizer done)");
   optimizer_->publishMasters();
   checkMpi(MPI_Barrier(session_.node()), "MPI_Barrier(final weights)");
+  finishTrace();
   if (rank_ == 0) {
     progress.reset();
     RP_LOG_INFO("metrics written to {}", metrics->path());

@@ -24,6 +24,7 @@
 #include "schedule/dispatch.h"
 #include "schedule/plan.h"
 #include "trace/metrics.h"
+#include "trace/timeline.h"
 #include "world/mpi_session.h"
 
 namespace rp::engine {
@@ -54,6 +55,8 @@ class PipelineRuntime {
   void download(std::int64_t step, const schedule::Range& layers);
   torch::Tensor storeTensor(const std::string& region, at::IntArrayRef shape) const;
   std::string sample(const std::string& prompt);
+  // Writes this rank's trace, and on rank 0 the merged trace and the bubble report.
+  void finishTrace();
 
   config::RunConfig config_;
   const MpiSession& session_;
@@ -66,6 +69,7 @@ class PipelineRuntime {
   schedule::Plan plan_;
   std::int64_t counter_ = 0;  // round-robin dispatch counter, continued across steps
   std::int64_t rowsPerMicrobatch_ = 0;
+  std::unique_ptr<trace::Timeline> timeline_;
   std::unique_ptr<Fences> fences_;
   std::unique_ptr<OptimizerWorker> optimizer_;
   std::vector<StepSize> stepSizes_;

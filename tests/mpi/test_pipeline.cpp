@@ -1,6 +1,10 @@
 // The pipeline runtime under real mpiexec: with a fixed microbatch count, W workers give the per-step losses
 // of the single-process trainer (within 1e-6 relative) and its weights after 5 steps (within 1e-5).
 #include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <nlohmann/json.hpp>
 
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -84,6 +88,18 @@ TEST_P(Equivalence, LossesAndWeightsEqualTheSingleProcessTrainer) {
   PipelineRuntime& runtime = *runtimePtr;
   if (worldRank() != 0) return;
   ASSERT_EQ(metrics.size(), 5u);
+
+  // The merged timeline has every rank's compute and optimizer spans.
+  const auto trace = nlohmann::json::parse(std::ifstream(scratch(c.name + "-pipe") + "/trace.json"));
+  std::set<int> computeRanks, optimizerRanks;
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.value("cat", "") == "compute") computeRanks.insert(e.at("pid").get<int>());
+    if (e.value("cat", "") == "optimizer") optimizerRanks.insert(e.at("pid").get<int>());
+  }
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  EXPECT_EQ(static_cast<int>(optimizerRanks.size()), size);
+  EXPECT_GE(computeRanks.size(), std::min<std::size_t>(static_cast<std::size_t>(size), 4u));
 
   auto refSets = baseConfig(c, *fixtures, scratch(c.name + "-ref"));
   train::Trainer reference(config::loadRunConfig("", refSets));

@@ -1,0 +1,61 @@
+#include "trace/timeline.h"
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+
+namespace rp::trace {
+
+std::int64_t Timeline::nowUs() const {
+  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - origin_).count();
+}
+
+void Timeline::record(Span span) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  spans_.push_back(std::move(span));
+}
+
+std::vector<Span> Timeline::spans() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return spans_;
+}
+
+std::string Timeline::toJson() const {
+  nlohmann::json events = nlohmann::json::array();
+  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", rank_}, {"args", {{"name", "rank " + std::to_string(rank_)}}}});
+  events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank_}, {"tid", 0}, {"args", {{"name", "worker"}}}});
+  events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank_}, {"tid", 1}, {"args", {{"name", "optimizer"}}}});
+  for (const auto& s : spans()) {
+    events.push_back({{"name", s.name}, {"cat", s.category}, {"ph", "X"}, {"pid", rank_}, {"tid", s.thread},
+                      {"ts", s.startUs}, {"dur", s.durationUs}});
+  }
+  return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
+}
+
+Timeline::Scope::Scope(Timeline* timeline, std::string name, std::string category, int thread) : timeline_(timeline) {
+  if (timeline_ == nullptr) return;
+  span_ = Span{std::move(name), std::move(category), thread, timeline_->nowUs(), 0};
+}
+
+Timeline::Scope::~Scope() {
+  if (timeline_ == nullptr) return;
+  span_.durationUs = timeline_->nowUs() - span_.startUs;
+  timeline_->record(std::move(span_));
+}
+
+void mergeTraces(const std::vector<std::string>& inputs, const std::string& output) {
+  nlohmann::json events = nlohmann::json::array();
+  for (const auto& path : inputs) {
+    std::ifstream in(path);
+    if (!in) RP_THROW(SystemError, "{}: cannot read a rank's trace", path);
+    const auto j = nlohmann::json::parse(in);
+    for (const auto& e : j.at("traceEvents")) events.push_back(e);
+  }
+  std::ofstream out(output);
+  out << nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() << '\n';
+  if (!out) RP_THROW(SystemError, "{}: write failed", output);
+}
+
+}  // namespace rp::trace

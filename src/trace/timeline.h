@@ -1,0 +1,58 @@
+// A per-rank timeline of what each thread did, written as Chrome-trace JSON (chrome://tracing, Perfetto):
+// one process per rank, thread 0 the worker, thread 1 the optimizer. Times are microseconds of the node's
+// monotonic clock since a common origin, so the ranks of a node line up.
+// Thread-safety: record() may be called from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace rp::trace {
+
+struct Span {
+  std::string name;
+  std::string category;  // compute | upload | download | wait | optimizer
+  int thread = 0;
+  std::int64_t startUs = 0;
+  std::int64_t durationUs = 0;
+};
+
+class Timeline {
+ public:
+  using Clock = std::chrono::steady_clock;
+  Timeline(int rank, Clock::time_point origin) : rank_(rank), origin_(origin) {}
+
+  std::int64_t nowUs() const;
+  void record(Span span);
+  std::vector<Span> spans() const;
+  // {"traceEvents": [...]} for this rank alone.
+  std::string toJson() const;
+  int rank() const { return rank_; }
+
+  // RAII: records [construction, destruction) as one span.
+  class Scope {
+   public:
+    Scope(Timeline* timeline, std::string name, std::string category, int thread);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    Timeline* timeline_;
+    Span span_;
+  };
+
+ private:
+  int rank_;
+  Clock::time_point origin_;
+  mutable std::mutex mutex_;
+  std::vector<Span> spans_;
+};
+
+// Merges per-rank trace files (each {"traceEvents": [...]}) into one.
+void mergeTraces(const std::vector<std::string>& inputs, const std::string& output);
+
+}  // namespace rp::trace
