@@ -38,6 +38,7 @@ struct RunConfig {
     bool async;
   } optim;
   struct Pipeline {
+    std::string schedule;  // roundpipe | gpipe | 1f1b
     std::string plan;  // "auto" or counts (schedule::parsePlan)
     double memoryLimitGb;
     double stallTimeoutSeconds;

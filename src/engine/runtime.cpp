@@ -102,16 +102,26 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, const MpiSession& ses
 
   const int L = model_->layerCount();
   const LayerCosts costs = estimateCosts(*model_, c.train.seqLen * rowsPerMicrobatch_);
-  if (c.pipeline.plan == "auto") {
+  if (c.pipeline.schedule != "roundpipe") {
+    // Weights bound to workers: stage s on worker s, a contiguous partition balanced by the same costs.
+    if (c.pipeline.plan != "auto") {
+      RP_THROW(InputError, "pipeline.plan must be \"auto\" with pipeline.schedule = \"{}\" (one stage per worker)",
+               c.pipeline.schedule);
+    }
+    plan_ = schedule::balancedBoundPlan(costs.layers, workers_);
+  } else if (c.pipeline.plan == "auto") {
     const auto result = schedule::partition(costs.layers, {workers_, 1.1, c.pipeline.memoryLimitGb * 1e9});
     plan_ = result.plan;
   } else {
     plan_ = schedule::parsePlan(c.pipeline.plan, L, "pipeline.plan");
   }
   schedule::validate(plan_, L, "pipeline.plan");
+  checkpoint_.assign(static_cast<std::size_t>(L), false);
+  for (const auto& r : plan_.backward) checkpoint_[static_cast<std::size_t>(r.begin)] = true;
   if (rank_ == 0) {
-    RP_LOG_INFO("pipeline: {} workers, {} microbatches of {} rows, plan {} ({} stages)", workers_, c.train.microbatches,
-                rowsPerMicrobatch_, schedule::describe(plan_), plan_.stageCount());
+    RP_LOG_INFO("pipeline: schedule {}, {} workers, {} microbatches of {} rows, optimizer {}, plan {} ({} stages)",
+                c.pipeline.schedule, workers_, c.train.microbatches, rowsPerMicrobatch_, c.optim.async ? "async" : "sync",
+                schedule::describe(plan_), plan_.stageCount());
     RP_LOG_INFO("pipeline: predicted stage costs (GFLOP per microbatch) {}", describeStageCosts(plan_, costs));
   }
   buildStore();
@@ -180,7 +190,11 @@ void PipelineRuntime::buildStore() {
   options.gradClip = c.train.gradClip;
   options.async = c.optim.async;
   options.layers = L;
-  for (int l = 0; l < L; ++l) options.uploadsPerIteration.push_back(l >= plan_.fused.begin ? 1 : 2);
+  // A layer is uploaded by its forward and its backward job, once if it is in the fused stage, and once per
+  // iteration in 1F1B (the worker keeps its stage for both directions).
+  for (int l = 0; l < L; ++l) {
+    options.uploadsPerIteration.push_back(l >= plan_.fused.begin || c.pipeline.schedule == "1f1b" ? 1 : 2);
+  }
   options.losses[0] = store_->doubles(lossRegion(0));
   options.losses[1] = store_->doubles(lossRegion(1));
   options.microbatches = static_cast<int>(c.train.microbatches);
@@ -252,8 +266,9 @@ void PipelineRuntime::download(std::int64_t step, const schedule::Range& layers)
   for (int l = layers.begin; l < layers.end; ++l) fences_->addDownload(l);
 }
 
-void PipelineRuntime::runJob(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table,
-                             const StepData& data) {
+// One microbatch of job k: wait for job k-1's output of that microbatch, compute, tell job k+1's worker.
+void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table,
+                                    const StepData& data, int mb) {
   const schedule::Job& job = table.jobs[static_cast<std::size_t>(k)];
   const int L = model_->layerCount();
   const auto H = model_->model().config().hiddenSize;
@@ -261,64 +276,86 @@ void PipelineRuntime::runJob(std::int64_t step, std::int64_t k, const schedule::
   const bool hasPrev = k > 0, hasNext = k + 1 < static_cast<std::int64_t>(table.jobs.size());
   const int prevWorker = hasPrev ? table.jobs[static_cast<std::size_t>(k - 1)].worker : -1;
   const int nextWorker = hasNext ? table.jobs[static_cast<std::size_t>(k + 1)].worker : -1;
-  // Backward-stage starts whose input a forward stage checkpoints to the arena.
-  std::vector<bool> checkpoint(static_cast<std::size_t>(L), false);
-  for (const auto& r : plan_.backward) checkpoint[static_cast<std::size_t>(r.begin)] = true;
-
-  upload(step, job.layers);
-  model_->model().train();
   const double norm = 1.0 / static_cast<double>(std::max<std::int64_t>(1, data.targets));
-  for (int mb = 0; mb < config_.train.microbatches; ++mb) {
-    if (hasPrev && prevWorker != rank_) {
-      trace::Timeline::Scope wait(timeline_.get(), fmt::format("wait: job {} mb {}", k - 1, mb), "wait", 0);
-      control::waitReady(session_.world(), prevWorker, {control::kProtocolVersion, static_cast<std::uint32_t>(mb), step, k - 1},
-                         config_.pipeline.stallTimeoutSeconds);
+  if (hasPrev && prevWorker != rank_) {
+    trace::Timeline::Scope wait(timeline_.get(), fmt::format("wait: job {} mb {}", k - 1, mb), "wait", 0);
+    control::waitReady(session_.world(), prevWorker,
+                       {control::kProtocolVersion, static_cast<std::uint32_t>(mb), step, k - 1},
+                       config_.pipeline.stallTimeoutSeconds);
+  }
+  const model::Batch& batch = data.batches[static_cast<std::size_t>(mb)];
+  const model::AttentionContext& ctx = data.contexts[static_cast<std::size_t>(mb)];
+  const int a = job.layers.begin, b = job.layers.end;
+  trace::Timeline::Scope compute(
+      timeline_.get(), fmt::format("{} {}-{} mb {} (step {})", schedule::jobKindName(job.kind), a, b - 1, mb, step + 1),
+      "compute", 0);
+  switch (job.kind) {
+    case schedule::JobKind::kForward: {
+      torch::NoGradGuard noGrad;
+      torch::Tensor x = a == 0 ? torch::Tensor() : storeTensor(actRegion(step, a, mb), shape);
+      for (int l = a; l < b; ++l) {
+        if (l > a && checkpoint_[static_cast<std::size_t>(l)]) storeTensor(actRegion(step, l, mb), shape).copy_(x);
+        x = model_->forward(l, x, batch, ctx);
+      }
+      storeTensor(actRegion(step, b, mb), shape).copy_(x);
+      break;
     }
-    const model::Batch& batch = data.batches[static_cast<std::size_t>(mb)];
-    const model::AttentionContext& ctx = data.contexts[static_cast<std::size_t>(mb)];
-    const int a = job.layers.begin, b = job.layers.end;
-    trace::Timeline::Scope compute(
-        timeline_.get(), fmt::format("{} {}-{} mb {} (step {})", schedule::jobKindName(job.kind), a, b - 1, mb, step + 1),
-        "compute", 0);
-    switch (job.kind) {
-      case schedule::JobKind::kForward: {
-        torch::NoGradGuard noGrad;
-        torch::Tensor x = a == 0 ? torch::Tensor() : storeTensor(actRegion(step, a, mb), shape);
-        for (int l = a; l < b; ++l) {
-          if (l > a && checkpoint[static_cast<std::size_t>(l)]) storeTensor(actRegion(step, l, mb), shape).copy_(x);
-          x = model_->forward(l, x, batch, ctx);
-        }
-        storeTensor(actRegion(step, b, mb), shape).copy_(x);
-        break;
-      }
-      case schedule::JobKind::kFused: {
-        torch::Tensor input = a == 0 ? torch::Tensor()
-                                     : storeTensor(actRegion(step, a, mb), shape).clone().requires_grad_(true);
-        torch::Tensor x = input;
-        for (int l = a; l < L - 1; ++l) x = model_->forward(l, x, batch, ctx);
-        const model::LossSum loss = model_->loss(x, batch, config_.train.lossChunkTokens);
-        (loss.sum * norm).backward();
-        store_->doubles(lossRegion(step))[mb] = loss.sum.item<double>();
-        if (a > 0) storeTensor(gradActRegion(step, a, mb), shape).copy_(input.grad());
-        break;
-      }
-      case schedule::JobKind::kBackward: {
-        torch::Tensor input = a == 0 ? torch::Tensor()
-                                     : storeTensor(actRegion(step, a, mb), shape).clone().requires_grad_(true);
-        torch::Tensor x = input;
-        for (int l = a; l < b; ++l) x = model_->forward(l, x, batch, ctx);  // recompute (stage grain)
-        // A stage of frozen layers over the token ids (LoRA: the embedding) has nothing to differentiate.
-        if (x.requires_grad()) x.backward(storeTensor(gradActRegion(step, b, mb), shape));
-        if (a > 0) storeTensor(gradActRegion(step, a, mb), shape).copy_(input.grad());
-        break;
-      }
+    case schedule::JobKind::kFused: {
+      torch::Tensor input = a == 0 ? torch::Tensor()
+                                   : storeTensor(actRegion(step, a, mb), shape).clone().requires_grad_(true);
+      torch::Tensor x = input;
+      for (int l = a; l < L - 1; ++l) x = model_->forward(l, x, batch, ctx);
+      const model::LossSum loss = model_->loss(x, batch, config_.train.lossChunkTokens);
+      (loss.sum * norm).backward();
+      store_->doubles(lossRegion(step))[mb] = loss.sum.item<double>();
+      if (a > 0) storeTensor(gradActRegion(step, a, mb), shape).copy_(input.grad());
+      break;
     }
-    if (hasNext && nextWorker != rank_) {
-      control::sendReady(session_.world(), nextWorker, {control::kProtocolVersion, static_cast<std::uint32_t>(mb), step, k});
+    case schedule::JobKind::kBackward: {
+      torch::Tensor input = a == 0 ? torch::Tensor()
+                                   : storeTensor(actRegion(step, a, mb), shape).clone().requires_grad_(true);
+      torch::Tensor x = input;
+      for (int l = a; l < b; ++l) x = model_->forward(l, x, batch, ctx);  // recompute (stage grain)
+      // A stage of frozen layers over the token ids (LoRA: the embedding) has nothing to differentiate.
+      if (x.requires_grad()) x.backward(storeTensor(gradActRegion(step, b, mb), shape));
+      if (a > 0) storeTensor(gradActRegion(step, a, mb), shape).copy_(input.grad());
+      break;
     }
   }
+  if (hasNext && nextWorker != rank_) {
+    control::sendReady(session_.world(), nextWorker, {control::kProtocolVersion, static_cast<std::uint32_t>(mb), step, k});
+  }
+}
+
+// A stage job (roundpipe, gpipe): upload, every microbatch back to back, download.
+void PipelineRuntime::runJob(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table,
+                             const StepData& data) {
+  const schedule::Job& job = table.jobs[static_cast<std::size_t>(k)];
+  upload(step, job.layers);
+  model_->model().train();
+  for (int mb = 0; mb < config_.train.microbatches; ++mb) runMicrobatch(step, k, table, data, mb);
   if (job.kind != schedule::JobKind::kForward) download(step, job.layers);
   if (job.kind == schedule::JobKind::kFused) fences_->setFusedDone(step + 1);
+}
+
+// 1F1B (weights bound: this worker owns one stage): upload once, then the worker's forward and backward
+// microbatches in 1F1B order (schedule::oneFOneBOrder), then download.
+void PipelineRuntime::runOneFOneB(std::int64_t step, const schedule::DispatchTable& table, const StepData& data) {
+  std::vector<std::int64_t> mine;
+  for (std::size_t k = 0; k < table.jobs.size(); ++k) {
+    if (table.jobs[k].worker == rank_) mine.push_back(static_cast<std::int64_t>(k));
+  }
+  if (mine.empty()) return;
+  const schedule::Range layers = table.jobs[static_cast<std::size_t>(mine.front())].layers;
+  upload(step, layers);
+  model_->model().train();
+  for (const auto& op : schedule::oneFOneBOrder(table, rank_, static_cast<int>(config_.train.microbatches))) {
+    runMicrobatch(step, op.job, table, data, op.microbatch);
+  }
+  download(step, layers);
+  for (std::int64_t k : mine) {
+    if (table.jobs[static_cast<std::size_t>(k)].kind == schedule::JobKind::kFused) fences_->setFusedDone(step + 1);
+  }
 }
 
 void PipelineRuntime::step(std::int64_t step) {
@@ -336,10 +373,19 @@ void PipelineRuntime::step(std::int64_t step) {
     data.batches.push_back(train::toBatch(rows, begin, begin + static_cast<std::size_t>(rowsPerMicrobatch_)));
     data.contexts.push_back(model_->model().rotary().context(data.batches.back(), torch::kFloat));
   }
-  const schedule::DispatchTable table = schedule::dispatch(plan_, workers_, counter_);
-  counter_ = table.counterEnd;
-  for (std::size_t k = 0; k < table.jobs.size(); ++k) {
-    if (table.jobs[k].worker == rank_) runJob(step, static_cast<std::int64_t>(k), table, data);
+  schedule::DispatchTable table;
+  if (c.pipeline.schedule == "roundpipe") {
+    table = schedule::dispatch(plan_, workers_, counter_);
+    counter_ = table.counterEnd;
+  } else {
+    table = schedule::dispatchBound(plan_, workers_);
+  }
+  if (c.pipeline.schedule == "1f1b") {
+    runOneFOneB(step, table, data);
+  } else {
+    for (std::size_t k = 0; k < table.jobs.size(); ++k) {
+      if (table.jobs[k].worker == rank_) runJob(step, static_cast<std::int64_t>(k), table, data);
+    }
   }
   optimizer_->enqueue(step);
   // sync: the next iteration starts from W_{t+1}; async: it starts as soon as the fences allow.

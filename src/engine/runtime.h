@@ -50,6 +50,9 @@ class PipelineRuntime {
   void buildStore();
   void step(std::int64_t step);
   void runJob(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table, const StepData& data);
+  void runMicrobatch(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table, const StepData& data,
+                     int mb);
+  void runOneFOneB(std::int64_t step, const schedule::DispatchTable& table, const StepData& data);
   // step < 0: outside training (sampling), no fences.
   void upload(std::int64_t step, const schedule::Range& layers);
   void download(std::int64_t step, const schedule::Range& layers);
@@ -67,6 +70,7 @@ class PipelineRuntime {
   std::unique_ptr<PipelineModel> model_;
   std::unique_ptr<memory::NodeStore> store_;
   schedule::Plan plan_;
+  std::vector<bool> checkpoint_;  // layers whose input a forward stage saves (backward-stage starts)
   std::int64_t counter_ = 0;  // round-robin dispatch counter, continued across steps
   std::int64_t rowsPerMicrobatch_ = 0;
   std::unique_ptr<trace::Timeline> timeline_;

@@ -1,5 +1,7 @@
 #include "schedule/dispatch.h"
 
+#include <algorithm>
+
 #include "common/error.h"
 
 namespace rp::schedule {
@@ -26,6 +28,47 @@ DispatchTable dispatch(const Plan& plan, int workers, std::int64_t counterStart)
   for (std::size_t s = 0; s < plan.backward.size(); ++s) add(JobKind::kBackward, static_cast<int>(s), plan.backward[s]);
   table.counterEnd = k;
   return table;
+}
+
+DispatchTable dispatchBound(const Plan& plan, int workers) {
+  const int stages = static_cast<int>(plan.forward.size()) + 1;
+  if (stages != workers || plan.backward.size() != plan.forward.size()) {
+    RP_THROW(InputError, "a schedule with weights bound to workers needs one stage per worker: {} workers, plan {}",
+             workers, describe(plan));
+  }
+  DispatchTable table;
+  for (int s = 0; s < stages - 1; ++s) table.jobs.push_back({JobKind::kForward, s, plan.forward[static_cast<std::size_t>(s)], s});
+  table.jobs.push_back({JobKind::kFused, 0, plan.fused, workers - 1});
+  for (int b = 0; b < stages - 1; ++b) {
+    table.jobs.push_back({JobKind::kBackward, b, plan.backward[static_cast<std::size_t>(b)], workers - 2 - b});
+  }
+  return table;
+}
+
+std::vector<MicrobatchOp> oneFOneBOrder(const DispatchTable& table, int worker, int microbatches) {
+  std::int64_t forward = -1, backward = -1, fused = -1;
+  for (std::size_t k = 0; k < table.jobs.size(); ++k) {
+    const Job& job = table.jobs[k];
+    if (job.worker != worker) continue;
+    if (job.kind == JobKind::kForward) forward = static_cast<std::int64_t>(k);
+    if (job.kind == JobKind::kBackward) backward = static_cast<std::int64_t>(k);
+    if (job.kind == JobKind::kFused) fused = static_cast<std::int64_t>(k);
+  }
+  std::vector<MicrobatchOp> ops;
+  if (fused >= 0) {
+    for (int m = 0; m < microbatches; ++m) ops.push_back({fused, m});
+    return ops;
+  }
+  if (forward < 0) return ops;
+  const int workers = static_cast<int>(table.jobs.size() + 1) / 2;
+  const int warmup = std::min(workers - 1 - worker, microbatches);
+  for (int m = 0; m < warmup; ++m) ops.push_back({forward, m});
+  for (int i = 0; i < microbatches - warmup; ++i) {
+    ops.push_back({forward, warmup + i});
+    ops.push_back({backward, i});
+  }
+  for (int m = microbatches - warmup; m < microbatches; ++m) ops.push_back({backward, m});
+  return ops;
 }
 
 }  // namespace rp::schedule

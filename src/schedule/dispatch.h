@@ -27,4 +27,17 @@ struct DispatchTable {
 
 DispatchTable dispatch(const Plan& plan, int workers, std::int64_t counterStart);
 
+// The baselines' assignment (weights bound to workers): the plan has one stage per worker — forward stage s
+// and the backward stage over the same layers on worker s, the fused (last) stage on worker N-1.
+DispatchTable dispatchBound(const Plan& plan, int workers);
+
+// 1F1B (PipeDream-flush) order of one worker's microbatch operations in a bound table: warm-up forwards
+// (N-1-w of them), then one forward and one backward alternately, then the remaining backwards; the last
+// worker runs its fused stage microbatch by microbatch.
+struct MicrobatchOp {
+  std::int64_t job;  // index into table.jobs
+  int microbatch;
+};
+std::vector<MicrobatchOp> oneFOneBOrder(const DispatchTable& table, int worker, int microbatches);
+
 }  // namespace rp::schedule

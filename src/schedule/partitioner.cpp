@@ -96,4 +96,46 @@ PartitionResult partition(const LayerCosts& c, const PartitionOptions& o) {
   return result;
 }
 
+Plan balancedBoundPlan(const LayerCosts& c, int stages) {
+  const int L = static_cast<int>(c.forward.size());
+  if (stages < 1 || stages > L) {
+    RP_THROW(InputError, "{} stages cannot split {} layers into contiguous non-empty stages", stages, L);
+  }
+  std::vector<double> prefix(static_cast<std::size_t>(L) + 1, 0.0);
+  for (int l = 0; l < L; ++l) {
+    prefix[static_cast<std::size_t>(l) + 1] =
+        prefix[static_cast<std::size_t>(l)] + c.forward[static_cast<std::size_t>(l)] + c.backward[static_cast<std::size_t>(l)];
+  }
+  const double inf = std::numeric_limits<double>::infinity();
+  // best[s][l]: the smallest possible largest-stage cost splitting layers [0, l) into s stages.
+  std::vector<std::vector<double>> best(static_cast<std::size_t>(stages) + 1, std::vector<double>(static_cast<std::size_t>(L) + 1, inf));
+  std::vector<std::vector<int>> cut(best.size(), std::vector<int>(static_cast<std::size_t>(L) + 1, 0));
+  best[0][0] = 0.0;
+  for (int s = 1; s <= stages; ++s) {
+    for (int l = s; l <= L; ++l) {
+      for (int j = s - 1; j < l; ++j) {
+        const double v = std::max(best[static_cast<std::size_t>(s - 1)][static_cast<std::size_t>(j)],
+                                  prefix[static_cast<std::size_t>(l)] - prefix[static_cast<std::size_t>(j)]);
+        if (v < best[static_cast<std::size_t>(s)][static_cast<std::size_t>(l)]) {
+          best[static_cast<std::size_t>(s)][static_cast<std::size_t>(l)] = v;
+          cut[static_cast<std::size_t>(s)][static_cast<std::size_t>(l)] = j;
+        }
+      }
+    }
+  }
+  std::vector<Range> ranges(static_cast<std::size_t>(stages));
+  int end = L;
+  for (int s = stages; s >= 1; --s) {
+    const int begin = cut[static_cast<std::size_t>(s)][static_cast<std::size_t>(end)];
+    ranges[static_cast<std::size_t>(s) - 1] = {begin, end};
+    end = begin;
+  }
+  Plan plan;
+  plan.forward.assign(ranges.begin(), ranges.end() - 1);
+  plan.fused = ranges.back();
+  plan.backward.assign(plan.forward.rbegin(), plan.forward.rend());
+  validate(plan, L, "balanced plan");
+  return plan;
+}
+
 }  // namespace rp::schedule

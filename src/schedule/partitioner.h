@@ -36,4 +36,9 @@ struct PartitionResult {
 
 PartitionResult partition(const LayerCosts& costs, const PartitionOptions& options);
 
+// For the baselines (gpipe, 1f1b): `stages` contiguous stages over all layers minimising the largest
+// stage's forward + backward cost (exact dynamic programming), as a plan whose forward stages are the
+// first stages-1, whose fused stage is the last, and whose backward stages mirror the forward ones.
+Plan balancedBoundPlan(const LayerCosts& costs, int stages);
+
 }  // namespace rp::schedule

@@ -106,5 +106,26 @@ TEST(Dispatch, RoundRobinContinuesAcrossIterations) {
   EXPECT_EQ(second.jobs[5].worker, 11 % 4);
 }
 
+TEST(Baselines, BalancedBoundPlanAndOneFOneBOrder) {
+  LayerCosts c = uniform(6, 3.0);  // L = 8; the head costs three layers
+  const Plan p = balancedBoundPlan(c, 3);
+  ASSERT_EQ(p.forward.size(), 2u);
+  EXPECT_EQ(p.fused.end, 8);
+  EXPECT_EQ(p.backward.front(), p.forward.back());  // mirrored
+  EXPECT_LE(p.fused.size(), 2) << describe(p);       // the heavy head gets a short last stage
+  const auto table = dispatchBound(p, 3);
+  EXPECT_EQ(table.jobs[0].worker, 0);
+  EXPECT_EQ(table.jobs[2].kind, JobKind::kFused);
+  EXPECT_EQ(table.jobs[2].worker, 2);
+  EXPECT_EQ(table.jobs[3].worker, 1);  // backward of stage 1
+  EXPECT_EQ(table.jobs[4].worker, 0);
+  // Worker 0 of 3 with 4 microbatches: 2 warm-up forwards, then 1F1B, then 2 backwards.
+  const auto ops = oneFOneBOrder(table, 0, 4);
+  std::vector<std::pair<std::int64_t, int>> got;
+  for (const auto& op : ops) got.emplace_back(op.job, op.microbatch);
+  EXPECT_EQ(got, (std::vector<std::pair<std::int64_t, int>>{{0, 0}, {0, 1}, {0, 2}, {4, 0}, {0, 3}, {4, 1}, {4, 2}, {4, 3}}));
+  EXPECT_THROW(dispatchBound(p, 2), InputError);
+}
+
 }  // namespace
 }  // namespace rp::schedule
