@@ -17,56 +17,42 @@ std::size_t sequenceLength(unsigned char lead) {
 
 namespace {
 
+// The well-formed UTF-8 rule for a sequence starting with `lead` (Unicode Table 3-7): its length and the
+// allowed range of its second byte; length 0 for bytes that cannot start a sequence.
+struct LeadRule {
+  std::size_t length;
+  int low, high;
+};
+
+LeadRule leadRule(unsigned char lead) {
+  if (lead < 0x80) return {1, 0, 0};
+  if (lead >= 0xC2 && lead <= 0xDF) return {2, 0x80, 0xBF};
+  if (lead >= 0xE0 && lead <= 0xEF) return {3, lead == 0xE0 ? 0xA0 : 0x80, lead == 0xED ? 0x9F : 0xBF};
+  if (lead >= 0xF0 && lead <= 0xF4) return {4, lead == 0xF0 ? 0x90 : 0x80, lead == 0xF4 ? 0x8F : 0xBF};
+  return {0, 0, 0};
+}
+
+// How many bytes from s[i] belong to a well-formed prefix of the sequence s[i] starts (at least 1).
+std::size_t wellFormedPrefix(std::string_view s, std::size_t i, const LeadRule& rule) {
+  std::size_t k = 1;
+  for (; k < rule.length && i + k < s.size(); ++k) {
+    const auto b = static_cast<unsigned char>(s[i + k]);
+    if (b < (k == 1 ? rule.low : 0x80) || b > (k == 1 ? rule.high : 0xBF)) break;
+  }
+  return k;
+}
+
 // Length of the valid UTF-8 sequence at s[i], or 0 when it is not one (overlongs and surrogates rejected).
 std::size_t validSequenceAt(std::string_view s, std::size_t i) {
-  const auto b0 = static_cast<unsigned char>(s[i]);
-  if (b0 < 0x80) return 1;
-  std::size_t len = 0;
-  unsigned char lo = 0x80, hi = 0xBF;
-  if (b0 >= 0xC2 && b0 <= 0xDF) {
-    len = 2;
-  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    len = 3;
-    if (b0 == 0xE0) lo = 0xA0;
-    if (b0 == 0xED) hi = 0x9F;
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    len = 4;
-    if (b0 == 0xF0) lo = 0x90;
-    if (b0 == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  if (i + len > s.size()) return 0;
-  for (std::size_t k = 1; k < len; ++k) {
-    const auto b = static_cast<unsigned char>(s[i + k]);
-    if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) return 0;
-  }
-  return len;
+  const LeadRule rule = leadRule(static_cast<unsigned char>(s[i]));
+  if (rule.length <= 1) return rule.length;
+  return wellFormedPrefix(s, i, rule) == rule.length ? rule.length : 0;
 }
 
 // How many bytes of an invalid sequence at s[i] form its maximal prefix (replaced by one U+FFFD).
 std::size_t invalidPrefixAt(std::string_view s, std::size_t i) {
-  const auto b0 = static_cast<unsigned char>(s[i]);
-  std::size_t len = 0;
-  unsigned char lo = 0x80, hi = 0xBF;
-  if (b0 >= 0xC2 && b0 <= 0xDF) len = 2;
-  else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    len = 3;
-    if (b0 == 0xE0) lo = 0xA0;
-    if (b0 == 0xED) hi = 0x9F;
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    len = 4;
-    if (b0 == 0xF0) lo = 0x90;
-    if (b0 == 0xF4) hi = 0x8F;
-  } else {
-    return 1;
-  }
-  std::size_t k = 1;
-  for (; k < len && i + k < s.size(); ++k) {
-    const auto b = static_cast<unsigned char>(s[i + k]);
-    if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) break;
-  }
-  return k;
+  const LeadRule rule = leadRule(static_cast<unsigned char>(s[i]));
+  return rule.length == 0 ? 1 : wellFormedPrefix(s, i, rule);
 }
 
 }  // namespace

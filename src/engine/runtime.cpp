@@ -12,11 +12,11 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "control/channel.h"
-#include "data/dataset.h"
 #include "engine/costs.h"
 #include "model/lora.h"
 #include "train/batch.h"
 #include "train/sample.h"
+#include "train/setup.h"
 #include "trace/bubbles.h"
 #include "trace/progress.h"
 
@@ -75,28 +75,12 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, const MpiSession& ses
   torch::manual_seed(static_cast<std::uint64_t>(c.train.seed));
 
   // Every rank holds a replica (its device memory on the CPU backend) and the same data stream.
-  std::shared_ptr<model::CausalLM> model;
-  if (c.model.randomInit) {
-    model = std::make_shared<model::CausalLM>(model::loadModelConfig(c.model.path), torch::kFloat);
-    model::initRandom(*model);
-  } else {
-    model = model::loadHfModel(c.model.path, torch::kFloat);
-  }
+  std::shared_ptr<model::CausalLM> model = train::loadModelFor(c, torch::kFloat);
   std::vector<model::NamedTensor> adapters;
   if (c.lora.rank > 0) adapters = model::attachLora(*model, {c.lora.rank, c.lora.alpha, c.lora.dropout, c.lora.targets});
   model_ = std::make_unique<PipelineModel>(model, adapters);
   tokenizer_ = std::make_unique<data::Tokenizer>(data::Tokenizer::fromFile(c.model.tokenizer));
-  data::DatasetOptions d;
-  d.paths = c.data.paths;
-  d.format = c.data.format;
-  d.sampleBy = c.data.sampleBy;
-  d.chatTemplate = c.data.chatTemplate;
-  d.addBos = c.data.addBos;
-  d.addEos = c.data.addEos;
-  d.skipBadRecords = c.data.skipBadRecords;
-  d.bosId = static_cast<std::int32_t>(model->config().bosTokenId);
-  d.eosId = static_cast<std::int32_t>(model->config().eosTokenId);
-  corpus_ = data::loadDataset(d, *tokenizer_);
+  corpus_ = train::loadCorpusFor(c, model->config(), *tokenizer_);
   packer_ = std::make_unique<data::Packer>(corpus_, c.train.seqLen, static_cast<std::uint64_t>(c.train.seed));
   rowsPerMicrobatch_ = c.train.globalBatch / c.train.microbatches;
 

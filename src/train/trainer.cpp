@@ -10,11 +10,11 @@
 #include "common/env.h"
 #include "common/error.h"
 #include "common/log.h"
-#include "data/dataset.h"
 #include "model/lora.h"
 #include "optim/grad_clip.h"
 #include "train/batch.h"
 #include "train/sample.h"
+#include "train/setup.h"
 #include "trace/progress.h"
 
 namespace rp::train {
@@ -34,14 +34,7 @@ Trainer::Trainer(config::RunConfig config) : config_(std::move(config)), dtype_(
   if (threads > 0) torch::set_num_threads(static_cast<int>(threads));
   torch::manual_seed(static_cast<std::uint64_t>(c.train.seed));
 
-  if (c.model.randomInit) {
-    model_ = std::make_shared<model::CausalLM>(model::loadModelConfig(c.model.path), dtype_);
-    model::initRandom(*model_);
-    RP_LOG_INFO("{}: model.init = random: training from scratch (initializer_range {})", c.model.path,
-                model_->config().initializerRange);
-  } else {
-    model_ = model::loadHfModel(c.model.path, dtype_);
-  }
+  model_ = loadModelFor(c, dtype_);
   tokenizer_ = std::make_unique<data::Tokenizer>(data::Tokenizer::fromFile(c.model.tokenizer));
 
   if (c.lora.rank > 0) {
@@ -70,17 +63,7 @@ Trainer::Trainer(config::RunConfig config) : config_(std::move(config)), dtype_(
                                                                           c.precision.growthInterval});
   }
 
-  data::DatasetOptions d;
-  d.paths = c.data.paths;
-  d.format = c.data.format;
-  d.sampleBy = c.data.sampleBy;
-  d.chatTemplate = c.data.chatTemplate;
-  d.addBos = c.data.addBos;
-  d.addEos = c.data.addEos;
-  d.skipBadRecords = c.data.skipBadRecords;
-  d.bosId = static_cast<std::int32_t>(model_->config().bosTokenId);
-  d.eosId = static_cast<std::int32_t>(model_->config().eosTokenId);
-  corpus_ = data::loadDataset(d, *tokenizer_);
+  corpus_ = loadCorpusFor(c, model_->config(), *tokenizer_);
   packer_ = std::make_unique<data::Packer>(corpus_, c.train.seqLen, static_cast<std::uint64_t>(c.train.seed));
 }
 

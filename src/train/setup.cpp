@@ -1,0 +1,32 @@
+#include "train/setup.h"
+
+#include "common/log.h"
+#include "data/dataset.h"
+
+namespace rp::train {
+
+std::shared_ptr<model::CausalLM> loadModelFor(const config::RunConfig& c, torch::ScalarType dtype) {
+  if (!c.model.randomInit) return model::loadHfModel(c.model.path, dtype);
+  auto model = std::make_shared<model::CausalLM>(model::loadModelConfig(c.model.path), dtype);
+  model::initRandom(*model);
+  RP_LOG_INFO("{}: model.init = random: training from scratch (initializer_range {})", c.model.path,
+              model->config().initializerRange);
+  return model;
+}
+
+data::TokenizedCorpus loadCorpusFor(const config::RunConfig& c, const model::ModelConfig& model,
+                                    const data::Tokenizer& tokenizer) {
+  data::DatasetOptions d;
+  d.paths = c.data.paths;
+  d.format = c.data.format;
+  d.sampleBy = c.data.sampleBy;
+  d.chatTemplate = c.data.chatTemplate;
+  d.addBos = c.data.addBos;
+  d.addEos = c.data.addEos;
+  d.skipBadRecords = c.data.skipBadRecords;
+  d.bosId = static_cast<std::int32_t>(model.bosTokenId);
+  d.eosId = static_cast<std::int32_t>(model.eosTokenId);
+  return data::loadDataset(d, tokenizer);
+}
+
+}  // namespace rp::train

@@ -1,0 +1,20 @@
+// What the single-process trainer and the pipeline runtime set up the same way from a run config.
+#pragma once
+
+#include <memory>
+
+#include "config/run_config.h"
+#include "data/corpus.h"
+#include "data/tokenizer.h"
+#include "model/causal_lm.h"
+
+namespace rp::train {
+
+// model.init = pretrained: the checkpoint's weights; random: transformers' initialisation (seeded by the caller).
+std::shared_ptr<model::CausalLM> loadModelFor(const config::RunConfig& config, torch::ScalarType dtype);
+
+// data.* with the model's BOS/EOS ids.
+data::TokenizedCorpus loadCorpusFor(const config::RunConfig& config, const model::ModelConfig& model,
+                              const data::Tokenizer& tokenizer);
+
+}  // namespace rp::train
