@@ -76,6 +76,7 @@ RunConfig buildRunConfig(Values v) {
   c.optim.async = oneOf(v, "optim.mode", {"sync", "async"}) == "async";
 
   c.pipeline.schedule = oneOf(v, "pipeline.schedule", {"roundpipe", "gpipe", "1f1b"});
+  c.pipeline.recompute = oneOf(v, "pipeline.recompute", {"stage", "layer"});
   c.pipeline.plan = v.getString("pipeline.plan");
   c.pipeline.memoryLimitGb = inRange(v, "pipeline.memory_limit_gb", 0.0, 1e9, false);
   c.pipeline.stallTimeoutSeconds = inRange(v, "pipeline.stall_timeout_s", 0.001, 1e9, false);

@@ -39,6 +39,7 @@ struct RunConfig {
   } optim;
   struct Pipeline {
     std::string schedule;  // roundpipe | gpipe | 1f1b
+    std::string recompute;  // stage | layer
     std::string plan;  // "auto" or counts (schedule::parsePlan)
     double memoryLimitGb;
     double stallTimeoutSeconds;

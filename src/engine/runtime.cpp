@@ -100,8 +100,13 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, const MpiSession& ses
     plan_ = schedule::parsePlan(c.pipeline.plan, L, "pipeline.plan");
   }
   schedule::validate(plan_, L, "pipeline.plan");
-  checkpoint_.assign(static_cast<std::size_t>(L), false);
+  // Stage grain checkpoints the input of every backward stage; layer grain the input of every layer.
+  checkpoint_.assign(static_cast<std::size_t>(L), c.pipeline.recompute == "layer");
   for (const auto& r : plan_.backward) checkpoint_[static_cast<std::size_t>(r.begin)] = true;
+  if (c.lora.rank > 0 && c.lora.dropout > 0) {
+    RP_THROW(InputError, "lora.dropout = {}: the pipeline runtime recomputes activations and does not yet replay "
+             "dropout's random state; use lora.dropout = 0 with more than one worker", c.lora.dropout);
+  }
   if (rank_ == 0) {
     RP_LOG_INFO("pipeline: schedule {}, {} workers, {} microbatches of {} rows, optimizer {}, plan {} ({} stages)",
                 c.pipeline.schedule, workers_, c.train.microbatches, rowsPerMicrobatch_, c.optim.async ? "async" : "sync",
@@ -296,6 +301,20 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
       break;
     }
     case schedule::JobKind::kBackward: {
+      if (config_.pipeline.recompute == "layer") {
+        // Layer grain: recompute and back-propagate one layer at a time from its checkpointed input, so only
+        // one layer's activations are alive.
+        torch::Tensor grad = storeTensor(gradActRegion(step, b, mb), shape);
+        for (int l = b - 1; l >= a; --l) {
+          torch::Tensor input =
+              l == 0 ? torch::Tensor() : storeTensor(actRegion(step, l, mb), shape).clone().requires_grad_(true);
+          torch::Tensor y = model_->forward(l, input, batch, ctx);
+          if (y.requires_grad()) y.backward(grad);
+          if (l > 0) grad = input.grad();
+        }
+        if (a > 0) storeTensor(gradActRegion(step, a, mb), shape).copy_(grad);
+        break;
+      }
       torch::Tensor input = a == 0 ? torch::Tensor()
                                    : storeTensor(actRegion(step, a, mb), shape).clone().requires_grad_(true);
       torch::Tensor x = input;
