@@ -77,6 +77,7 @@ RunConfig buildRunConfig(Values v) {
 
   c.pipeline.schedule = oneOf(v, "pipeline.schedule", {"roundpipe", "gpipe", "1f1b"});
   c.pipeline.recompute = oneOf(v, "pipeline.recompute", {"stage", "layer"});
+  c.pipeline.replanEvery = atLeast(v, "pipeline.replan_every", 0);
   c.pipeline.plan = v.getString("pipeline.plan");
   c.pipeline.memoryLimitGb = inRange(v, "pipeline.memory_limit_gb", 0.0, 1e9, false);
   c.pipeline.stallTimeoutSeconds = inRange(v, "pipeline.stall_timeout_s", 0.001, 1e9, false);

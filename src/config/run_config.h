@@ -40,6 +40,7 @@ struct RunConfig {
   struct Pipeline {
     std::string schedule;  // roundpipe | gpipe | 1f1b
     std::string recompute;  // stage | layer
+    std::int64_t replanEvery;
     std::string plan;  // "auto" or counts (schedule::parsePlan)
     double memoryLimitGb;
     double stallTimeoutSeconds;

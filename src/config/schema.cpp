@@ -44,6 +44,7 @@ const std::vector<KeySpec>& runSchema() {
 
       {"pipeline.schedule", Type::kString, S("roundpipe"), "roundpipe | gpipe | 1f1b (baselines: weights bound to workers)"},
       {"pipeline.recompute", Type::kString, S("stage"), "stage | layer: backward recomputes a stage at once or layer by layer"},
+      {"pipeline.replan_every", Type::kInt, I(10), "re-partition from measured layer times every N steps (0 = never)"},
       {"pipeline.plan", Type::kString, S("auto"), "auto (the partitioner) or \"F1,F2,... | fused | B1,B2,...\" layer counts"},
       {"pipeline.memory_limit_gb", Type::kFloat, 0.0, "per-worker memory budget for the partitioner (0 = unlimited)"},
       {"pipeline.stall_timeout_s", Type::kFloat, 300.0, "a rank waiting longer than this for a peer aborts the job"},

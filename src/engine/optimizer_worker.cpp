@@ -46,10 +46,10 @@ OptimizerWorker::~OptimizerWorker() {
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
-void OptimizerWorker::enqueue(std::int64_t step) {
+void OptimizerWorker::enqueue(std::int64_t step, std::vector<std::int64_t> uploadsAfter) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (error_) std::rethrow_exception(error_);
-  queue_.push_back(step);
+  queue_.push_back({step, std::move(uploadsAfter)});
   cv_.notify_all();
 }
 
@@ -72,16 +72,16 @@ std::vector<OptimizerResult> OptimizerWorker::poll() {
 
 void OptimizerWorker::loop() {
   while (true) {
-    std::int64_t step = 0;
+    Work work;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
       if (stop_ && queue_.empty()) return;
-      step = queue_.front();
+      work = std::move(queue_.front());
       queue_.pop_front();
     }
     try {
-      const OptimizerResult result = runStep(step);
+      const OptimizerResult result = runStep(work);
       std::lock_guard<std::mutex> lock(mutex_);
       done_.push_back(result);
     } catch (...) {
@@ -96,14 +96,13 @@ void OptimizerWorker::loop() {
 
 // Master -> weights on this rank's slice. Note [Layer fences]: no weight is written while an upload of the
 // iteration may still read it, so each tensor first waits for every upload of every layer using it.
-void OptimizerWorker::copyMasters(std::int64_t t, bool waitForUploads) {
+void OptimizerWorker::copyMasters(const Work& work, bool waitForUploads) {
+  const std::int64_t t = work.step;
   for (std::size_t i = 0; i < tensors_.size(); ++i) {
     const auto& tensor = tensors_[i];
     if (!tensor.trainable) continue;
     if (waitForUploads) {
-      for (int l : tensor.layers) {
-        fences_.waitUploads(l, (t + 1) * options_.uploadsPerIteration[static_cast<std::size_t>(l)]);
-      }
+      for (int l : tensor.layers) fences_.waitUploads(l, work.uploadsAfter[static_cast<std::size_t>(l)]);
     }
     const auto [begin, end] = slices_[i];
     std::memcpy(tensor.weights + begin, tensor.master + begin, (end - begin) * sizeof(float));
@@ -111,12 +110,13 @@ void OptimizerWorker::copyMasters(std::int64_t t, bool waitForUploads) {
   for (int l = 0; l < options_.layers; ++l) fences_.setCopied(l, rank_, t + 1);
 }
 
-OptimizerResult OptimizerWorker::runStep(std::int64_t t) {
+OptimizerResult OptimizerWorker::runStep(const Work& work) {
+  const std::int64_t t = work.step;
   OptimizerResult result;
   result.step = t;
   if (options_.async) {
     trace::Timeline::Scope span(options_.timeline, "copy master -> weights", "optimizer", 1);
-    copyMasters(t, /*waitForUploads=*/true);  // the next iteration runs on W_t
+    copyMasters(work, /*waitForUploads=*/true);  // the next iteration runs on W_t
   }
 
   // Gradients, deepest layer first, as each layer's download lands.
@@ -160,7 +160,7 @@ OptimizerResult OptimizerWorker::runStep(std::int64_t t) {
   }
   result.lr = options_.schedule.at(t);
   adamw_.step(result.lr);
-  if (!options_.async) copyMasters(t, /*waitForUploads=*/false);  // the next iteration runs on W_{t+1}
+  if (!options_.async) copyMasters(work, /*waitForUploads=*/false);  // the next iteration runs on W_{t+1}
 
   fences_.waitFusedDone(t + 1);
   const double* losses = options_.losses[t % 2];

@@ -42,7 +42,6 @@ struct OptimizerOptions {
   double gradClip = 0.0;
   bool async = true;
   int layers = 0;
-  std::vector<int> uploadsPerIteration;  // per layer
   const double* losses[2] = {nullptr, nullptr};  // per-parity loss sums (rank 0 reads them)
   int microbatches = 0;
   trace::Timeline* timeline = nullptr;  // optional: spans on thread 1
@@ -61,7 +60,9 @@ class OptimizerWorker {
                   int localSize, MPI_Comm nodeComm);
   ~OptimizerWorker();
 
-  void enqueue(std::int64_t step);
+  // `uploadsAfter[l]`: how many uploads of layer l the iterations up to and including `step` make in all
+  // (the copy phase waits for them; the count depends on each iteration's plan).
+  void enqueue(std::int64_t step, std::vector<std::int64_t> uploadsAfter);
   // Blocks until `step` is done; rethrows the thread's error.
   OptimizerResult waitFor(std::int64_t step);
   // Results finished since the last call, in order.
@@ -71,8 +72,12 @@ class OptimizerWorker {
 
  private:
   void loop();
-  OptimizerResult runStep(std::int64_t t);
-  void copyMasters(std::int64_t t, bool waitForUploads);
+  struct Work {
+    std::int64_t step;
+    std::vector<std::int64_t> uploadsAfter;
+  };
+  OptimizerResult runStep(const Work& work);
+  void copyMasters(const Work& work, bool waitForUploads);
 
   std::vector<OptimTensor> tensors_;
   Fences& fences_;
@@ -85,7 +90,7 @@ class OptimizerWorker {
 
   std::mutex mutex_;
   std::condition_variable cv_;
-  std::deque<std::int64_t> queue_;
+  std::deque<Work> queue_;
   std::vector<OptimizerResult> done_;
   std::size_t polled_ = 0;
   std::exception_ptr error_;

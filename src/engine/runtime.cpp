@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "control/channel.h"
 #include "engine/costs.h"
+#include "engine/profile.h"
 #include "model/lora.h"
 #include "train/batch.h"
 #include "train/sample.h"
@@ -33,6 +34,24 @@ std::string gradActRegion(std::int64_t step, int layer, int mb) {
   return fmt::format("gact/{}/{}/{}", step % 2, layer, mb);
 }
 std::string lossRegion(std::int64_t step) { return fmt::format("loss/{}", step % 2); }
+// Per-rank per-layer timing sums of an iteration (forward ms, then backward ms), in a ring of iterations:
+// a replan at iteration t reads iteration t-2, which every rank has finished (Note [Layer fences]).
+constexpr int kTimingSlots = 4;
+std::string timingRegion(std::int64_t step, int rank) { return fmt::format("timing/{}/{}", step % kTimingSlots, rank); }
+
+// Splits `totalMs` over layers [a, b) in proportion to `weights` and adds it to `into`.
+void spread(double totalMs, int a, int b, const std::vector<double>& weights, std::vector<double>& into) {
+  double sum = 0.0;
+  for (int l = a; l < b; ++l) sum += weights[static_cast<std::size_t>(l)];
+  for (int l = a; l < b; ++l) {
+    const double share = sum > 0 ? weights[static_cast<std::size_t>(l)] / sum : 1.0 / (b - a);
+    into[static_cast<std::size_t>(l)] += totalMs * share;
+  }
+}
+
+double msSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
 
 // Note [Fault injection]: RP_FAULT_INJECT lets the failure tests kill or fail a real rank mid-run.
 void injectFault(int rank, std::int64_t step) {
@@ -83,9 +102,12 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, const MpiSession& ses
   corpus_ = train::loadCorpusFor(c, model->config(), *tokenizer_);
   packer_ = std::make_unique<data::Packer>(corpus_, c.train.seqLen, static_cast<std::uint64_t>(c.train.seed));
   rowsPerMicrobatch_ = c.train.globalBatch / c.train.microbatches;
+  profile_ = LayerProfile(model_->layerCount());
+  uploadsAfter_.assign(static_cast<std::size_t>(model_->layerCount()), 0);
 
   const int L = model_->layerCount();
-  const LayerCosts costs = estimateCosts(*model_, c.train.seqLen * rowsPerMicrobatch_);
+  proxyCosts_ = estimateCosts(*model_, c.train.seqLen * rowsPerMicrobatch_);
+  const LayerCosts& costs = proxyCosts_;
   if (c.pipeline.schedule != "roundpipe") {
     // Weights bound to workers: stage s on worker s, a contiguous partition balanced by the same costs.
     if (c.pipeline.plan != "auto") {
@@ -100,9 +122,7 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, const MpiSession& ses
     plan_ = schedule::parsePlan(c.pipeline.plan, L, "pipeline.plan");
   }
   schedule::validate(plan_, L, "pipeline.plan");
-  // Stage grain checkpoints the input of every backward stage; layer grain the input of every layer.
-  checkpoint_.assign(static_cast<std::size_t>(L), c.pipeline.recompute == "layer");
-  for (const auto& r : plan_.backward) checkpoint_[static_cast<std::size_t>(r.begin)] = true;
+  setCheckpoints();
   if (c.lora.rank > 0 && c.lora.dropout > 0) {
     RP_THROW(InputError, "lora.dropout = {}: the pipeline runtime recomputes activations and does not yet replay "
              "dropout's random state; use lora.dropout = 0 with more than one worker", c.lora.dropout);
@@ -117,6 +137,12 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, const MpiSession& ses
 }
 
 PipelineRuntime::~PipelineRuntime() = default;
+
+// Stage grain checkpoints the input of every backward stage; layer grain the input of every layer.
+void PipelineRuntime::setCheckpoints() {
+  checkpoint_.assign(static_cast<std::size_t>(model_->layerCount()), config_.pipeline.recompute == "layer");
+  for (const auto& r : plan_.backward) checkpoint_[static_cast<std::size_t>(r.begin)] = true;
+}
 
 void PipelineRuntime::buildStore() {
   const auto& c = config_;
@@ -148,6 +174,9 @@ void PipelineRuntime::buildStore() {
     layout.add(lossRegion(parity), static_cast<std::size_t>(c.train.microbatches) * sizeof(double));
   }
   layout.add("fences", Fences::regionBytes(L, id.localSize));
+  for (int slot = 0; slot < kTimingSlots; ++slot) {
+    for (int r = 0; r < id.localSize; ++r) layout.add(timingRegion(slot, r), 2 * static_cast<std::size_t>(L) * sizeof(double));
+  }
   store_ = std::make_unique<memory::NodeStore>(std::move(layout), session_.node(), "store");
   RP_LOG_DEBUG("node store {}: {:.1f} MB", store_->segmentName(), static_cast<double>(store_->layout().total()) / 1e6);
   fences_ = std::make_unique<Fences>(store_->bytes("fences"), L, id.localSize, c.pipeline.stallTimeoutSeconds);
@@ -179,11 +208,6 @@ void PipelineRuntime::buildStore() {
   options.gradClip = c.train.gradClip;
   options.async = c.optim.async;
   options.layers = L;
-  // A layer is uploaded by its forward and its backward job, once if it is in the fused stage, and once per
-  // iteration in 1F1B (the worker keeps its stage for both directions).
-  for (int l = 0; l < L; ++l) {
-    options.uploadsPerIteration.push_back(l >= plan_.fused.begin || c.pipeline.schedule == "1f1b" ? 1 : 2);
-  }
   options.losses[0] = store_->doubles(lossRegion(0));
   options.losses[1] = store_->doubles(lossRegion(1));
   options.microbatches = static_cast<int>(c.train.microbatches);
@@ -284,7 +308,9 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
       torch::Tensor x = a == 0 ? torch::Tensor() : storeTensor(actRegion(step, a, mb), shape);
       for (int l = a; l < b; ++l) {
         if (l > a && checkpoint_[static_cast<std::size_t>(l)]) storeTensor(actRegion(step, l, mb), shape).copy_(x);
+        const auto start = std::chrono::steady_clock::now();
         x = model_->forward(l, x, batch, ctx);
+        forwardMs_[static_cast<std::size_t>(l)] += msSince(start);
       }
       storeTensor(actRegion(step, b, mb), shape).copy_(x);
       break;
@@ -293,9 +319,22 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
       torch::Tensor input = a == 0 ? torch::Tensor()
                                    : storeTensor(actRegion(step, a, mb), shape).clone().requires_grad_(true);
       torch::Tensor x = input;
-      for (int l = a; l < L - 1; ++l) x = model_->forward(l, x, batch, ctx);
-      const model::LossSum loss = model_->loss(x, batch, config_.train.lossChunkTokens);
+      // The fused stage's backward cost (what the partitioner packs it by) is its forward plus its share of
+      // the backward pass.
+      auto timed = [&](int l, auto&& fn) {
+        const auto start = std::chrono::steady_clock::now();
+        auto out = fn();
+        const double ms = msSince(start);
+        forwardMs_[static_cast<std::size_t>(l)] += ms;
+        backwardMs_[static_cast<std::size_t>(l)] += ms;
+        return out;
+      };
+      for (int l = a; l < L - 1; ++l) x = timed(l, [&] { return model_->forward(l, x, batch, ctx); });
+      const model::LossSum loss =
+          timed(L - 1, [&] { return model_->loss(x, batch, config_.train.lossChunkTokens); });
+      const auto start = std::chrono::steady_clock::now();
       (loss.sum * norm).backward();
+      spread(msSince(start), a, L, proxyCosts_.layers.forward, backwardMs_);
       store_->doubles(lossRegion(step))[mb] = loss.sum.item<double>();
       if (a > 0) storeTensor(gradActRegion(step, a, mb), shape).copy_(input.grad());
       break;
@@ -306,11 +345,13 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
         // one layer's activations are alive.
         torch::Tensor grad = storeTensor(gradActRegion(step, b, mb), shape);
         for (int l = b - 1; l >= a; --l) {
+          const auto start = std::chrono::steady_clock::now();
           torch::Tensor input =
               l == 0 ? torch::Tensor() : storeTensor(actRegion(step, l, mb), shape).clone().requires_grad_(true);
           torch::Tensor y = model_->forward(l, input, batch, ctx);
           if (y.requires_grad()) y.backward(grad);
           if (l > 0) grad = input.grad();
+          backwardMs_[static_cast<std::size_t>(l)] += msSince(start);
         }
         if (a > 0) storeTensor(gradActRegion(step, a, mb), shape).copy_(grad);
         break;
@@ -318,9 +359,11 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
       torch::Tensor input = a == 0 ? torch::Tensor()
                                    : storeTensor(actRegion(step, a, mb), shape).clone().requires_grad_(true);
       torch::Tensor x = input;
+      const auto start = std::chrono::steady_clock::now();
       for (int l = a; l < b; ++l) x = model_->forward(l, x, batch, ctx);  // recompute (stage grain)
       // A stage of frozen layers over the token ids (LoRA: the embedding) has nothing to differentiate.
       if (x.requires_grad()) x.backward(storeTensor(gradActRegion(step, b, mb), shape));
+      spread(msSince(start), a, b, proxyCosts_.layers.forward, backwardMs_);
       if (a > 0) storeTensor(gradActRegion(step, a, mb), shape).copy_(input.grad());
       break;
     }
@@ -376,6 +419,15 @@ void PipelineRuntime::step(std::int64_t step) {
     data.batches.push_back(train::toBatch(rows, begin, begin + static_cast<std::size_t>(rowsPerMicrobatch_)));
     data.contexts.push_back(model_->model().rotary().context(data.batches.back(), torch::kFloat));
   }
+  maybeReplan(step);
+  const int L = model_->layerCount();
+  forwardMs_.assign(static_cast<std::size_t>(L), 0.0);
+  backwardMs_.assign(static_cast<std::size_t>(L), 0.0);
+  // Uploads this iteration makes of each layer: by its forward and its backward job, once if it is in the
+  // fused stage, once in 1F1B (the worker keeps its stage for both directions).
+  for (int l = 0; l < L; ++l) {
+    uploadsAfter_[static_cast<std::size_t>(l)] += l >= plan_.fused.begin || c.pipeline.schedule == "1f1b" ? 1 : 2;
+  }
   schedule::DispatchTable table;
   if (c.pipeline.schedule == "roundpipe") {
     table = schedule::dispatch(plan_, workers_, counter_);
@@ -390,9 +442,50 @@ void PipelineRuntime::step(std::int64_t step) {
       if (table.jobs[k].worker == rank_) runJob(step, static_cast<std::int64_t>(k), table, data);
     }
   }
-  optimizer_->enqueue(step);
+  // This rank's per-layer timings of the iteration, for the partitioner (averaged per microbatch).
+  double* timing = store_->doubles(timingRegion(step, session_.identity().localRank));
+  for (int l = 0; l < L; ++l) {
+    timing[l] = forwardMs_[static_cast<std::size_t>(l)] / static_cast<double>(c.train.microbatches);
+    timing[L + l] = backwardMs_[static_cast<std::size_t>(l)] / static_cast<double>(c.train.microbatches);
+  }
+  fences_->setStepsDone(session_.identity().localRank, step + 1);
+  optimizer_->enqueue(step, uploadsAfter_);
   // sync: the next iteration starts from W_{t+1}; async: it starts as soon as the fences allow.
   if (!c.optim.async) optimizer_->waitFor(step);
+}
+
+// Every pipeline.replan_every iterations, feed iteration t-2's measured per-layer times (every rank has
+// finished it; all ranks read the same numbers, so they agree on the new plan) into the profile and rerun
+// the partitioner. Only the RoundPipe schedule with an automatic plan is replanned.
+void PipelineRuntime::maybeReplan(std::int64_t step) {
+  const auto& c = config_;
+  if (c.pipeline.replanEvery <= 0 || step < 2 || step % c.pipeline.replanEvery != 0) return;
+  if (c.pipeline.schedule != "roundpipe" || c.pipeline.plan != "auto") return;
+  const int L = model_->layerCount();
+  fences_->waitStepsDoneByAll(step - 1);
+  std::vector<double> forward(static_cast<std::size_t>(L), 0.0), backward(static_cast<std::size_t>(L), 0.0);
+  for (int r = 0; r < session_.identity().localSize; ++r) {
+    const double* timing = store_->doubles(timingRegion(step - 2, r));
+    for (int l = 0; l < L; ++l) {
+      forward[static_cast<std::size_t>(l)] += timing[l];
+      backward[static_cast<std::size_t>(l)] += timing[L + l];
+    }
+  }
+  profile_.update(forward, backward);
+  if (!profile_.ready()) return;
+  const schedule::LayerCosts measured = profile_.applyTo(proxyCosts_.layers);
+  const auto result = schedule::partition(measured, {workers_, 1.1, c.pipeline.memoryLimitGb * 1e9});
+  std::vector<std::string> times;
+  for (int l = 0; l < L; ++l) times.push_back(fmt::format("{:.2f}/{:.2f}", profile_.forward(l), profile_.backward(l)));
+  if (rank_ == 0) RP_LOG_DEBUG("pipeline: measured fwd/bwd ms per layer at step {}: {}", step + 1, fmt::join(times, " "));
+  // Switch only for a predicted gain of 3% or more, so timing noise does not make the plan flap.
+  if (result.plan == plan_ || result.objective > 0.97 * schedule::planObjective(plan_, measured, workers_)) return;
+  plan_ = result.plan;
+  setCheckpoints();
+  if (rank_ == 0) {
+    RP_LOG_INFO("pipeline: plan changed at step {} from measured times (fwd/bwd ms per layer: {}): {} ({} stages)",
+                step + 1, fmt::join(times, " "), schedule::describe(plan_), plan_.stageCount());
+  }
 }
 
 void PipelineRuntime::finishTrace() {

@@ -19,7 +19,9 @@
 #include "data/tokenizer.h"
 #include "engine/fences.h"
 #include "engine/optimizer_worker.h"
+#include "engine/costs.h"
 #include "engine/pipeline_model.h"
+#include "engine/profile.h"
 #include "memory/node_store.h"
 #include "schedule/dispatch.h"
 #include "schedule/plan.h"
@@ -48,6 +50,8 @@ class PipelineRuntime {
     std::int64_t tokens, targets, epoch;
   };
   void buildStore();
+  void setCheckpoints();
+  void maybeReplan(std::int64_t step);
   void step(std::int64_t step);
   void runJob(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table, const StepData& data);
   void runMicrobatch(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table, const StepData& data,
@@ -71,6 +75,10 @@ class PipelineRuntime {
   std::unique_ptr<memory::NodeStore> store_;
   schedule::Plan plan_;
   std::vector<bool> checkpoint_;  // layers whose input a forward stage saves (backward-stage starts)
+  LayerCosts proxyCosts_;         // FLOP-proxy costs and the layers' bytes
+  LayerProfile profile_{0};       // measured per-layer times (EMA)
+  std::vector<double> forwardMs_, backwardMs_;  // this rank's per-layer times in the current iteration
+  std::vector<std::int64_t> uploadsAfter_;      // uploads of each layer up to the current iteration
   std::int64_t counter_ = 0;  // round-robin dispatch counter, continued across steps
   std::int64_t rowsPerMicrobatch_ = 0;
   std::unique_ptr<trace::Timeline> timeline_;

@@ -96,6 +96,18 @@ PartitionResult partition(const LayerCosts& c, const PartitionOptions& o) {
   return result;
 }
 
+double planObjective(const Plan& plan, const LayerCosts& c, int minStages) {
+  auto sum = [](const Range& r, const std::vector<double>& v) {
+    double t = 0.0;
+    for (int l = r.begin; l < r.end; ++l) t += v[static_cast<std::size_t>(l)];
+    return t;
+  };
+  double slowest = sum(plan.fused, c.backward);
+  for (const auto& r : plan.forward) slowest = std::max(slowest, sum(r, c.forward));
+  for (const auto& r : plan.backward) slowest = std::max(slowest, sum(r, c.backward));
+  return std::max(plan.stageCount(), minStages) * slowest;
+}
+
 Plan balancedBoundPlan(const LayerCosts& c, int stages) {
   const int L = static_cast<int>(c.forward.size());
   if (stages < 1 || stages > L) {

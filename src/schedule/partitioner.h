@@ -36,6 +36,10 @@ struct PartitionResult {
 
 PartitionResult partition(const LayerCosts& costs, const PartitionOptions& options);
 
+// The partitioner's objective for a given plan: max(#stages, minStages) x its slowest stage (forward stages
+// by forward cost, fused and backward stages by backward cost).
+double planObjective(const Plan& plan, const LayerCosts& costs, int minStages);
+
 // For the baselines (gpipe, 1f1b): `stages` contiguous stages over all layers minimising the largest
 // stage's forward + backward cost (exact dynamic programming), as a plan whose forward stages are the
 // first stages-1, whose fused stage is the last, and whose backward stages mirror the forward ones.
