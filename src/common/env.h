@@ -24,8 +24,9 @@ inline constexpr Var kNumThreads{"RP_NUM_THREADS", "0", "LibTorch intra-op threa
 inline constexpr Var kGoldenDir{"RP_GOLDEN_DIR", "", "directory with golden files from scripts/make_goldens.py"};
 
 // Testing hook: "kill:<rank>:<step>" makes that rank SIGKILL itself, "throw:<rank>:<step>" makes it throw,
-// at the start of that (0-based) pipeline step. Used by the failure tests; empty = off.
-inline constexpr Var kFaultInject{"RP_FAULT_INJECT", "", "testing: kill:<rank>:<step> or throw:<rank>:<step>"};
+// "hang:<rank>:<step>" makes it stop forever, at the start of that (0-based) pipeline step. Used by the
+// failure tests; empty = off.
+inline constexpr Var kFaultInject{"RP_FAULT_INJECT", "", "testing: kill|throw|hang:<rank>:<step>"};
 
 // The value, or the fallback when unset or empty.
 std::string get(const Var& var);

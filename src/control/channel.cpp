@@ -13,7 +13,8 @@ void sendReady(MPI_Comm comm, int to, const StageReady& message) {
            "MPI_Send(StageReady)");
 }
 
-void waitReady(MPI_Comm comm, int from, const StageReady& expected, double timeoutSeconds) {
+void waitReady(MPI_Comm comm, int from, const StageReady& expected, double timeoutSeconds,
+               const std::function<std::string()>& describePeer) {
   StageReady got;
   MPI_Request request = MPI_REQUEST_NULL;
   checkMpi(MPI_Irecv(&got, sizeof(got), MPI_BYTE, from, mpiTag(Tag::kStageReady), comm, &request),
@@ -28,7 +29,8 @@ void waitReady(MPI_Comm comm, int from, const StageReady& expected, double timeo
       MPI_Cancel(&request);
       MPI_Request_free(&request);
       RP_THROW(PeerError, "stalled: waited {:.0f} s for rank {} to finish job {} microbatch {} of step {} "
-               "(pipeline.stall_timeout_s)", timeoutSeconds, from, expected.job, expected.microbatch, expected.step);
+               "(pipeline.stall_timeout_s){}", timeoutSeconds, from, expected.job, expected.microbatch, expected.step + 1,
+               describePeer ? "\n  " + describePeer() : std::string());
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(200));

@@ -2,6 +2,9 @@
 // peer rank and the message it was waiting for, instead of hanging.
 #pragma once
 
+#include <functional>
+#include <string>
+
 #include <mpi.h>
 
 #include "common/error.h"
@@ -17,7 +20,8 @@ class PeerError : public Error {
 
 void sendReady(MPI_Comm comm, int to, const StageReady& message);
 // Receives the next StageReady from `from` and checks it is `expected`; throws PeerError after
-// `timeoutSeconds` without one, or on a mismatch.
-void waitReady(MPI_Comm comm, int from, const StageReady& expected, double timeoutSeconds);
+// `timeoutSeconds` without one (appending `describePeer()`, e.g. the peer's last operation), or on a mismatch.
+void waitReady(MPI_Comm comm, int from, const StageReady& expected, double timeoutSeconds,
+               const std::function<std::string()>& describePeer = {});
 
 }  // namespace rp::control

@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "control/channel.h"
+#include "engine/activity.h"
 
 namespace rp::engine {
 
@@ -17,8 +18,9 @@ std::size_t Fences::regionBytes(int layers, int ranks) {
   return sizeof(std::atomic<std::int64_t>) * static_cast<std::size_t>(2 * layers + 2 * layers * ranks + 1 + ranks);
 }
 
-Fences::Fences(void* memory, int layers, int ranks, double timeoutSeconds)
-    : base_(static_cast<std::atomic<std::int64_t>*>(memory)), layers_(layers), ranks_(ranks), timeout_(timeoutSeconds) {}
+Fences::Fences(void* memory, int layers, int ranks, double timeoutSeconds, const ActivityBoard* board)
+    : base_(static_cast<std::atomic<std::int64_t>*>(memory)), layers_(layers), ranks_(ranks), timeout_(timeoutSeconds),
+      board_(board) {}
 
 std::atomic<std::int64_t>& Fences::at(std::size_t index) const { return base_[index]; }
 
@@ -42,18 +44,21 @@ void Fences::setStepsDone(int r, std::int64_t iterations) {
 
 void Fences::waitStepsDoneByAll(std::int64_t n) const {
   for (int r = 0; r < ranks_; ++r) {
-    wait(static_cast<std::size_t>(2 * layers_ + 2 * layers_ * ranks_ + 1 + r), n, fmt::format("rank {}'s jobs", r));
+    wait(static_cast<std::size_t>(2 * layers_ + 2 * layers_ * ranks_ + 1 + r), n, fmt::format("rank {}'s jobs", r), r);
   }
 }
 
-void Fences::wait(std::size_t index, std::int64_t atLeast, const std::string& what) const {
+void Fences::wait(std::size_t index, std::int64_t atLeast, const std::string& what, int lateRank) const {
   if (at(index).load(std::memory_order_acquire) >= atLeast) return;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_);
   auto pause = std::chrono::microseconds(1);
   while (at(index).load(std::memory_order_acquire) < atLeast) {
     if (std::chrono::steady_clock::now() > deadline) {
-      RP_THROW(control::PeerError, "stalled: waited {:.0f} s for {} to reach {} (it is {}; pipeline.stall_timeout_s)",
-               timeout_, what, atLeast, at(index).load());
+      const std::string late = board_ == nullptr ? std::string()
+                               : lateRank >= 0   ? "\n  " + board_->describe(lateRank)
+                                                 : "\n" + board_->describeAll();
+      RP_THROW(control::PeerError, "stalled: waited {:.0f} s for {} to reach {} (it is {}; pipeline.stall_timeout_s){}",
+               timeout_, what, atLeast, at(index).load(), late);
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(200));
@@ -69,13 +74,13 @@ void Fences::waitDownloads(int l, std::int64_t n) const {
 void Fences::waitCopiedByAll(int l, std::int64_t n) const {
   for (int r = 0; r < ranks_; ++r) {
     wait(static_cast<std::size_t>(2 * layers_ + l * ranks_ + r), n,
-         fmt::format("rank {}'s weight copy of layer {}", r, l));
+         fmt::format("rank {}'s weight copy of layer {}", r, l), r);
   }
 }
 void Fences::waitConsumedByAll(int l, std::int64_t n) const {
   for (int r = 0; r < ranks_; ++r) {
     wait(static_cast<std::size_t>(2 * layers_ + layers_ * ranks_ + l * ranks_ + r), n,
-         fmt::format("rank {}'s optimizer taking layer {}'s gradients", r, l));
+         fmt::format("rank {}'s optimizer taking layer {}'s gradients", r, l), r);
   }
 }
 void Fences::waitFusedDone(std::int64_t n) const {

@@ -18,7 +18,8 @@ namespace rp::engine {
 class Fences {
  public:
   // `memory` points at regionBytes(layers, ranks) zero-initialised bytes in the node store.
-  Fences(void* memory, int layers, int ranks, double timeoutSeconds);
+  // `board` (optional) names the late rank's last operation in stall messages.
+  Fences(void* memory, int layers, int ranks, double timeoutSeconds, const class ActivityBoard* board = nullptr);
   static std::size_t regionBytes(int layers, int ranks);
 
   void addUpload(int layer);
@@ -37,11 +38,13 @@ class Fences {
 
  private:
   std::atomic<std::int64_t>& at(std::size_t index) const;
-  void wait(std::size_t index, std::int64_t atLeast, const std::string& what) const;
+  // `lateRank` >= 0: the rank whose counter this is (named in the stall message).
+  void wait(std::size_t index, std::int64_t atLeast, const std::string& what, int lateRank = -1) const;
 
   std::atomic<std::int64_t>* base_;
   int layers_, ranks_;
   double timeout_;
+  const ActivityBoard* board_;
 };
 
 }  // namespace rp::engine

@@ -112,9 +112,13 @@ void OptimizerWorker::copyMasters(const Work& work, bool waitForUploads) {
 
 OptimizerResult OptimizerWorker::runStep(const Work& work) {
   const std::int64_t t = work.step;
+  auto doing = [&](const std::string& what) {
+    if (options_.activity != nullptr) options_.activity->set(rank_, 1, fmt::format("{} (step {})", what, t + 1));
+  };
   OptimizerResult result;
   result.step = t;
   if (options_.async) {
+    doing("copy master -> weights");
     trace::Timeline::Scope span(options_.timeline, "copy master -> weights", "optimizer", 1);
     copyMasters(work, /*waitForUploads=*/true);  // the next iteration runs on W_t
   }
@@ -123,6 +127,7 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
   std::optional<trace::Timeline::Scope> gradSpan(std::in_place, options_.timeline, "take gradients", "optimizer", 1);
   std::vector<bool> started(tensors_.size(), false);
   for (int l = options_.layers - 1; l >= 0; --l) {
+    doing(fmt::format("take layer {}'s gradients", l));
     fences_.waitDownloads(l, t + 1);
     for (std::size_t i = 0; i < tensors_.size(); ++i) {
       const auto& tensor = tensors_[i];
@@ -143,6 +148,7 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
   }
 
   gradSpan.reset();
+  doing("AdamW");
   trace::Timeline::Scope updateSpan(options_.timeline, fmt::format("AdamW step {}", t + 1), "optimizer", 1);
   double sumSq = 0.0;
   for (const auto& grad : grads_) {

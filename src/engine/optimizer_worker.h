@@ -19,6 +19,7 @@
 
 #include <mpi.h>
 
+#include "engine/activity.h"
 #include "engine/fences.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
@@ -45,6 +46,7 @@ struct OptimizerOptions {
   const double* losses[2] = {nullptr, nullptr};  // per-parity loss sums (rank 0 reads them)
   int microbatches = 0;
   trace::Timeline* timeline = nullptr;  // optional: spans on thread 1
+  ActivityBoard* activity = nullptr;    // optional: what this thread is doing, for the stall inspector
 };
 
 struct OptimizerResult {

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <thread>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -63,6 +64,10 @@ void injectFault(int rank, std::int64_t step) {
   if (spec.substr(0, a) == "kill") {
     RP_LOG_WARN("fault injection: rank {} kills itself at step {}", rank, step);
     std::raise(SIGKILL);
+  }
+  if (spec.substr(0, a) == "hang") {
+    RP_LOG_WARN("fault injection: rank {} hangs at step {}", rank, step);
+    while (true) std::this_thread::sleep_for(std::chrono::hours(1));
   }
   RP_THROW(Error, "fault injection: rank {} fails at step {}", rank, step);
 }
@@ -174,12 +179,15 @@ void PipelineRuntime::buildStore() {
     layout.add(lossRegion(parity), static_cast<std::size_t>(c.train.microbatches) * sizeof(double));
   }
   layout.add("fences", Fences::regionBytes(L, id.localSize));
+  layout.add("activity", ActivityBoard::regionBytes(id.localSize));
   for (int slot = 0; slot < kTimingSlots; ++slot) {
     for (int r = 0; r < id.localSize; ++r) layout.add(timingRegion(slot, r), 2 * static_cast<std::size_t>(L) * sizeof(double));
   }
   store_ = std::make_unique<memory::NodeStore>(std::move(layout), session_.node(), "store");
   RP_LOG_DEBUG("node store {}: {:.1f} MB", store_->segmentName(), static_cast<double>(store_->layout().total()) / 1e6);
-  fences_ = std::make_unique<Fences>(store_->bytes("fences"), L, id.localSize, c.pipeline.stallTimeoutSeconds);
+  activity_ = std::make_unique<ActivityBoard>(store_->bytes("activity"), id.localSize);
+  fences_ = std::make_unique<Fences>(store_->bytes("fences"), L, id.localSize, c.pipeline.stallTimeoutSeconds,
+                                     activity_.get());
 
   // Local rank 0 publishes the initial weights and masters; every replica already holds the same values.
   if (id.localRank == 0) {
@@ -212,6 +220,7 @@ void PipelineRuntime::buildStore() {
   options.losses[1] = store_->doubles(lossRegion(1));
   options.microbatches = static_cast<int>(c.train.microbatches);
   options.timeline = timeline_.get();
+  options.activity = activity_.get();
   optimizer_ = std::make_unique<OptimizerWorker>(std::move(tensors), *fences_, std::move(options), id.localRank,
                                                  id.localSize, session_.node());
 }
@@ -232,6 +241,7 @@ torch::Tensor PipelineRuntime::storeWeight(const std::string& name) const {
 void PipelineRuntime::upload(std::int64_t step, const schedule::Range& layers) {
   torch::NoGradGuard noGrad;
   {
+    activity_->set(rank_, 0, fmt::format("upload {}-{} (step {})", layers.begin, layers.end - 1, step + 1));
     trace::Timeline::Scope wait(timeline_.get(), "wait: weights published", "wait", 0);
     for (int l = layers.begin; l < layers.end; ++l) fences_->waitCopiedByAll(l, step);
   }
@@ -253,6 +263,7 @@ void PipelineRuntime::upload(std::int64_t step, const schedule::Range& layers) {
 void PipelineRuntime::download(std::int64_t step, const schedule::Range& layers) {
   torch::NoGradGuard noGrad;
   {
+    activity_->set(rank_, 0, fmt::format("download {}-{} (step {})", layers.begin, layers.end - 1, step + 1));
     trace::Timeline::Scope wait(timeline_.get(), "wait: gradients taken", "wait", 0);
     for (int l = layers.begin; l < layers.end; ++l) fences_->waitConsumedByAll(l, step);
   }
@@ -291,17 +302,20 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
   const int nextWorker = hasNext ? table.jobs[static_cast<std::size_t>(k + 1)].worker : -1;
   const double norm = 1.0 / static_cast<double>(std::max<std::int64_t>(1, data.targets));
   if (hasPrev && prevWorker != rank_) {
-    trace::Timeline::Scope wait(timeline_.get(), fmt::format("wait: job {} mb {}", k - 1, mb), "wait", 0);
+    const std::string what = fmt::format("wait: job {} mb {} (step {}) from rank {}", k - 1, mb, step + 1, prevWorker);
+    activity_->set(rank_, 0, what);
+    trace::Timeline::Scope wait(timeline_.get(), what, "wait", 0);
     control::waitReady(session_.world(), prevWorker,
                        {control::kProtocolVersion, static_cast<std::uint32_t>(mb), step, k - 1},
-                       config_.pipeline.stallTimeoutSeconds);
+                       config_.pipeline.stallTimeoutSeconds, [&] { return activity_->describe(prevWorker); });
   }
   const model::Batch& batch = data.batches[static_cast<std::size_t>(mb)];
   const model::AttentionContext& ctx = data.contexts[static_cast<std::size_t>(mb)];
   const int a = job.layers.begin, b = job.layers.end;
-  trace::Timeline::Scope compute(
-      timeline_.get(), fmt::format("{} {}-{} mb {} (step {})", schedule::jobKindName(job.kind), a, b - 1, mb, step + 1),
-      "compute", 0);
+  const std::string what =
+      fmt::format("{} {}-{} mb {} (step {})", schedule::jobKindName(job.kind), a, b - 1, mb, step + 1);
+  activity_->set(rank_, 0, what);
+  trace::Timeline::Scope compute(timeline_.get(), what, "compute", 0);
   switch (job.kind) {
     case schedule::JobKind::kForward: {
       torch::NoGradGuard noGrad;
@@ -405,6 +419,7 @@ void PipelineRuntime::runOneFOneB(std::int64_t step, const schedule::DispatchTab
 }
 
 void PipelineRuntime::step(std::int64_t step) {
+  activity_->set(rank_, 0, fmt::format("starting step {}", step + 1));
   injectFault(rank_, step);
   const auto& c = config_;
   StepData data;

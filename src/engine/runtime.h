@@ -19,6 +19,7 @@
 #include "data/tokenizer.h"
 #include "engine/fences.h"
 #include "engine/optimizer_worker.h"
+#include "engine/activity.h"
 #include "engine/costs.h"
 #include "engine/pipeline_model.h"
 #include "engine/profile.h"
@@ -82,6 +83,7 @@ class PipelineRuntime {
   std::int64_t counter_ = 0;  // round-robin dispatch counter, continued across steps
   std::int64_t rowsPerMicrobatch_ = 0;
   std::unique_ptr<trace::Timeline> timeline_;
+  std::unique_ptr<ActivityBoard> activity_;
   std::unique_ptr<Fences> fences_;
   std::unique_ptr<OptimizerWorker> optimizer_;
   std::vector<StepSize> stepSizes_;

@@ -1,0 +1,68 @@
+#include "engine/activity.h"
+
+#include <chrono>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace rp::engine {
+namespace {
+
+std::int64_t nowUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+std::size_t ActivityBoard::regionBytes(int ranks) {
+  return sizeof(Slot) * static_cast<std::size_t>(ranks * kThreads);
+}
+
+ActivityBoard::ActivityBoard(void* memory, int ranks) : slots_(static_cast<Slot*>(memory)), ranks_(ranks) {}
+
+ActivityBoard::Slot& ActivityBoard::slot(int rank, int thread) const {
+  return slots_[static_cast<std::size_t>(rank * kThreads + thread)];
+}
+
+void ActivityBoard::set(int rank, int thread, const std::string& text) {
+  Slot& s = slot(rank, thread);
+  s.sequence.fetch_add(1, std::memory_order_acq_rel);  // odd: writing
+  const std::size_t n = std::min(text.size(), sizeof(s.text) - 1);
+  std::memcpy(s.text, text.data(), n);
+  s.text[n] = '\0';
+  s.sinceUs.store(nowUs(), std::memory_order_relaxed);
+  s.sequence.fetch_add(1, std::memory_order_release);  // even: stable
+}
+
+std::string ActivityBoard::describe(int rank) const {
+  std::string out = fmt::format("rank {}:", rank);
+  for (int thread = 0; thread < kThreads; ++thread) {
+    const Slot& s = slot(rank, thread);
+    char text[sizeof(s.text)];
+    std::int64_t since = 0;
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      const auto before = s.sequence.load(std::memory_order_acquire);
+      std::memcpy(text, s.text, sizeof(text));
+      since = s.sinceUs.load(std::memory_order_relaxed);
+      if (before % 2 == 0 && s.sequence.load(std::memory_order_acquire) == before) break;
+    }
+    text[sizeof(text) - 1] = '\0';
+    const char* name = thread == 0 ? "worker" : "optimizer";
+    if (since == 0) {
+      out += fmt::format(" {}: (nothing yet)", name);
+    } else {
+      out += fmt::format(" {}: {} ({:.1f} s ago)", name, text, static_cast<double>(nowUs() - since) / 1e6);
+    }
+    if (thread + 1 < kThreads) out += ";";
+  }
+  return out;
+}
+
+std::string ActivityBoard::describeAll() const {
+  std::string out;
+  for (int r = 0; r < ranks_; ++r) out += (r ? "\n  " : "  ") + describe(r);
+  return out;
+}
+
+}  // namespace rp::engine

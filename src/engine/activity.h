@@ -1,0 +1,34 @@
+// What every rank's threads are doing now, in the node store, for the stall inspector: when a wait times
+// out, the message names the late rank and its last operation (docs/protocol.md, "Failure semantics").
+// Each (rank, thread) slot is written by one thread and read by any, under a sequence lock.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+namespace rp::engine {
+
+class ActivityBoard {
+ public:
+  static constexpr int kThreads = 2;  // 0 = worker, 1 = optimizer
+  static std::size_t regionBytes(int ranks);
+  ActivityBoard(void* memory, int ranks);
+
+  void set(int rank, int thread, const std::string& text);
+  // "rank 1: worker: fwd 0-2 mb 1 (step 3), 12.0 s ago; optimizer: idle"
+  std::string describe(int rank) const;
+  std::string describeAll() const;
+
+ private:
+  struct Slot {
+    std::atomic<std::uint64_t> sequence;
+    std::atomic<std::int64_t> sinceUs;
+    char text[112];
+  };
+  Slot& slot(int rank, int thread) const;
+  Slot* slots_;
+  int ranks_;
+};
+
+}  // namespace rp::engine
