@@ -391,6 +391,10 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
 void PipelineRuntime::runJob(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table,
                              const StepData& data) {
   const schedule::Job& job = table.jobs[static_cast<std::size_t>(k)];
+  trace::Timeline::Scope span(timeline_.get(),
+                              fmt::format("job {}: {} {}-{} (step {})", k, schedule::jobKindName(job.kind),
+                                          job.layers.begin, job.layers.end - 1, step + 1),
+                              "job", 2);
   upload(step, job.layers);
   model_->model().train();
   for (int mb = 0; mb < config_.train.microbatches; ++mb) runMicrobatch(step, k, table, data, mb);

@@ -1,5 +1,6 @@
 // A per-rank timeline of what each thread did, written as Chrome-trace JSON (chrome://tracing, Perfetto):
-// one process per rank, thread 0 the worker, thread 1 the optimizer. Times are microseconds of the node's
+// one process per rank, thread 0 the worker, thread 1 the optimizer, thread 2 the worker's stage jobs
+// (spans enclosing the job's uploads, waits, computes and downloads). Times are microseconds of the node's
 // monotonic clock since a common origin, so the ranks of a node line up.
 // Thread-safety: record() may be called from any thread.
 #pragma once
