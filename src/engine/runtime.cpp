@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "control/channel.h"
+#include "control/mpi/mpi_channel.h"
 #include "engine/costs.h"
 #include "engine/profile.h"
 #include "model/lora.h"
@@ -138,6 +139,7 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, const MpiSession& ses
                 schedule::describe(plan_), plan_.stageCount());
     RP_LOG_INFO("pipeline: predicted stage costs (GFLOP per microbatch) {}", describeStageCosts(plan_, costs));
   }
+  channel_ = std::make_unique<control::MpiChannel>(session_.world());
   buildStore();
 }
 
@@ -305,7 +307,7 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
     const std::string what = fmt::format("wait: job {} mb {} (step {}) from rank {}", k - 1, mb, step + 1, prevWorker);
     activity_->set(rank_, 0, what);
     trace::Timeline::Scope wait(timeline_.get(), what, "wait", 0);
-    control::waitReady(session_.world(), prevWorker,
+    control::waitReady(*channel_, prevWorker,
                        {control::kProtocolVersion, static_cast<std::uint32_t>(mb), step, k - 1},
                        config_.pipeline.stallTimeoutSeconds, [&] { return activity_->describe(prevWorker); });
   }
@@ -383,7 +385,7 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
     }
   }
   if (hasNext && nextWorker != rank_) {
-    control::sendReady(session_.world(), nextWorker, {control::kProtocolVersion, static_cast<std::uint32_t>(mb), step, k});
+    control::sendReady(*channel_, nextWorker, {control::kProtocolVersion, static_cast<std::uint32_t>(mb), step, k});
   }
 }
 

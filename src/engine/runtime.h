@@ -19,6 +19,7 @@
 #include "data/tokenizer.h"
 #include "engine/fences.h"
 #include "engine/optimizer_worker.h"
+#include "control/channel.h"
 #include "engine/activity.h"
 #include "engine/costs.h"
 #include "engine/pipeline_model.h"
@@ -83,6 +84,7 @@ class PipelineRuntime {
   std::int64_t counter_ = 0;  // round-robin dispatch counter, continued across steps
   std::int64_t rowsPerMicrobatch_ = 0;
   std::unique_ptr<trace::Timeline> timeline_;
+  std::unique_ptr<control::ControlChannel> channel_;  // readiness messages between workers
   std::unique_ptr<ActivityBoard> activity_;
   std::unique_ptr<Fences> fences_;
   std::unique_ptr<OptimizerWorker> optimizer_;
