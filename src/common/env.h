@@ -28,6 +28,10 @@ inline constexpr Var kGoldenDir{"RP_GOLDEN_DIR", "", "directory with golden file
 // failure tests; empty = off.
 inline constexpr Var kFaultInject{"RP_FAULT_INJECT", "", "testing: kill|throw|hang:<rank>:<step>"};
 
+// Node groups: 0 = ranks sharing memory (MPI_Comm_split_type SHARED); N > 0 = consecutive blocks of N
+// world ranks, so one host can stand in for several nodes in tests.
+inline constexpr Var kRanksPerNode{"RP_RANKS_PER_NODE", "0", "ranks per node group (0 = by shared memory)"};
+
 // The value, or the fallback when unset or empty.
 std::string get(const Var& var);
 // The value as an integer; throws InputError naming the variable when it is not one.

@@ -27,6 +27,7 @@ OptimizerWorker::OptimizerWorker(std::vector<OptimTensor> tensors, Fences& fence
     : tensors_(std::move(tensors)), fences_(fences), options_(std::move(options)), rank_(localRank),
       ranks_(localSize), adamw_(options_.adamw) {
   checkMpi(MPI_Comm_dup(nodeComm, &comm_), "MPI_Comm_dup(optimizer)");
+  if (options_.crossNode != MPI_COMM_NULL) checkMpi(MPI_Comm_dup(options_.crossNode, &crossNode_), "MPI_Comm_dup(cross-node)");
   for (auto& t : tensors_) {
     slices_.push_back(sliceOf(t.numel, rank_, ranks_));
     const auto [begin, end] = slices_.back();
@@ -44,6 +45,7 @@ OptimizerWorker::~OptimizerWorker() {
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  if (crossNode_ != MPI_COMM_NULL) MPI_Comm_free(&crossNode_);
 }
 
 void OptimizerWorker::enqueue(std::int64_t step, std::vector<std::int64_t> uploadsAfter) {
@@ -148,6 +150,15 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
   }
 
   gradSpan.reset();
+  if (crossNode_ != MPI_COMM_NULL) {
+    // Data parallel across nodes: every node's slice holders sum their gradients; each applies the same update.
+    doing("all-reduce gradients across nodes");
+    for (auto& grad : grads_) {
+      if (grad.empty()) continue;
+      checkMpi(MPI_Allreduce(MPI_IN_PLACE, grad.data(), static_cast<int>(grad.size()), MPI_FLOAT, MPI_SUM, crossNode_),
+               "MPI_Allreduce(gradients across nodes)");
+    }
+  }
   doing("AdamW");
   trace::Timeline::Scope updateSpan(options_.timeline, fmt::format("AdamW step {}", t + 1), "optimizer", 1);
   double sumSq = 0.0;
@@ -171,6 +182,10 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
   fences_.waitFusedDone(t + 1);
   const double* losses = options_.losses[t % 2];
   for (int mb = 0; mb < options_.microbatches; ++mb) result.lossSum += losses[mb];
+  if (crossNode_ != MPI_COMM_NULL) {
+    checkMpi(MPI_Allreduce(MPI_IN_PLACE, &result.lossSum, 1, MPI_DOUBLE, MPI_SUM, crossNode_),
+             "MPI_Allreduce(loss across nodes)");
+  }
   return result;
 }
 

@@ -47,6 +47,7 @@ struct OptimizerOptions {
   int microbatches = 0;
   trace::Timeline* timeline = nullptr;  // optional: spans on thread 1
   ActivityBoard* activity = nullptr;    // optional: what this thread is doing, for the stall inspector
+  MPI_Comm crossNode = MPI_COMM_NULL;   // multi-node: sums gradients and losses over the nodes
 };
 
 struct OptimizerResult {
@@ -85,7 +86,8 @@ class OptimizerWorker {
   Fences& fences_;
   OptimizerOptions options_;
   int rank_, ranks_;
-  MPI_Comm comm_ = MPI_COMM_NULL;  // a duplicate of the node communicator, used only by this thread
+  MPI_Comm comm_ = MPI_COMM_NULL;       // a duplicate of the node communicator, used only by this thread
+  MPI_Comm crossNode_ = MPI_COMM_NULL;  // a duplicate of options.crossNode, used only by this thread
   std::vector<std::pair<std::size_t, std::size_t>> slices_;
   std::vector<std::vector<float>> grads_;  // this rank's slice of each trainable tensor's gradient
   optim::AdamW adamw_;

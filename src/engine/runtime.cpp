@@ -84,12 +84,24 @@ struct PipelineRuntime::StepData {
 };
 
 PipelineRuntime::PipelineRuntime(config::RunConfig config, const MpiSession& session)
-    : config_(std::move(config)), session_(session), rank_(session.identity().rank), workers_(session.identity().size) {
+    : config_(std::move(config)),
+      session_(session),
+      rank_(session.identity().localRank),
+      worldRank_(session.identity().rank),
+      leader_(session.identity().rank == 0),
+      workers_(session.identity().localSize) {
   const auto& c = config_;
   const auto& id = session.identity();
-  if (id.nodeCount > 1) {
-    RP_THROW(InputError, "{} ranks on {} nodes: the pipeline runtime runs on one node for now (data parallelism "
-             "across nodes is not implemented yet)", id.size, id.nodeCount);
+  // Across nodes: data parallel. Every node runs the same pipeline over its share of the global batch.
+  if (c.train.globalBatch % (c.train.microbatches * id.nodeCount) != 0) {
+    RP_THROW(InputError, "train.global_batch = {} must be a multiple of train.microbatches ({}) x nodes ({})",
+             c.train.globalBatch, c.train.microbatches, id.nodeCount);
+  }
+  int localSize = id.localSize;
+  checkMpi(MPI_Allreduce(MPI_IN_PLACE, &localSize, 1, MPI_INT, MPI_MIN, session_.world()), "MPI_Allreduce(node size)");
+  if (localSize != id.localSize) {
+    RP_THROW(InputError, "rank {} is on a node with {} ranks but another node has {}: every node needs the same number "
+             "of workers", id.rank, id.localSize, localSize);
   }
   if (c.model.dtype != "float32") {
     RP_THROW(InputError, "model.dtype = \"{}\": the pipeline runtime supports float32 for now (the single-process "
@@ -107,7 +119,7 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, const MpiSession& ses
   tokenizer_ = std::make_unique<data::Tokenizer>(data::Tokenizer::fromFile(c.model.tokenizer));
   corpus_ = train::loadCorpusFor(c, model->config(), *tokenizer_);
   packer_ = std::make_unique<data::Packer>(corpus_, c.train.seqLen, static_cast<std::uint64_t>(c.train.seed));
-  rowsPerMicrobatch_ = c.train.globalBatch / c.train.microbatches;
+  rowsPerMicrobatch_ = c.train.globalBatch / id.nodeCount / c.train.microbatches;
   profile_ = LayerProfile(model_->layerCount());
   uploadsAfter_.assign(static_cast<std::size_t>(model_->layerCount()), 0);
 
@@ -133,17 +145,25 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, const MpiSession& ses
     RP_THROW(InputError, "lora.dropout = {}: the pipeline runtime recomputes activations and does not yet replay "
              "dropout's random state; use lora.dropout = 0 with more than one worker", c.lora.dropout);
   }
-  if (rank_ == 0) {
-    RP_LOG_INFO("pipeline: schedule {}, {} workers, {} microbatches of {} rows, optimizer {}, plan {} ({} stages)",
-                c.pipeline.schedule, workers_, c.train.microbatches, rowsPerMicrobatch_, c.optim.async ? "async" : "sync",
+  if (leader_) {
+    RP_LOG_INFO("pipeline: {} node(s) x schedule {}, {} workers, {} microbatches of {} rows, optimizer {}, plan {} ({} stages)",
+                id.nodeCount, c.pipeline.schedule, workers_, c.train.microbatches, rowsPerMicrobatch_,
+                c.optim.async ? "async" : "sync",
                 schedule::describe(plan_), plan_.stageCount());
     RP_LOG_INFO("pipeline: predicted stage costs (GFLOP per microbatch) {}", describeStageCosts(plan_, costs));
   }
-  channel_ = std::make_unique<control::MpiChannel>(session_.world());
+  channel_ = std::make_unique<control::MpiChannel>(session_.node());  // workers talk inside their node
+  if (id.nodeCount > 1) {
+    // Ranks with the same local rank hold the same slices: they sum their nodes' gradients.
+    checkMpi(MPI_Comm_split(session_.world(), id.localRank, id.node, &crossNode_), "MPI_Comm_split(cross-node)");
+  }
   buildStore();
 }
 
-PipelineRuntime::~PipelineRuntime() = default;
+PipelineRuntime::~PipelineRuntime() {
+  optimizer_.reset();  // joins the thread that uses crossNode_
+  if (crossNode_ != MPI_COMM_NULL) MPI_Comm_free(&crossNode_);
+}
 
 // Stage grain checkpoints the input of every backward stage; layer grain the input of every layer.
 void PipelineRuntime::setCheckpoints() {
@@ -159,7 +179,7 @@ void PipelineRuntime::buildStore() {
   std::int64_t origin = trace::Timeline::Clock::now().time_since_epoch().count();
   checkMpi(MPI_Bcast(&origin, 1, MPI_INT64_T, 0, session_.node()), "MPI_Bcast(trace origin)");
   timeline_ = std::make_unique<trace::Timeline>(
-      rank_, trace::Timeline::Clock::time_point(trace::Timeline::Clock::duration(origin)));
+      worldRank_, trace::Timeline::Clock::time_point(trace::Timeline::Clock::duration(origin)));
   memory::StoreLayout layout;
   for (const auto& t : model_->tensors()) {
     const std::size_t bytes = static_cast<std::size_t>(t.local.numel()) * sizeof(float);
@@ -223,6 +243,7 @@ void PipelineRuntime::buildStore() {
   options.microbatches = static_cast<int>(c.train.microbatches);
   options.timeline = timeline_.get();
   options.activity = activity_.get();
+  options.crossNode = crossNode_;
   optimizer_ = std::make_unique<OptimizerWorker>(std::move(tensors), *fences_, std::move(options), id.localRank,
                                                  id.localSize, session_.node());
 }
@@ -426,14 +447,16 @@ void PipelineRuntime::runOneFOneB(std::int64_t step, const schedule::DispatchTab
 
 void PipelineRuntime::step(std::int64_t step) {
   activity_->set(rank_, 0, fmt::format("starting step {}", step + 1));
-  injectFault(rank_, step);
+  injectFault(worldRank_, step);
   const auto& c = config_;
   StepData data;
-  const auto rows = packer_->next(c.train.globalBatch);
-  for (const auto& row : rows) {
+  const auto allRows = packer_->next(c.train.globalBatch);
+  // The loss is the mean over the whole global batch; this node computes its share of the rows.
+  for (const auto& row : allRows) {
     data.targets += row.targetCount();
     data.tokens += static_cast<std::int64_t>(row.inputIds.size());
   }
+  const auto rows = data::shardRows(allRows, session_.identity().node, session_.identity().nodeCount);
   stepSizes_.push_back({data.tokens, data.targets, packer_->cursor().epoch});
   for (std::int64_t mb = 0; mb < c.train.microbatches; ++mb) {
     const auto begin = static_cast<std::size_t>(mb * rowsPerMicrobatch_);
@@ -498,12 +521,12 @@ void PipelineRuntime::maybeReplan(std::int64_t step) {
   const auto result = schedule::partition(measured, {workers_, 1.1, c.pipeline.memoryLimitGb * 1e9});
   std::vector<std::string> times;
   for (int l = 0; l < L; ++l) times.push_back(fmt::format("{:.2f}/{:.2f}", profile_.forward(l), profile_.backward(l)));
-  if (rank_ == 0) RP_LOG_DEBUG("pipeline: measured fwd/bwd ms per layer at step {}: {}", step + 1, fmt::join(times, " "));
+  if (leader_) RP_LOG_DEBUG("pipeline: measured fwd/bwd ms per layer at step {}: {}", step + 1, fmt::join(times, " "));
   // Switch only for a predicted gain of 3% or more, so timing noise does not make the plan flap.
   if (result.plan == plan_ || result.objective > 0.97 * schedule::planObjective(plan_, measured, workers_)) return;
   plan_ = result.plan;
   setCheckpoints();
-  if (rank_ == 0) {
+  if (leader_) {
     RP_LOG_INFO("pipeline: plan changed at step {} from measured times (fwd/bwd ms per layer: {}): {} ({} stages)",
                 step + 1, fmt::join(times, " "), schedule::describe(plan_), plan_.stageCount());
   }
@@ -512,13 +535,13 @@ void PipelineRuntime::maybeReplan(std::int64_t step) {
 void PipelineRuntime::finishTrace() {
   const std::filesystem::path dir = std::filesystem::path(config_.output.dir) / "trace";
   std::filesystem::create_directories(dir);
-  const std::string mine = (dir / fmt::format("rank{}.json", rank_)).string();
+  const std::string mine = (dir / fmt::format("rank{}.json", worldRank_)).string();
   std::ofstream(mine) << timeline_->toJson() << '\n';
   const trace::WorkerActivity a = trace::activityOf(timeline_->spans(), 0);
   std::int64_t local[3] = {a.busyUs, a.firstUs, a.lastUs};
   std::vector<std::int64_t> all(static_cast<std::size_t>(3 * workers_));
-  checkMpi(MPI_Gather(local, 3, MPI_INT64_T, all.data(), 3, MPI_INT64_T, 0, session_.world()), "MPI_Gather(activity)");
-  if (rank_ != 0) return;
+  checkMpi(MPI_Gather(local, 3, MPI_INT64_T, all.data(), 3, MPI_INT64_T, 0, session_.node()), "MPI_Gather(activity)");
+  if (!leader_) return;  // node 0 reports; its workers are world ranks 0..N-1
   std::vector<trace::WorkerActivity> workers;
   std::vector<std::string> files;
   for (int r = 0; r < workers_; ++r) {
@@ -541,7 +564,7 @@ std::vector<trace::StepMetrics> PipelineRuntime::run() {
   std::vector<trace::StepMetrics> all;
   std::unique_ptr<trace::MetricsWriter> metrics;
   std::unique_ptr<trace::Progress> progress;
-  if (rank_ == 0) {
+  if (leader_) {
     std::filesystem::create_directories(c.output.dir);
     std::ofstream effective(std::filesystem::path(c.output.dir) / "config.effective.toml");
     for (const auto& line : c.values.describe()) effective << line << '\n';
@@ -552,7 +575,7 @@ std::vector<trace::StepMetrics> PipelineRuntime::run() {
   auto last = std::chrono::steady_clock::now();
   // Rank 0 reports steps as its optimizer finishes them (in async mode, while later iterations run).
   auto report = [&](const std::vector<OptimizerResult>& results) {
-    if (rank_ != 0) return;
+    if (!leader_) return;
     for (const auto& r : results) {
       const auto now = std::chrono::steady_clock::now();
       const StepSize& size = stepSizes_[static_cast<std::size_t>(r.step)];
@@ -588,7 +611,7 @@ std::vector<trace::StepMetrics> PipelineRuntime::run() {
   optimizer_->publishMasters();
   checkMpi(MPI_Barrier(session_.node()), "MPI_Barrier(final weights)");
   finishTrace();
-  if (rank_ == 0) {
+  if (leader_) {
     progress.reset();
     RP_LOG_INFO("metrics written to {}", metrics->path());
     if (!c.output.samplePrompt.empty()) std::printf("sample after:  %s\n", sample(c.output.samplePrompt).c_str());

@@ -1,4 +1,4 @@
-// The RoundPipe runtime on one node (docs/schedule.md): every rank is a worker; model state lives in the
+// The RoundPipe runtime (docs/schedule.md), on each node of the job (nodes are data-parallel replicas): every rank is a worker; model state lives in the
 // node store; each iteration's stage jobs are dispatched round-robin and executed on the workers' replicas,
 // activations and gradients handed off through the store's arena with one readiness message per
 // (job, microbatch) to the next job's worker; the node's ranks then share the AdamW update.
@@ -69,7 +69,11 @@ class PipelineRuntime {
 
   config::RunConfig config_;
   const MpiSession& session_;
-  int rank_, workers_;
+  int rank_;       // local rank: the worker index inside this node's pipeline
+  int worldRank_;
+  bool leader_;    // world rank 0: reports metrics, samples, the trace and the bubble report
+  int workers_;    // workers per node
+  MPI_Comm crossNode_ = MPI_COMM_NULL;  // same local rank on every node (gradient all-reduce)
   std::unique_ptr<data::Tokenizer> tokenizer_;
   data::TokenizedCorpus corpus_;
   std::unique_ptr<data::Packer> packer_;

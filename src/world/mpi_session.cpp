@@ -4,6 +4,7 @@
 
 #include <array>
 
+#include "common/env.h"
 #include "common/error.h"
 #include "common/log.h"
 
@@ -31,8 +32,14 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   checkMpi(MPI_Comm_size(MPI_COMM_WORLD, &identity_.size), "MPI_Comm_size");
   log::setRank(identity_.rank);
 
-  checkMpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, identity_.rank, MPI_INFO_NULL, &nodeComm_),
-           "MPI_Comm_split_type(SHARED)");
+  const long perNode = env::getInt(env::kRanksPerNode);
+  if (perNode > 0) {
+    checkMpi(MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(identity_.rank / perNode), identity_.rank, &nodeComm_),
+             "MPI_Comm_split(RP_RANKS_PER_NODE)");
+  } else {
+    checkMpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, identity_.rank, MPI_INFO_NULL, &nodeComm_),
+             "MPI_Comm_split_type(SHARED)");
+  }
   checkMpi(MPI_Comm_rank(nodeComm_, &identity_.localRank), "MPI_Comm_rank(node)");
   checkMpi(MPI_Comm_size(nodeComm_, &identity_.localSize), "MPI_Comm_size(node)");
 

@@ -22,7 +22,8 @@ struct WorldIdentity {
 class MpiSession {
  public:
   // Initialises MPI with MPI_THREAD_MULTIPLE (throws SystemError if the library cannot provide it),
-  // splits the node group with MPI_Comm_split_type(SHARED), and tags log lines with the rank.
+  // splits the node group with MPI_Comm_split_type(SHARED) (or RP_RANKS_PER_NODE), and tags log lines
+  // with the rank.
   MpiSession(int* argc, char*** argv);
   ~MpiSession();
   MpiSession(const MpiSession&) = delete;
