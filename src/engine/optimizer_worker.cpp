@@ -186,6 +186,7 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
     checkMpi(MPI_Allreduce(MPI_IN_PLACE, &result.lossSum, 1, MPI_DOUBLE, MPI_SUM, crossNode_),
              "MPI_Allreduce(loss across nodes)");
   }
+  result.finished = std::chrono::steady_clock::now();
   return result;
 }
 

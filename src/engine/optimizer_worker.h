@@ -7,6 +7,7 @@
 // Thread-safety: enqueue/wait/poll from one (the main) thread.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -55,6 +56,7 @@ struct OptimizerResult {
   double gradNorm = 0.0;
   double lr = 0.0;
   double lossSum = 0.0;  // the iteration's summed token loss
+  std::chrono::steady_clock::time_point finished;  // when the step completed on this rank
 };
 
 class OptimizerWorker {

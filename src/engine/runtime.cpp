@@ -577,7 +577,7 @@ std::vector<trace::StepMetrics> PipelineRuntime::run() {
   auto report = [&](const std::vector<OptimizerResult>& results) {
     if (!leader_) return;
     for (const auto& r : results) {
-      const auto now = std::chrono::steady_clock::now();
+      const auto now = r.finished;  // step time = time between consecutive finished optimizer steps
       const StepSize& size = stepSizes_[static_cast<std::size_t>(r.step)];
       trace::StepMetrics m;
       m.step = r.step + 1;
