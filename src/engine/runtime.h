@@ -47,7 +47,13 @@ class PipelineRuntime {
   torch::Tensor storeWeight(const std::string& name) const;
 
  private:
-  struct StepData;
+  // The rows of one step, as microbatches with their attention contexts (every rank builds the same).
+  struct StepData {
+    std::vector<model::Batch> batches;
+    std::vector<model::AttentionContext> contexts;
+    std::int64_t targets = 0;
+    std::int64_t tokens = 0;
+  };
   struct StepSize {
     std::int64_t tokens, targets, epoch;
   };

@@ -1,0 +1,201 @@
+// The runtime's stage execution (docs/schedule.md, "Runtime"): uploads and downloads between the node
+// store and a worker's replica, one microbatch of a job, whole stage jobs, and 1F1B's interleaving.
+#include <chrono>
+
+#include <torch/torch.h>
+
+#include "control/channel.h"
+#include "engine/regions.h"
+#include "engine/runtime.h"
+
+namespace rp::engine {
+
+using namespace detail;
+
+// Upload: the store's weights of every tensor the layers use, into the replica. Note [Layer fences]:
+// iteration t reads the weights the optimizer's copy of step t-1 published.
+void PipelineRuntime::upload(std::int64_t step, const schedule::Range& layers) {
+  torch::NoGradGuard noGrad;
+  {
+    activity_->set(rank_, 0, fmt::format("upload {}-{} (step {})", layers.begin, layers.end - 1, step + 1));
+    trace::Timeline::Scope wait(timeline_.get(), "wait: weights published", "wait", 0);
+    for (int l = layers.begin; l < layers.end; ++l) fences_->waitCopiedByAll(l, step);
+  }
+  trace::Timeline::Scope span(timeline_.get(), fmt::format("upload {}-{}", layers.begin, layers.end - 1), "upload", 0);
+  for (int l = layers.begin; l < layers.end; ++l) {
+    for (int i : model_->tensorsOfLayer(l)) {
+      auto& t = model_->tensors()[static_cast<std::size_t>(i)];
+      t.local.copy_(storeTensor(weightRegion(t.name), t.local.sizes()));
+    }
+  }
+  if (step >= 0) {
+    for (int l = layers.begin; l < layers.end; ++l) fences_->addUpload(l);
+  }
+}
+
+// Download: each trainable tensor's accumulated gradient into the slot of its first user in this job (a
+// tensor used twice within one job has one gradient for both uses; the other slot gets zeros).
+// Note [Layer fences]: the slots are overwritten only after the optimizer took iteration t-1's gradients.
+void PipelineRuntime::download(std::int64_t step, const schedule::Range& layers) {
+  torch::NoGradGuard noGrad;
+  {
+    activity_->set(rank_, 0, fmt::format("download {}-{} (step {})", layers.begin, layers.end - 1, step + 1));
+    trace::Timeline::Scope wait(timeline_.get(), "wait: gradients taken", "wait", 0);
+    for (int l = layers.begin; l < layers.end; ++l) fences_->waitConsumedByAll(l, step);
+  }
+  trace::Timeline::Scope span(timeline_.get(), fmt::format("download {}-{}", layers.begin, layers.end - 1), "download", 0);
+  std::vector<int> done;
+  for (int l = layers.begin; l < layers.end; ++l) {
+    for (int i : model_->tensorsOfLayer(l)) {
+      const auto& t = model_->tensors()[static_cast<std::size_t>(i)];
+      if (!t.trainable) continue;
+      auto slot = storeTensor(gradRegion(t.name, l), t.local.sizes());
+      const bool first = std::find(done.begin(), done.end(), i) == done.end();
+      if (first && t.local.grad().defined()) {
+        slot.copy_(t.local.grad());
+      } else {
+        slot.zero_();
+      }
+      done.push_back(i);
+    }
+  }
+  for (int i : done) {
+    auto local = model_->tensors()[static_cast<std::size_t>(i)].local;
+    if (local.grad().defined()) local.mutable_grad().reset();
+  }
+  for (int l = layers.begin; l < layers.end; ++l) fences_->addDownload(l);
+}
+
+// One microbatch of job k: wait for job k-1's output of that microbatch, compute, tell job k+1's worker.
+void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table,
+                                    const StepData& data, int mb) {
+  const schedule::Job& job = table.jobs[static_cast<std::size_t>(k)];
+  const int L = model_->layerCount();
+  const auto H = model_->model().config().hiddenSize;
+  const std::vector<std::int64_t> shape{rowsPerMicrobatch_, config_.train.seqLen, H};
+  const bool hasPrev = k > 0, hasNext = k + 1 < static_cast<std::int64_t>(table.jobs.size());
+  const int prevWorker = hasPrev ? table.jobs[static_cast<std::size_t>(k - 1)].worker : -1;
+  const int nextWorker = hasNext ? table.jobs[static_cast<std::size_t>(k + 1)].worker : -1;
+  const double norm = 1.0 / static_cast<double>(std::max<std::int64_t>(1, data.targets));
+  if (hasPrev && prevWorker != rank_) {
+    const std::string what = fmt::format("wait: job {} mb {} (step {}) from rank {}", k - 1, mb, step + 1, prevWorker);
+    activity_->set(rank_, 0, what);
+    trace::Timeline::Scope wait(timeline_.get(), what, "wait", 0);
+    control::waitReady(*channel_, prevWorker,
+                       {control::kProtocolVersion, static_cast<std::uint32_t>(mb), step, k - 1},
+                       config_.pipeline.stallTimeoutSeconds, [&] { return activity_->describe(prevWorker); });
+  }
+  const model::Batch& batch = data.batches[static_cast<std::size_t>(mb)];
+  const model::AttentionContext& ctx = data.contexts[static_cast<std::size_t>(mb)];
+  const int a = job.layers.begin, b = job.layers.end;
+  const std::string what =
+      fmt::format("{} {}-{} mb {} (step {})", schedule::jobKindName(job.kind), a, b - 1, mb, step + 1);
+  activity_->set(rank_, 0, what);
+  trace::Timeline::Scope compute(timeline_.get(), what, "compute", 0);
+  switch (job.kind) {
+    case schedule::JobKind::kForward: {
+      torch::NoGradGuard noGrad;
+      torch::Tensor x = a == 0 ? torch::Tensor() : storeTensor(actRegion(step, a, mb), shape);
+      for (int l = a; l < b; ++l) {
+        if (l > a && checkpoint_[static_cast<std::size_t>(l)]) storeTensor(actRegion(step, l, mb), shape).copy_(x);
+        const auto start = std::chrono::steady_clock::now();
+        x = model_->forward(l, x, batch, ctx);
+        forwardMs_[static_cast<std::size_t>(l)] += msSince(start);
+      }
+      storeTensor(actRegion(step, b, mb), shape).copy_(x);
+      break;
+    }
+    case schedule::JobKind::kFused: {
+      torch::Tensor input = a == 0 ? torch::Tensor()
+                                   : storeTensor(actRegion(step, a, mb), shape).clone().requires_grad_(true);
+      torch::Tensor x = input;
+      // The fused stage's backward cost (what the partitioner packs it by) is its forward plus its share of
+      // the backward pass.
+      auto timed = [&](int l, auto&& fn) {
+        const auto start = std::chrono::steady_clock::now();
+        auto out = fn();
+        const double ms = msSince(start);
+        forwardMs_[static_cast<std::size_t>(l)] += ms;
+        backwardMs_[static_cast<std::size_t>(l)] += ms;
+        return out;
+      };
+      for (int l = a; l < L - 1; ++l) x = timed(l, [&] { return model_->forward(l, x, batch, ctx); });
+      const model::LossSum loss =
+          timed(L - 1, [&] { return model_->loss(x, batch, config_.train.lossChunkTokens); });
+      const auto start = std::chrono::steady_clock::now();
+      (loss.sum * norm).backward();
+      spread(msSince(start), a, L, proxyCosts_.layers.forward, backwardMs_);
+      store_->doubles(lossRegion(step))[mb] = loss.sum.item<double>();
+      if (a > 0) storeTensor(gradActRegion(step, a, mb), shape).copy_(input.grad());
+      break;
+    }
+    case schedule::JobKind::kBackward: {
+      if (config_.pipeline.recompute == "layer") {
+        // Layer grain: recompute and back-propagate one layer at a time from its checkpointed input, so only
+        // one layer's activations are alive.
+        torch::Tensor grad = storeTensor(gradActRegion(step, b, mb), shape);
+        for (int l = b - 1; l >= a; --l) {
+          const auto start = std::chrono::steady_clock::now();
+          torch::Tensor input =
+              l == 0 ? torch::Tensor() : storeTensor(actRegion(step, l, mb), shape).clone().requires_grad_(true);
+          torch::Tensor y = model_->forward(l, input, batch, ctx);
+          if (y.requires_grad()) y.backward(grad);
+          if (l > 0) grad = input.grad();
+          backwardMs_[static_cast<std::size_t>(l)] += msSince(start);
+        }
+        if (a > 0) storeTensor(gradActRegion(step, a, mb), shape).copy_(grad);
+        break;
+      }
+      torch::Tensor input = a == 0 ? torch::Tensor()
+                                   : storeTensor(actRegion(step, a, mb), shape).clone().requires_grad_(true);
+      torch::Tensor x = input;
+      const auto start = std::chrono::steady_clock::now();
+      for (int l = a; l < b; ++l) x = model_->forward(l, x, batch, ctx);  // recompute (stage grain)
+      // A stage of frozen layers over the token ids (LoRA: the embedding) has nothing to differentiate.
+      if (x.requires_grad()) x.backward(storeTensor(gradActRegion(step, b, mb), shape));
+      spread(msSince(start), a, b, proxyCosts_.layers.forward, backwardMs_);
+      if (a > 0) storeTensor(gradActRegion(step, a, mb), shape).copy_(input.grad());
+      break;
+    }
+  }
+  if (hasNext && nextWorker != rank_) {
+    control::sendReady(*channel_, nextWorker, {control::kProtocolVersion, static_cast<std::uint32_t>(mb), step, k});
+  }
+}
+
+// A stage job (roundpipe, gpipe): upload, every microbatch back to back, download.
+void PipelineRuntime::runJob(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table,
+                             const StepData& data) {
+  const schedule::Job& job = table.jobs[static_cast<std::size_t>(k)];
+  trace::Timeline::Scope span(timeline_.get(),
+                              fmt::format("job {}: {} {}-{} (step {})", k, schedule::jobKindName(job.kind),
+                                          job.layers.begin, job.layers.end - 1, step + 1),
+                              "job", 2);
+  upload(step, job.layers);
+  model_->model().train();
+  for (int mb = 0; mb < config_.train.microbatches; ++mb) runMicrobatch(step, k, table, data, mb);
+  if (job.kind != schedule::JobKind::kForward) download(step, job.layers);
+  if (job.kind == schedule::JobKind::kFused) fences_->setFusedDone(step + 1);
+}
+
+// 1F1B (weights bound: this worker owns one stage): upload once, then the worker's forward and backward
+// microbatches in 1F1B order (schedule::oneFOneBOrder), then download.
+void PipelineRuntime::runOneFOneB(std::int64_t step, const schedule::DispatchTable& table, const StepData& data) {
+  std::vector<std::int64_t> mine;
+  for (std::size_t k = 0; k < table.jobs.size(); ++k) {
+    if (table.jobs[k].worker == rank_) mine.push_back(static_cast<std::int64_t>(k));
+  }
+  if (mine.empty()) return;
+  const schedule::Range layers = table.jobs[static_cast<std::size_t>(mine.front())].layers;
+  upload(step, layers);
+  model_->model().train();
+  for (const auto& op : schedule::oneFOneBOrder(table, rank_, static_cast<int>(config_.train.microbatches))) {
+    runMicrobatch(step, op.job, table, data, op.microbatch);
+  }
+  download(step, layers);
+  for (std::int64_t k : mine) {
+    if (table.jobs[static_cast<std::size_t>(k)].kind == schedule::JobKind::kFused) fences_->setFusedDone(step + 1);
+  }
+}
+
+}  // namespace rp::engine
