@@ -26,8 +26,8 @@ ModelConfig shape(std::int64_t hidden, std::int64_t heads, std::int64_t kvHeads,
 }
 
 ModelConfig configFor(std::int64_t which) {
-  return which == 0 ? shape(128, 8, 4, 384, 2048)        // TinyStories-656K
-                    : shape(1024, 16, 8, 3072, 32000);   // a 0.5B-class layer
+  return which == 0 ? shape(128, 8, 4, 384, 2048)       // TinyStories-656K
+                    : shape(1024, 16, 8, 3072, 32000);  // a 0.5B-class layer
 }
 
 // Matmul FLOPs of one decoder layer forward per token (projections + attention scores/values).
@@ -42,8 +42,10 @@ double layerFlopsPerToken(const ModelConfig& c, std::int64_t seq) {
 void setInit(rp::model::CausalLM& model) {
   torch::NoGradGuard noGrad;
   for (auto& [name, p] : model.hfParameters()) {
-    if (p.dim() == 1) p.fill_(1.0);
-    else p.normal_(0.0, 0.02);
+    if (p.dim() == 1)
+      p.fill_(1.0);
+    else
+      p.normal_(0.0, 0.02);
   }
 }
 

@@ -47,7 +47,9 @@ void run(benchmark::State& state, const std::string& tokenizerPath) {
   state.counters["tok/s"] = benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsRate);
 }
 
-void BM_EncodeQwen3(benchmark::State& state) { run(state, fixtures() + "/tokenizers/qwen3/tokenizer.json"); }
+void BM_EncodeQwen3(benchmark::State& state) {
+  run(state, fixtures() + "/tokenizers/qwen3/tokenizer.json");
+}
 void BM_EncodeTinyStories(benchmark::State& state) {
   run(state, fixtures() + "/models/tinystories-656k/tokenizer.json");
 }

@@ -6,8 +6,8 @@
 #include <iostream>
 #include <sstream>
 
-#include <CLI/CLI.hpp>
 #include <torch/torch.h>
+#include <CLI/CLI.hpp>
 
 #include "cli/run_main.h"
 #include "common/env.h"
@@ -81,8 +81,8 @@ int run(int argc, char** argv) {
 
   auto model = rp::model::loadHfModel(modelDir, dtype);
   const auto& c = model->config();
-  RP_LOG_INFO("{}: {} with {} layers, hidden {}, {}/{} heads, vocab {}", modelDir,
-              rp::model::architectureName(c.arch), c.numLayers, c.hiddenSize, c.numHeads, c.numKvHeads, c.vocabSize);
+  RP_LOG_INFO("{}: {} with {} layers, hidden {}, {}/{} heads, vocab {}", modelDir, rp::model::architectureName(c.arch),
+              c.numLayers, c.hiddenSize, c.numHeads, c.numKvHeads, c.vocabSize);
   const auto tokenizer = rp::data::Tokenizer::fromFile(modelDir);
 
   std::cout << "greedy: " << rp::train::greedySample(*model, tokenizer, prompt, maxNew) << '\n';

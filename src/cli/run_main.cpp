@@ -36,7 +36,13 @@ int runMain(const std::function<int()>& body) {
 int runMpiMain(int* argc, char*** argv, const std::function<int(const MpiSession&)>& body) {
   std::unique_ptr<MpiSession> session;
   int code = kExitOk;
-  if (guarded([&] { session = std::make_unique<MpiSession>(argc, argv); return kExitOk; }, code) != 0) return code;
+  if (guarded(
+          [&] {
+            session = std::make_unique<MpiSession>(argc, argv);
+            return kExitOk;
+          },
+          code) != 0)
+    return code;
   if (guarded([&] { return body(*session); }, code) != 0 && session->identity().size > 1) {
     RP_LOG_ERROR("rank {} failed; aborting all {} ranks", session->identity().rank, session->identity().size);
     MPI_Abort(MPI_COMM_WORLD, code);

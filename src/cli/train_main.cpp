@@ -3,8 +3,8 @@
 // with N workers. docs/config.md lists the keys.
 #include <cstdio>
 
-#include <CLI/CLI.hpp>
 #include <torch/torch.h>
+#include <CLI/CLI.hpp>
 
 #include "cli/run_main.h"
 #include "common/log.h"

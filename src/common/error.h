@@ -41,8 +41,8 @@ namespace detail {
 }  // namespace rp
 
 // Invariant check; the message says what should have held. Not for user input (throw InputError).
-#define RP_CHECK(cond, ...)                                                                 \
-  do {                                                                                      \
+#define RP_CHECK(cond, ...)                                                                        \
+  do {                                                                                             \
     if (!(cond)) ::rp::detail::throwInternal(#cond, __FILE__, __LINE__, fmt::format(__VA_ARGS__)); \
   } while (0)
 

@@ -30,23 +30,30 @@ Level minLevel() {
 
 const char* levelName(Level level) {
   switch (level) {
-    case Level::kDebug: return "D";
-    case Level::kInfo: return "I";
-    case Level::kWarn: return "W";
-    case Level::kError: return "E";
+    case Level::kDebug:
+      return "D";
+    case Level::kInfo:
+      return "I";
+    case Level::kWarn:
+      return "W";
+    case Level::kError:
+      return "E";
   }
   return "?";
 }
 
 }  // namespace
 
-void setRank(int rank) { gRank.store(rank); }
+void setRank(int rank) {
+  gRank.store(rank);
+}
 
-bool enabled(Level level) { return static_cast<int>(level) >= static_cast<int>(minLevel()); }
+bool enabled(Level level) {
+  return static_cast<int>(level) >= static_cast<int>(minLevel());
+}
 
 void write(Level level, const std::string& message) {
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - gStart).count();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - gStart).count();
   const int rank = gRank.load();
   const std::string who = rank < 0 ? std::string("-") : std::to_string(rank);
   std::lock_guard<std::mutex> lock(gWriteMutex);

@@ -17,8 +17,8 @@ void write(Level level, const std::string& message);
 
 }  // namespace rp::log
 
-#define RP_LOG_AT(level, ...)                                                \
-  do {                                                                       \
+#define RP_LOG_AT(level, ...)                                                         \
+  do {                                                                                \
     if (::rp::log::enabled(level)) ::rp::log::write(level, fmt::format(__VA_ARGS__)); \
   } while (0)
 #define RP_LOG_DEBUG(...) RP_LOG_AT(::rp::log::Level::kDebug, __VA_ARGS__)

@@ -35,7 +35,9 @@ MappedFile::MappedFile(std::string path) : path_(std::move(path)) {
   ::close(fd);  // the mapping stays valid
 }
 
-MappedFile::~MappedFile() { release(); }
+MappedFile::~MappedFile() {
+  release();
+}
 
 MappedFile::MappedFile(MappedFile&& other) noexcept
     : path_(std::move(other.path_)), data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}

@@ -91,7 +91,8 @@ RunConfig buildRunConfig(Values v) {
   static const std::vector<std::string> kTargets{"q", "k", "v", "o", "gate", "up", "down"};
   for (const auto& t : c.lora.targets) {
     if (std::find(kTargets.begin(), kTargets.end(), t) == kTargets.end()) {
-      RP_THROW(InputError, "{}: lora.targets contains \"{}\": expected any of q, k, v, o, gate, up, down", v.source(), t);
+      RP_THROW(InputError, "{}: lora.targets contains \"{}\": expected any of q, k, v, o, gate, up, down", v.source(),
+               t);
     }
   }
   if (c.lora.rank > 0 && c.lora.targets.empty()) {

@@ -19,8 +19,8 @@ struct RunConfig {
   } model;
   struct Data {
     std::vector<std::string> paths;
-    std::string format;    // text | jsonl | alpaca | sharegpt | tokenized
-    std::string sampleBy;  // line | paragraph | document
+    std::string format;        // text | jsonl | alpaca | sharegpt | tokenized
+    std::string sampleBy;      // line | paragraph | document
     std::string chatTemplate;  // auto | chatml | llama3
     bool addBos = true;
     bool addEos = true;
@@ -38,7 +38,7 @@ struct RunConfig {
     bool async;
   } optim;
   struct Pipeline {
-    std::string schedule;  // roundpipe | gpipe | 1f1b
+    std::string schedule;   // roundpipe | gpipe | 1f1b
     std::string recompute;  // stage | layer
     std::int64_t replanEvery;
     std::string plan;  // "auto" or counts (schedule::parsePlan)

@@ -8,7 +8,8 @@ using I = std::int64_t;
 
 const std::vector<KeySpec>& runSchema() {
   static const std::vector<KeySpec> schema = {
-      {"model.path", Type::kString, S(), "Hugging Face model directory (config.json, *.safetensors, tokenizer.json)", true},
+      {"model.path", Type::kString, S(), "Hugging Face model directory (config.json, *.safetensors, tokenizer.json)",
+       true},
       {"model.tokenizer", Type::kString, S(""), "tokenizer.json or its directory (default: model.path)"},
       {"model.dtype", Type::kString, S("float32"), "model weights and compute: float32 | bfloat16 | float16"},
       {"model.init", Type::kString, S("pretrained"), "pretrained (load the safetensors) | random (train from scratch)"},
@@ -42,10 +43,13 @@ const std::vector<KeySpec>& runSchema() {
       {"optim.min_lr_ratio", Type::kFloat, 0.0, "linear/cosine floor as a fraction of optim.lr"},
       {"optim.mode", Type::kString, S("async"), "sync | async (one step of weight staleness; pipeline runtime)"},
 
-      {"pipeline.schedule", Type::kString, S("roundpipe"), "roundpipe | gpipe | 1f1b (baselines: weights bound to workers)"},
-      {"pipeline.recompute", Type::kString, S("stage"), "stage | layer: backward recomputes a stage at once or layer by layer"},
+      {"pipeline.schedule", Type::kString, S("roundpipe"),
+       "roundpipe | gpipe | 1f1b (baselines: weights bound to workers)"},
+      {"pipeline.recompute", Type::kString, S("stage"),
+       "stage | layer: backward recomputes a stage at once or layer by layer"},
       {"pipeline.replan_every", Type::kInt, I(10), "re-partition from measured layer times every N steps (0 = never)"},
-      {"pipeline.plan", Type::kString, S("auto"), "auto (the partitioner) or \"F1,F2,... | fused | B1,B2,...\" layer counts"},
+      {"pipeline.plan", Type::kString, S("auto"),
+       "auto (the partitioner) or \"F1,F2,... | fused | B1,B2,...\" layer counts"},
       {"pipeline.memory_limit_gb", Type::kFloat, 0.0, "per-worker memory budget for the partitioner (0 = unlimited)"},
       {"pipeline.stall_timeout_s", Type::kFloat, 300.0, "a rank waiting longer than this for a peer aborts the job"},
 

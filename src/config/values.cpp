@@ -14,11 +14,16 @@ std::string render(const Value& v) {
   return std::visit(
       [](const auto& x) -> std::string {
         using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, bool>) return x ? "true" : "false";
-        else if constexpr (std::is_same_v<T, std::int64_t>) return std::to_string(x);
-        else if constexpr (std::is_same_v<T, double>) return fmt::format("{}", x);
-        else if constexpr (std::is_same_v<T, std::string>) return fmt::format("\"{}\"", x);
-        else return fmt::format("[{}]", fmt::join(x, ", "));
+        if constexpr (std::is_same_v<T, bool>)
+          return x ? "true" : "false";
+        else if constexpr (std::is_same_v<T, std::int64_t>)
+          return std::to_string(x);
+        else if constexpr (std::is_same_v<T, double>)
+          return fmt::format("{}", x);
+        else if constexpr (std::is_same_v<T, std::string>)
+          return fmt::format("\"{}\"", x);
+        else
+          return fmt::format("[{}]", fmt::join(x, ", "));
       },
       v);
 }
@@ -81,7 +86,8 @@ std::optional<Value> fromText(const std::string& text, Type type) {
   return std::nullopt;
 }
 
-void flatten(const toml::table& table, const std::string& prefix, std::vector<std::pair<std::string, const toml::node*>>& out) {
+void flatten(const toml::table& table, const std::string& prefix,
+             std::vector<std::pair<std::string, const toml::node*>>& out) {
   for (const auto& [k, node] : table) {
     const std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
     if (const auto* sub = node.as_table()) {
@@ -126,18 +132,24 @@ std::string closest(const std::vector<KeySpec>& schema, const std::string& key) 
 
 [[noreturn]] void unknownKey(const std::vector<KeySpec>& schema, const std::string& where, const std::string& key) {
   const std::string hint = closest(schema, key);
-  RP_THROW(InputError, "{}: unknown key '{}'{}", where, key, hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint));
+  RP_THROW(InputError, "{}: unknown key '{}'{}", where, key,
+           hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint));
 }
 
 }  // namespace
 
 const char* typeName(Type type) {
   switch (type) {
-    case Type::kBool: return "a boolean";
-    case Type::kInt: return "an integer";
-    case Type::kFloat: return "a number";
-    case Type::kString: return "a string";
-    case Type::kStringList: return "a string or a list of strings";
+    case Type::kBool:
+      return "a boolean";
+    case Type::kInt:
+      return "an integer";
+    case Type::kFloat:
+      return "a number";
+    case Type::kString:
+      return "a string";
+    case Type::kStringList:
+      return "a string or a list of strings";
   }
   return "?";
 }
@@ -179,7 +191,8 @@ Values Values::load(const std::vector<KeySpec>& schema, const std::string& tomlP
     const KeySpec* spec = find(schema, key);
     if (spec == nullptr) unknownKey(schema, "--set", key);
     auto value = fromText(assignment.substr(eq + 1), spec->type);
-    if (!value) RP_THROW(InputError, "--set {}: value '{}' is not {}", key, assignment.substr(eq + 1), typeName(spec->type));
+    if (!value)
+      RP_THROW(InputError, "--set {}: value '{}' is not {}", key, assignment.substr(eq + 1), typeName(spec->type));
     values.entries_[key] = Entry{spec->type, *value, Origin::kOverride};
   }
 
@@ -200,9 +213,15 @@ const Values::Entry& Values::entry(const std::string& key, Type type) const {
   return it->second;
 }
 
-bool Values::getBool(const std::string& key) const { return std::get<bool>(entry(key, Type::kBool).value); }
-std::int64_t Values::getInt(const std::string& key) const { return std::get<std::int64_t>(entry(key, Type::kInt).value); }
-double Values::getFloat(const std::string& key) const { return std::get<double>(entry(key, Type::kFloat).value); }
+bool Values::getBool(const std::string& key) const {
+  return std::get<bool>(entry(key, Type::kBool).value);
+}
+std::int64_t Values::getInt(const std::string& key) const {
+  return std::get<std::int64_t>(entry(key, Type::kInt).value);
+}
+double Values::getFloat(const std::string& key) const {
+  return std::get<double>(entry(key, Type::kFloat).value);
+}
 const std::string& Values::getString(const std::string& key) const {
   return std::get<std::string>(entry(key, Type::kString).value);
 }

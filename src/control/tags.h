@@ -12,6 +12,8 @@ enum class Tag : int {
 
 inline constexpr std::array<Tag, 1> kAllTags{Tag::kStageReady};
 
-inline int mpiTag(Tag tag) { return static_cast<int>(tag); }
+inline int mpiTag(Tag tag) {
+  return static_cast<int>(tag);
+}
 
 }  // namespace rp::control

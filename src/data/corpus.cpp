@@ -39,7 +39,8 @@ template <typename T>
 std::vector<T> readArray(const fs::path& path) {
   const MappedFile file(path.string());
   if (file.size() % sizeof(T) != 0) {
-    RP_THROW(InputError, "{}: size {} is not a multiple of {} bytes (truncated?)", path.string(), file.size(), sizeof(T));
+    RP_THROW(InputError, "{}: size {} is not a multiple of {} bytes (truncated?)", path.string(), file.size(),
+             sizeof(T));
   }
   std::vector<T> out(file.size() / sizeof(T));
   if (!out.empty()) std::memcpy(out.data(), file.data(), file.size());
@@ -55,13 +56,10 @@ void saveCorpus(const TokenizedCorpus& corpus, const std::string& directory, con
   writeArray(dir / "tokens.bin", corpus.tokens);
   writeArray(dir / "docs.bin", corpus.docOffsets);
   if (!corpus.trainMask.empty()) writeArray(dir / "mask.bin", corpus.trainMask);
-  const nlohmann::json meta{{"format", "roundpipe-tokenized"},
-                            {"version", kCorpusFormatVersion},
-                            {"documents", corpus.documentCount()},
-                            {"tokens", corpus.tokens.size()},
-                            {"has_mask", !corpus.trainMask.empty()},
-                            {"tokenizer", tokenizerPath},
-                            {"vocab_size", vocabSize}};
+  const nlohmann::json meta{
+      {"format", "roundpipe-tokenized"}, {"version", kCorpusFormatVersion},       {"documents", corpus.documentCount()},
+      {"tokens", corpus.tokens.size()},  {"has_mask", !corpus.trainMask.empty()}, {"tokenizer", tokenizerPath},
+      {"vocab_size", vocabSize}};
   std::ofstream(dir / "meta.json") << meta.dump(2) << '\n';
 }
 
@@ -69,7 +67,8 @@ TokenizedCorpus loadCorpus(const std::string& directory) {
   const fs::path dir(directory);
   const fs::path metaPath = dir / "meta.json";
   std::ifstream in(metaPath);
-  if (!in) RP_THROW(InputError, "{}: cannot open (expected a directory written by roundpipe_tokenize)", metaPath.string());
+  if (!in)
+    RP_THROW(InputError, "{}: cannot open (expected a directory written by roundpipe_tokenize)", metaPath.string());
   nlohmann::json meta;
   try {
     meta = nlohmann::json::parse(in);
@@ -77,8 +76,8 @@ TokenizedCorpus loadCorpus(const std::string& directory) {
     RP_THROW(InputError, "{}: not valid JSON: {}", metaPath.string(), e.what());
   }
   if (meta.value("format", "") != "roundpipe-tokenized" || meta.value("version", 0) != kCorpusFormatVersion) {
-    RP_THROW(InputError, "{}: expected format \"roundpipe-tokenized\" version {}, found {} version {}", metaPath.string(),
-             kCorpusFormatVersion, meta.value("format", "?"), meta.value("version", 0));
+    RP_THROW(InputError, "{}: expected format \"roundpipe-tokenized\" version {}, found {} version {}",
+             metaPath.string(), kCorpusFormatVersion, meta.value("format", "?"), meta.value("version", 0));
   }
   TokenizedCorpus corpus;
   corpus.tokens = readArray<std::int32_t>(dir / "tokens.bin");
@@ -87,7 +86,8 @@ TokenizedCorpus loadCorpus(const std::string& directory) {
 
   const auto docs = meta.value("documents", std::uint64_t{0});
   if (corpus.docOffsets.size() != docs + 1 || corpus.docOffsets.front() != 0 ||
-      corpus.docOffsets.back() != corpus.tokens.size() || meta.value("tokens", std::uint64_t{0}) != corpus.tokens.size()) {
+      corpus.docOffsets.back() != corpus.tokens.size() ||
+      meta.value("tokens", std::uint64_t{0}) != corpus.tokens.size()) {
     RP_THROW(InputError, "{}: docs.bin/tokens.bin disagree with meta.json ({} documents, {} tokens expected)",
              directory, docs, meta.value("tokens", std::uint64_t{0}));
   }
@@ -97,7 +97,8 @@ TokenizedCorpus loadCorpus(const std::string& directory) {
     }
   }
   if (!corpus.trainMask.empty() && corpus.trainMask.size() != corpus.tokens.size()) {
-    RP_THROW(InputError, "{}/mask.bin: {} flags for {} tokens", directory, corpus.trainMask.size(), corpus.tokens.size());
+    RP_THROW(InputError, "{}/mask.bin: {} flags for {} tokens", directory, corpus.trainMask.size(),
+             corpus.tokens.size());
   }
   const auto vocab = meta.value("vocab_size", std::int64_t{0});
   for (std::size_t i = 0; i < corpus.tokens.size(); ++i) {

@@ -11,7 +11,8 @@ ChatTemplate resolveChatTemplate(const std::string& name, const Tokenizer& token
   if (name != "auto") RP_THROW(InputError, "data.template = \"{}\": expected auto, chatml or llama3", name);
   if (tokenizer.tokenId("<|im_start|>") >= 0) return ChatTemplate::kChatML;
   if (tokenizer.tokenId("<|start_header_id|>") >= 0) return ChatTemplate::kLlama3;
-  RP_THROW(InputError, "data.template = \"auto\": the tokenizer has neither <|im_start|> (ChatML) nor "
+  RP_THROW(InputError,
+           "data.template = \"auto\": the tokenizer has neither <|im_start|> (ChatML) nor "
            "<|start_header_id|> (Llama-3); set data.template explicitly");
 }
 
@@ -40,7 +41,8 @@ TokenizedCorpus tokenizeSamples(const std::vector<Sample>& samples, const Tokeni
 TokenizedCorpus loadDataset(const DatasetOptions& options, const Tokenizer& tokenizer) {
   if (options.format == "tokenized") {
     if (options.paths.size() != 1) {
-      RP_THROW(InputError, "data.format = \"tokenized\" takes one directory in data.path, got {}", options.paths.size());
+      RP_THROW(InputError, "data.format = \"tokenized\" takes one directory in data.path, got {}",
+               options.paths.size());
     }
     TokenizedCorpus corpus = loadCorpus(options.paths[0]);
     for (const auto id : corpus.tokens) {

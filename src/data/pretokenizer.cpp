@@ -3,9 +3,9 @@
 #include <array>
 #include <unordered_map>
 
-#include <nlohmann/json.hpp>
 #include <unicode/regex.h>
 #include <unicode/unistr.h>
+#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 
@@ -39,8 +39,7 @@ const ByteTable& table() {
 }
 
 // GPT-2's pattern, which ByteLevel applies itself when use_regex is true.
-constexpr const char* kGpt2Pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 }  // namespace
 
@@ -67,8 +66,10 @@ std::string byteLevelDecode(std::string_view mapped) {
       continue;
     }
     const auto it = table().fromCodepoint.find(cp);
-    if (it != table().fromCodepoint.end()) out.push_back(static_cast<char>(it->second));
-    else out.append(mapped.substr(i, len));
+    if (it != table().fromCodepoint.end())
+      out.push_back(static_cast<char>(it->second));
+    else
+      out.append(mapped.substr(i, len));
     i += len;
   }
   return out;
@@ -80,7 +81,6 @@ struct PreTokenizer::Step {
   std::unique_ptr<icu::RegexPattern> pattern;  // kSplit (also ByteLevel with use_regex)
   bool removeMatches = false;                  // behavior "Removed"
   bool addPrefixSpace = false;                 // ByteLevel
-
 
   // Splits `piece` into the regex matches and the gaps between them (gaps kept as pieces).
   void applyRegex(const std::string& piece, std::vector<std::string>& out) const {
@@ -105,7 +105,9 @@ struct PreTokenizer::Step {
   }
 };
 
-PreTokenizer::PreTokenizer(const nlohmann::json& spec, const std::string& source) : source_(source) { add(spec); }
+PreTokenizer::PreTokenizer(const nlohmann::json& spec, const std::string& source) : source_(source) {
+  add(spec);
+}
 PreTokenizer::~PreTokenizer() = default;
 
 void PreTokenizer::add(const nlohmann::json& spec) {
@@ -127,7 +129,8 @@ void PreTokenizer::add(const nlohmann::json& spec) {
     auto step = std::make_unique<Step>();
     step->kind = Step::Kind::kSplit;
     const auto& pattern = spec.at("pattern");
-    if (!pattern.contains("Regex")) RP_THROW(InputError, "{}: Split pre_tokenizer with a String pattern is not supported", source_);
+    if (!pattern.contains("Regex"))
+      RP_THROW(InputError, "{}: Split pre_tokenizer with a String pattern is not supported", source_);
     step->pattern = compile(pattern.at("Regex").get<std::string>());
     const std::string behavior = spec.value("behavior", "Isolated");
     if (behavior != "Isolated" && behavior != "Removed") {

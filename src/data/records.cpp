@@ -20,7 +20,9 @@ std::string readFile(const std::string& path) {
   return buffer.str();
 }
 
-Sample plain(std::string text) { return Sample{{Segment{std::move(text), true}}, false}; }
+Sample plain(std::string text) {
+  return Sample{{Segment{std::move(text), true}}, false};
+}
 
 void splitText(const std::string& text, const std::string& sampleBy, std::vector<Sample>& out) {
   if (sampleBy == "document") {
@@ -51,7 +53,8 @@ void splitText(const std::string& text, const std::string& sampleBy, std::vector
 
 const std::string& stringField(const json& record, const char* field) {
   const auto it = record.find(field);
-  if (it == record.end() || !it->is_string()) throw std::invalid_argument(fmt::format("missing string field '{}'", field));
+  if (it == record.end() || !it->is_string())
+    throw std::invalid_argument(fmt::format("missing string field '{}'", field));
   return it->get_ref<const std::string&>();
 }
 
@@ -61,7 +64,8 @@ Sample fromAlpaca(const json& r, ChatTemplate t) {
     user += "\n\n" + r.at("input").get<std::string>();
   }
   std::vector<Message> messages;
-  if (r.contains("system") && r.at("system").is_string()) messages.push_back({"system", r.at("system").get<std::string>()});
+  if (r.contains("system") && r.at("system").is_string())
+    messages.push_back({"system", r.at("system").get<std::string>()});
   messages.push_back({"user", user});
   messages.push_back({"assistant", stringField(r, "output")});
   return renderChat(messages, t);
@@ -69,17 +73,23 @@ Sample fromAlpaca(const json& r, ChatTemplate t) {
 
 Sample fromShareGpt(const json& r, ChatTemplate t) {
   const auto it = r.find("conversations");
-  if (it == r.end() || !it->is_array() || it->empty()) throw std::invalid_argument("missing non-empty array 'conversations'");
+  if (it == r.end() || !it->is_array() || it->empty())
+    throw std::invalid_argument("missing non-empty array 'conversations'");
   std::vector<Message> messages;
   bool anyAssistant = false;
   for (const auto& turn : *it) {
     if (!turn.is_object()) throw std::invalid_argument("a conversation turn is not an object");
     const std::string from = stringField(turn, "from");
     std::string role;
-    if (from == "system") role = "system";
-    else if (from == "human" || from == "user") role = "user";
-    else if (from == "gpt" || from == "assistant") role = "assistant";
-    else throw std::invalid_argument(fmt::format("turn 'from' is \"{}\": expected system, human/user or gpt/assistant", from));
+    if (from == "system")
+      role = "system";
+    else if (from == "human" || from == "user")
+      role = "user";
+    else if (from == "gpt" || from == "assistant")
+      role = "assistant";
+    else
+      throw std::invalid_argument(
+          fmt::format("turn 'from' is \"{}\": expected system, human/user or gpt/assistant", from));
     anyAssistant = anyAssistant || role == "assistant";
     messages.push_back({role, stringField(turn, "value")});
   }

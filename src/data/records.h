@@ -21,7 +21,7 @@ struct Sample {
 enum class ChatTemplate { kChatML, kLlama3 };
 
 struct ReadOptions {
-  std::string format = "text";      // text | jsonl | alpaca | sharegpt
+  std::string format = "text";         // text | jsonl | alpaca | sharegpt
   std::string sampleBy = "paragraph";  // text: line | paragraph | document
   ChatTemplate chatTemplate = ChatTemplate::kChatML;
   bool skipBadRecords = false;
@@ -29,8 +29,8 @@ struct ReadOptions {
 
 struct ReadResult {
   std::vector<Sample> samples;
-  std::int64_t skipped = 0;      // bad records skipped (skipBadRecords)
-  std::string firstSkipReason;   // what the first skipped record had wrong
+  std::int64_t skipped = 0;     // bad records skipped (skipBadRecords)
+  std::string firstSkipReason;  // what the first skipped record had wrong
 };
 
 // Throws InputError "<file>:<line>: ..." for a bad record unless skipBadRecords.

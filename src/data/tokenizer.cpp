@@ -34,7 +34,9 @@ std::string replaceAll(std::string_view text, std::string_view from, std::string
   return out;
 }
 
-bool isByteToken(const std::string& t) { return t.size() == 6 && t.rfind("<0x", 0) == 0 && t.back() == '>'; }
+bool isByteToken(const std::string& t) {
+  return t.size() == 6 && t.rfind("<0x", 0) == 0 && t.back() == '>';
+}
 
 // HF's ByteFallback decoder: each run of <0xHH> tokens becomes its bytes when they form valid UTF-8,
 // otherwise one U+FFFD per byte.
@@ -204,7 +206,8 @@ struct Tokenizer::Impl {
     const auto type = d.value("type", "");
     if (type == "Sequence") {
       for (const auto& child : d.at("decoders")) loadDecoder(child);
-    } else if (type == "Replace" || type == "ByteFallback" || type == "Fuse" || type == "Strip" || type == "ByteLevel") {
+    } else if (type == "Replace" || type == "ByteFallback" || type == "Fuse" || type == "Strip" ||
+               type == "ByteLevel") {
       decoders.push_back(d);
     } else {
       unsupported(fmt::format("decoder '{}'", type));
@@ -218,8 +221,12 @@ struct Tokenizer::Impl {
         case NormalizerStep::Kind::kPrepend:
           if (!text.empty()) text = step.a + text;
           break;
-        case NormalizerStep::Kind::kReplace: text = replaceAll(text, step.a, step.b); break;
-        case NormalizerStep::Kind::kNfc: text = unicode::nfc(text); break;
+        case NormalizerStep::Kind::kReplace:
+          text = replaceAll(text, step.a, step.b);
+          break;
+        case NormalizerStep::Kind::kNfc:
+          text = unicode::nfc(text);
+          break;
       }
     }
     return text;
@@ -252,7 +259,8 @@ struct Tokenizer::Impl {
     std::vector<std::int32_t> symbols;
     bool lastWasUnk = false;
     for (std::size_t pos = 0; pos < word.size();) {
-      const std::size_t len = std::min(unicode::sequenceLength(static_cast<unsigned char>(word[pos])), word.size() - pos);
+      const std::size_t len =
+          std::min(unicode::sequenceLength(static_cast<unsigned char>(word[pos])), word.size() - pos);
       const std::string ch = word.substr(pos, len);
       pos += len;
       if (const auto it = vocab.find(ch); it != vocab.end()) {
@@ -412,7 +420,9 @@ std::string Tokenizer::decode(const std::vector<std::int32_t>& ids, bool skipSpe
   return m.decode(std::move(tokens));
 }
 
-std::int32_t Tokenizer::vocabSize() const { return static_cast<std::int32_t>(impl_->pieces.size()); }
+std::int32_t Tokenizer::vocabSize() const {
+  return static_cast<std::int32_t>(impl_->pieces.size());
+}
 
 std::int32_t Tokenizer::tokenId(const std::string& token) const {
   const auto it = impl_->vocab.find(token);

@@ -86,7 +86,8 @@ std::string nfc(std::string_view text) {
   UErrorCode status = U_ZERO_ERROR;
   const icu::Normalizer2* normalizer = icu::Normalizer2::getNFCInstance(status);
   if (U_FAILURE(status)) RP_THROW(SystemError, "ICU NFC normalizer unavailable: {}", u_errorName(status));
-  const icu::UnicodeString input = icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size())));
+  const icu::UnicodeString input =
+      icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size())));
   if (normalizer->isNormalized(input, status) && U_SUCCESS(status)) return std::string(text);
   status = U_ZERO_ERROR;
   const icu::UnicodeString normalized = normalizer->normalize(input, status);

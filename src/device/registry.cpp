@@ -9,7 +9,9 @@
 
 namespace rp::device {
 
-const char* backendName(Backend backend) { return backend == Backend::kCuda ? "cuda" : "cpu"; }
+const char* backendName(Backend backend) {
+  return backend == Backend::kCuda ? "cuda" : "cpu";
+}
 
 Inventory probe() {
   static const Inventory inventory = [] {

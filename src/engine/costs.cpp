@@ -25,8 +25,8 @@ LayerCosts estimateCosts(const PipelineModel& model, std::int64_t tokens) {
       forward = 2.0 * n * static_cast<double>(config.vocabSize * config.hiddenSize);  // LM head (+ loss)
     } else {
       // projections + causal attention scores and values (half the square on average)
-      forward = 2.0 * n * params + 2.0 * n * static_cast<double>(config.numHeads * config.headDim) *
-                                       static_cast<double>(tokens) / 2.0;
+      forward = 2.0 * n * params +
+                2.0 * n * static_cast<double>(config.numHeads * config.headDim) * static_cast<double>(tokens) / 2.0;
     }
     c.forward.push_back(forward / 1e9);
     c.backward.push_back(3.0 * forward / 1e9);  // recompute + backward (2x)

@@ -19,12 +19,19 @@ std::size_t Fences::regionBytes(int layers, int ranks) {
 }
 
 Fences::Fences(void* memory, int layers, int ranks, double timeoutSeconds, const ActivityBoard* board)
-    : base_(static_cast<std::atomic<std::int64_t>*>(memory)), layers_(layers), ranks_(ranks), timeout_(timeoutSeconds),
+    : base_(static_cast<std::atomic<std::int64_t>*>(memory)),
+      layers_(layers),
+      ranks_(ranks),
+      timeout_(timeoutSeconds),
       board_(board) {}
 
-std::atomic<std::int64_t>& Fences::at(std::size_t index) const { return base_[index]; }
+std::atomic<std::int64_t>& Fences::at(std::size_t index) const {
+  return base_[index];
+}
 
-void Fences::addUpload(int l) { at(static_cast<std::size_t>(l)).fetch_add(1, std::memory_order_acq_rel); }
+void Fences::addUpload(int l) {
+  at(static_cast<std::size_t>(l)).fetch_add(1, std::memory_order_acq_rel);
+}
 void Fences::addDownload(int l) {
   at(static_cast<std::size_t>(layers_ + l)).fetch_add(1, std::memory_order_acq_rel);
 }

@@ -24,10 +24,15 @@ std::pair<std::size_t, std::size_t> sliceOf(std::size_t n, int part, int parts) 
 
 OptimizerWorker::OptimizerWorker(std::vector<OptimTensor> tensors, Fences& fences, OptimizerOptions options,
                                  int localRank, int localSize, MPI_Comm nodeComm)
-    : tensors_(std::move(tensors)), fences_(fences), options_(std::move(options)), rank_(localRank),
-      ranks_(localSize), adamw_(options_.adamw) {
+    : tensors_(std::move(tensors)),
+      fences_(fences),
+      options_(std::move(options)),
+      rank_(localRank),
+      ranks_(localSize),
+      adamw_(options_.adamw) {
   checkMpi(MPI_Comm_dup(nodeComm, &comm_), "MPI_Comm_dup(optimizer)");
-  if (options_.crossNode != MPI_COMM_NULL) checkMpi(MPI_Comm_dup(options_.crossNode, &crossNode_), "MPI_Comm_dup(cross-node)");
+  if (options_.crossNode != MPI_COMM_NULL)
+    checkMpi(MPI_Comm_dup(options_.crossNode, &crossNode_), "MPI_Comm_dup(cross-node)");
   for (auto& t : tensors_) {
     slices_.push_back(sliceOf(t.numel, rank_, ranks_));
     const auto [begin, end] = slices_.back();

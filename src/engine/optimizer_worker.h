@@ -30,10 +30,10 @@ namespace rp::engine {
 
 struct OptimTensor {
   std::string name;
-  std::vector<int> layers;   // layers that use it
-  float* weights;            // what uploads read
-  float* master;             // fp32 master (trainable only)
-  std::vector<float*> slots; // one gradient slot per layer in `layers` (trainable only)
+  std::vector<int> layers;    // layers that use it
+  float* weights;             // what uploads read
+  float* master;              // fp32 master (trainable only)
+  std::vector<float*> slots;  // one gradient slot per layer in `layers` (trainable only)
   std::size_t numel;
   bool trainable;
 };
@@ -55,7 +55,7 @@ struct OptimizerResult {
   std::int64_t step = 0;
   double gradNorm = 0.0;
   double lr = 0.0;
-  double lossSum = 0.0;  // the iteration's summed token loss
+  double lossSum = 0.0;                            // the iteration's summed token loss
   std::chrono::steady_clock::time_point finished;  // when the step completed on this rank
 };
 

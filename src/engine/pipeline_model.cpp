@@ -41,7 +41,8 @@ PipelineModel::PipelineModel(std::shared_ptr<model::CausalLM> model, const std::
   }
   for (const auto& a : adapters) add(a, adapterDecoderLayer(a.first) + 1, true);
   for (const auto& p : model_->head().hfParameters()) add(p, L - 1, fullFineTune);
-  if (model_->config().tieWordEmbeddings) add({"model.embed_tokens.weight", model_->embedding().weight}, L - 1, fullFineTune);
+  if (model_->config().tieWordEmbeddings)
+    add({"model.embed_tokens.weight", model_->embedding().weight}, L - 1, fullFineTune);
 }
 
 torch::Tensor PipelineModel::forward(int l, const torch::Tensor& x, const model::Batch& batch,

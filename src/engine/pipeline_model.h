@@ -14,8 +14,8 @@
 namespace rp::engine {
 
 struct TensorEntry {
-  std::string name;        // HF or PEFT name
-  torch::Tensor local;     // the replica's tensor
+  std::string name;     // HF or PEFT name
+  torch::Tensor local;  // the replica's tensor
   bool trainable = false;
   std::vector<int> layers;  // layers that use it, ascending
 };

@@ -15,8 +15,10 @@ namespace rp::engine {
 class LayerProfile {
  public:
   explicit LayerProfile(int layers)
-      : forward_(static_cast<std::size_t>(layers), 0.0), backward_(forward_),
-        forwardN_(static_cast<std::size_t>(layers), 0), backwardN_(forwardN_) {}
+      : forward_(static_cast<std::size_t>(layers), 0.0),
+        backward_(forward_),
+        forwardN_(static_cast<std::size_t>(layers), 0),
+        backwardN_(forwardN_) {}
 
   static constexpr double kSmooth = 0.9;
 
@@ -31,8 +33,8 @@ class LayerProfile {
  private:
   std::vector<double> forward_, backward_;
   std::vector<std::int64_t> forwardN_, backwardN_;  // samples per layer
-  std::int64_t seen_ = 0;     // updates offered, including the dropped first one
-  std::int64_t updates_ = 0;  // updates applied
+  std::int64_t seen_ = 0;                           // updates offered, including the dropped first one
+  std::int64_t updates_ = 0;                        // updates applied
 };
 
 }  // namespace rp::engine

@@ -13,20 +13,32 @@
 
 namespace rp::engine::detail {
 
-inline std::string weightRegion(const std::string& name) { return "w/" + name; }
-inline std::string gradRegion(const std::string& name, int layer) { return fmt::format("g/{}@{}", name, layer); }
-inline std::string masterRegion(const std::string& name) { return "m/" + name; }
+inline std::string weightRegion(const std::string& name) {
+  return "w/" + name;
+}
+inline std::string gradRegion(const std::string& name, int layer) {
+  return fmt::format("g/{}@{}", name, layer);
+}
+inline std::string masterRegion(const std::string& name) {
+  return "m/" + name;
+}
 // The arena is double-buffered by iteration parity: iteration t+1's forward may run while iteration t's
 // backward still reads its checkpoints (async mode; Note [Layer fences] bounds the overlap to one iteration).
-inline std::string actRegion(std::int64_t step, int layer, int mb) { return fmt::format("act/{}/{}/{}", step % 2, layer, mb); }
+inline std::string actRegion(std::int64_t step, int layer, int mb) {
+  return fmt::format("act/{}/{}/{}", step % 2, layer, mb);
+}
 inline std::string gradActRegion(std::int64_t step, int layer, int mb) {
   return fmt::format("gact/{}/{}/{}", step % 2, layer, mb);
 }
-inline std::string lossRegion(std::int64_t step) { return fmt::format("loss/{}", step % 2); }
+inline std::string lossRegion(std::int64_t step) {
+  return fmt::format("loss/{}", step % 2);
+}
 // Per-rank per-layer timing sums of an iteration (forward ms, then backward ms), in a ring of iterations:
 // a replan at iteration t reads iteration t-2, which every rank has finished (Note [Layer fences]).
 inline constexpr int kTimingSlots = 4;
-inline std::string timingRegion(std::int64_t step, int rank) { return fmt::format("timing/{}/{}", step % kTimingSlots, rank); }
+inline std::string timingRegion(std::int64_t step, int rank) {
+  return fmt::format("timing/{}/{}", step % kTimingSlots, rank);
+}
 
 // Splits `totalMs` over layers [a, b) in proportion to `weights` and adds it to `into`.
 inline void spread(double totalMs, int a, int b, const std::vector<double>& weights, std::vector<double>& into) {

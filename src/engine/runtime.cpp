@@ -1,11 +1,11 @@
 #include "engine/runtime.h"
 
 #include <chrono>
-#include <csignal>
-#include <thread>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <torch/torch.h>
 
@@ -15,14 +15,14 @@
 #include "control/channel.h"
 #include "control/mpi/mpi_channel.h"
 #include "engine/costs.h"
-#include "engine/regions.h"
 #include "engine/profile.h"
+#include "engine/regions.h"
 #include "model/lora.h"
+#include "trace/bubbles.h"
+#include "trace/progress.h"
 #include "train/batch.h"
 #include "train/sample.h"
 #include "train/setup.h"
-#include "trace/bubbles.h"
-#include "trace/progress.h"
 
 namespace rp::engine {
 namespace {
@@ -34,7 +34,8 @@ void injectFault(int rank, std::int64_t step) {
   const std::string spec = env::get(env::kFaultInject);
   if (spec.empty()) return;
   const auto a = spec.find(':'), b = spec.rfind(':');
-  if (a == std::string::npos || a == b) RP_THROW(InputError, "{}='{}': expected kill:<rank>:<step> or throw:<rank>:<step>", env::kFaultInject.name, spec);
+  if (a == std::string::npos || a == b)
+    RP_THROW(InputError, "{}='{}': expected kill:<rank>:<step> or throw:<rank>:<step>", env::kFaultInject.name, spec);
   if (std::stoi(spec.substr(a + 1, b - a - 1)) != rank || std::stoll(spec.substr(b + 1)) != step) return;
   if (spec.substr(0, a) == "kill") {
     RP_LOG_WARN("fault injection: rank {} kills itself at step {}", rank, step);
@@ -48,7 +49,6 @@ void injectFault(int rank, std::int64_t step) {
 }
 
 }  // namespace
-
 
 PipelineRuntime::PipelineRuntime(config::RunConfig config, const MpiSession& session)
     : config_(std::move(config)),
@@ -67,12 +67,16 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, const MpiSession& ses
   int localSize = id.localSize;
   checkMpi(MPI_Allreduce(MPI_IN_PLACE, &localSize, 1, MPI_INT, MPI_MIN, session_.world()), "MPI_Allreduce(node size)");
   if (localSize != id.localSize) {
-    RP_THROW(InputError, "rank {} is on a node with {} ranks but another node has {}: every node needs the same number "
-             "of workers", id.rank, id.localSize, localSize);
+    RP_THROW(InputError,
+             "rank {} is on a node with {} ranks but another node has {}: every node needs the same number "
+             "of workers",
+             id.rank, id.localSize, localSize);
   }
   if (c.model.dtype != "float32") {
-    RP_THROW(InputError, "model.dtype = \"{}\": the pipeline runtime supports float32 for now (the single-process "
-             "trainer, with one rank, supports bfloat16 and float16)", c.model.dtype);
+    RP_THROW(InputError,
+             "model.dtype = \"{}\": the pipeline runtime supports float32 for now (the single-process "
+             "trainer, with one rank, supports bfloat16 and float16)",
+             c.model.dtype);
   }
   const long threads = c.train.threads > 0 ? c.train.threads : env::getInt(env::kNumThreads);
   if (threads > 0) torch::set_num_threads(static_cast<int>(threads));
@@ -81,7 +85,8 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, const MpiSession& ses
   // Every rank holds a replica (its device memory on the CPU backend) and the same data stream.
   std::shared_ptr<model::CausalLM> model = train::loadModelFor(c, torch::kFloat);
   std::vector<model::NamedTensor> adapters;
-  if (c.lora.rank > 0) adapters = model::attachLora(*model, {c.lora.rank, c.lora.alpha, c.lora.dropout, c.lora.targets});
+  if (c.lora.rank > 0)
+    adapters = model::attachLora(*model, {c.lora.rank, c.lora.alpha, c.lora.dropout, c.lora.targets});
   model_ = std::make_unique<PipelineModel>(model, adapters);
   tokenizer_ = std::make_unique<data::Tokenizer>(data::Tokenizer::fromFile(c.model.tokenizer));
   corpus_ = train::loadCorpusFor(c, model->config(), *tokenizer_);
@@ -109,14 +114,16 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, const MpiSession& ses
   schedule::validate(plan_, L, "pipeline.plan");
   setCheckpoints();
   if (c.lora.rank > 0 && c.lora.dropout > 0) {
-    RP_THROW(InputError, "lora.dropout = {}: the pipeline runtime recomputes activations and does not yet replay "
-             "dropout's random state; use lora.dropout = 0 with more than one worker", c.lora.dropout);
+    RP_THROW(InputError,
+             "lora.dropout = {}: the pipeline runtime recomputes activations and does not yet replay "
+             "dropout's random state; use lora.dropout = 0 with more than one worker",
+             c.lora.dropout);
   }
   if (leader_) {
-    RP_LOG_INFO("pipeline: {} node(s) x schedule {}, {} workers, {} microbatches of {} rows, optimizer {}, plan {} ({} stages)",
-                id.nodeCount, c.pipeline.schedule, workers_, c.train.microbatches, rowsPerMicrobatch_,
-                c.optim.async ? "async" : "sync",
-                schedule::describe(plan_), plan_.stageCount());
+    RP_LOG_INFO(
+        "pipeline: {} node(s) x schedule {}, {} workers, {} microbatches of {} rows, optimizer {}, plan {} ({} stages)",
+        id.nodeCount, c.pipeline.schedule, workers_, c.train.microbatches, rowsPerMicrobatch_,
+        c.optim.async ? "async" : "sync", schedule::describe(plan_), plan_.stageCount());
     RP_LOG_INFO("pipeline: predicted stage costs (GFLOP per microbatch) {}", describeStageCosts(plan_, costs));
   }
   channel_ = std::make_unique<control::MpiChannel>(session_.node());  // workers talk inside their node
@@ -156,8 +163,9 @@ void PipelineRuntime::buildStore() {
       for (int l : t.layers) layout.add(gradRegion(t.name, l), bytes);
     }
   }
-  const std::size_t actBytes = static_cast<std::size_t>(rowsPerMicrobatch_ * c.train.seqLen *
-                                                        model_->model().config().hiddenSize) * sizeof(float);
+  const std::size_t actBytes =
+      static_cast<std::size_t>(rowsPerMicrobatch_ * c.train.seqLen * model_->model().config().hiddenSize) *
+      sizeof(float);
   for (int parity = 0; parity < 2; ++parity) {
     for (int l = 1; l < L; ++l) {
       for (int mb = 0; mb < c.train.microbatches; ++mb) {
@@ -170,7 +178,8 @@ void PipelineRuntime::buildStore() {
   layout.add("fences", Fences::regionBytes(L, id.localSize));
   layout.add("activity", ActivityBoard::regionBytes(id.localSize));
   for (int slot = 0; slot < kTimingSlots; ++slot) {
-    for (int r = 0; r < id.localSize; ++r) layout.add(timingRegion(slot, r), 2 * static_cast<std::size_t>(L) * sizeof(double));
+    for (int r = 0; r < id.localSize; ++r)
+      layout.add(timingRegion(slot, r), 2 * static_cast<std::size_t>(L) * sizeof(double));
   }
   store_ = std::make_unique<memory::NodeStore>(std::move(layout), session_.node(), "store");
   RP_LOG_DEBUG("node store {}: {:.1f} MB", store_->segmentName(), static_cast<double>(store_->layout().total()) / 1e6);
@@ -190,8 +199,9 @@ void PipelineRuntime::buildStore() {
 
   std::vector<OptimTensor> tensors;
   for (const auto& t : model_->tensors()) {
-    OptimTensor o{t.name, t.layers, store_->floats(weightRegion(t.name)), nullptr, {},
-                  static_cast<std::size_t>(t.local.numel()), t.trainable};
+    OptimTensor o{t.name,     t.layers, store_->floats(weightRegion(t.name)),
+                  nullptr,    {},       static_cast<std::size_t>(t.local.numel()),
+                  t.trainable};
     if (t.trainable) {
       o.master = store_->floats(masterRegion(t.name));
       for (int l : t.layers) o.slots.push_back(store_->floats(gradRegion(t.name, l)));
@@ -221,7 +231,8 @@ torch::Tensor PipelineRuntime::storeTensor(const std::string& region, at::IntArr
 
 torch::Tensor PipelineRuntime::storeWeight(const std::string& name) const {
   for (const auto& t : model_->tensors()) {
-    if (t.name == name) return storeTensor(t.trainable ? masterRegion(name) : weightRegion(name), t.local.sizes()).clone();
+    if (t.name == name)
+      return storeTensor(t.trainable ? masterRegion(name) : weightRegion(name), t.local.sizes()).clone();
   }
   RP_THROW(InputError, "no tensor named '{}' in the pipeline model", name);
 }

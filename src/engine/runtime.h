@@ -1,6 +1,6 @@
-// The RoundPipe runtime (docs/schedule.md), on each node of the job (nodes are data-parallel replicas): every rank is a worker; model state lives in the
-// node store; each iteration's stage jobs are dispatched round-robin and executed on the workers' replicas,
-// activations and gradients handed off through the store's arena with one readiness message per
+// The RoundPipe runtime (docs/schedule.md), on each node of the job (nodes are data-parallel replicas): every rank is a
+// worker; model state lives in the node store; each iteration's stage jobs are dispatched round-robin and executed on
+// the workers' replicas, activations and gradients handed off through the store's arena with one readiness message per
 // (job, microbatch) to the next job's worker; the node's ranks then share the AdamW update.
 // The optimizer runs on a thread per rank, synchronously (optim.mode = "sync") or overlapped with the next
 // iteration with exactly one step of staleness ("async"), ordered by per-layer fences (fences.h).
@@ -14,14 +14,14 @@
 #include <mpi.h>
 
 #include "config/run_config.h"
+#include "control/channel.h"
 #include "data/corpus.h"
 #include "data/packer.h"
 #include "data/tokenizer.h"
-#include "engine/fences.h"
-#include "engine/optimizer_worker.h"
-#include "control/channel.h"
 #include "engine/activity.h"
 #include "engine/costs.h"
+#include "engine/fences.h"
+#include "engine/optimizer_worker.h"
 #include "engine/pipeline_model.h"
 #include "engine/profile.h"
 #include "memory/node_store.h"
@@ -75,10 +75,10 @@ class PipelineRuntime {
 
   config::RunConfig config_;
   const MpiSession& session_;
-  int rank_;       // local rank: the worker index inside this node's pipeline
+  int rank_;  // local rank: the worker index inside this node's pipeline
   int worldRank_;
-  bool leader_;    // world rank 0: reports metrics, samples, the trace and the bubble report
-  int workers_;    // workers per node
+  bool leader_;                         // world rank 0: reports metrics, samples, the trace and the bubble report
+  int workers_;                         // workers per node
   MPI_Comm crossNode_ = MPI_COMM_NULL;  // same local rank on every node (gradient all-reduce)
   std::unique_ptr<data::Tokenizer> tokenizer_;
   data::TokenizedCorpus corpus_;
@@ -86,12 +86,12 @@ class PipelineRuntime {
   std::unique_ptr<PipelineModel> model_;
   std::unique_ptr<memory::NodeStore> store_;
   schedule::Plan plan_;
-  std::vector<bool> checkpoint_;  // layers whose input a forward stage saves (backward-stage starts)
-  LayerCosts proxyCosts_;         // FLOP-proxy costs and the layers' bytes
-  LayerProfile profile_{0};       // measured per-layer times (EMA)
+  std::vector<bool> checkpoint_;                // layers whose input a forward stage saves (backward-stage starts)
+  LayerCosts proxyCosts_;                       // FLOP-proxy costs and the layers' bytes
+  LayerProfile profile_{0};                     // measured per-layer times (EMA)
   std::vector<double> forwardMs_, backwardMs_;  // this rank's per-layer times in the current iteration
   std::vector<std::int64_t> uploadsAfter_;      // uploads of each layer up to the current iteration
-  std::int64_t counter_ = 0;  // round-robin dispatch counter, continued across steps
+  std::int64_t counter_ = 0;                    // round-robin dispatch counter, continued across steps
   std::int64_t rowsPerMicrobatch_ = 0;
   std::unique_ptr<trace::Timeline> timeline_;
   std::unique_ptr<control::ControlChannel> channel_;  // readiness messages between workers

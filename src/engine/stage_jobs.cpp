@@ -43,7 +43,8 @@ void PipelineRuntime::download(std::int64_t step, const schedule::Range& layers)
     trace::Timeline::Scope wait(timeline_.get(), "wait: gradients taken", "wait", 0);
     for (int l = layers.begin; l < layers.end; ++l) fences_->waitConsumedByAll(l, step);
   }
-  trace::Timeline::Scope span(timeline_.get(), fmt::format("download {}-{}", layers.begin, layers.end - 1), "download", 0);
+  trace::Timeline::Scope span(timeline_.get(), fmt::format("download {}-{}", layers.begin, layers.end - 1), "download",
+                              0);
   std::vector<int> done;
   for (int l = layers.begin; l < layers.end; ++l) {
     for (int i : model_->tensorsOfLayer(l)) {
@@ -81,8 +82,7 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
     const std::string what = fmt::format("wait: job {} mb {} (step {}) from rank {}", k - 1, mb, step + 1, prevWorker);
     activity_->set(rank_, 0, what);
     trace::Timeline::Scope wait(timeline_.get(), what, "wait", 0);
-    control::waitReady(*channel_, prevWorker,
-                       {control::kProtocolVersion, static_cast<std::uint32_t>(mb), step, k - 1},
+    control::waitReady(*channel_, prevWorker, {control::kProtocolVersion, static_cast<std::uint32_t>(mb), step, k - 1},
                        config_.pipeline.stallTimeoutSeconds, [&] { return activity_->describe(prevWorker); });
   }
   const model::Batch& batch = data.batches[static_cast<std::size_t>(mb)];
@@ -106,8 +106,8 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
       break;
     }
     case schedule::JobKind::kFused: {
-      torch::Tensor input = a == 0 ? torch::Tensor()
-                                   : storeTensor(actRegion(step, a, mb), shape).clone().requires_grad_(true);
+      torch::Tensor input =
+          a == 0 ? torch::Tensor() : storeTensor(actRegion(step, a, mb), shape).clone().requires_grad_(true);
       torch::Tensor x = input;
       // The fused stage's backward cost (what the partitioner packs it by) is its forward plus its share of
       // the backward pass.
@@ -120,8 +120,7 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
         return out;
       };
       for (int l = a; l < L - 1; ++l) x = timed(l, [&] { return model_->forward(l, x, batch, ctx); });
-      const model::LossSum loss =
-          timed(L - 1, [&] { return model_->loss(x, batch, config_.train.lossChunkTokens); });
+      const model::LossSum loss = timed(L - 1, [&] { return model_->loss(x, batch, config_.train.lossChunkTokens); });
       const auto start = std::chrono::steady_clock::now();
       (loss.sum * norm).backward();
       spread(msSince(start), a, L, proxyCosts_.layers.forward, backwardMs_);
@@ -146,8 +145,8 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
         if (a > 0) storeTensor(gradActRegion(step, a, mb), shape).copy_(grad);
         break;
       }
-      torch::Tensor input = a == 0 ? torch::Tensor()
-                                   : storeTensor(actRegion(step, a, mb), shape).clone().requires_grad_(true);
+      torch::Tensor input =
+          a == 0 ? torch::Tensor() : storeTensor(actRegion(step, a, mb), shape).clone().requires_grad_(true);
       torch::Tensor x = input;
       const auto start = std::chrono::steady_clock::now();
       for (int l = a; l < b; ++l) x = model_->forward(l, x, batch, ctx);  // recompute (stage grain)

@@ -44,8 +44,14 @@ NodeStore::NodeStore(StoreLayout layout, MPI_Comm nodeComm, const std::string& t
   segment_.unlink();
 }
 
-std::uint8_t* NodeStore::bytes(const std::string& name) const { return segment_.data() + layout_.offset(name); }
-float* NodeStore::floats(const std::string& name) const { return reinterpret_cast<float*>(bytes(name)); }
-double* NodeStore::doubles(const std::string& name) const { return reinterpret_cast<double*>(bytes(name)); }
+std::uint8_t* NodeStore::bytes(const std::string& name) const {
+  return segment_.data() + layout_.offset(name);
+}
+float* NodeStore::floats(const std::string& name) const {
+  return reinterpret_cast<float*>(bytes(name));
+}
+double* NodeStore::doubles(const std::string& name) const {
+  return reinterpret_cast<double*>(bytes(name));
+}
 
 }  // namespace rp::memory

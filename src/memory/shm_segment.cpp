@@ -55,7 +55,9 @@ ShmSegment ShmSegment::open(const std::string& name, std::size_t bytes) {
   return ShmSegment(name, mapFd(fd, bytes, name), bytes, false);
 }
 
-ShmSegment::~ShmSegment() { release(); }
+ShmSegment::~ShmSegment() {
+  release();
+}
 
 ShmSegment::ShmSegment(ShmSegment&& other) noexcept
     : name_(std::move(other.name_)),

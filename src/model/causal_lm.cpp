@@ -23,7 +23,9 @@ torch::Tensor CausalLM::hidden(const Batch& batch) {
   return h;
 }
 
-torch::Tensor CausalLM::logits(const Batch& batch) { return head_->logits(hidden(batch)); }
+torch::Tensor CausalLM::logits(const Batch& batch) {
+  return head_->logits(hidden(batch));
+}
 
 LossSum CausalLM::loss(const Batch& batch, std::int64_t chunkTokens) {
   return head_->loss(hidden(batch), batch.targets, chunkTokens);

@@ -109,7 +109,9 @@ RopeConfig parseRope(const json& j, const Fields& f) {
 
 }  // namespace
 
-const char* architectureName(Architecture arch) { return arch == Architecture::kQwen3 ? "qwen3" : "llama"; }
+const char* architectureName(Architecture arch) {
+  return arch == Architecture::kQwen3 ? "qwen3" : "llama";
+}
 
 ModelConfig parseModelConfig(const json& j, const std::string& source) {
   if (!j.is_object()) RP_THROW(InputError, "{}: expected a JSON object", source);

@@ -12,10 +12,10 @@ enum class Architecture { kLlama, kQwen3 };
 
 struct RopeConfig {
   double theta = 10000.0;
-  std::string type = "default";  // default | linear | llama3
-  double factor = 1.0;           // linear, llama3
-  double lowFreqFactor = 1.0;    // llama3
-  double highFreqFactor = 4.0;   // llama3
+  std::string type = "default";              // default | linear | llama3
+  double factor = 1.0;                       // linear, llama3
+  double lowFreqFactor = 1.0;                // llama3
+  double highFreqFactor = 4.0;               // llama3
   std::int64_t originalMaxPositions = 8192;  // llama3
 };
 

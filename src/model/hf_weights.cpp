@@ -21,8 +21,10 @@ std::vector<std::string> loadHfWeights(CausalLM& model, const std::string& direc
     // Tied embeddings may be stored under either name (TinyStories stores only lm_head.weight).
     if (view == nullptr && tied && name == "model.embed_tokens.weight") view = reader.find("lm_head.weight");
     if (view == nullptr) {
-      RP_THROW(InputError, "{}: tensor '{}' is missing from the checkpoint (config.json: {} layers, "
-               "tie_word_embeddings={})", directory, name, model.config().numLayers, tied);
+      RP_THROW(InputError,
+               "{}: tensor '{}' is missing from the checkpoint (config.json: {} layers, "
+               "tie_word_embeddings={})",
+               directory, name, model.config().numLayers, tied);
     }
     if (view->shape != param.sizes().vec()) {
       RP_THROW(InputError, "{}: tensor '{}' has shape [{}] but config.json implies [{}]", *view->file, name,

@@ -33,8 +33,8 @@ torch::Tensor inverseFrequencies(const ModelConfig& c) {
   const double highFreqWavelen = static_cast<double>(r.originalMaxPositions) / r.highFreqFactor;
   const auto wavelen = 2.0 * std::numbers::pi / invFreq;
   auto scaled = torch::where(wavelen > lowFreqWavelen, invFreq / r.factor, invFreq);
-  const auto smooth = (static_cast<double>(r.originalMaxPositions) / wavelen - r.lowFreqFactor) /
-                      (r.highFreqFactor - r.lowFreqFactor);
+  const auto smooth =
+      (static_cast<double>(r.originalMaxPositions) / wavelen - r.lowFreqFactor) / (r.highFreqFactor - r.lowFreqFactor);
   const auto smoothed = (1.0 - smooth) * scaled / r.factor + smooth * scaled;
   const auto isMedium = (wavelen >= highFreqWavelen).logical_and(wavelen <= lowFreqWavelen);
   return torch::where(isMedium, smoothed, scaled);
@@ -104,8 +104,7 @@ void appendProjection(std::vector<NamedTensor>& out, const std::string& name, co
 }
 }  // namespace
 
-Attention::Attention(const ModelConfig& c)
-    : numHeads_(c.numHeads), numKvHeads_(c.numKvHeads), headDim_(c.headDim) {
+Attention::Attention(const ModelConfig& c) : numHeads_(c.numHeads), numKvHeads_(c.numKvHeads), headDim_(c.headDim) {
   q_ = register_module("q_proj", std::make_shared<Projection>(c.hiddenSize, c.numHeads * c.headDim, c.attentionBias));
   k_ = register_module("k_proj", std::make_shared<Projection>(c.hiddenSize, c.numKvHeads * c.headDim, c.attentionBias));
   v_ = register_module("v_proj", std::make_shared<Projection>(c.hiddenSize, c.numKvHeads * c.headDim, c.attentionBias));
@@ -226,9 +225,13 @@ Embedding::Embedding(const ModelConfig& c) {
   weight = register_parameter("weight", torch::empty({c.vocabSize, c.hiddenSize}));
 }
 
-torch::Tensor Embedding::forward(const torch::Tensor& inputIds) const { return torch::embedding(weight, inputIds); }
+torch::Tensor Embedding::forward(const torch::Tensor& inputIds) const {
+  return torch::embedding(weight, inputIds);
+}
 
-std::vector<NamedTensor> Embedding::hfParameters() const { return {{"model.embed_tokens.weight", weight}}; }
+std::vector<NamedTensor> Embedding::hfParameters() const {
+  return {{"model.embed_tokens.weight", weight}};
+}
 
 Head::Head(const ModelConfig& c, const Embedding& embedding) : tied_(c.tieWordEmbeddings) {
   norm_ = register_module("norm", std::make_shared<RmsNorm>(c.hiddenSize, c.rmsNormEps));
@@ -239,7 +242,9 @@ Head::Head(const ModelConfig& c, const Embedding& embedding) : tied_(c.tieWordEm
   }
 }
 
-torch::Tensor Head::logits(const torch::Tensor& hidden) const { return torch::linear(norm_->forward(hidden), weight_); }
+torch::Tensor Head::logits(const torch::Tensor& hidden) const {
+  return torch::linear(norm_->forward(hidden), weight_);
+}
 
 LossSum Head::loss(const torch::Tensor& hidden, const torch::Tensor& targets, std::int64_t chunkTokens) const {
   const auto flatHidden = hidden.reshape({-1, hidden.size(-1)});
@@ -252,10 +257,10 @@ LossSum Head::loss(const torch::Tensor& hidden, const torch::Tensor& targets, st
     const auto len = std::min(chunk, rows - start);
     const auto t = flatTargets.narrow(0, start, len);
     const auto logitsChunk = logits(flatHidden.narrow(0, start, len)).to(torch::kFloat);
-    out.sum = out.sum + torch::nn::functional::cross_entropy(
-                            logitsChunk, t,
-                            torch::nn::functional::CrossEntropyFuncOptions().ignore_index(kIgnoreIndex).reduction(
-                                torch::kSum));
+    out.sum = out.sum +
+              torch::nn::functional::cross_entropy(
+                  logitsChunk, t,
+                  torch::nn::functional::CrossEntropyFuncOptions().ignore_index(kIgnoreIndex).reduction(torch::kSum));
   }
   out.tokens = flatTargets.ne(kIgnoreIndex).sum().item<std::int64_t>();
   return out;

@@ -21,10 +21,18 @@ struct DTypeInfo {
 };
 
 constexpr std::array<DTypeInfo, 12> kDTypes{{
-    {DType::kF64, "F64", 8},   {DType::kF32, "F32", 4},   {DType::kF16, "F16", 2},
-    {DType::kBF16, "BF16", 2}, {DType::kI64, "I64", 8},   {DType::kI32, "I32", 4},
-    {DType::kI16, "I16", 2},   {DType::kI8, "I8", 1},     {DType::kU8, "U8", 1},
-    {DType::kBool, "BOOL", 1}, {DType::kF8E4M3, "F8_E4M3", 1}, {DType::kF8E5M2, "F8_E5M2", 1},
+    {DType::kF64, "F64", 8},
+    {DType::kF32, "F32", 4},
+    {DType::kF16, "F16", 2},
+    {DType::kBF16, "BF16", 2},
+    {DType::kI64, "I64", 8},
+    {DType::kI32, "I32", 4},
+    {DType::kI16, "I16", 2},
+    {DType::kI8, "I8", 1},
+    {DType::kU8, "U8", 1},
+    {DType::kBool, "BOOL", 1},
+    {DType::kF8E4M3, "F8_E4M3", 1},
+    {DType::kF8E5M2, "F8_E5M2", 1},
 }};
 
 const DTypeInfo& info(DType dtype) {
@@ -34,7 +42,9 @@ const DTypeInfo& info(DType dtype) {
   RP_CHECK(false, "dtype {} missing from the dtype table", static_cast<int>(dtype));
 }
 
-std::string formatShape(const std::vector<std::int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+std::string formatShape(const std::vector<std::int64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
 
 TensorView parseEntry(const std::string& path, const std::string& name, const nlohmann::json& entry,
                       std::size_t dataSize) {
@@ -47,8 +57,10 @@ TensorView parseEntry(const std::string& path, const std::string& name, const nl
   }
   const auto dtype = parseDType(dtypeIt->get<std::string>());
   if (!dtype) {
-    RP_THROW(InputError, "{}: tensor '{}': unknown dtype '{}' (expected one of F64, F32, F16, BF16, I64, I32, I16, "
-             "I8, U8, BOOL, F8_E4M3, F8_E5M2)", path, name, dtypeIt->get<std::string>());
+    RP_THROW(InputError,
+             "{}: tensor '{}': unknown dtype '{}' (expected one of F64, F32, F16, BF16, I64, I32, I16, "
+             "I8, U8, BOOL, F8_E4M3, F8_E5M2)",
+             path, name, dtypeIt->get<std::string>());
   }
   view.dtype = *dtype;
 
@@ -73,8 +85,7 @@ TensorView parseEntry(const std::string& path, const std::string& name, const nl
   const auto offsetsIt = entry.find("data_offsets");
   if (offsetsIt == entry.end() || !offsetsIt->is_array() || offsetsIt->size() != 2 ||
       !(*offsetsIt)[0].is_number_unsigned() || !(*offsetsIt)[1].is_number_unsigned()) {
-    RP_THROW(InputError, "{}: tensor '{}': 'data_offsets' must be [begin, end] with non-negative integers", path,
-             name);
+    RP_THROW(InputError, "{}: tensor '{}': 'data_offsets' must be [begin, end] with non-negative integers", path, name);
   }
   const auto begin = (*offsetsIt)[0].get<std::uint64_t>();
   const auto end = (*offsetsIt)[1].get<std::uint64_t>();
@@ -82,8 +93,10 @@ TensorView parseEntry(const std::string& path, const std::string& name, const nl
     RP_THROW(InputError, "{}: tensor '{}': data_offsets [{}, {}] end before they begin", path, name, begin, end);
   }
   if (end > dataSize) {
-    RP_THROW(InputError, "{}: tensor '{}': data_offsets [{}, {}] run past the data section of {} bytes "
-             "(truncated file or lying header)", path, name, begin, end, dataSize);
+    RP_THROW(InputError,
+             "{}: tensor '{}': data_offsets [{}, {}] run past the data section of {} bytes "
+             "(truncated file or lying header)",
+             path, name, begin, end, dataSize);
   }
   const std::uint64_t expected = numel * info(view.dtype).size;
   if (end - begin != expected) {
@@ -104,8 +117,12 @@ std::optional<DType> parseDType(const std::string& name) {
   return std::nullopt;
 }
 
-const char* dtypeName(DType dtype) { return info(dtype).name; }
-std::size_t dtypeSize(DType dtype) { return info(dtype).size; }
+const char* dtypeName(DType dtype) {
+  return info(dtype).name;
+}
+std::size_t dtypeSize(DType dtype) {
+  return info(dtype).size;
+}
 
 std::int64_t TensorView::numel() const {
   std::int64_t n = 1;
@@ -121,8 +138,10 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
   std::uint64_t headerLength = 0;
   std::memcpy(&headerLength, file_.data(), 8);  // little-endian, as is every host we build for
   if (headerLength > size - 8) {
-    RP_THROW(InputError, "{}: header length {} exceeds the {} bytes that follow it (truncated file or not a "
-             "safetensors file)", path, headerLength, size - 8);
+    RP_THROW(InputError,
+             "{}: header length {} exceeds the {} bytes that follow it (truncated file or not a "
+             "safetensors file)",
+             path, headerLength, size - 8);
   }
   const char* headerBegin = reinterpret_cast<const char*>(file_.data() + 8);
   nlohmann::json header;
@@ -171,7 +190,8 @@ const TensorView* SafetensorsFile::find(const std::string& name) const {
 CheckpointReader::CheckpointReader(const std::string& directory) : directory_(directory) {
   namespace fs = std::filesystem;
   const fs::path dir(directory);
-  if (!fs::is_directory(dir)) RP_THROW(InputError, "{}: not a directory (expected a Hugging Face model directory)", directory);
+  if (!fs::is_directory(dir))
+    RP_THROW(InputError, "{}: not a directory (expected a Hugging Face model directory)", directory);
 
   std::vector<std::string> shardNames;
   const fs::path index = dir / "model.safetensors.index.json";

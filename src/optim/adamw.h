@@ -23,11 +23,11 @@ struct AdamWConfig {
 
 // The per-step scalars every element uses, computed once in double like torch does.
 struct AdamWStepScalars {
-  float decay;           // 1 - lr * weight_decay
-  float oneMinusBeta1;   // lerp weight
+  float decay;          // 1 - lr * weight_decay
+  float oneMinusBeta1;  // lerp weight
   float beta2;
   float oneMinusBeta2;
-  float stepSize;        // lr / (1 - beta1^t)
+  float stepSize;             // lr / (1 - beta1^t)
   float biasCorrection2Sqrt;  // sqrt(1 - beta2^t)
   float eps;
 };

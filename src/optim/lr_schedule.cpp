@@ -9,7 +9,8 @@
 namespace rp::optim {
 
 double LrSchedule::at(std::int64_t step) const {
-  if (step < warmupSteps) return baseLr * static_cast<double>(step) / static_cast<double>(std::max<std::int64_t>(1, warmupSteps));
+  if (step < warmupSteps)
+    return baseLr * static_cast<double>(step) / static_cast<double>(std::max<std::int64_t>(1, warmupSteps));
   if (kind == ScheduleKind::kConstant) return baseLr;
   const double decaySteps = static_cast<double>(std::max<std::int64_t>(1, totalSteps - warmupSteps));
   // Clamped: past totalSteps the rate stays at its floor (transformers' cosine would rise again).

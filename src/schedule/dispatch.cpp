@@ -8,9 +8,12 @@ namespace rp::schedule {
 
 const char* jobKindName(JobKind kind) {
   switch (kind) {
-    case JobKind::kForward: return "fwd";
-    case JobKind::kFused: return "fused";
-    case JobKind::kBackward: return "bwd";
+    case JobKind::kForward:
+      return "fwd";
+    case JobKind::kFused:
+      return "fused";
+    case JobKind::kBackward:
+      return "bwd";
   }
   return "?";
 }
@@ -37,7 +40,8 @@ DispatchTable dispatchBound(const Plan& plan, int workers) {
              workers, describe(plan));
   }
   DispatchTable table;
-  for (int s = 0; s < stages - 1; ++s) table.jobs.push_back({JobKind::kForward, s, plan.forward[static_cast<std::size_t>(s)], s});
+  for (int s = 0; s < stages - 1; ++s)
+    table.jobs.push_back({JobKind::kForward, s, plan.forward[static_cast<std::size_t>(s)], s});
   table.jobs.push_back({JobKind::kFused, 0, plan.fused, workers - 1});
   for (int b = 0; b < stages - 1; ++b) {
     table.jobs.push_back({JobKind::kBackward, b, plan.backward[static_cast<std::size_t>(b)], workers - 2 - b});

@@ -15,14 +15,14 @@ const char* jobKindName(JobKind kind);
 
 struct Job {
   JobKind kind;
-  int stage;     // index within its kind's list (plan.forward / plan.backward); 0 for the fused stage
+  int stage;  // index within its kind's list (plan.forward / plan.backward); 0 for the fused stage
   Range layers;
   int worker;
 };
 
 struct DispatchTable {
-  std::vector<Job> jobs;       // in dispatch order
-  std::int64_t counterEnd = 0; // c0 + number of jobs: the next iteration's c0
+  std::vector<Job> jobs;        // in dispatch order
+  std::int64_t counterEnd = 0;  // c0 + number of jobs: the next iteration's c0
 };
 
 DispatchTable dispatch(const Plan& plan, int workers, std::int64_t counterStart);

@@ -53,7 +53,8 @@ PartitionResult partition(const LayerCosts& c, const PartitionOptions& o) {
   }
 
   double W = 0.0;
-  for (int l = 0; l < L; ++l) W = std::max({W, c.forward[static_cast<std::size_t>(l)], c.backward[static_cast<std::size_t>(l)]});
+  for (int l = 0; l < L; ++l)
+    W = std::max({W, c.forward[static_cast<std::size_t>(l)], c.backward[static_cast<std::size_t>(l)]});
   std::set<double> candidates;
   for (const auto* cost : {&c.forward, &c.backward}) {
     for (int i = 0; i < L; ++i) {
@@ -115,12 +116,14 @@ Plan balancedBoundPlan(const LayerCosts& c, int stages) {
   }
   std::vector<double> prefix(static_cast<std::size_t>(L) + 1, 0.0);
   for (int l = 0; l < L; ++l) {
-    prefix[static_cast<std::size_t>(l) + 1] =
-        prefix[static_cast<std::size_t>(l)] + c.forward[static_cast<std::size_t>(l)] + c.backward[static_cast<std::size_t>(l)];
+    prefix[static_cast<std::size_t>(l) + 1] = prefix[static_cast<std::size_t>(l)] +
+                                              c.forward[static_cast<std::size_t>(l)] +
+                                              c.backward[static_cast<std::size_t>(l)];
   }
   const double inf = std::numeric_limits<double>::infinity();
   // best[s][l]: the smallest possible largest-stage cost splitting layers [0, l) into s stages.
-  std::vector<std::vector<double>> best(static_cast<std::size_t>(stages) + 1, std::vector<double>(static_cast<std::size_t>(L) + 1, inf));
+  std::vector<std::vector<double>> best(static_cast<std::size_t>(stages) + 1,
+                                        std::vector<double>(static_cast<std::size_t>(L) + 1, inf));
   std::vector<std::vector<int>> cut(best.size(), std::vector<int>(static_cast<std::size_t>(L) + 1, 0));
   best[0][0] = 0.0;
   for (int s = 1; s <= stages; ++s) {

@@ -22,15 +22,15 @@ struct LayerCosts {
 };
 
 struct PartitionOptions {
-  int minStages = 1;          // normally the number of workers
+  int minStages = 1;  // normally the number of workers
   double upperThreshold = 1.1;
-  double memoryLimit = 0.0;   // bytes per worker; <= 0 = unlimited
+  double memoryLimit = 0.0;  // bytes per worker; <= 0 = unlimited
 };
 
 struct PartitionResult {
   Plan plan;
-  double stageTimeLimit = 0.0;  // the chosen T
-  double objective = 0.0;       // max(#stages, minStages) * T
+  double stageTimeLimit = 0.0;     // the chosen T
+  double objective = 0.0;          // max(#stages, minStages) * T
   bool memoryLimitRaised = false;  // the largest layer alone exceeded half the budget
 };
 

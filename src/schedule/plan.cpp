@@ -10,7 +10,8 @@ namespace {
 
 std::string ranges(const std::vector<Range>& rs) {
   std::vector<std::string> parts;
-  for (const auto& r : rs) parts.push_back(r.size() == 1 ? fmt::format("{}", r.begin) : fmt::format("{}-{}", r.begin, r.end - 1));
+  for (const auto& r : rs)
+    parts.push_back(r.size() == 1 ? fmt::format("{}", r.begin) : fmt::format("{}-{}", r.begin, r.end - 1));
   return fmt::format("{}", fmt::join(parts, ","));
 }
 
@@ -26,21 +27,27 @@ void validate(const Plan& p, int layerCount, const std::string& what) {
   int next = 0;
   for (const auto& r : p.forward) {
     if (r.begin != next || r.end <= r.begin) {
-      RP_THROW(InputError, "{}: forward stages must be non-empty and consecutive from layer 0; stage {}-{} follows "
-               "layer {}", what, r.begin, r.end - 1, next - 1);
+      RP_THROW(InputError,
+               "{}: forward stages must be non-empty and consecutive from layer 0; stage {}-{} follows "
+               "layer {}",
+               what, r.begin, r.end - 1, next - 1);
     }
     next = r.end;
   }
-  if (next != e) RP_THROW(InputError, "{}: forward stages cover [0, {}) but the fused stage starts at {}", what, next, e);
+  if (next != e)
+    RP_THROW(InputError, "{}: forward stages cover [0, {}) but the fused stage starts at {}", what, next, e);
   next = 0;
   for (auto it = p.backward.rbegin(); it != p.backward.rend(); ++it) {
     if (it->begin != next || it->end <= it->begin) {
-      RP_THROW(InputError, "{}: backward stages, read shallowest first, must be non-empty and consecutive from layer "
-               "0; stage {}-{} follows layer {}", what, it->begin, it->end - 1, next - 1);
+      RP_THROW(InputError,
+               "{}: backward stages, read shallowest first, must be non-empty and consecutive from layer "
+               "0; stage {}-{} follows layer {}",
+               what, it->begin, it->end - 1, next - 1);
     }
     next = it->end;
   }
-  if (next != e) RP_THROW(InputError, "{}: backward stages cover [0, {}) but the fused stage starts at {}", what, next, e);
+  if (next != e)
+    RP_THROW(InputError, "{}: backward stages cover [0, {}) but the fused stage starts at {}", what, next, e);
   if (e == 0 && (!p.forward.empty() || !p.backward.empty())) {
     RP_THROW(InputError, "{}: with the fused stage covering every layer there are no other stages", what);
   }
@@ -78,8 +85,10 @@ Plan parsePlan(const std::string& text, int layerCount, const std::string& what)
     start = bar + 1;
   }
   if (parts.size() != 3) {
-    RP_THROW(InputError, "{} = \"{}\": expected \"auto\" or \"F1,F2,... | fused | B1,B2,...\" (stage sizes in "
-             "layers)", what, text);
+    RP_THROW(InputError,
+             "{} = \"{}\": expected \"auto\" or \"F1,F2,... | fused | B1,B2,...\" (stage sizes in "
+             "layers)",
+             what, text);
   }
   auto numbers = [&](const std::string& part) {
     std::vector<int> out;
@@ -105,7 +114,8 @@ Plan parsePlan(const std::string& text, int layerCount, const std::string& what)
     return out;
   };
   const auto fused = numbers(parts[1]);
-  if (fused.size() != 1) RP_THROW(InputError, "{} = \"{}\": the middle part is the fused stage's decoder-layer count", what, text);
+  if (fused.size() != 1)
+    RP_THROW(InputError, "{} = \"{}\": the middle part is the fused stage's decoder-layer count", what, text);
   Plan plan = planFromCounts(numbers(parts[0]), fused[0], numbers(parts[2]), layerCount);
   validate(plan, layerCount, what);
   return plan;

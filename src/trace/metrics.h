@@ -10,8 +10,8 @@
 namespace rp::trace {
 
 struct StepMetrics {
-  std::int64_t step = 0;          // 1-based optimizer step
-  double loss = 0.0;              // mean next-token loss over the step's target tokens
+  std::int64_t step = 0;  // 1-based optimizer step
+  double loss = 0.0;      // mean next-token loss over the step's target tokens
   double lr = 0.0;
   double gradNorm = 0.0;          // before clipping
   std::int64_t tokens = 0;        // input tokens processed this step

@@ -18,10 +18,9 @@ Progress::~Progress() {
 void Progress::update(const StepMetrics& m) {
   elapsed_ += m.stepTimeSeconds;
   const double eta = m.step > 0 ? elapsed_ / static_cast<double>(m.step) * static_cast<double>(total_ - m.step) : 0.0;
-  const std::string line =
-      fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | ETA {}:{:02d}", m.step,
-                  total_, m.loss, m.lr, m.gradNorm, m.tokensPerSecond, static_cast<int>(eta) / 60,
-                  static_cast<int>(eta) % 60);
+  const std::string line = fmt::format(
+      "step {}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | ETA {}:{:02d}", m.step, total_, m.loss,
+      m.lr, m.gradNorm, m.tokensPerSecond, static_cast<int>(eta) / 60, static_cast<int>(eta) % 60);
   if (interactive_) {
     std::fprintf(stderr, "\r%s%s\033[K", line.c_str(), m.skipped ? " (skipped: overflow)" : "");
     std::fflush(stderr);

@@ -15,6 +15,6 @@ std::shared_ptr<model::CausalLM> loadModelFor(const config::RunConfig& config, t
 
 // data.* with the model's BOS/EOS ids.
 data::TokenizedCorpus loadCorpusFor(const config::RunConfig& config, const model::ModelConfig& model,
-                              const data::Tokenizer& tokenizer);
+                                    const data::Tokenizer& tokenizer);
 
 }  // namespace rp::train

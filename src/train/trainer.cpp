@@ -12,10 +12,10 @@
 #include "common/log.h"
 #include "model/lora.h"
 #include "optim/grad_clip.h"
+#include "trace/progress.h"
 #include "train/batch.h"
 #include "train/sample.h"
 #include "train/setup.h"
-#include "trace/progress.h"
 
 namespace rp::train {
 namespace {
@@ -42,8 +42,8 @@ Trainer::Trainer(config::RunConfig config) : config_(std::move(config)), dtype_(
   } else {
     trainable_ = model_->hfParameters();
   }
-  adamw_ = std::make_unique<optim::AdamW>(optim::AdamWConfig{c.optim.lr, c.optim.beta1, c.optim.beta2, c.optim.eps,
-                                                             c.optim.weightDecay, c.optim.amsgrad});
+  adamw_ = std::make_unique<optim::AdamW>(
+      optim::AdamWConfig{c.optim.lr, c.optim.beta1, c.optim.beta2, c.optim.eps, c.optim.weightDecay, c.optim.amsgrad});
   std::int64_t count = 0;
   for (auto& [name, param] : trainable_) {
     param.set_requires_grad(true);
@@ -59,8 +59,8 @@ Trainer::Trainer(config::RunConfig config) : config_(std::move(config)), dtype_(
   schedule_ = optim::LrSchedule{optim::parseScheduleKind(c.optim.schedule, "optim.schedule"), c.optim.lr,
                                 c.optim.warmupSteps, c.train.maxSteps, c.optim.minLrRatio};
   if (dtype_ == torch::kHalf) {
-    scaler_ = std::make_unique<optim::LossScaler>(optim::LossScalerConfig{c.precision.lossScale, 2.0, 0.5,
-                                                                          c.precision.growthInterval});
+    scaler_ = std::make_unique<optim::LossScaler>(
+        optim::LossScalerConfig{c.precision.lossScale, 2.0, 0.5, c.precision.growthInterval});
   }
 
   corpus_ = loadCorpusFor(c, model_->config(), *tokenizer_);
@@ -144,8 +144,9 @@ void Trainer::run() {
     for (const auto& line : c.values.describe()) effective << line << '\n';
   }
   if (c.optim.async) {
-    RP_LOG_INFO("optim.mode = async: one worker has nothing to overlap the optimizer with, so this trainer "
-                "steps synchronously; asynchrony applies with the pipeline runtime");
+    RP_LOG_INFO(
+        "optim.mode = async: one worker has nothing to overlap the optimizer with, so this trainer "
+        "steps synchronously; asynchrony applies with the pipeline runtime");
   }
   if (!c.output.samplePrompt.empty()) {
     std::printf("sample before: %s\n", sample(c.output.samplePrompt, c.output.sampleTokens).c_str());

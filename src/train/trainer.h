@@ -21,7 +21,7 @@
 namespace rp::train {
 
 struct GradientResult {
-  double lossSum = 0.0;       // summed token loss (unscaled)
+  double lossSum = 0.0;  // summed token loss (unscaled)
   std::int64_t targetTokens = 0;
   std::int64_t tokens = 0;
 };

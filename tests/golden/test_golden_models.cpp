@@ -19,7 +19,9 @@ struct Case {
   bool fromFixtures;  // the checkpoint is the shared fixture, not a generated one
 };
 
-void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.name;
+}
 
 class GoldenModel : public ::testing::TestWithParam<Case> {
  protected:

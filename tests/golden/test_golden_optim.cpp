@@ -4,8 +4,8 @@
 #include <fstream>
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include "model/safetensors.h"
 #include "model/torch_bridge.h"
@@ -57,8 +57,8 @@ TEST_P(GoldenAdamW, MatchesTorchOptimAdamW) {
     const auto want = load(file, "final." + std::to_string(i));
     const double err = ((params[i] - want).abs() / want.abs().clamp_min(1e-3)).max().item<double>();
     EXPECT_LE(err, 1e-6) << "tensor " << i;
-    const auto m = torch::from_blob(const_cast<float*>(adamw.expAvg(static_cast<std::size_t>(i)).data()),
-                                    params[i].sizes());
+    const auto m =
+        torch::from_blob(const_cast<float*>(adamw.expAvg(static_cast<std::size_t>(i)).data()), params[i].sizes());
     const auto wantM = load(file, "exp_avg." + std::to_string(i));
     const double mErr = (m - wantM).abs().max().item<double>() / wantM.abs().max().item<double>();
     EXPECT_LE(mErr, 1e-6) << "exp_avg " << i;
@@ -98,9 +98,9 @@ TEST(GoldenLrSchedule, MatchesTransformersSchedules) {
   const auto golden = test::goldenDir();
   RP_SKIP_UNLESS(golden, "golden directory");
   const safetensors::SafetensorsFile file(*golden + "/optim/lr_schedules.safetensors");
-  for (const auto& [name, kind] : {std::pair{"constant", ScheduleKind::kConstant},
-                                   std::pair{"linear", ScheduleKind::kLinear},
-                                   std::pair{"cosine", ScheduleKind::kCosine}}) {
+  for (const auto& [name, kind] :
+       {std::pair{"constant", ScheduleKind::kConstant}, std::pair{"linear", ScheduleKind::kLinear},
+        std::pair{"cosine", ScheduleKind::kCosine}}) {
     const auto want = load(file, std::string("lr.") + name);
     const LrSchedule schedule{kind, 2e-3, 10, 100, 0.0};
     for (std::int64_t t = 0; t < want.size(0); ++t) {

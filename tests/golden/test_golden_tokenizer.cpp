@@ -50,7 +50,8 @@ TEST_P(GoldenTokenizer, IdsAndDecodeEqualHuggingFace) {
   EXPECT_EQ(decodeMismatches, 0) << "of " << cases.size() << " cases";
 }
 
-INSTANTIATE_TEST_SUITE_P(Tokenizers, GoldenTokenizer, ::testing::Values("qwen3", "tinystories_656k", "builtin_tiny", "llama3_style"),
+INSTANTIATE_TEST_SUITE_P(Tokenizers, GoldenTokenizer,
+                         ::testing::Values("qwen3", "tinystories_656k", "builtin_tiny", "llama3_style"),
                          [](const auto& info) { return info.param; });
 
 // The fixture's reference ids (llama.cpp's test vocabulary cases, produced by HF tokenizers).
@@ -105,8 +106,11 @@ TEST(Qwen3Tokenizer, ChatMLMaskCoversTheAssistantReplyOnly) {
   const auto tokenizer = Tokenizer::fromFile(*fixtures + "/tokenizers/qwen3");
   DatasetOptions options;
   options.format = "sharegpt";
-  const Sample sample = renderChat({{"system", "Be brief."}, {"user", "Capital of France?"},
-                                    {"assistant", "Paris."}, {"user", "And Italy?"}, {"assistant", "Rome."}},
+  const Sample sample = renderChat({{"system", "Be brief."},
+                                    {"user", "Capital of France?"},
+                                    {"assistant", "Paris."},
+                                    {"user", "And Italy?"},
+                                    {"assistant", "Rome."}},
                                    resolveChatTemplate("auto", tokenizer));
   const TokenizedCorpus corpus = tokenizeSamples({sample}, tokenizer, options);
   ASSERT_EQ(corpus.documentCount(), 1u);

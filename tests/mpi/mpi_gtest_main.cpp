@@ -27,7 +27,9 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
 }  // namespace
 
 namespace rp::test {
-const MpiSession& mpiSession() { return *gSession; }
+const MpiSession& mpiSession() {
+  return *gSession;
+}
 }  // namespace rp::test
 
 int main(int argc, char** argv) {

@@ -13,9 +13,9 @@
 #include "config/run_config.h"
 #include "engine/runtime.h"
 #include "mpi_test_session.h"
-#include "support/fixtures.h"
 #include "optim/adamw.h"
 #include "optim/grad_clip.h"
+#include "support/fixtures.h"
 #include "train/trainer.h"
 #include "world/mpi_session.h"
 
@@ -39,7 +39,9 @@ struct Case {
   std::vector<std::string> extra;
 };
 
-void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.name;
+}
 
 class Equivalence : public ::testing::TestWithParam<Case> {};
 
@@ -155,7 +157,8 @@ void expectEqualsDelayedUpdateReference(const Case& c, const std::string& fixtur
       for (std::size_t i = 0; i < masters.size(); ++i) reference.trainable()[i].second.copy_(masters[i]);
     }
     std::vector<optim::GradBuffer> buffers;
-    for (const auto& slot : reference.gradSlots()) buffers.push_back({slot.data_ptr<float>(), static_cast<std::size_t>(slot.numel())});
+    for (const auto& slot : reference.gradSlots())
+      buffers.push_back({slot.data_ptr<float>(), static_cast<std::size_t>(slot.numel())});
     const double norm = optim::clipGradNorm(buffers, config.train.gradClip);
     EXPECT_NEAR(metrics[static_cast<std::size_t>(s)].gradNorm, norm, 1e-5 * norm) << "step " << s + 1;
     adamw.step(config.optim.lr);
@@ -170,8 +173,8 @@ TEST(AsyncEquivalence, EqualsTheSingleProcessTrainerWithAOneStepDelayedUpdate) {
   const auto fixtures = test::fixturesDir();
   RP_SKIP_UNLESS(fixtures, "shared fixtures");
   const std::string model = *fixtures + "/models/tinystories-656k";
-  expectEqualsDelayedUpdateReference({"tinystories_async", model, model, {"optim.mode=async", "pipeline.plan=1,1 | 1 | 1,1"}},
-                                     *fixtures, 1e-5);
+  expectEqualsDelayedUpdateReference(
+      {"tinystories_async", model, model, {"optim.mode=async", "pipeline.plan=1,1 | 1 | 1,1"}}, *fixtures, 1e-5);
 }
 
 // Data parallel across nodes: under RP_RANKS_PER_NODE=2 with 4 ranks, two 2-worker pipelines each take
@@ -190,14 +193,15 @@ TEST(MultiNode, TwoNodesEqualTheSingleProcessTrainer) {
 
 INSTANTIATE_TEST_SUITE_P(
     Models, Equivalence,
-    ::testing::Values(Case{"tinystories_auto", "models/tinystories-656k", "", {}},
-                      Case{"tinystories_many_stages", "models/tinystories-656k", "", {"pipeline.plan=1,1 | 1 | 1,1"}},
-                      Case{"tinystories_lora", "models/tinystories-656k", "", {"lora.rank=4", "pipeline.plan=2 | 1 | 1,1"}},
-                      Case{"qwen3_generated", "", "", {"pipeline.plan=2,1 | 1 | 1,1,1"}},
-                      Case{"qwen3_replanned", "", "", {"pipeline.replan_every=2"}},
-                      Case{"qwen3_layer_recompute", "", "", {"pipeline.plan=3 | 1 | 2,1", "pipeline.recompute=layer"}},
-                      Case{"tinystories_gpipe", "models/tinystories-656k", "", {"pipeline.schedule=gpipe"}},
-                      Case{"tinystories_1f1b", "models/tinystories-656k", "", {"pipeline.schedule=1f1b"}}),
+    ::testing::Values(
+        Case{"tinystories_auto", "models/tinystories-656k", "", {}},
+        Case{"tinystories_many_stages", "models/tinystories-656k", "", {"pipeline.plan=1,1 | 1 | 1,1"}},
+        Case{"tinystories_lora", "models/tinystories-656k", "", {"lora.rank=4", "pipeline.plan=2 | 1 | 1,1"}},
+        Case{"qwen3_generated", "", "", {"pipeline.plan=2,1 | 1 | 1,1,1"}},
+        Case{"qwen3_replanned", "", "", {"pipeline.replan_every=2"}},
+        Case{"qwen3_layer_recompute", "", "", {"pipeline.plan=3 | 1 | 2,1", "pipeline.recompute=layer"}},
+        Case{"tinystories_gpipe", "models/tinystories-656k", "", {"pipeline.schedule=gpipe"}},
+        Case{"tinystories_1f1b", "models/tinystories-656k", "", {"pipeline.schedule=1f1b"}}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace

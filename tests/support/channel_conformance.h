@@ -28,8 +28,10 @@ inline void conformanceTimeoutNamesThePeer(control::ControlChannel& c) {
     ADD_FAILURE() << "expected PeerError";
   } catch (const control::PeerError& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("stalled: waited 0 s for rank " + std::to_string(prev) + " to finish job 5 microbatch 3 of step 5"),
-              std::string::npos) << what;
+    EXPECT_NE(
+        what.find("stalled: waited 0 s for rank " + std::to_string(prev) + " to finish job 5 microbatch 3 of step 5"),
+        std::string::npos)
+        << what;
     EXPECT_NE(what.find("peer busy"), std::string::npos) << what;
   }
 }

@@ -19,7 +19,7 @@ std::string scratchDir();
 }  // namespace rp::test
 
 // Skips the current test unless `path` (a std::optional<std::string>) has a value.
-#define RP_SKIP_UNLESS(path, what)                                                       \
-  do {                                                                                   \
+#define RP_SKIP_UNLESS(path, what)                                                           \
+  do {                                                                                       \
     if (!(path)) GTEST_SKIP() << what << " not found (set RP_FIXTURES_DIR / RP_GOLDEN_DIR)"; \
   } while (0)

@@ -28,7 +28,8 @@ std::string errorOf(const std::string& toml, const std::vector<std::string>& ove
 constexpr const char* kMinimal = "[model]\npath = \"m\"\n[data]\npath = \"d.txt\"\n";
 
 TEST(RunConfig, FileDefaultsAndOverrides) {
-  const std::string path = writeToml(std::string(kMinimal) + "[train]\nseq_len = 64\nglobal_batch = 8\n[optim]\nlr = 1\n");
+  const std::string path =
+      writeToml(std::string(kMinimal) + "[train]\nseq_len = 64\nglobal_batch = 8\n[optim]\nlr = 1\n");
   const RunConfig c = loadRunConfig(path, {"train.microbatches=4", "optim.lr=3e-4", "lora.targets=q,v",
                                            "data.path=[\"a.txt\", \"b.txt\"]", "optim.mode=sync"});
   EXPECT_EQ(c.model.path, "m");
@@ -53,8 +54,9 @@ TEST(RunConfig, UnknownKeyIsNamedWithSuggestion) {
 }
 
 TEST(RunConfig, WrongTypesAndValues) {
-  EXPECT_NE(errorOf(std::string(kMinimal) + "[train]\nseq_len = \"long\"\n").find("key 'train.seq_len' must be an integer"),
-            std::string::npos);
+  EXPECT_NE(
+      errorOf(std::string(kMinimal) + "[train]\nseq_len = \"long\"\n").find("key 'train.seq_len' must be an integer"),
+      std::string::npos);
   EXPECT_NE(errorOf(kMinimal, {"train.seq_len=abc"}).find("--set train.seq_len: value 'abc' is not an integer"),
             std::string::npos);
   EXPECT_NE(errorOf(kMinimal, {"optim.mode=later"}).find("optim.mode = \"later\": expected one of \"sync\", \"async\""),

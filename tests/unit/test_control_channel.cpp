@@ -25,8 +25,12 @@ void onThreadsAsRanks(int ranks, Fn&& body) {
 
 class InProcConformance : public ::testing::TestWithParam<int> {};
 
-TEST_P(InProcConformance, RingInOrder) { onThreadsAsRanks(GetParam(), test::conformanceRingInOrder); }
-TEST_P(InProcConformance, TimeoutNamesThePeer) { onThreadsAsRanks(GetParam(), test::conformanceTimeoutNamesThePeer); }
+TEST_P(InProcConformance, RingInOrder) {
+  onThreadsAsRanks(GetParam(), test::conformanceRingInOrder);
+}
+TEST_P(InProcConformance, TimeoutNamesThePeer) {
+  onThreadsAsRanks(GetParam(), test::conformanceTimeoutNamesThePeer);
+}
 TEST_P(InProcConformance, MismatchIsProtocolError) {
   onThreadsAsRanks(GetParam(), test::conformanceMismatchIsProtocolError);
 }

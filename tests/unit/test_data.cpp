@@ -73,11 +73,12 @@ TEST(Records, AlpacaRendersChatMLWithResponseTrainable) {
 }
 
 TEST(Records, ShareGptLlama3AndRoleErrors) {
-  const auto path = writeFile("s.jsonl",
-                              R"({"conversations": [{"from": "system", "value": "S"}, {"from": "human", "value": "Q"}, {"from": "gpt", "value": "A"}]})"
-                              "\n"
-                              R"({"conversations": [{"from": "robot", "value": "?"}]})"
-                              "\n");
+  const auto path = writeFile(
+      "s.jsonl",
+      R"({"conversations": [{"from": "system", "value": "S"}, {"from": "human", "value": "Q"}, {"from": "gpt", "value": "A"}]})"
+      "\n"
+      R"({"conversations": [{"from": "robot", "value": "?"}]})"
+      "\n");
   ReadOptions o;
   o.format = "sharegpt";
   o.chatTemplate = ChatTemplate::kLlama3;
@@ -180,7 +181,8 @@ TEST(Packer, ShardsSplitStepRowsEvenly) {
   ASSERT_EQ(r1.size(), 2u);
   EXPECT_EQ(r1[0].inputIds, rows[2].inputIds);
   EXPECT_EQ(r1[1].inputIds, rows[3].inputIds);
-  EXPECT_NE(errorOf([&] { shardRows(rows, 0, 4); }).find("6 rows per step do not divide evenly over 4"), std::string::npos);
+  EXPECT_NE(errorOf([&] { shardRows(rows, 0, 4); }).find("6 rows per step do not divide evenly over 4"),
+            std::string::npos);
 }
 
 TEST(Corpus, SaveLoadRoundTripAndCorruption) {

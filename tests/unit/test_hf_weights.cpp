@@ -3,8 +3,8 @@
 #include <fstream>
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "model/causal_lm.h"
@@ -17,9 +17,15 @@ namespace {
 using nlohmann::json;
 
 json configJson(bool tied) {
-  return {{"model_type", "llama"},      {"vocab_size", 50},          {"hidden_size", 16},
-          {"intermediate_size", 24},    {"num_hidden_layers", 1},    {"num_attention_heads", 2},
-          {"num_key_value_heads", 1},   {"tie_word_embeddings", tied}, {"max_position_embeddings", 32}};
+  return {{"model_type", "llama"},
+          {"vocab_size", 50},
+          {"hidden_size", 16},
+          {"intermediate_size", 24},
+          {"num_hidden_layers", 1},
+          {"num_attention_heads", 2},
+          {"num_key_value_heads", 1},
+          {"tie_word_embeddings", tied},
+          {"max_position_embeddings", 32}};
 }
 
 std::vector<float> values(const torch::Tensor& t) {

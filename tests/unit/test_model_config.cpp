@@ -14,10 +14,17 @@ namespace {
 using nlohmann::json;
 
 json llama() {
-  return {{"model_type", "llama"},       {"vocab_size", 100},       {"hidden_size", 64},
-          {"intermediate_size", 128},    {"num_hidden_layers", 2},  {"num_attention_heads", 4},
-          {"num_key_value_heads", 2},    {"rms_norm_eps", 1e-5},    {"rope_theta", 10000.0},
-          {"tie_word_embeddings", false}, {"max_position_embeddings", 64}};
+  return {{"model_type", "llama"},
+          {"vocab_size", 100},
+          {"hidden_size", 64},
+          {"intermediate_size", 128},
+          {"num_hidden_layers", 2},
+          {"num_attention_heads", 4},
+          {"num_key_value_heads", 2},
+          {"rms_norm_eps", 1e-5},
+          {"rope_theta", 10000.0},
+          {"tie_word_embeddings", false},
+          {"max_position_embeddings", 64}};
 }
 
 std::string errorOf(const json& j) {
@@ -65,8 +72,11 @@ TEST(ModelConfig, Qwen3HeadDimAndV5RopeParameters) {
 
 TEST(ModelConfig, Llama3RopeScalingOldForm) {
   json j = llama();
-  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
-                       {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+  j["rope_scaling"] = {{"rope_type", "llama3"},
+                       {"factor", 8.0},
+                       {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 8192}};
   const ModelConfig c = parseModelConfig(j, "cfg.json");
   EXPECT_EQ(c.rope.type, "llama3");
   EXPECT_DOUBLE_EQ(c.rope.factor, 8.0);

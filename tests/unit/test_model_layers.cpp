@@ -30,8 +30,10 @@ void randomize(CausalLM& model, int seed) {
   torch::manual_seed(seed);
   torch::NoGradGuard noGrad;
   for (auto& [name, p] : model.hfParameters()) {
-    if (p.dim() == 1) p.copy_(1.0 + 0.2 * torch::randn(p.sizes()));
-    else p.copy_(0.1 * torch::randn(p.sizes()));
+    if (p.dim() == 1)
+      p.copy_(1.0 + 0.2 * torch::randn(p.sizes()));
+    else
+      p.copy_(0.1 * torch::randn(p.sizes()));
   }
 }
 

@@ -24,7 +24,8 @@ TEST(Plan, ParsesTheConfigForm) {
     parsePlan("2,x | 1 | 4", 6, "pipeline.plan");
     FAIL();
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("pipeline.plan = \"2,x | 1 | 4\": 'x' is not a layer count"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("pipeline.plan = \"2,x | 1 | 4\": 'x' is not a layer count"),
+              std::string::npos)
         << e.what();
   }
   EXPECT_THROW(parsePlan("2 | 1", 6, "pipeline.plan"), InputError);
@@ -42,7 +43,8 @@ TEST(Plan, ValidationNamesTheBrokenRule) {
   gap.forward[1] = {3, 4};
   EXPECT_NE(errorOf(gap, 6).find("forward stages must be non-empty and consecutive"), std::string::npos);
   Plan shortBwd = planFromCounts({2, 2}, 1, {1, 1, 1}, 6);
-  EXPECT_NE(errorOf(shortBwd, 6).find("backward stages, read shallowest first"), std::string::npos) << errorOf(shortBwd, 6);
+  EXPECT_NE(errorOf(shortBwd, 6).find("backward stages, read shallowest first"), std::string::npos)
+      << errorOf(shortBwd, 6);
   Plan noHead = good;
   noHead.fused = {4, 5};
   EXPECT_NE(errorOf(noHead, 6).find("the fused stage must end at the head"), std::string::npos);
@@ -113,7 +115,7 @@ TEST(Baselines, BalancedBoundPlanAndOneFOneBOrder) {
   ASSERT_EQ(p.forward.size(), 2u);
   EXPECT_EQ(p.fused.end, 8);
   EXPECT_EQ(p.backward.front(), p.forward.back());  // mirrored
-  EXPECT_LE(p.fused.size(), 2) << describe(p);       // the heavy head gets a short last stage
+  EXPECT_LE(p.fused.size(), 2) << describe(p);      // the heavy head gets a short last stage
   const auto table = dispatchBound(p, 3);
   EXPECT_EQ(table.jobs[0].worker, 0);
   EXPECT_EQ(table.jobs[2].kind, JobKind::kFused);
@@ -124,7 +126,8 @@ TEST(Baselines, BalancedBoundPlanAndOneFOneBOrder) {
   const auto ops = oneFOneBOrder(table, 0, 4);
   std::vector<std::pair<std::int64_t, int>> got;
   for (const auto& op : ops) got.emplace_back(op.job, op.microbatch);
-  EXPECT_EQ(got, (std::vector<std::pair<std::int64_t, int>>{{0, 0}, {0, 1}, {0, 2}, {4, 0}, {0, 3}, {4, 1}, {4, 2}, {4, 3}}));
+  EXPECT_EQ(
+      got, (std::vector<std::pair<std::int64_t, int>>{{0, 0}, {0, 1}, {0, 2}, {4, 0}, {0, 3}, {4, 1}, {4, 2}, {4, 3}}));
   EXPECT_THROW(dispatchBound(p, 2), InputError);
 }
 

@@ -25,7 +25,9 @@ bool InProcHub::take(int from, int to, Tag tag, void* data, std::size_t bytes, C
   return true;
 }
 
-void InProcChannel::send(int to, Tag tag, const void* data, std::size_t bytes) { hub_.post(rank_, to, tag, data, bytes); }
+void InProcChannel::send(int to, Tag tag, const void* data, std::size_t bytes) {
+  hub_.post(rank_, to, tag, data, bytes);
+}
 
 bool InProcChannel::receive(int from, Tag tag, void* data, std::size_t bytes, Deadline deadline) {
   return hub_.take(from, rank_, tag, data, bytes, deadline);
