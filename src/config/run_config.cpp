@@ -78,6 +78,7 @@ RunConfig buildRunConfig(Values v) {
   c.pipeline.schedule = oneOf(v, "pipeline.schedule", {"roundpipe", "gpipe", "1f1b"});
   c.pipeline.recompute = oneOf(v, "pipeline.recompute", {"stage", "layer"});
   c.pipeline.replanEvery = atLeast(v, "pipeline.replan_every", 0);
+  c.pipeline.uploadChunkMb = inRange(v, "pipeline.upload_chunk_mb", 1e-6, 1e9, false);
   c.pipeline.plan = v.getString("pipeline.plan");
   c.pipeline.memoryLimitGb = inRange(v, "pipeline.memory_limit_gb", 0.0, 1e9, false);
   c.pipeline.stallTimeoutSeconds = inRange(v, "pipeline.stall_timeout_s", 0.001, 1e9, false);

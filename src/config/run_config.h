@@ -41,6 +41,7 @@ struct RunConfig {
     std::string schedule;   // roundpipe | gpipe | 1f1b
     std::string recompute;  // stage | layer
     std::int64_t replanEvery;
+    double uploadChunkMb;
     std::string plan;  // "auto" or counts (schedule::parsePlan)
     double memoryLimitGb;
     double stallTimeoutSeconds;

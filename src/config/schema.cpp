@@ -48,6 +48,7 @@ const std::vector<KeySpec>& runSchema() {
       {"pipeline.recompute", Type::kString, S("stage"),
        "stage | layer: backward recomputes a stage at once or layer by layer"},
       {"pipeline.replan_every", Type::kInt, I(10), "re-partition from measured layer times every N steps (0 = never)"},
+      {"pipeline.upload_chunk_mb", Type::kFloat, 256.0, "weight uploads are queued in chunks of at most this size"},
       {"pipeline.plan", Type::kString, S("auto"),
        "auto (the partitioner) or \"F1,F2,... | fused | B1,B2,...\" layer counts"},
       {"pipeline.memory_limit_gb", Type::kFloat, 0.0, "per-worker memory budget for the partitioner (0 = unlimited)"},

@@ -84,6 +84,13 @@ void Fences::waitCopiedByAll(int l, std::int64_t n) const {
          fmt::format("rank {}'s weight copy of layer {}", r, l), r);
   }
 }
+bool Fences::copiedByAll(int l, std::int64_t n) const {
+  for (int r = 0; r < ranks_; ++r) {
+    if (at(static_cast<std::size_t>(2 * layers_ + l * ranks_ + r)).load(std::memory_order_acquire) < n) return false;
+  }
+  return true;
+}
+
 void Fences::waitConsumedByAll(int l, std::int64_t n) const {
   for (int r = 0; r < ranks_; ++r) {
     wait(static_cast<std::size_t>(2 * layers_ + layers_ * ranks_ + l * ranks_ + r), n,

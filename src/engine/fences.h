@@ -32,6 +32,7 @@ class Fences {
   void waitUploads(int layer, std::int64_t atLeast) const;
   void waitDownloads(int layer, std::int64_t atLeast) const;
   void waitCopiedByAll(int layer, std::int64_t atLeast) const;    // every rank's slice
+  bool copiedByAll(int layer, std::int64_t atLeast) const;        // the same, without waiting
   void waitConsumedByAll(int layer, std::int64_t atLeast) const;  // every rank's slice
   void waitFusedDone(std::int64_t atLeast) const;
   void waitStepsDoneByAll(std::int64_t atLeast) const;

@@ -127,6 +127,7 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, const MpiSession& ses
     RP_LOG_INFO("pipeline: predicted stage costs (GFLOP per microbatch) {}", describeStageCosts(plan_, costs));
   }
   channel_ = std::make_unique<control::MpiChannel>(session_.node());  // workers talk inside their node
+  copy_ = std::make_unique<CopyEngine>(static_cast<std::size_t>(c.pipeline.uploadChunkMb * 1024 * 1024));
   if (id.nodeCount > 1) {
     // Ranks with the same local rank hold the same slices: they sum their nodes' gradients.
     checkMpi(MPI_Comm_split(session_.world(), id.localRank, id.node, &crossNode_), "MPI_Comm_split(cross-node)");
@@ -135,7 +136,8 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, const MpiSession& ses
 }
 
 PipelineRuntime::~PipelineRuntime() {
-  optimizer_.reset();  // joins the thread that uses crossNode_
+  if (prefetch_) prefetch_->ticket.wait();  // never free memory the copy thread still writes
+  optimizer_.reset();                       // joins the thread that uses crossNode_
   if (crossNode_ != MPI_COMM_NULL) MPI_Comm_free(&crossNode_);
 }
 

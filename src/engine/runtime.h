@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "data/packer.h"
 #include "data/tokenizer.h"
 #include "engine/activity.h"
+#include "engine/copy_engine.h"
 #include "engine/costs.h"
 #include "engine/fences.h"
 #include "engine/optimizer_worker.h"
@@ -68,6 +70,9 @@ class PipelineRuntime {
   // step < 0: outside training (sampling), no fences.
   void upload(std::int64_t step, const schedule::Range& layers);
   void download(std::int64_t step, const schedule::Range& layers);
+  void queueWeights(CopyEngine::Ticket& ticket, const schedule::Range& layers);
+  torch::Tensor fetchActivation(const std::string& region, at::IntArrayRef shape);
+  void prefetchNext(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table);
   torch::Tensor storeTensor(const std::string& region, at::IntArrayRef shape) const;
   std::string sample(const std::string& prompt);
   // Writes this rank's trace, and on rank 0 the merged trace and the bubble report.
@@ -95,6 +100,12 @@ class PipelineRuntime {
   std::int64_t rowsPerMicrobatch_ = 0;
   std::unique_ptr<trace::Timeline> timeline_;
   std::unique_ptr<control::ControlChannel> channel_;  // readiness messages between workers
+  std::unique_ptr<CopyEngine> copy_;                  // this worker's emulated copy stream
+  struct Prefetch {
+    std::int64_t step, job;
+    CopyEngine::Ticket ticket;
+  };
+  std::optional<Prefetch> prefetch_;  // weights of this worker's next job, in flight
   std::unique_ptr<ActivityBoard> activity_;
   std::unique_ptr<Fences> fences_;
   std::unique_ptr<OptimizerWorker> optimizer_;

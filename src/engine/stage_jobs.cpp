@@ -1,5 +1,6 @@
 // The runtime's stage execution (docs/schedule.md, "Runtime"): uploads and downloads between the node
 // store and a worker's replica, one microbatch of a job, whole stage jobs, and 1F1B's interleaving.
+#include <algorithm>
 #include <chrono>
 
 #include <torch/torch.h>
@@ -22,14 +23,57 @@ void PipelineRuntime::upload(std::int64_t step, const schedule::Range& layers) {
     for (int l = layers.begin; l < layers.end; ++l) fences_->waitCopiedByAll(l, step);
   }
   trace::Timeline::Scope span(timeline_.get(), fmt::format("upload {}-{}", layers.begin, layers.end - 1), "upload", 0);
-  for (int l = layers.begin; l < layers.end; ++l) {
-    for (int i : model_->tensorsOfLayer(l)) {
-      auto& t = model_->tensors()[static_cast<std::size_t>(i)];
-      t.local.copy_(storeTensor(weightRegion(t.name), t.local.sizes()));
-    }
-  }
+  CopyEngine::Ticket ticket = copy_->newTicket();
+  queueWeights(ticket, layers);
+  ticket.wait();
   if (step >= 0) {
     for (int l = layers.begin; l < layers.end; ++l) fences_->addUpload(l);
+  }
+}
+
+// The weights of every tensor the layers use, queued on the copy engine behind urgent activation copies.
+void PipelineRuntime::queueWeights(CopyEngine::Ticket& ticket, const schedule::Range& layers) {
+  std::vector<int> queued;
+  for (int l = layers.begin; l < layers.end; ++l) {
+    for (int i : model_->tensorsOfLayer(l)) {
+      if (std::find(queued.begin(), queued.end(), i) != queued.end()) continue;
+      queued.push_back(i);
+      const auto& t = model_->tensors()[static_cast<std::size_t>(i)];
+      copy_->copyWeights(ticket, t.local.data_ptr(), store_->bytes(weightRegion(t.name)),
+                         static_cast<std::size_t>(t.local.nbytes()));
+    }
+  }
+}
+
+// An activation (or activation gradient) from the arena into worker memory, ahead of any queued weight copy.
+torch::Tensor PipelineRuntime::fetchActivation(const std::string& region, at::IntArrayRef shape) {
+  torch::Tensor local = torch::empty(shape, torch::kFloat);
+  copy_->copyUrgent(local.data_ptr(), store_->bytes(region), static_cast<std::size_t>(local.nbytes())).wait();
+  return local;
+}
+
+// One-stage weight prefetch (Note [Prefetch]): while job k runs, queue the weights of this worker's next job
+// in the same iteration, if it uses none of job k's tensors (the replica is shared) and its weights are
+// already published. The job waits for the ticket instead of uploading.
+void PipelineRuntime::prefetchNext(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table) {
+  const auto& current = table.jobs[static_cast<std::size_t>(k)].layers;
+  for (std::size_t next = static_cast<std::size_t>(k) + 1; next < table.jobs.size(); ++next) {
+    if (table.jobs[next].worker != rank_) continue;
+    const auto& layers = table.jobs[next].layers;
+    for (int a = current.begin; a < current.end; ++a) {
+      for (int b = layers.begin; b < layers.end; ++b) {
+        for (int i : model_->tensorsOfLayer(a)) {
+          const auto& other = model_->tensorsOfLayer(b);
+          if (std::find(other.begin(), other.end(), i) != other.end()) return;  // shared tensor: no prefetch
+        }
+      }
+    }
+    for (int l = layers.begin; l < layers.end; ++l) {
+      if (!fences_->copiedByAll(l, step)) return;
+    }
+    prefetch_ = Prefetch{step, static_cast<std::int64_t>(next), copy_->newTicket()};
+    queueWeights(prefetch_->ticket, layers);
+    return;
   }
 }
 
@@ -95,7 +139,7 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
   switch (job.kind) {
     case schedule::JobKind::kForward: {
       torch::NoGradGuard noGrad;
-      torch::Tensor x = a == 0 ? torch::Tensor() : storeTensor(actRegion(step, a, mb), shape);
+      torch::Tensor x = a == 0 ? torch::Tensor() : fetchActivation(actRegion(step, a, mb), shape);
       for (int l = a; l < b; ++l) {
         if (l > a && checkpoint_[static_cast<std::size_t>(l)]) storeTensor(actRegion(step, l, mb), shape).copy_(x);
         const auto start = std::chrono::steady_clock::now();
@@ -107,7 +151,7 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
     }
     case schedule::JobKind::kFused: {
       torch::Tensor input =
-          a == 0 ? torch::Tensor() : storeTensor(actRegion(step, a, mb), shape).clone().requires_grad_(true);
+          a == 0 ? torch::Tensor() : fetchActivation(actRegion(step, a, mb), shape).requires_grad_(true);
       torch::Tensor x = input;
       // The fused stage's backward cost (what the partitioner packs it by) is its forward plus its share of
       // the backward pass.
@@ -132,11 +176,11 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
       if (config_.pipeline.recompute == "layer") {
         // Layer grain: recompute and back-propagate one layer at a time from its checkpointed input, so only
         // one layer's activations are alive.
-        torch::Tensor grad = storeTensor(gradActRegion(step, b, mb), shape);
+        torch::Tensor grad = fetchActivation(gradActRegion(step, b, mb), shape);
         for (int l = b - 1; l >= a; --l) {
           const auto start = std::chrono::steady_clock::now();
           torch::Tensor input =
-              l == 0 ? torch::Tensor() : storeTensor(actRegion(step, l, mb), shape).clone().requires_grad_(true);
+              l == 0 ? torch::Tensor() : fetchActivation(actRegion(step, l, mb), shape).requires_grad_(true);
           torch::Tensor y = model_->forward(l, input, batch, ctx);
           if (y.requires_grad()) y.backward(grad);
           if (l > 0) grad = input.grad();
@@ -146,12 +190,12 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
         break;
       }
       torch::Tensor input =
-          a == 0 ? torch::Tensor() : storeTensor(actRegion(step, a, mb), shape).clone().requires_grad_(true);
+          a == 0 ? torch::Tensor() : fetchActivation(actRegion(step, a, mb), shape).requires_grad_(true);
       torch::Tensor x = input;
       const auto start = std::chrono::steady_clock::now();
       for (int l = a; l < b; ++l) x = model_->forward(l, x, batch, ctx);  // recompute (stage grain)
       // A stage of frozen layers over the token ids (LoRA: the embedding) has nothing to differentiate.
-      if (x.requires_grad()) x.backward(storeTensor(gradActRegion(step, b, mb), shape));
+      if (x.requires_grad()) x.backward(fetchActivation(gradActRegion(step, b, mb), shape));
       spread(msSince(start), a, b, proxyCosts_.layers.forward, backwardMs_);
       if (a > 0) storeTensor(gradActRegion(step, a, mb), shape).copy_(input.grad());
       break;
@@ -170,7 +214,15 @@ void PipelineRuntime::runJob(std::int64_t step, std::int64_t k, const schedule::
                               fmt::format("job {}: {} {}-{} (step {})", k, schedule::jobKindName(job.kind),
                                           job.layers.begin, job.layers.end - 1, step + 1),
                               "job", 2);
-  upload(step, job.layers);
+  if (prefetch_ && prefetch_->step == step && prefetch_->job == k) {
+    trace::Timeline::Scope wait(timeline_.get(), "wait: prefetched weights", "upload", 0);
+    prefetch_->ticket.wait();
+    prefetch_.reset();
+    for (int l = job.layers.begin; l < job.layers.end; ++l) fences_->addUpload(l);
+  } else {
+    upload(step, job.layers);
+  }
+  prefetchNext(step, k, table);
   model_->model().train();
   for (int mb = 0; mb < config_.train.microbatches; ++mb) runMicrobatch(step, k, table, data, mb);
   if (job.kind != schedule::JobKind::kForward) download(step, job.layers);

@@ -1,0 +1,52 @@
+// The emulated copy stream: weight uploads go in chunks, and an urgent (activation) copy runs before every
+// weight chunk still queued — the priority rule of the transfer engine.
+#include <condition_variable>
+#include <mutex>
+#include <numeric>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/copy_engine.h"
+
+namespace rp::engine {
+namespace {
+
+TEST(CopyEngine, UrgentCopiesOvertakeQueuedWeightChunks) {
+  CopyEngine engine(/*chunkBytes=*/4);
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool release = false;
+  std::vector<std::pair<bool, std::size_t>> order;
+  engine.setObserver([&](bool urgent, std::size_t bytes) {
+    std::unique_lock<std::mutex> lock(mutex);
+    order.emplace_back(urgent, bytes);
+    cv.notify_all();
+    if (order.size() == 1) cv.wait(lock, [&] { return release; });  // hold the first weight chunk
+  });
+  std::vector<std::uint8_t> src(14), dst(14, 0), urgentSrc(3, 7), urgentDst(3, 0);
+  std::iota(src.begin(), src.end(), 1);
+  auto weights = engine.newTicket();
+  engine.copyWeights(weights, dst.data(), src.data(), src.size());  // chunks of 4, 4, 4, 2
+  {
+    // The copy thread is busy with the first weight chunk; three more are queued.
+    std::unique_lock<std::mutex> lock(mutex);
+    cv.wait(lock, [&] { return !order.empty(); });
+  }
+  auto urgent = engine.copyUrgent(urgentDst.data(), urgentSrc.data(), urgentSrc.size());
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    release = true;
+  }
+  cv.notify_all();
+  urgent.wait();
+  weights.wait();
+  EXPECT_TRUE(weights.done());
+  EXPECT_EQ(dst, src);
+  EXPECT_EQ(urgentDst, urgentSrc);
+  const std::vector<std::pair<bool, std::size_t>> expected{{false, 4}, {true, 3}, {false, 4}, {false, 4}, {false, 2}};
+  EXPECT_EQ(order, expected);
+}
+
+}  // namespace
+}  // namespace rp::engine
