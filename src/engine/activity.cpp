@@ -41,7 +41,7 @@ std::string ActivityBoard::describe(int rank) const {
     const Slot& s = slot(rank, thread);
     char text[sizeof(s.text)];
     std::int64_t since = 0;
-    for (int attempt = 0; attempt < 100; ++attempt) {
+    for (int attempt = 0; attempt < 10000; ++attempt) {
       const auto before = s.sequence.load(std::memory_order_acquire);
       std::memcpy(text, s.text, sizeof(text));
       since = s.sinceUs.load(std::memory_order_relaxed);
