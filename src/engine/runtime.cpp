@@ -359,9 +359,7 @@ std::vector<trace::StepMetrics> PipelineRuntime::run() {
   std::unique_ptr<trace::MetricsWriter> metrics;
   std::unique_ptr<trace::Progress> progress;
   if (leader_) {
-    std::filesystem::create_directories(c.output.dir);
-    std::ofstream effective(std::filesystem::path(c.output.dir) / "config.effective.toml");
-    for (const auto& line : c.values.describe()) effective << line << '\n';
+    train::writeEffectiveConfig(c);
     metrics = std::make_unique<trace::MetricsWriter>(c.output.dir);
     progress = std::make_unique<trace::Progress>(c.train.maxSteps, c.output.logEvery);
     if (!c.output.samplePrompt.empty()) std::printf("sample before: %s\n", sample(c.output.samplePrompt).c_str());

@@ -1,5 +1,9 @@
 #include "train/setup.h"
 
+#include <filesystem>
+#include <fstream>
+
+#include "common/error.h"
 #include "common/log.h"
 #include "data/dataset.h"
 
@@ -27,6 +31,15 @@ data::TokenizedCorpus loadCorpusFor(const config::RunConfig& c, const model::Mod
   d.bosId = static_cast<std::int32_t>(model.bosTokenId);
   d.eosId = static_cast<std::int32_t>(model.eosTokenId);
   return data::loadDataset(d, tokenizer);
+}
+
+void writeEffectiveConfig(const config::RunConfig& c) {
+  std::filesystem::create_directories(c.output.dir);
+  const auto path = std::filesystem::path(c.output.dir) / "config.effective.toml";
+  std::ofstream out(path);
+  for (const auto& line : c.values.describe()) out << line << '\n';
+  out.flush();
+  if (!out) RP_THROW(SystemError, "{}: cannot write the effective config", path.string());
 }
 
 }  // namespace rp::train

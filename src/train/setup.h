@@ -17,4 +17,8 @@ std::shared_ptr<model::CausalLM> loadModelFor(const config::RunConfig& config, t
 data::TokenizedCorpus loadCorpusFor(const config::RunConfig& config, const model::ModelConfig& model,
                                     const data::Tokenizer& tokenizer);
 
+// Creates output.dir and writes the effective config there (config.effective.toml); a failed write is a
+// SystemError naming the file.
+void writeEffectiveConfig(const config::RunConfig& config);
+
 }  // namespace rp::train

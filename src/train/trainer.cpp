@@ -138,11 +138,7 @@ std::string Trainer::sample(const std::string& prompt, std::int64_t tokens) {
 
 void Trainer::run() {
   const auto& c = config_;
-  std::filesystem::create_directories(c.output.dir);
-  {
-    std::ofstream effective(std::filesystem::path(c.output.dir) / "config.effective.toml");
-    for (const auto& line : c.values.describe()) effective << line << '\n';
-  }
+  writeEffectiveConfig(c);
   if (c.optim.async) {
     RP_LOG_INFO(
         "optim.mode = async: one worker has nothing to overlap the optimizer with, so this trainer "
