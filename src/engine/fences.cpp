@@ -13,9 +13,9 @@ namespace rp::engine {
 
 static_assert(std::atomic<std::int64_t>::is_always_lock_free, "fences need lock-free 64-bit atomics in shared memory");
 
-// Layout: uploads[L] | downloads[L] | copied[L*R] | consumed[L*R] | fusedDone | stepsDone[R]
+// Layout: uploads[L] | downloads[L] | copied[L*R] | consumed[L*R] | fusedDone
 std::size_t Fences::regionBytes(int layers, int ranks) {
-  return sizeof(std::atomic<std::int64_t>) * static_cast<std::size_t>(2 * layers + 2 * layers * ranks + 1 + ranks);
+  return sizeof(std::atomic<std::int64_t>) * static_cast<std::size_t>(2 * layers + 2 * layers * ranks + 1);
 }
 
 Fences::Fences(void* memory, int layers, int ranks, double timeoutSeconds, const ActivityBoard* board)
@@ -43,16 +43,6 @@ void Fences::setConsumed(int l, int r, std::int64_t steps) {
 }
 void Fences::setFusedDone(std::int64_t iterations) {
   at(static_cast<std::size_t>(2 * layers_ + 2 * layers_ * ranks_)).store(iterations, std::memory_order_release);
-}
-
-void Fences::setStepsDone(int r, std::int64_t iterations) {
-  at(static_cast<std::size_t>(2 * layers_ + 2 * layers_ * ranks_ + 1 + r)).store(iterations, std::memory_order_release);
-}
-
-void Fences::waitStepsDoneByAll(std::int64_t n) const {
-  for (int r = 0; r < ranks_; ++r) {
-    wait(static_cast<std::size_t>(2 * layers_ + 2 * layers_ * ranks_ + 1 + r), n, fmt::format("rank {}'s jobs", r), r);
-  }
 }
 
 void Fences::wait(std::size_t index, std::int64_t atLeast, const std::string& what, int lateRank) const {

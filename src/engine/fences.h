@@ -6,7 +6,6 @@
 //   copied[l][r]    optimizer steps whose master->weights copy of layer l rank r's slice has finished
 //   consumed[l][r]  optimizer steps that took layer l's gradients out of the slots (rank r's slice)
 //   fusedDone       iterations whose fused stage finished every microbatch (losses written)
-//   stepsDone[r]    iterations whose jobs rank r has finished (its timings for them are in the store)
 #pragma once
 
 #include <atomic>
@@ -27,7 +26,6 @@ class Fences {
   void setCopied(int layer, int rank, std::int64_t steps);
   void setConsumed(int layer, int rank, std::int64_t steps);
   void setFusedDone(std::int64_t iterations);
-  void setStepsDone(int rank, std::int64_t iterations);
 
   void waitUploads(int layer, std::int64_t atLeast) const;
   void waitDownloads(int layer, std::int64_t atLeast) const;
@@ -35,7 +33,6 @@ class Fences {
   bool copiedByAll(int layer, std::int64_t atLeast) const;        // the same, without waiting
   void waitConsumedByAll(int layer, std::int64_t atLeast) const;  // every rank's slice
   void waitFusedDone(std::int64_t atLeast) const;
-  void waitStepsDoneByAll(std::int64_t atLeast) const;
 
  private:
   std::atomic<std::int64_t>& at(std::size_t index) const;

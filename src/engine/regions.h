@@ -33,13 +33,6 @@ inline std::string gradActRegion(std::int64_t step, int layer, int mb) {
 inline std::string lossRegion(std::int64_t step) {
   return fmt::format("loss/{}", step % 2);
 }
-// Per-rank per-layer timing sums of an iteration (forward ms, then backward ms), in a ring of iterations:
-// a replan at iteration t reads iteration t-2, which every rank has finished (Note [Layer fences]).
-inline constexpr int kTimingSlots = 4;
-inline std::string timingRegion(std::int64_t step, int rank) {
-  return fmt::format("timing/{}/{}", step % kTimingSlots, rank);
-}
-
 // Splits `totalMs` over layers [a, b) in proportion to `weights` and adds it to `into`.
 inline void spread(double totalMs, int a, int b, const std::vector<double>& weights, std::vector<double>& into) {
   double sum = 0.0;

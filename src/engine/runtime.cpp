@@ -15,7 +15,6 @@
 #include "control/channel.h"
 #include "control/mpi/mpi_channel.h"
 #include "engine/costs.h"
-#include "engine/profile.h"
 #include "engine/regions.h"
 #include "model/lora.h"
 #include "trace/bubbles.h"
@@ -92,7 +91,6 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, const MpiSession& ses
   corpus_ = train::loadCorpusFor(c, model->config(), *tokenizer_);
   packer_ = std::make_unique<data::Packer>(corpus_, c.train.seqLen, static_cast<std::uint64_t>(c.train.seed));
   rowsPerMicrobatch_ = c.train.globalBatch / id.nodeCount / c.train.microbatches;
-  profile_ = LayerProfile(model_->layerCount());
   uploadsAfter_.assign(static_cast<std::size_t>(model_->layerCount()), 0);
 
   const int L = model_->layerCount();
@@ -127,6 +125,15 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, const MpiSession& ses
     RP_LOG_INFO("pipeline: predicted stage costs (GFLOP per microbatch) {}", describeStageCosts(plan_, costs));
   }
   channel_ = std::make_unique<control::MpiChannel>(session_.node());  // workers talk inside their node
+  worldChannel_ = std::make_unique<control::MpiChannel>(session_.world());
+  coordinator::CoordinationOptions co;
+  co.workers = workers_;
+  co.nodes = id.nodeCount;
+  co.roundRobin = c.pipeline.schedule == "roundpipe";
+  co.replanEvery = c.pipeline.plan == "auto" ? c.pipeline.replanEvery : 0;
+  co.memoryLimitBytes = c.pipeline.memoryLimitGb * 1e9;
+  co.timeoutSeconds = c.pipeline.stallTimeoutSeconds;
+  coordination_ = std::make_unique<coordinator::Coordination>(*worldChannel_, co, plan_, costs.layers);
   copy_ = std::make_unique<CopyEngine>(static_cast<std::size_t>(c.pipeline.uploadChunkMb * 1024 * 1024));
   if (id.nodeCount > 1) {
     // Ranks with the same local rank hold the same slices: they sum their nodes' gradients.
@@ -179,10 +186,6 @@ void PipelineRuntime::buildStore() {
   }
   layout.add("fences", Fences::regionBytes(L, id.localSize));
   layout.add("activity", ActivityBoard::regionBytes(id.localSize));
-  for (int slot = 0; slot < kTimingSlots; ++slot) {
-    for (int r = 0; r < id.localSize; ++r)
-      layout.add(timingRegion(slot, r), 2 * static_cast<std::size_t>(L) * sizeof(double));
-  }
   store_ = std::make_unique<memory::NodeStore>(std::move(layout), session_.node(), "store");
   RP_LOG_DEBUG("node store {}: {:.1f} MB", store_->segmentName(), static_cast<double>(store_->layout().total()) / 1e6);
   activity_ = std::make_unique<ActivityBoard>(store_->bytes("activity"), id.localSize);
@@ -257,7 +260,13 @@ void PipelineRuntime::step(std::int64_t step) {
     data.batches.push_back(train::toBatch(rows, begin, begin + static_cast<std::size_t>(rowsPerMicrobatch_)));
     data.contexts.push_back(model_->model().rotary().context(data.batches.back(), torch::kFloat));
   }
-  maybeReplan(step);
+  // Rank 0's plan and dispatch table for this iteration (the stall message can describe node-local ranks).
+  const auto directive = coordination_->begin(step, describeWorldRank());
+  if (directive.planChanged) {
+    plan_ = directive.plan;
+    setCheckpoints();
+  }
+  const schedule::DispatchTable& table = directive.table;
   const int L = model_->layerCount();
   forwardMs_.assign(static_cast<std::size_t>(L), 0.0);
   backwardMs_.assign(static_cast<std::size_t>(L), 0.0);
@@ -265,13 +274,6 @@ void PipelineRuntime::step(std::int64_t step) {
   // fused stage, once in 1F1B (the worker keeps its stage for both directions).
   for (int l = 0; l < L; ++l) {
     uploadsAfter_[static_cast<std::size_t>(l)] += l >= plan_.fused.begin || c.pipeline.schedule == "1f1b" ? 1 : 2;
-  }
-  schedule::DispatchTable table;
-  if (c.pipeline.schedule == "roundpipe") {
-    table = schedule::dispatch(plan_, workers_, counter_);
-    counter_ = table.counterEnd;
-  } else {
-    table = schedule::dispatchBound(plan_, workers_);
   }
   if (c.pipeline.schedule == "1f1b") {
     runOneFOneB(step, table, data);
@@ -281,49 +283,21 @@ void PipelineRuntime::step(std::int64_t step) {
     }
   }
   // This rank's per-layer timings of the iteration, for the partitioner (averaged per microbatch).
-  double* timing = store_->doubles(timingRegion(step, session_.identity().localRank));
   for (int l = 0; l < L; ++l) {
-    timing[l] = forwardMs_[static_cast<std::size_t>(l)] / static_cast<double>(c.train.microbatches);
-    timing[L + l] = backwardMs_[static_cast<std::size_t>(l)] / static_cast<double>(c.train.microbatches);
+    forwardMs_[static_cast<std::size_t>(l)] /= static_cast<double>(c.train.microbatches);
+    backwardMs_[static_cast<std::size_t>(l)] /= static_cast<double>(c.train.microbatches);
   }
-  fences_->setStepsDone(session_.identity().localRank, step + 1);
+  coordination_->report(step, forwardMs_, backwardMs_);
   optimizer_->enqueue(step, uploadsAfter_);
   // sync: the next iteration starts from W_{t+1}; async: it starts as soon as the fences allow.
   if (!c.optim.async) optimizer_->waitFor(step);
 }
 
-// Every pipeline.replan_every iterations, feed iteration t-2's measured per-layer times (every rank has
-// finished it; all ranks read the same numbers, so they agree on the new plan) into the profile and rerun
-// the partitioner. Only the RoundPipe schedule with an automatic plan is replanned.
-void PipelineRuntime::maybeReplan(std::int64_t step) {
-  const auto& c = config_;
-  if (c.pipeline.replanEvery <= 0 || step < 2 || step % c.pipeline.replanEvery != 0) return;
-  if (c.pipeline.schedule != "roundpipe" || c.pipeline.plan != "auto") return;
-  const int L = model_->layerCount();
-  fences_->waitStepsDoneByAll(step - 1);
-  std::vector<double> forward(static_cast<std::size_t>(L), 0.0), backward(static_cast<std::size_t>(L), 0.0);
-  for (int r = 0; r < session_.identity().localSize; ++r) {
-    const double* timing = store_->doubles(timingRegion(step - 2, r));
-    for (int l = 0; l < L; ++l) {
-      forward[static_cast<std::size_t>(l)] += timing[l];
-      backward[static_cast<std::size_t>(l)] += timing[L + l];
-    }
-  }
-  profile_.update(forward, backward);
-  if (!profile_.ready()) return;
-  const schedule::LayerCosts measured = profile_.applyTo(proxyCosts_.layers);
-  const auto result = schedule::partition(measured, {workers_, 1.1, c.pipeline.memoryLimitGb * 1e9});
-  std::vector<std::string> times;
-  for (int l = 0; l < L; ++l) times.push_back(fmt::format("{:.2f}/{:.2f}", profile_.forward(l), profile_.backward(l)));
-  if (leader_) RP_LOG_DEBUG("pipeline: measured fwd/bwd ms per layer at step {}: {}", step + 1, fmt::join(times, " "));
-  // Switch only for a predicted gain of 3% or more, so timing noise does not make the plan flap.
-  if (result.plan == plan_ || result.objective > 0.97 * schedule::planObjective(plan_, measured, workers_)) return;
-  plan_ = result.plan;
-  setCheckpoints();
-  if (leader_) {
-    RP_LOG_INFO("pipeline: plan changed at step {} from measured times (fwd/bwd ms per layer: {}): {} ({} stages)",
-                step + 1, fmt::join(times, " "), schedule::describe(plan_), plan_.stageCount());
-  }
+// For stall messages: what a world rank was last doing (known for the ranks of this node).
+std::function<std::string(int)> PipelineRuntime::describeWorldRank() const {
+  return [this](int r) {
+    return session_.identity().nodeCount == 1 ? activity_->describe(r) : fmt::format("rank {} runs on another node", r);
+  };
 }
 
 void PipelineRuntime::finishTrace() {
@@ -396,6 +370,7 @@ std::vector<trace::StepMetrics> PipelineRuntime::run() {
     step(steps);
     report(optimizer_->poll());
   }
+  coordination_->finish(steps, describeWorldRank());
   if (steps > 0) optimizer_->waitFor(steps - 1);
   report(optimizer_->poll());
   // Every rank's optimizer is done: publish the final masters (each rank its slices) for sampling and export.

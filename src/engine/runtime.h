@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,6 +17,7 @@
 
 #include "config/run_config.h"
 #include "control/channel.h"
+#include "coordinator/coordinator.h"
 #include "data/corpus.h"
 #include "data/packer.h"
 #include "data/tokenizer.h"
@@ -25,7 +27,6 @@
 #include "engine/fences.h"
 #include "engine/optimizer_worker.h"
 #include "engine/pipeline_model.h"
-#include "engine/profile.h"
 #include "memory/node_store.h"
 #include "schedule/dispatch.h"
 #include "schedule/plan.h"
@@ -61,7 +62,6 @@ class PipelineRuntime {
   };
   void buildStore();
   void setCheckpoints();
-  void maybeReplan(std::int64_t step);
   void step(std::int64_t step);
   void runJob(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table, const StepData& data);
   void runMicrobatch(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table, const StepData& data,
@@ -77,6 +77,7 @@ class PipelineRuntime {
   std::string sample(const std::string& prompt);
   // Writes this rank's trace, and on rank 0 the merged trace and the bubble report.
   void finishTrace();
+  std::function<std::string(int)> describeWorldRank() const;
 
   config::RunConfig config_;
   const MpiSession& session_;
@@ -90,17 +91,17 @@ class PipelineRuntime {
   std::unique_ptr<data::Packer> packer_;
   std::unique_ptr<PipelineModel> model_;
   std::unique_ptr<memory::NodeStore> store_;
-  schedule::Plan plan_;
-  std::vector<bool> checkpoint_;                // layers whose input a forward stage saves (backward-stage starts)
-  LayerCosts proxyCosts_;                       // FLOP-proxy costs and the layers' bytes
-  LayerProfile profile_{0};                     // measured per-layer times (EMA)
+  schedule::Plan plan_;           // this iteration's, from rank 0's directive
+  LayerCosts proxyCosts_;         // FLOP-proxy costs: split a backward stage's measured time over its layers
+  std::vector<bool> checkpoint_;  // layers whose input a forward stage saves (backward-stage starts)
   std::vector<double> forwardMs_, backwardMs_;  // this rank's per-layer times in the current iteration
   std::vector<std::int64_t> uploadsAfter_;      // uploads of each layer up to the current iteration
-  std::int64_t counter_ = 0;                    // round-robin dispatch counter, continued across steps
   std::int64_t rowsPerMicrobatch_ = 0;
   std::unique_ptr<trace::Timeline> timeline_;
-  std::unique_ptr<control::ControlChannel> channel_;  // readiness messages between workers
-  std::unique_ptr<CopyEngine> copy_;                  // this worker's emulated copy stream
+  std::unique_ptr<control::ControlChannel> channel_;         // readiness messages between workers
+  std::unique_ptr<control::ControlChannel> worldChannel_;    // directives and timing reports
+  std::unique_ptr<coordinator::Coordination> coordination_;  // plan and dispatch table per iteration
+  std::unique_ptr<CopyEngine> copy_;                         // this worker's emulated copy stream
   struct Prefetch {
     std::int64_t step, job;
     CopyEngine::Ticket ticket;

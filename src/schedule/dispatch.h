@@ -18,11 +18,13 @@ struct Job {
   int stage;  // index within its kind's list (plan.forward / plan.backward); 0 for the fused stage
   Range layers;
   int worker;
+  bool operator==(const Job&) const = default;
 };
 
 struct DispatchTable {
   std::vector<Job> jobs;        // in dispatch order
   std::int64_t counterEnd = 0;  // c0 + number of jobs: the next iteration's c0
+  bool operator==(const DispatchTable&) const = default;
 };
 
 DispatchTable dispatch(const Plan& plan, int workers, std::int64_t counterStart);

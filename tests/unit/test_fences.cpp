@@ -48,8 +48,6 @@ TEST(Fences, CountersAccumulateUploadsAndDownloads) {
   fences.addDownload(1);
   EXPECT_NO_THROW(fences.waitUploads(0, 2));
   EXPECT_NO_THROW(fences.waitDownloads(1, 1));
-  fences.setStepsDone(0, 3);
-  EXPECT_NO_THROW(fences.waitStepsDoneByAll(3));
 }
 
 TEST(Fences, AStallNamesTheLateRankAndItsLastOperation) {

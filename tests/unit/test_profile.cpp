@@ -1,9 +1,9 @@
 // The measured-time profile: EMA 0.9 from zero with bias correction, first iteration dropped.
 #include <gtest/gtest.h>
 
-#include "engine/profile.h"
+#include "coordinator/profile.h"
 
-namespace rp::engine {
+namespace rp::coordinator {
 namespace {
 
 TEST(LayerProfile, BiasCorrectedEmaDropsTheFirstIteration) {
@@ -25,4 +25,4 @@ TEST(LayerProfile, BiasCorrectedEmaDropsTheFirstIteration) {
 }
 
 }  // namespace
-}  // namespace rp::engine
+}  // namespace rp::coordinator

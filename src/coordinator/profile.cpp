@@ -1,8 +1,8 @@
-#include "engine/profile.h"
+#include "coordinator/profile.h"
 
 #include <cmath>
 
-namespace rp::engine {
+namespace rp::coordinator {
 
 void LayerProfile::update(const std::vector<double>& forwardMs, const std::vector<double>& backwardMs) {
   if (seen_++ == 0) return;  // the first iteration includes warm-up
@@ -42,4 +42,4 @@ schedule::LayerCosts LayerProfile::applyTo(schedule::LayerCosts costs) const {
   return costs;
 }
 
-}  // namespace rp::engine
+}  // namespace rp::coordinator

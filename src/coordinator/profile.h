@@ -10,7 +10,7 @@
 
 #include "schedule/partitioner.h"
 
-namespace rp::engine {
+namespace rp::coordinator {
 
 class LayerProfile {
  public:
@@ -37,4 +37,4 @@ class LayerProfile {
   std::int64_t updates_ = 0;                        // updates applied
 };
 
-}  // namespace rp::engine
+}  // namespace rp::coordinator

@@ -1,0 +1,173 @@
+#include "coordinator/coordinator.h"
+
+#include <chrono>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "schedule/dispatch.h"
+
+namespace rp::coordinator {
+namespace {
+
+control::ControlChannel::Deadline after(double seconds) {
+  return std::chrono::steady_clock::now() +
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+std::string lateRank(const std::function<std::string(int)>& describeRank, int rank) {
+  return describeRank ? "\n  " + describeRank(rank) : std::string();
+}
+
+}  // namespace
+
+Coordination::Coordination(control::ControlChannel& channel, CoordinationOptions options, schedule::Plan plan,
+                           schedule::LayerCosts proxy)
+    : channel_(channel),
+      options_(options),
+      plan_(std::move(plan)),
+      proxy_(std::move(proxy)),
+      layers_(plan_.layerCount()),
+      profile_(layers_) {
+  if (channel_.size() != options_.workers * options_.nodes) {
+    RP_THROW(InternalError, "coordination over {} ranks for {} node(s) x {} workers", channel_.size(), options_.nodes,
+             options_.workers);
+  }
+}
+
+Directive Coordination::begin(std::int64_t step, const std::function<std::string(int)>& describeRank) {
+  if (channel_.rank() != 0) {
+    const auto deadline = after(options_.timeoutSeconds);
+    std::int64_t words = 0;
+    std::vector<std::int64_t> body;
+    bool received = channel_.receive(0, control::Tag::kDirective, &words, sizeof(words), deadline);
+    if (received) {
+      if (words <= 0 || words > 64 * (layers_ + 4)) {
+        RP_THROW(control::PeerError, "directive from rank 0 announces {} words (corrupt or a different build)", words);
+      }
+      body.resize(static_cast<std::size_t>(words));
+      received =
+          channel_.receive(0, control::Tag::kDirective, body.data(), body.size() * sizeof(std::int64_t), deadline);
+    }
+    if (!received) {
+      RP_THROW(control::PeerError,
+               "stalled: waited {:.0f} s for rank 0's plan and dispatch table of step {} (pipeline.stall_timeout_s){}",
+               options_.timeoutSeconds, step + 1, lateRank(describeRank, 0));
+    }
+    Directive d = decode(body, layers_, options_.workers, 0);
+    if (d.step != step) {
+      RP_THROW(control::PeerError, "protocol error: expected rank 0's directive for step {}, got step {}", step + 1,
+               d.step + 1);
+    }
+    return d;
+  }
+  if (collecting() && step >= 2) {
+    // Iteration t-2 is the newest one every rank has surely finished (Note [Layer fences] bounds the overlap
+    // between iterations to one).
+    collect(step - 2, describeRank);
+    if (step % options_.replanEvery == 0) replan(step);
+  }
+  const Directive d = decide(step);
+  const std::vector<std::int64_t> body = encode(d);
+  const auto words = static_cast<std::int64_t>(body.size());
+  for (int r = 1; r < channel_.size(); ++r) {
+    channel_.send(r, control::Tag::kDirective, &words, sizeof(words));
+    channel_.send(r, control::Tag::kDirective, body.data(), body.size() * sizeof(std::int64_t));
+  }
+  return d;
+}
+
+void Coordination::report(std::int64_t step, const std::vector<double>& forwardMs,
+                          const std::vector<double>& backwardMs) {
+  if (!collecting()) return;
+  std::vector<double> message{static_cast<double>(step)};
+  message.insert(message.end(), forwardMs.begin(), forwardMs.end());
+  message.insert(message.end(), backwardMs.begin(), backwardMs.end());
+  if (message.size() != static_cast<std::size_t>(1 + 2 * layers_)) {
+    RP_THROW(InternalError, "timing report of {} values for {} layers", message.size(), layers_);
+  }
+  if (channel_.rank() == 0) {
+    own_[step] = std::move(message);
+  } else {
+    channel_.send(0, control::Tag::kTimings, message.data(), message.size() * sizeof(double));
+  }
+}
+
+void Coordination::finish(std::int64_t steps, const std::function<std::string(int)>& describeRank) {
+  if (channel_.rank() != 0 || !collecting()) return;
+  while (collected_ < steps) collect(collected_, describeRank);
+}
+
+void Coordination::collect(std::int64_t step, const std::function<std::string(int)>& describeRank) {
+  if (step != collected_) RP_THROW(InternalError, "timings of step {} collected out of order", step + 1);
+  ++collected_;
+  const auto L = static_cast<std::size_t>(layers_);
+  std::vector<double> forward(L, 0.0), backward(L, 0.0);
+  std::vector<bool> measured(L, false), measuredBack(L, false);
+  const auto deadline = after(options_.timeoutSeconds);
+  for (int r = 0; r < channel_.size(); ++r) {
+    std::vector<double> message(1 + 2 * L);
+    if (r == 0) {
+      const auto it = own_.find(step);
+      if (it == own_.end()) RP_THROW(InternalError, "rank 0 did not report its timings of step {}", step + 1);
+      message = std::move(it->second);
+      own_.erase(it);
+    } else if (!channel_.receive(r, control::Tag::kTimings, message.data(), message.size() * sizeof(double),
+                                 deadline)) {
+      RP_THROW(control::PeerError,
+               "stalled: waited {:.0f} s for rank {}'s layer timings of step {} "
+               "(pipeline.stall_timeout_s){}",
+               options_.timeoutSeconds, r, step + 1, lateRank(describeRank, r));
+    }
+    if (message[0] != static_cast<double>(step)) {
+      RP_THROW(control::PeerError, "protocol error: expected rank {}'s timings of step {}, got step {}", r, step + 1,
+               message[0] + 1);
+    }
+    for (std::size_t l = 0; l < L; ++l) {
+      if (message[1 + l] >= 0) forward[l] += message[1 + l], measured[l] = true;
+      if (message[1 + L + l] >= 0) backward[l] += message[1 + L + l], measuredBack[l] = true;
+    }
+  }
+  for (std::size_t l = 0; l < L; ++l) {
+    forward[l] = measured[l] ? forward[l] / options_.nodes : -1.0;
+    backward[l] = measuredBack[l] ? backward[l] / options_.nodes : -1.0;
+  }
+  profile_.update(forward, backward);
+}
+
+void Coordination::replan(std::int64_t step) {
+  if (!profile_.ready()) return;
+  const schedule::LayerCosts measured = profile_.applyTo(proxy_);
+  const auto result = schedule::partition(measured, {options_.workers, 1.1, options_.memoryLimitBytes});
+  std::vector<std::string> times;
+  for (int l = 0; l < layers_; ++l)
+    times.push_back(fmt::format("{:.2f}/{:.2f}", profile_.forward(l), profile_.backward(l)));
+  RP_LOG_DEBUG("coordinator: measured fwd/bwd ms per layer at step {}: {}", step + 1, fmt::join(times, " "));
+  // Switch only for a predicted gain of 3% or more, so timing noise does not make the plan flap.
+  if (result.plan == plan_ || result.objective > 0.97 * schedule::planObjective(plan_, measured, options_.workers)) {
+    return;
+  }
+  plan_ = result.plan;
+  changed_ = true;
+  RP_LOG_INFO("pipeline: plan changed at step {} from measured times (fwd/bwd ms per layer: {}): {} ({} stages)",
+              step + 1, fmt::join(times, " "), schedule::describe(plan_), plan_.stageCount());
+}
+
+Directive Coordination::decide(std::int64_t step) {
+  Directive d;
+  d.step = step;
+  d.planChanged = changed_;
+  d.plan = plan_;
+  if (options_.roundRobin) {
+    d.table = schedule::dispatch(plan_, options_.workers, counter_);
+    counter_ = d.table.counterEnd;
+  } else {
+    d.table = schedule::dispatchBound(plan_, options_.workers);
+  }
+  changed_ = false;
+  return d;
+}
+
+}  // namespace rp::coordinator

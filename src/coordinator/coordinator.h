@@ -1,0 +1,69 @@
+// The coordinator (docs/protocol.md, "Coordinator"): world rank 0 decides each iteration's plan and dispatch
+// table and sends them to every rank; every rank reports its measured per-layer times back, and rank 0 folds
+// them into the profile it re-partitions from. Torch-free; unit-tested with the in-process channel.
+// Thread-safety: one Coordination per rank, used by that rank's main thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "control/channel.h"
+#include "coordinator/directive.h"
+#include "coordinator/profile.h"
+#include "schedule/partitioner.h"
+
+namespace rp::coordinator {
+
+struct CoordinationOptions {
+  int workers = 1;               // pipeline workers per node (dispatch targets)
+  int nodes = 1;                 // data-parallel replicas of the pipeline (their timings are averaged)
+  bool roundRobin = true;        // RoundPipe dispatch; false = weights bound to workers (gpipe, 1f1b)
+  std::int64_t replanEvery = 0;  // re-partition from measured times every N iterations; 0 = never
+  double memoryLimitBytes = 0;   // per worker, for the partitioner
+  double timeoutSeconds = 300;   // a directive or a timing report later than this is a stall
+};
+
+class Coordination {
+ public:
+  // `channel` spans every rank of the job (rank 0 coordinates). `plan` and `proxy` (the costs before any
+  // measurement) are used on rank 0 only: other ranks receive their plan in each directive.
+  Coordination(control::ControlChannel& channel, CoordinationOptions options, schedule::Plan plan,
+               schedule::LayerCosts proxy);
+
+  // Iteration `step`'s directive: decided on rank 0 and sent to every other rank, received on the others.
+  // `describeRank` (optional) says what a late rank was last doing, for the stall message.
+  Directive begin(std::int64_t step, const std::function<std::string(int)>& describeRank = {});
+  // This rank's per-layer forward and backward milliseconds per microbatch in iteration `step` (negative =
+  // not measured by this rank). A no-op when nothing is re-planned.
+  void report(std::int64_t step, const std::vector<double>& forwardMs, const std::vector<double>& backwardMs);
+
+  // Clean shutdown after iterations [0, steps): rank 0 takes every report still in flight, so no message of
+  // this run is left for the next user of the channel.
+  void finish(std::int64_t steps, const std::function<std::string(int)>& describeRank = {});
+
+  const LayerProfile& profile() const { return profile_; }
+
+ private:
+  bool collecting() const { return options_.replanEvery > 0 && options_.roundRobin; }
+  // Rank 0: every rank's report of `step`, summed per layer (each layer is run by one worker per node) and
+  // averaged over nodes, into the profile.
+  void collect(std::int64_t step, const std::function<std::string(int)>& describeRank);
+  void replan(std::int64_t step);
+  Directive decide(std::int64_t step);
+
+  control::ControlChannel& channel_;
+  CoordinationOptions options_;
+  schedule::Plan plan_;
+  schedule::LayerCosts proxy_;
+  int layers_;
+  LayerProfile profile_;
+  std::int64_t counter_ = 0;                         // round-robin dispatch counter, continued across iterations
+  std::int64_t collected_ = 0;                       // rank 0: iterations whose reports are folded into the profile
+  bool changed_ = true;                              // the next directive carries a new plan
+  std::map<std::int64_t, std::vector<double>> own_;  // rank 0's reports not yet collected
+};
+
+}  // namespace rp::coordinator

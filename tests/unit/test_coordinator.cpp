@@ -1,0 +1,212 @@
+// The coordinator over the in-process channel (threads as ranks): rank 0's plan and dispatch table reach
+// every rank, timing reports feed re-planning, and late peers are named.
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "control/inproc/inproc_channel.h"
+#include "coordinator/coordinator.h"
+#include "schedule/partitioner.h"
+
+namespace rp::coordinator {
+namespace {
+
+using schedule::LayerCosts;
+using schedule::Plan;
+
+// Decoder layers of cost 1 (backward 2), a cheap embedding, and a head costing `head`.
+LayerCosts uniform(int decoderLayers, double head) {
+  LayerCosts c;
+  const int L = decoderLayers + 2;
+  for (int l = 0; l < L; ++l) {
+    const double f = l == 0 ? 0.05 : (l == L - 1 ? head : 1.0);
+    c.forward.push_back(f);
+    c.backward.push_back(2 * f);
+    c.bytes.push_back(1.0);
+    c.backwardBytes.push_back(2.0);
+  }
+  return c;
+}
+
+template <typename Fn>
+void onThreadsAsRanks(int ranks, Fn&& body) {
+  control::InProcHub hub(ranks);
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(static_cast<std::size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      control::InProcChannel channel(hub, r);
+      try {
+        body(channel);
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < ranks; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+}
+
+TEST(Coordinator, EveryRankRunsRankZerosTableAndTheCounterContinues) {
+  const LayerCosts proxy = uniform(6, 3.0);
+  const Plan plan = schedule::partition(proxy, {3, 1.1, 0}).plan;
+  std::vector<std::vector<Directive>> got(3);
+  onThreadsAsRanks(3, [&](control::ControlChannel& channel) {
+    Coordination coordination(channel, {3, 1, true, 0, 0, 10.0}, plan, proxy);
+    for (int step = 0; step < 4; ++step)
+      got[static_cast<std::size_t>(channel.rank())].push_back(coordination.begin(step));
+  });
+  std::int64_t counter = 0;
+  for (int step = 0; step < 4; ++step) {
+    const schedule::DispatchTable expected = schedule::dispatch(plan, 3, counter);
+    counter = expected.counterEnd;
+    for (int r = 0; r < 3; ++r) {
+      const Directive& d = got[static_cast<std::size_t>(r)][static_cast<std::size_t>(step)];
+      EXPECT_EQ(d.step, step);
+      EXPECT_EQ(d.plan, plan);
+      EXPECT_EQ(d.table, expected) << "rank " << r << " step " << step;
+      EXPECT_EQ(d.planChanged, step == 0);
+    }
+  }
+}
+
+TEST(Coordinator, BoundSchedulesGetTheSameTableEveryIteration) {
+  const LayerCosts proxy = uniform(6, 3.0);
+  const Plan plan = schedule::balancedBoundPlan(proxy, 2);
+  onThreadsAsRanks(2, [&](control::ControlChannel& channel) {
+    Coordination coordination(channel, {2, 1, false, 0, 0, 10.0}, plan, proxy);
+    for (int step = 0; step < 3; ++step) EXPECT_EQ(coordination.begin(step).table, schedule::dispatchBound(plan, 2));
+  });
+}
+
+// Reports say the head is six decoder layers of work (the proxy said one): rank 0 re-partitions and every
+// rank receives the new plan, flagged as changed, from the first re-planning step on.
+TEST(Coordinator, ReplansFromReportedTimesAndEveryRankGetsTheNewPlan) {
+  const LayerCosts proxy = uniform(6, 1.0);
+  const int L = 8;
+  const Plan initial = schedule::partition(proxy, {2, 1.1, 0}).plan;
+  std::vector<std::vector<Directive>> got(2);
+  onThreadsAsRanks(2, [&](control::ControlChannel& channel) {
+    Coordination coordination(channel, {2, 1, true, 2, 0, 10.0}, initial, proxy);
+    for (int step = 0; step < 6; ++step) {
+      got[static_cast<std::size_t>(channel.rank())].push_back(coordination.begin(step));
+      // Each layer is measured by one rank (rank l % 2); the other reports "not measured".
+      std::vector<double> fwd(L, -1.0), bwd(L, -1.0);
+      for (int l = channel.rank(); l < L; l += 2) {
+        fwd[static_cast<std::size_t>(l)] = l == L - 1 ? 6.0 : (l == 0 ? 0.05 : 1.0);
+        bwd[static_cast<std::size_t>(l)] = 2 * fwd[static_cast<std::size_t>(l)];
+      }
+      coordination.report(step, fwd, bwd);
+    }
+  });
+  // Steps 2 and 3 fold in iterations 0 (dropped as warm-up) and 1; step 4 is the first re-planning step.
+  for (int r = 0; r < 2; ++r) {
+    const auto& d = got[static_cast<std::size_t>(r)];
+    for (int step = 1; step < 4; ++step) EXPECT_EQ(d[static_cast<std::size_t>(step)].plan, initial);
+    EXPECT_TRUE(d[4].planChanged);
+    EXPECT_FALSE(d[5].planChanged);
+    EXPECT_EQ(d[4].plan, d[5].plan);
+    EXPECT_EQ(d[4].plan.fused, (schedule::Range{L - 1, L})) << schedule::describe(d[4].plan);
+    EXPECT_EQ(d[4].plan, got[0][4].plan);
+  }
+  // The new plan is better than the initial one on the reported times (the proxy's bytes are unchanged).
+  LayerCosts measured = uniform(6, 6.0);
+  const Plan& replanned = got[0][4].plan;
+  EXPECT_NE(replanned, initial);
+  EXPECT_LT(schedule::planObjective(replanned, measured, 2), 0.97 * schedule::planObjective(initial, measured, 2))
+      << schedule::describe(initial) << " -> " << schedule::describe(replanned);
+}
+
+TEST(Coordinator, NodesAverageTheirTimings) {
+  const LayerCosts proxy = uniform(2, 1.0);
+  const int L = 4;
+  double forward0 = 0;
+  onThreadsAsRanks(4, [&](control::ControlChannel& channel) {
+    Coordination coordination(channel, {2, 2, true, 100, 0, 10.0}, schedule::partition(proxy, {2, 1.1, 0}).plan, proxy);
+    const int node = channel.rank() / 2;
+    for (int step = 0; step < 4; ++step) {
+      coordination.begin(step);
+      // Node 0's local rank 0 measures 1 ms for layer 0, node 1's 3 ms; local rank 1 measures nothing there.
+      std::vector<double> fwd(L, channel.rank() % 2 == 0 ? 1.0 + 2.0 * node : 0.0), bwd(L, 0.0);
+      coordination.report(step, fwd, bwd);
+    }
+    if (channel.rank() == 0) forward0 = coordination.profile().forward(0);
+  });
+  EXPECT_NEAR(forward0, 2.0, 1e-12);  // iteration 0 dropped; one EMA sample, bias-corrected, is exact
+}
+
+TEST(Coordinator, ALateReportNamesTheRank) {
+  const LayerCosts proxy = uniform(2, 1.0);
+  const Plan plan = schedule::partition(proxy, {2, 1.1, 0}).plan;
+  std::string error;
+  control::InProcHub hub(2);
+  std::thread follower([&] {
+    control::InProcChannel channel(hub, 1);
+    Coordination coordination(channel, {2, 1, true, 2, 0, 0.2}, plan, proxy);
+    coordination.begin(0);
+    coordination.begin(1);  // and never reports
+  });
+  control::InProcChannel channel(hub, 0);
+  Coordination coordination(channel, {2, 1, true, 2, 0, 0.2}, plan, proxy);
+  std::vector<double> times(4, 1.0);
+  for (int step = 0; step < 2; ++step) {
+    coordination.begin(step);
+    coordination.report(step, times, times);
+  }
+  try {
+    coordination.begin(2, [](int r) { return "rank " + std::to_string(r) + ": worker: bwd 0-1 mb 3 (step 2)"; });
+  } catch (const control::PeerError& e) {
+    error = e.what();
+  }
+  follower.join();
+  EXPECT_NE(error.find("stalled: waited 0 s for rank 1's layer timings of step 1"), std::string::npos) << error;
+  EXPECT_NE(error.find("rank 1: worker: bwd 0-1 mb 3 (step 2)"), std::string::npos) << error;
+}
+
+TEST(Coordinator, AMissingDirectiveIsAStallNamingRankZero) {
+  const LayerCosts proxy = uniform(2, 1.0);
+  control::InProcHub hub(2);
+  control::InProcChannel channel(hub, 1);
+  Coordination coordination(channel, {2, 1, true, 0, 0, 0.1}, schedule::partition(proxy, {2, 1.1, 0}).plan, proxy);
+  try {
+    coordination.begin(0);
+    FAIL() << "expected PeerError";
+  } catch (const control::PeerError& e) {
+    EXPECT_NE(std::string(e.what()).find("for rank 0's plan and dispatch table of step 1"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Directive, RoundTripsAndRejectsSkewAndCorruption) {
+  const LayerCosts proxy = uniform(6, 3.0);
+  Directive d;
+  d.step = 7;
+  d.planChanged = true;
+  d.plan = schedule::partition(proxy, {3, 1.1, 0}).plan;
+  d.table = schedule::dispatch(d.plan, 3, 11);
+  const auto words = encode(d);
+  EXPECT_EQ(decode(words, 8, 3, 0), d);
+
+  auto errorOf = [](const std::vector<std::int64_t>& w, int workers) {
+    try {
+      decode(w, 8, workers, 0);
+    } catch (const control::PeerError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  auto skewed = words;
+  skewed[0] = 2;
+  EXPECT_NE(errorOf(skewed, 3).find("has version 2, this binary speaks version 1"), std::string::npos);
+  auto truncated = words;
+  truncated.pop_back();
+  EXPECT_NE(errorOf(truncated, 3).find("directive from rank 0 is truncated"), std::string::npos);
+  EXPECT_NE(errorOf(words, 2).find("job worker = 2 is outside [0, 1]"), std::string::npos) << errorOf(words, 2);
+  auto longer = words;
+  longer.push_back(0);
+  EXPECT_NE(errorOf(longer, 3).find("1 words after its end"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace rp::coordinator
