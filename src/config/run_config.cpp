@@ -82,6 +82,7 @@ RunConfig buildRunConfig(Values v) {
   c.pipeline.plan = v.getString("pipeline.plan");
   c.pipeline.memoryLimitGb = inRange(v, "pipeline.memory_limit_gb", 0.0, 1e9, false);
   c.pipeline.stallTimeoutSeconds = inRange(v, "pipeline.stall_timeout_s", 0.001, 1e9, false);
+  c.pipeline.stallWarnSeconds = inRange(v, "pipeline.stall_warn_s", 0.001, 1e9, false);
   c.precision.lossScale = inRange(v, "precision.loss_scale", 1.0, 1e30, false);
   c.precision.growthInterval = atLeast(v, "precision.growth_interval", 1);
 

@@ -45,6 +45,7 @@ struct RunConfig {
     std::string plan;  // "auto" or counts (schedule::parsePlan)
     double memoryLimitGb;
     double stallTimeoutSeconds;
+    double stallWarnSeconds;  // warns first when below stallTimeoutSeconds
   } pipeline;
   struct Precision {
     double lossScale;

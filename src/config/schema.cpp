@@ -53,6 +53,8 @@ const std::vector<KeySpec>& runSchema() {
        "auto (the partitioner) or \"F1,F2,... | fused | B1,B2,...\" layer counts"},
       {"pipeline.memory_limit_gb", Type::kFloat, 0.0, "per-worker memory budget for the partitioner (0 = unlimited)"},
       {"pipeline.stall_timeout_s", Type::kFloat, 300.0, "a rank waiting longer than this for a peer aborts the job"},
+      {"pipeline.stall_warn_s", Type::kFloat, 60.0,
+       "a rank waiting longer than this logs the late rank and its last operation (if below the timeout)"},
 
       {"precision.loss_scale", Type::kFloat, 65536.0, "float16: initial dynamic loss scale"},
       {"precision.growth_interval", Type::kInt, I(2000), "float16: good steps before the loss scale doubles"},

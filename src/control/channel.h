@@ -33,10 +33,23 @@ class ControlChannel {
   virtual bool receive(int from, Tag tag, void* data, std::size_t bytes, Deadline deadline) = 0;
 };
 
+// The stall inspector's two deadlines (docs/protocol.md, "Failure semantics"), for every wait on a peer.
+struct StallPolicy {
+  double warnSeconds = 60.0;    // pipeline.stall_warn_s: log what is late and the late rank's last operation
+  double abortSeconds = 300.0;  // pipeline.stall_timeout_s: then fail with that message
+};
+
+// Calls `attempt(deadline)` — true once the awaited thing happened, false at `deadline` — until it succeeds.
+// After policy.warnSeconds logs one warning "still waiting … for <what()><late()>" (when warnSeconds <
+// abortSeconds); after policy.abortSeconds throws PeerError("stalled: waited N s for <what()> …<late()>").
+// `late` (optional) describes the late rank, e.g. its last operation from the activity board.
+void waitOrStall(const StallPolicy& policy, const std::function<bool(ControlChannel::Deadline)>& attempt,
+                 const std::function<std::string()>& what, const std::function<std::string()>& late = {});
+
 void sendReady(ControlChannel& channel, int to, const StageReady& message);
-// Receives the next StageReady from `from` and checks it is `expected`; throws PeerError after
-// `timeoutSeconds` without one (appending `describePeer()`, e.g. the peer's last operation), or on a mismatch.
-void waitReady(ControlChannel& channel, int from, const StageReady& expected, double timeoutSeconds,
+// Receives the next StageReady from `from` and checks it is `expected`, under `policy` (appending
+// `describePeer()`, e.g. the peer's last operation, to the warning and the error); a mismatch is a PeerError.
+void waitReady(ControlChannel& channel, int from, const StageReady& expected, const StallPolicy& policy,
                const std::function<std::string()>& describePeer = {});
 
 }  // namespace rp::control

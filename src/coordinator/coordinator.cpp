@@ -12,13 +12,10 @@
 namespace rp::coordinator {
 namespace {
 
-control::ControlChannel::Deadline after(double seconds) {
-  return std::chrono::steady_clock::now() +
-         std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
-}
-
-std::string lateRank(const std::function<std::string(int)>& describeRank, int rank) {
-  return describeRank ? "\n  " + describeRank(rank) : std::string();
+// The late rank's description for waitOrStall, when the caller can give one.
+std::function<std::string()> lateRank(const std::function<std::string(int)>& describeRank, int rank) {
+  if (!describeRank) return {};
+  return [describeRank, rank] { return describeRank(rank); };
 }
 
 }  // namespace
@@ -39,23 +36,24 @@ Coordination::Coordination(control::ControlChannel& channel, CoordinationOptions
 
 Directive Coordination::begin(std::int64_t step, const std::function<std::string(int)>& describeRank) {
   if (channel_.rank() != 0) {
-    const auto deadline = after(options_.timeoutSeconds);
-    std::int64_t words = 0;
+    std::int64_t words = -1;
     std::vector<std::int64_t> body;
-    bool received = channel_.receive(0, control::Tag::kDirective, &words, sizeof(words), deadline);
-    if (received) {
-      if (words <= 0 || words > 64 * (layers_ + 4)) {
-        RP_THROW(control::PeerError, "directive from rank 0 announces {} words (corrupt or a different build)", words);
-      }
-      body.resize(static_cast<std::size_t>(words));
-      received =
-          channel_.receive(0, control::Tag::kDirective, body.data(), body.size() * sizeof(std::int64_t), deadline);
-    }
-    if (!received) {
-      RP_THROW(control::PeerError,
-               "stalled: waited {:.0f} s for rank 0's plan and dispatch table of step {} (pipeline.stall_timeout_s){}",
-               options_.timeoutSeconds, step + 1, lateRank(describeRank, 0));
-    }
+    control::waitOrStall(
+        options_.stall,
+        [&](control::ControlChannel::Deadline deadline) {
+          if (words < 0) {
+            if (!channel_.receive(0, control::Tag::kDirective, &words, sizeof(words), deadline)) return false;
+            if (words <= 0 || words > 64 * (layers_ + 4)) {
+              RP_THROW(control::PeerError, "directive from rank 0 announces {} words (corrupt or a different build)",
+                       words);
+            }
+            body.resize(static_cast<std::size_t>(words));
+          }
+          return channel_.receive(0, control::Tag::kDirective, body.data(), body.size() * sizeof(std::int64_t),
+                                  deadline);
+        },
+        [&] { return fmt::format("rank 0's plan and dispatch table of step {}", step + 1); },
+        lateRank(describeRank, 0));
     Directive d = decode(body, layers_, options_.workers, 0);
     if (d.step != step) {
       RP_THROW(control::PeerError, "protocol error: expected rank 0's directive for step {}, got step {}", step + 1,
@@ -106,7 +104,6 @@ void Coordination::collect(std::int64_t step, const std::function<std::string(in
   const auto L = static_cast<std::size_t>(layers_);
   std::vector<double> forward(L, 0.0), backward(L, 0.0);
   std::vector<bool> measured(L, false), measuredBack(L, false);
-  const auto deadline = after(options_.timeoutSeconds);
   for (int r = 0; r < channel_.size(); ++r) {
     std::vector<double> message(1 + 2 * L);
     if (r == 0) {
@@ -114,12 +111,14 @@ void Coordination::collect(std::int64_t step, const std::function<std::string(in
       if (it == own_.end()) RP_THROW(InternalError, "rank 0 did not report its timings of step {}", step + 1);
       message = std::move(it->second);
       own_.erase(it);
-    } else if (!channel_.receive(r, control::Tag::kTimings, message.data(), message.size() * sizeof(double),
-                                 deadline)) {
-      RP_THROW(control::PeerError,
-               "stalled: waited {:.0f} s for rank {}'s layer timings of step {} "
-               "(pipeline.stall_timeout_s){}",
-               options_.timeoutSeconds, r, step + 1, lateRank(describeRank, r));
+    } else {
+      control::waitOrStall(
+          options_.stall,
+          [&](control::ControlChannel::Deadline deadline) {
+            return channel_.receive(r, control::Tag::kTimings, message.data(), message.size() * sizeof(double),
+                                    deadline);
+          },
+          [&] { return fmt::format("rank {}'s layer timings of step {}", r, step + 1); }, lateRank(describeRank, r));
     }
     if (message[0] != static_cast<double>(step)) {
       RP_THROW(control::PeerError, "protocol error: expected rank {}'s timings of step {}, got step {}", r, step + 1,

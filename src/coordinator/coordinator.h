@@ -23,7 +23,7 @@ struct CoordinationOptions {
   bool roundRobin = true;        // RoundPipe dispatch; false = weights bound to workers (gpipe, 1f1b)
   std::int64_t replanEvery = 0;  // re-partition from measured times every N iterations; 0 = never
   double memoryLimitBytes = 0;   // per worker, for the partitioner
-  double timeoutSeconds = 300;   // a directive or a timing report later than this is a stall
+  control::StallPolicy stall;    // for directives and timing reports
 };
 
 class Coordination {

@@ -61,7 +61,7 @@ std::string ActivityBoard::describe(int rank) const {
 
 std::string ActivityBoard::describeAll() const {
   std::string out;
-  for (int r = 0; r < ranks_; ++r) out += (r ? "\n  " : "  ") + describe(r);
+  for (int r = 0; r < ranks_; ++r) out += (r ? "\n  " : "") + describe(r);
   return out;
 }
 

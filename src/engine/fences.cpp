@@ -1,6 +1,7 @@
 #include "engine/fences.h"
 
 #include <chrono>
+#include <functional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -18,11 +19,11 @@ std::size_t Fences::regionBytes(int layers, int ranks) {
   return sizeof(std::atomic<std::int64_t>) * static_cast<std::size_t>(2 * layers + 2 * layers * ranks + 1);
 }
 
-Fences::Fences(void* memory, int layers, int ranks, double timeoutSeconds, const ActivityBoard* board)
+Fences::Fences(void* memory, int layers, int ranks, control::StallPolicy stall, const ActivityBoard* board)
     : base_(static_cast<std::atomic<std::int64_t>*>(memory)),
       layers_(layers),
       ranks_(ranks),
-      timeout_(timeoutSeconds),
+      stall_(stall),
       board_(board) {}
 
 std::atomic<std::int64_t>& Fences::at(std::size_t index) const {
@@ -47,19 +48,20 @@ void Fences::setFusedDone(std::int64_t iterations) {
 
 void Fences::wait(std::size_t index, std::int64_t atLeast, const std::string& what, int lateRank) const {
   if (at(index).load(std::memory_order_acquire) >= atLeast) return;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_);
   auto pause = std::chrono::microseconds(1);
-  while (at(index).load(std::memory_order_acquire) < atLeast) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      const std::string late = board_ == nullptr ? std::string()
-                               : lateRank >= 0   ? "\n  " + board_->describe(lateRank)
-                                                 : "\n" + board_->describeAll();
-      RP_THROW(control::PeerError, "stalled: waited {:.0f} s for {} to reach {} (it is {}; pipeline.stall_timeout_s){}",
-               timeout_, what, atLeast, at(index).load(), late);
-    }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(200));
-  }
+  control::waitOrStall(
+      stall_,
+      [&](control::ControlChannel::Deadline deadline) {
+        while (at(index).load(std::memory_order_acquire) < atLeast) {
+          if (std::chrono::steady_clock::now() > deadline) return false;
+          std::this_thread::sleep_for(pause);
+          pause = std::min(pause * 2, std::chrono::microseconds(200));
+        }
+        return true;
+      },
+      [&] { return fmt::format("{} to reach {} (it is {})", what, atLeast, at(index).load()); },
+      board_ == nullptr ? std::function<std::string()>()
+                        : [&] { return lateRank >= 0 ? board_->describe(lateRank) : board_->describeAll(); });
 }
 
 void Fences::waitUploads(int l, std::int64_t n) const {

@@ -1,6 +1,6 @@
 // Note [Layer fences]: per-layer sequence counters in the node store that order the workers' uploads and
 // downloads against the optimizer, across processes (docs/schedule.md, "Fences"). Each counter only grows;
-// a waiter spins (with backoff) until it reaches a value, or throws PeerError after the stall timeout.
+// a waiter spins (with backoff) until it reaches a value, under the stall policy (a warning, then PeerError).
 //   uploads[l]      uploads of layer l's weights finished (a layer is uploaded once or twice per iteration)
 //   downloads[l]    gradient downloads of layer l finished (one per iteration)
 //   copied[l][r]    optimizer steps whose master->weights copy of layer l rank r's slice has finished
@@ -12,13 +12,15 @@
 #include <cstdint>
 #include <string>
 
+#include "control/channel.h"
+
 namespace rp::engine {
 
 class Fences {
  public:
   // `memory` points at regionBytes(layers, ranks) zero-initialised bytes in the node store.
   // `board` (optional) names the late rank's last operation in stall messages.
-  Fences(void* memory, int layers, int ranks, double timeoutSeconds, const class ActivityBoard* board = nullptr);
+  Fences(void* memory, int layers, int ranks, control::StallPolicy stall, const class ActivityBoard* board = nullptr);
   static std::size_t regionBytes(int layers, int ranks);
 
   void addUpload(int layer);
@@ -41,7 +43,7 @@ class Fences {
 
   std::atomic<std::int64_t>* base_;
   int layers_, ranks_;
-  double timeout_;
+  control::StallPolicy stall_;
   const ActivityBoard* board_;
 };
 

@@ -132,7 +132,7 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, const MpiSession& ses
   co.roundRobin = c.pipeline.schedule == "roundpipe";
   co.replanEvery = c.pipeline.plan == "auto" ? c.pipeline.replanEvery : 0;
   co.memoryLimitBytes = c.pipeline.memoryLimitGb * 1e9;
-  co.timeoutSeconds = c.pipeline.stallTimeoutSeconds;
+  co.stall = stallPolicy();
   coordination_ = std::make_unique<coordinator::Coordination>(*worldChannel_, co, plan_, costs.layers);
   copy_ = std::make_unique<CopyEngine>(static_cast<std::size_t>(c.pipeline.uploadChunkMb * 1024 * 1024));
   if (id.nodeCount > 1) {
@@ -189,8 +189,7 @@ void PipelineRuntime::buildStore() {
   store_ = std::make_unique<memory::NodeStore>(std::move(layout), session_.node(), "store");
   RP_LOG_DEBUG("node store {}: {:.1f} MB", store_->segmentName(), static_cast<double>(store_->layout().total()) / 1e6);
   activity_ = std::make_unique<ActivityBoard>(store_->bytes("activity"), id.localSize);
-  fences_ = std::make_unique<Fences>(store_->bytes("fences"), L, id.localSize, c.pipeline.stallTimeoutSeconds,
-                                     activity_.get());
+  fences_ = std::make_unique<Fences>(store_->bytes("fences"), L, id.localSize, stallPolicy(), activity_.get());
 
   // Local rank 0 publishes the initial weights and masters; every replica already holds the same values.
   if (id.localRank == 0) {
@@ -291,6 +290,10 @@ void PipelineRuntime::step(std::int64_t step) {
   optimizer_->enqueue(step, uploadsAfter_);
   // sync: the next iteration starts from W_{t+1}; async: it starts as soon as the fences allow.
   if (!c.optim.async) optimizer_->waitFor(step);
+}
+
+control::StallPolicy PipelineRuntime::stallPolicy() const {
+  return {config_.pipeline.stallWarnSeconds, config_.pipeline.stallTimeoutSeconds};
 }
 
 // For stall messages: what a world rank was last doing (known for the ranks of this node).

@@ -78,6 +78,7 @@ class PipelineRuntime {
   // Writes this rank's trace, and on rank 0 the merged trace and the bubble report.
   void finishTrace();
   std::function<std::string(int)> describeWorldRank() const;
+  control::StallPolicy stallPolicy() const;
 
   config::RunConfig config_;
   const MpiSession& session_;

@@ -127,7 +127,7 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
     activity_->set(rank_, 0, what);
     trace::Timeline::Scope wait(timeline_.get(), what, "wait", 0);
     control::waitReady(*channel_, prevWorker, {control::kProtocolVersion, static_cast<std::uint32_t>(mb), step, k - 1},
-                       config_.pipeline.stallTimeoutSeconds, [&] { return activity_->describe(prevWorker); });
+                       stallPolicy(), [&] { return activity_->describe(prevWorker); });
   }
   const model::Batch& batch = data.batches[static_cast<std::size_t>(mb)];
   const model::AttentionContext& ctx = data.contexts[static_cast<std::size_t>(mb)];

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Failure paths with real processes: a rank killed with SIGKILL mid-step, a rank that throws, and a rank
-# that hangs (the stall inspector's case, with a 3 s stall timeout) must make the whole job exit non-zero
+# that hangs (the stall inspector's case: a warning after 1 s, the abort after 3 s) must make the whole job exit non-zero
 # within 30 s with a message naming the rank, and leave no shared-memory segment behind. Usage: kill_rank.sh <roundpipe_train> <fixtures dir> <mpiexec> [mpiexec flags...]
 set -uo pipefail
 train="$1"; fixtures="$2"; shift 2
@@ -15,7 +15,7 @@ for fault in kill:1:2 throw:2:1 hang:1:2; do
   RP_FAULT_INJECT="$fault" RP_NUM_THREADS=1 timeout 60 "$@" -n 3 "$train" --config /dev/null \
     --set "model.path=$model" --set "data.path=$fixtures/text/tinyshakespeare.txt" \
     --set train.seq_len=32 --set train.global_batch=6 --set train.microbatches=3 --set train.max_steps=5 \
-    --set "output.dir=$work/out" --set pipeline.stall_timeout_s=3 >"$work/out.txt" 2>&1
+    --set "output.dir=$work/out" --set pipeline.stall_timeout_s=3 --set pipeline.stall_warn_s=1 >"$work/out.txt" 2>&1
   code=$?
   elapsed=$(( $(date +%s) - start ))
   if [[ $code -eq 0 ]]; then echo "FAIL ($fault): the job exited 0"; cat "$work/out.txt"; exit 1; fi
@@ -27,6 +27,9 @@ for fault in kill:1:2 throw:2:1 hang:1:2; do
   if ! grep -Eq "rank $rank|r$rank " "$work/out.txt"; then echo "FAIL ($fault): no message names rank $rank"; cat "$work/out.txt"; exit 1; fi
   if [[ "$fault" == hang:* ]] && ! grep -q "stalled: .*" "$work/out.txt"; then
     echo "FAIL ($fault): no stall report"; cat "$work/out.txt"; exit 1
+  fi
+  if [[ "$fault" == hang:* ]] && ! grep -q "W\] still waiting after 1 s for .*; the job aborts at 3 s" "$work/out.txt"; then
+    echo "FAIL ($fault): no stall warning before the abort"; cat "$work/out.txt"; exit 1
   fi
   if [[ "$fault" == hang:* ]] && ! grep -q "rank $rank: worker: starting step" "$work/out.txt"; then
     echo "FAIL ($fault): the stall report does not give rank $rank's last operation"; cat "$work/out.txt"; exit 1

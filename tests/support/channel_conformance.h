@@ -16,7 +16,7 @@ inline void conformanceRingInOrder(control::ControlChannel& c) {
     control::sendReady(c, next, {control::kProtocolVersion, mb, 7, c.rank()});
   }
   for (std::uint32_t mb = 0; mb < 5; ++mb) {
-    EXPECT_NO_THROW(control::waitReady(c, prev, {control::kProtocolVersion, mb, 7, prev}, 30.0)) << "mb " << mb;
+    EXPECT_NO_THROW(control::waitReady(c, prev, {control::kProtocolVersion, mb, 7, prev}, {30.0, 30.0})) << "mb " << mb;
   }
 }
 
@@ -24,7 +24,8 @@ inline void conformanceRingInOrder(control::ControlChannel& c) {
 inline void conformanceTimeoutNamesThePeer(control::ControlChannel& c) {
   const int prev = (c.rank() + c.size() - 1) % c.size();
   try {
-    control::waitReady(c, prev, {control::kProtocolVersion, 3, 4, 5}, 0.2, [] { return std::string("peer busy"); });
+    control::waitReady(c, prev, {control::kProtocolVersion, 3, 4, 5}, {0.2, 0.2},
+                       [] { return std::string("peer busy"); });
     ADD_FAILURE() << "expected PeerError";
   } catch (const control::PeerError& e) {
     const std::string what = e.what();
@@ -41,7 +42,7 @@ inline void conformanceMismatchIsProtocolError(control::ControlChannel& c) {
   const int next = (c.rank() + 1) % c.size(), prev = (c.rank() + c.size() - 1) % c.size();
   control::sendReady(c, next, {control::kProtocolVersion, 0, 1, 9});
   try {
-    control::waitReady(c, prev, {control::kProtocolVersion, 0, 1, 2}, 30.0);
+    control::waitReady(c, prev, {control::kProtocolVersion, 0, 1, 2}, {30.0, 30.0});
     ADD_FAILURE() << "expected PeerError";
   } catch (const control::PeerError& e) {
     EXPECT_NE(std::string(e.what()).find("protocol error: from rank " + std::to_string(prev)), std::string::npos)

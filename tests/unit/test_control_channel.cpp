@@ -37,6 +37,48 @@ TEST_P(InProcConformance, MismatchIsProtocolError) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, InProcConformance, ::testing::Values(2, 3, 4));
 
+// The stall inspector: a warning naming what is late and who, then (if still late) the abort with the same.
+TEST(StallPolicy, WarnsOnceThenAbortsNamingTheLatePeer) {
+  int attempts = 0;
+  testing::internal::CaptureStderr();
+  try {
+    waitOrStall(
+        {0.05, 0.15},
+        [&](ControlChannel::Deadline deadline) {
+          ++attempts;
+          std::this_thread::sleep_until(deadline);
+          return false;
+        },
+        [] { return std::string("rank 2's fence"); }, [] { return std::string("rank 2: worker: bwd 0-3"); });
+    ADD_FAILURE() << "expected PeerError";
+  } catch (const PeerError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("stalled: waited 0 s for rank 2's fence (pipeline.stall_timeout_s)\n  rank 2: worker: bwd 0-3"),
+              std::string::npos)
+        << what;
+  }
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("still waiting after 0 s for rank 2's fence; the job aborts at 0 s"), std::string::npos) << log;
+  EXPECT_NE(log.find("rank 2: worker: bwd 0-3"), std::string::npos) << log;
+  EXPECT_EQ(attempts, 2);
+}
+
+TEST(StallPolicy, ALateArrivalAfterTheWarningIsNotAnError) {
+  int attempts = 0;
+  testing::internal::CaptureStderr();
+  EXPECT_NO_THROW(waitOrStall(
+      {0.01, 10.0}, [&](ControlChannel::Deadline) { return ++attempts == 2; }, [] { return std::string("x"); }));
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("still waiting"), std::string::npos);
+  EXPECT_EQ(attempts, 2);
+  // A warning time at or above the timeout means: no warning, abort only.
+  attempts = 0;
+  EXPECT_THROW(
+      waitOrStall(
+          {1.0, 0.01}, [&](ControlChannel::Deadline) { return ++attempts < 0; }, [] { return std::string("x"); }),
+      PeerError);
+  EXPECT_EQ(attempts, 1);
+}
+
 TEST(Tags, AreUniqueAndInMpiRange) {
   for (std::size_t i = 0; i < kAllTags.size(); ++i) {
     EXPECT_GT(mpiTag(kAllTags[i]), 0);

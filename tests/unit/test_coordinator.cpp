@@ -53,7 +53,7 @@ TEST(Coordinator, EveryRankRunsRankZerosTableAndTheCounterContinues) {
   const Plan plan = schedule::partition(proxy, {3, 1.1, 0}).plan;
   std::vector<std::vector<Directive>> got(3);
   onThreadsAsRanks(3, [&](control::ControlChannel& channel) {
-    Coordination coordination(channel, {3, 1, true, 0, 0, 10.0}, plan, proxy);
+    Coordination coordination(channel, {3, 1, true, 0, 0, {10.0, 10.0}}, plan, proxy);
     for (int step = 0; step < 4; ++step)
       got[static_cast<std::size_t>(channel.rank())].push_back(coordination.begin(step));
   });
@@ -75,7 +75,7 @@ TEST(Coordinator, BoundSchedulesGetTheSameTableEveryIteration) {
   const LayerCosts proxy = uniform(6, 3.0);
   const Plan plan = schedule::balancedBoundPlan(proxy, 2);
   onThreadsAsRanks(2, [&](control::ControlChannel& channel) {
-    Coordination coordination(channel, {2, 1, false, 0, 0, 10.0}, plan, proxy);
+    Coordination coordination(channel, {2, 1, false, 0, 0, {10.0, 10.0}}, plan, proxy);
     for (int step = 0; step < 3; ++step) EXPECT_EQ(coordination.begin(step).table, schedule::dispatchBound(plan, 2));
   });
 }
@@ -88,7 +88,7 @@ TEST(Coordinator, ReplansFromReportedTimesAndEveryRankGetsTheNewPlan) {
   const Plan initial = schedule::partition(proxy, {2, 1.1, 0}).plan;
   std::vector<std::vector<Directive>> got(2);
   onThreadsAsRanks(2, [&](control::ControlChannel& channel) {
-    Coordination coordination(channel, {2, 1, true, 2, 0, 10.0}, initial, proxy);
+    Coordination coordination(channel, {2, 1, true, 2, 0, {10.0, 10.0}}, initial, proxy);
     for (int step = 0; step < 6; ++step) {
       got[static_cast<std::size_t>(channel.rank())].push_back(coordination.begin(step));
       // Each layer is measured by one rank (rank l % 2); the other reports "not measured".
@@ -123,7 +123,8 @@ TEST(Coordinator, NodesAverageTheirTimings) {
   const int L = 4;
   double forward0 = 0;
   onThreadsAsRanks(4, [&](control::ControlChannel& channel) {
-    Coordination coordination(channel, {2, 2, true, 100, 0, 10.0}, schedule::partition(proxy, {2, 1.1, 0}).plan, proxy);
+    Coordination coordination(channel, {2, 2, true, 100, 0, {10.0, 10.0}}, schedule::partition(proxy, {2, 1.1, 0}).plan,
+                              proxy);
     const int node = channel.rank() / 2;
     for (int step = 0; step < 4; ++step) {
       coordination.begin(step);
@@ -143,12 +144,12 @@ TEST(Coordinator, ALateReportNamesTheRank) {
   control::InProcHub hub(2);
   std::thread follower([&] {
     control::InProcChannel channel(hub, 1);
-    Coordination coordination(channel, {2, 1, true, 2, 0, 0.2}, plan, proxy);
+    Coordination coordination(channel, {2, 1, true, 2, 0, {0.2, 0.2}}, plan, proxy);
     coordination.begin(0);
     coordination.begin(1);  // and never reports
   });
   control::InProcChannel channel(hub, 0);
-  Coordination coordination(channel, {2, 1, true, 2, 0, 0.2}, plan, proxy);
+  Coordination coordination(channel, {2, 1, true, 2, 0, {0.2, 0.2}}, plan, proxy);
   std::vector<double> times(4, 1.0);
   for (int step = 0; step < 2; ++step) {
     coordination.begin(step);
@@ -168,7 +169,8 @@ TEST(Coordinator, AMissingDirectiveIsAStallNamingRankZero) {
   const LayerCosts proxy = uniform(2, 1.0);
   control::InProcHub hub(2);
   control::InProcChannel channel(hub, 1);
-  Coordination coordination(channel, {2, 1, true, 0, 0, 0.1}, schedule::partition(proxy, {2, 1.1, 0}).plan, proxy);
+  Coordination coordination(channel, {2, 1, true, 0, 0, {0.1, 0.1}}, schedule::partition(proxy, {2, 1.1, 0}).plan,
+                            proxy);
   try {
     coordination.begin(0);
     FAIL() << "expected PeerError";

@@ -15,14 +15,15 @@ namespace {
 
 struct Store {
   explicit Store(int layers, int ranks)
-      : fenceBytes(Fences::regionBytes(layers, ranks) / 8, 0), boardBytes(ActivityBoard::regionBytes(ranks) / 8 + 1, 0) {}
+      : fenceBytes(Fences::regionBytes(layers, ranks) / 8, 0),
+        boardBytes(ActivityBoard::regionBytes(ranks) / 8 + 1, 0) {}
   std::vector<std::int64_t> fenceBytes;
   std::vector<std::int64_t> boardBytes;
 };
 
 TEST(Fences, AWaiterProceedsOnlyAfterEveryRankPublished) {
   Store store(3, 2);
-  Fences fences(store.fenceBytes.data(), 3, 2, 10.0);
+  Fences fences(store.fenceBytes.data(), 3, 2, {10.0, 10.0});
   EXPECT_TRUE(fences.copiedByAll(1, 0));
   EXPECT_FALSE(fences.copiedByAll(1, 1));
   std::atomic<bool> passed{false};
@@ -42,7 +43,7 @@ TEST(Fences, AWaiterProceedsOnlyAfterEveryRankPublished) {
 
 TEST(Fences, CountersAccumulateUploadsAndDownloads) {
   Store store(2, 1);
-  Fences fences(store.fenceBytes.data(), 2, 1, 10.0);
+  Fences fences(store.fenceBytes.data(), 2, 1, {10.0, 10.0});
   fences.addUpload(0);
   fences.addUpload(0);
   fences.addDownload(1);
@@ -53,7 +54,7 @@ TEST(Fences, CountersAccumulateUploadsAndDownloads) {
 TEST(Fences, AStallNamesTheLateRankAndItsLastOperation) {
   Store store(2, 2);
   ActivityBoard board(store.boardBytes.data(), 2);
-  Fences fences(store.fenceBytes.data(), 2, 2, 0.1, &board);
+  Fences fences(store.fenceBytes.data(), 2, 2, {0.1, 0.1}, &board);
   board.set(1, 0, "fwd 0-1 mb 2 (step 5)");
   board.set(1, 1, "AdamW (step 4)");
   fences.setConsumed(0, 0, 5);
@@ -63,7 +64,8 @@ TEST(Fences, AStallNamesTheLateRankAndItsLastOperation) {
   } catch (const control::PeerError& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("stalled: waited 0 s for rank 1's optimizer taking layer 0's gradients to reach 5"),
-              std::string::npos) << what;
+              std::string::npos)
+        << what;
     EXPECT_NE(what.find("rank 1: worker: fwd 0-1 mb 2 (step 5)"), std::string::npos) << what;
     EXPECT_NE(what.find("optimizer: AdamW (step 4)"), std::string::npos) << what;
   }
