@@ -5,6 +5,7 @@ find_package(CLI11 REQUIRED)
 find_package(tomlplusplus REQUIRED)
 find_package(MPI REQUIRED COMPONENTS C CXX)
 find_package(HDF5 REQUIRED COMPONENTS C CXX)
+find_package(ZLIB REQUIRED)                      # checkpoint checksums (crc32)
 find_package(Threads REQUIRED)
 find_package(ICU REQUIRED COMPONENTS uc i18n)   # tokenizer: NFC and pre-tokenizer regexes
 

@@ -9,7 +9,7 @@ cd "$root"
 apt_packages=(
   build-essential cmake ccache pkg-config git
   openmpi-bin libopenmpi-dev libucx-dev         # MPI processes; UCX for multi-node transports
-  libhdf5-dev                                   # checkpoints (serial HDF5, C and C++ APIs)
+  libhdf5-dev zlib1g-dev                        # checkpoints (serial HDF5; zlib's crc32 for checksums)
   libgtest-dev libgmock-dev libbenchmark-dev    # tests and benchmarks
   libcli11-dev nlohmann-json3-dev libtomlplusplus-dev libfmt-dev
   libicu-dev                                    # tokenizer: Unicode normalization and regexes

@@ -1,0 +1,164 @@
+#include "checkpoint/shard.h"
+
+#include <cerrno>
+#include <cstring>
+#include <set>
+
+#include <hdf5.h>
+
+#include "checkpoint/directory.h"
+#include "common/error.h"
+
+namespace rp::checkpoint {
+namespace {
+
+constexpr hsize_t kChunkElements = hsize_t{1} << 20;  // 4 MiB of float32
+
+// errno of the last failed write, if any, for "No space left on device" and its kind.
+std::string reason() {
+  return errno != 0 ? fmt::format(" ({})", std::strerror(errno)) : std::string();
+}
+
+// Closes an HDF5 handle on scope exit.
+class Handle {
+ public:
+  Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  ~Handle() {
+    if (id_ >= 0) close_(id_);
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  hid_t get() const { return id_; }
+  bool ok() const { return id_ >= 0; }
+  // Closes now; false on failure (a close is where buffered writes reach the disk).
+  bool close() {
+    const herr_t rc = id_ >= 0 ? close_(id_) : 0;
+    id_ = -1;
+    return rc >= 0;
+  }
+
+ private:
+  hid_t id_;
+  herr_t (*close_)(hid_t);
+};
+
+void quiet() {
+  static const bool once = [] { return H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr) >= 0; }();
+  (void)once;
+}
+
+std::string datasetPath(const SliceRecord& r) {
+  return fmt::format("/{}/{}", kindName(r.kind), r.tensor);
+}
+
+void writeAttr(hid_t object, const char* name, const std::vector<std::int64_t>& values, const std::string& where) {
+  const hsize_t n = values.size();
+  Handle space(n == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &n, nullptr), H5Sclose);
+  Handle attr(H5Acreate2(object, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  if (!attr.ok() || (n > 0 && H5Awrite(attr.get(), H5T_NATIVE_INT64, values.data()) < 0)) {
+    RP_THROW(SystemError, "{}: cannot write attribute '{}'{}", where, name, reason());
+  }
+}
+
+std::vector<std::int64_t> readAttr(hid_t object, const char* name, const std::string& where) {
+  Handle attr(H5Aopen(object, name, H5P_DEFAULT), H5Aclose);
+  if (!attr.ok()) RP_THROW(InputError, "{}: attribute '{}' is missing", where, name);
+  Handle space(H5Aget_space(attr.get()), H5Sclose);
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  std::vector<std::int64_t> values(static_cast<std::size_t>(std::max<hssize_t>(n, 0)));
+  if (n < 0 || (n > 0 && H5Aread(attr.get(), H5T_NATIVE_INT64, values.data()) < 0)) {
+    RP_THROW(InputError, "{}: attribute '{}' cannot be read (corrupt file)", where, name);
+  }
+  return values;
+}
+
+}  // namespace
+
+std::vector<SliceRecord> writeShard(const std::filesystem::path& path, const std::vector<Slice>& slices) {
+  quiet();
+  const std::string file = path.string();
+  errno = 0;
+  Handle f(H5Fcreate(file.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+  if (!f.ok()) RP_THROW(SystemError, "cannot create checkpoint shard {}{}", file, reason());
+  std::set<Kind> groups;
+  std::vector<SliceRecord> records;
+  for (const Slice& s : slices) {
+    if (s.count <= 0) continue;
+    if (s.tensor.find('/') != std::string::npos) RP_THROW(InternalError, "tensor name '{}' contains '/'", s.tensor);
+    SliceRecord r{s.kind,
+                  s.tensor,
+                  s.shape,
+                  path.filename().string(),
+                  s.offset,
+                  s.count,
+                  crc32(s.data, static_cast<std::size_t>(s.count) * sizeof(float))};
+    const std::string where = fmt::format("{}: dataset {}", file, datasetPath(r));
+    if (groups.insert(s.kind).second) {
+      Handle g(H5Gcreate2(f.get(), kindName(s.kind), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+      if (!g.ok()) RP_THROW(SystemError, "{}: cannot create group /{}{}", file, kindName(s.kind), reason());
+    }
+    const hsize_t n = static_cast<hsize_t>(s.count), chunk = std::min(n, kChunkElements);
+    Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+    Handle props(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+    H5Pset_chunk(props.get(), 1, &chunk);
+    Handle d(
+        H5Dcreate2(f.get(), datasetPath(r).c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, props.get(), H5P_DEFAULT),
+        H5Dclose);
+    if (!d.ok()) RP_THROW(SystemError, "{}: cannot create (already written in this shard?){}", where, reason());
+    errno = 0;
+    if (H5Dwrite(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, s.data) < 0) {
+      RP_THROW(SystemError, "{}: write failed{}", where, reason());
+    }
+    writeAttr(d.get(), "shape", s.shape, where);
+    writeAttr(d.get(), "offset", {s.offset}, where);
+    writeAttr(d.get(), "count", {s.count}, where);
+    {
+      const std::string& name = s.tensor;
+      Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+      H5Tset_size(type.get(), name.size());
+      Handle scalar(H5Screate(H5S_SCALAR), H5Sclose);
+      Handle attr(H5Acreate2(d.get(), "tensor", type.get(), scalar.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+      if (!attr.ok() || H5Awrite(attr.get(), type.get(), name.data()) < 0) {
+        RP_THROW(SystemError, "{}: cannot write attribute 'tensor'{}", where, reason());
+      }
+    }
+    errno = 0;
+    if (!d.close()) RP_THROW(SystemError, "{}: write failed{}", where, reason());
+    records.push_back(std::move(r));
+  }
+  errno = 0;
+  if (H5Fflush(f.get(), H5F_SCOPE_GLOBAL) < 0 || !f.close()) {
+    RP_THROW(SystemError, "cannot finish checkpoint shard {}{}", file, reason());
+  }
+  syncFile(path);
+  return records;
+}
+
+void readRecord(const std::filesystem::path& path, const SliceRecord& r, float* out) {
+  quiet();
+  const std::string file = path.string();
+  if (!std::filesystem::exists(path)) RP_THROW(InputError, "checkpoint shard {} is missing", file);
+  Handle f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (!f.ok()) RP_THROW(InputError, "checkpoint shard {} cannot be opened: not an HDF5 file, or truncated", file);
+  const std::string where = fmt::format("{}: dataset {}", file, datasetPath(r));
+  Handle d(H5Dopen2(f.get(), datasetPath(r).c_str(), H5P_DEFAULT), H5Dclose);
+  if (!d.ok()) RP_THROW(InputError, "{} is missing or unreadable (corrupt file)", where);
+  Handle space(H5Dget_space(d.get()), H5Sclose);
+  if (H5Sget_simple_extent_npoints(space.get()) != r.count) {
+    RP_THROW(InputError, "{} holds {} elements, the manifest says {}", where, H5Sget_simple_extent_npoints(space.get()),
+             r.count);
+  }
+  if (readAttr(d.get(), "shape", where) != r.shape || readAttr(d.get(), "offset", where) != std::vector{r.offset}) {
+    RP_THROW(InputError, "{}: its shape or offset attribute differs from the manifest", where);
+  }
+  if (H5Dread(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0) {
+    RP_THROW(InputError, "{} cannot be read: the file is truncated or corrupt", where);
+  }
+  const std::uint32_t crc = crc32(out, static_cast<std::size_t>(r.count) * sizeof(float));
+  if (crc != r.crc32) {
+    RP_THROW(InputError, "{}: checksum mismatch (crc32 {:08x}, the manifest says {:08x}): the file is corrupt", where,
+             crc, r.crc32);
+  }
+}
+
+}  // namespace rp::checkpoint

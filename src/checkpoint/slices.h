@@ -1,0 +1,42 @@
+// What a checkpoint holds, torch-free (docs/checkpoint-format.md): element ranges of named fp32 tensors, by
+// state kind. A writer saves the slices it owns; a reader asks for the slices it owns under its own layout,
+// whatever layout they were saved with.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace rp::checkpoint {
+
+enum class Kind { kWeights, kMaster, kExpAvg, kExpAvgSq, kMaxExpAvgSq };
+inline constexpr Kind kAllKinds[] = {Kind::kWeights, Kind::kMaster, Kind::kExpAvg, Kind::kExpAvgSq, Kind::kMaxExpAvgSq};
+const char* kindName(Kind kind);  // the HDF5 group: "weights", "master", ...
+Kind parseKind(const std::string& name, const std::string& where);
+
+// Elements [offset, offset + count) of the row-major flattened tensor `tensor` of shape `shape`.
+struct Slice {
+  Kind kind = Kind::kWeights;
+  std::string tensor;
+  std::vector<std::int64_t> shape;
+  std::int64_t offset = 0;
+  std::int64_t count = 0;
+  float* data = nullptr;  // `count` floats: written from, or read into
+};
+
+// A saved slice, as listed in the manifest.
+struct SliceRecord {
+  Kind kind = Kind::kWeights;
+  std::string tensor;
+  std::vector<std::int64_t> shape;
+  std::string file;  // shard file name inside the checkpoint directory
+  std::int64_t offset = 0;
+  std::int64_t count = 0;
+  std::uint32_t crc32 = 0;  // of the dataset's raw little-endian bytes
+  bool operator==(const SliceRecord&) const = default;
+};
+
+std::int64_t numel(const std::vector<std::int64_t>& shape);
+std::uint32_t crc32(const void* data, std::size_t bytes);
+
+}  // namespace rp::checkpoint

@@ -1,0 +1,235 @@
+// Checkpoint files on their own (torch-free): HDF5 shards, the manifest, atomic publish, resharding reads,
+// and every way a checkpoint can be damaged (docs/checkpoint-format.md).
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "checkpoint/directory.h"
+#include "checkpoint/manifest.h"
+#include "checkpoint/shard.h"
+#include "common/error.h"
+
+namespace rp::checkpoint {
+namespace {
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() : path_(fs::temp_directory_path() / fmt::format("rp-ckpt-{}-{}", ::getpid(), counter_++)) {
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const fs::path& path() const { return path_; }
+
+ private:
+  static inline int counter_ = 0;
+  fs::path path_;
+};
+
+// Two tensors with random values; state saved by `writers` writers, each owning a contiguous range.
+struct State {
+  std::vector<float> a, b;  // shapes [6, 5] and [7]
+  explicit State(unsigned seed) : a(30), b(7) {
+    std::mt19937 gen(seed);
+    std::normal_distribution<float> d;
+    for (auto& x : a) x = d(gen);
+    for (auto& x : b) x = d(gen);
+  }
+  std::vector<Slice> slicesOf(int writer, int writers) {
+    std::vector<Slice> out;
+    auto add = [&](Kind kind, const char* name, std::vector<std::int64_t> shape, std::vector<float>& v) {
+      const auto n = static_cast<std::int64_t>(v.size());
+      const std::int64_t begin = n * writer / writers, end = n * (writer + 1) / writers;
+      out.push_back({kind, name, shape, begin, end - begin, v.data() + begin});
+    };
+    add(Kind::kMaster, "model.a.weight", {6, 5}, a);
+    add(Kind::kExpAvg, "model.b.bias", {7}, b);
+    return out;
+  }
+};
+
+Manifest save(const CheckpointDir& dir, std::int64_t step, State& state, int writers, int keep = 0) {
+  Manifest m;
+  m.step = step;
+  m.writers = writers;
+  m.model = {{"type", "test"}};
+  m.training = {{"tokens_seen", 123}};
+  m.runConfig = "[train]\nmax_steps = 3\n";
+  dir.prepare(step);
+  for (int w = 0; w < writers; ++w) {
+    auto records = writeShard(dir.shardPath(step, w), state.slicesOf(w, writers));
+    m.slices.insert(m.slices.end(), records.begin(), records.end());
+  }
+  dir.publish(m, keep);
+  return m;
+}
+
+State load(const fs::path& dir, int readers) {
+  State s(0);
+  std::fill(s.a.begin(), s.a.end(), -1.f);
+  std::fill(s.b.begin(), s.b.end(), -1.f);
+  const Manifest m = readManifest(dir);
+  for (int r = 0; r < readers; ++r) readSlices(dir, m, s.slicesOf(r, readers));
+  return s;
+}
+
+template <typename Fn>
+std::string errorOf(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Checkpoint, RoundTripAcrossWriterLayouts) {
+  TempDir tmp;
+  CheckpointDir dir(tmp.path());
+  State saved(7);
+  save(dir, 5, saved, 4);
+  EXPECT_TRUE(fs::exists(tmp.path() / "step-00000005" / "manifest.json"));
+  EXPECT_FALSE(fs::exists(dir.staging(5)));
+  for (int readers : {1, 2, 3, 4, 5}) {
+    const State got = load(dir.resolve("latest"), readers);
+    EXPECT_EQ(got.a, saved.a) << readers << " readers";
+    EXPECT_EQ(got.b, saved.b) << readers << " readers";
+  }
+  const Manifest m = readManifest(dir.resolve("step-00000005"));
+  EXPECT_EQ(m.step, 5);
+  EXPECT_EQ(m.training["tokens_seen"], 123);
+  EXPECT_EQ(m.runConfig, "[train]\nmax_steps = 3\n");
+}
+
+TEST(Checkpoint, SaveLoadSaveGivesIdenticalDatasetsAndAttributes) {
+  TempDir tmp;
+  CheckpointDir dir(tmp.path());
+  State first(3);
+  const Manifest m1 = save(dir, 1, first, 2);
+  State again = load(dir.resolve("latest"), 3);
+  const Manifest m2 = save(dir, 2, again, 2);
+  ASSERT_EQ(m1.slices.size(), m2.slices.size());
+  for (std::size_t i = 0; i < m1.slices.size(); ++i) EXPECT_EQ(m1.slices[i], m2.slices[i]) << m1.slices[i].tensor;
+  std::ifstream latest(tmp.path() / "latest");
+  std::string name;
+  latest >> name;
+  EXPECT_EQ(name, "step-00000002");
+}
+
+TEST(Checkpoint, KeepsTheLastKAndIgnoresPartialSaves) {
+  TempDir tmp;
+  CheckpointDir dir(tmp.path());
+  State s(1);
+  for (int step = 1; step <= 4; ++step) save(dir, step, s, 1, /*keep=*/2);
+  EXPECT_FALSE(fs::exists(tmp.path() / "step-00000002"));
+  EXPECT_TRUE(fs::exists(tmp.path() / "step-00000003"));
+  // A crash mid-save leaves step-5.tmp with a shard and no manifest: never chosen, rejected if named.
+  dir.prepare(5);
+  writeShard(dir.shardPath(5, 0), s.slicesOf(0, 1));
+  EXPECT_EQ(dir.resolve("latest"), tmp.path() / "step-00000004");
+  EXPECT_NE(errorOf([&] { dir.resolve("step-00000005.tmp"); }).find("is a partial save"), std::string::npos);
+  EXPECT_EQ(dir.removeStale(), 1);
+  EXPECT_FALSE(fs::exists(dir.staging(5)));
+  // A crash between the rename and the pointer update: the newer complete checkpoint wins.
+  save(dir, 6, s, 1);
+  std::ofstream(tmp.path() / "latest") << "step-00000004\n";
+  EXPECT_EQ(dir.resolve("latest"), tmp.path() / "step-00000006");
+}
+
+TEST(Checkpoint, DamageIsAClearErrorNamingTheFile) {
+  TempDir tmp;
+  CheckpointDir dir(tmp.path());
+  State s(11);
+  save(dir, 1, s, 2);
+  const fs::path ck = tmp.path() / "step-00000001", shard0 = ck / "shard-00000.h5", shard1 = ck / "shard-00001.h5";
+  auto bytesOf = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string original = bytesOf(shard0);
+
+  // A flipped byte inside tensor data: find the first slice's raw floats in the file.
+  {
+    const std::string needle(reinterpret_cast<const char*>(s.a.data()), 4 * sizeof(float));
+    const auto at = original.find(needle);
+    ASSERT_NE(at, std::string::npos);
+    std::string damaged = original;
+    damaged[at + 5] = static_cast<char>(damaged[at + 5] ^ 0x10);
+    std::ofstream(shard0, std::ios::binary | std::ios::trunc) << damaged;
+    const auto e = errorOf([&] { load(ck, 1); });
+    EXPECT_NE(e.find(shard0.string() + ": dataset /master/model.a.weight: checksum mismatch"), std::string::npos) << e;
+  }
+  // Truncated.
+  std::ofstream(shard0, std::ios::binary | std::ios::trunc) << original.substr(0, original.size() / 2);
+  auto e = errorOf([&] { load(ck, 1); });
+  EXPECT_NE(e.find(shard0.string()), std::string::npos) << e;
+  EXPECT_NE(e.find("truncated"), std::string::npos) << e;
+  std::ofstream(shard0, std::ios::binary | std::ios::trunc) << original;
+  EXPECT_EQ(load(ck, 1).a, s.a) << "restored";
+
+  // Missing shard.
+  fs::rename(shard1, tmp.path() / "moved.h5");
+  e = errorOf([&] { load(ck, 1); });
+  EXPECT_NE(e.find("checkpoint shard " + shard1.string() + " is missing"), std::string::npos) << e;
+  fs::rename(tmp.path() / "moved.h5", shard1);
+
+  // Another format version, and a manifest cut short.
+  const std::string manifest = bytesOf(ck / "manifest.json");
+  auto j = nlohmann::json::parse(manifest);
+  j["version"] = 99;
+  std::ofstream(ck / "manifest.json", std::ios::trunc) << j.dump();
+  e = errorOf([&] { readManifest(ck); });
+  EXPECT_NE(e.find((ck / "manifest.json").string() + ": checkpoint format version 99, this roundpipe reads version 1"),
+            std::string::npos)
+      << e;
+  std::ofstream(ck / "manifest.json", std::ios::trunc) << manifest.substr(0, manifest.size() / 2);
+  e = errorOf([&] { readManifest(ck); });
+  EXPECT_NE(e.find("not valid JSON (truncated or corrupt)"), std::string::npos) << e;
+  // Slices that leave a hole.
+  j = nlohmann::json::parse(manifest);
+  j["tensors"][0]["slices"].erase(1);
+  std::ofstream(ck / "manifest.json", std::ios::trunc) << j.dump();
+  e = errorOf([&] { readManifest(ck); });
+  EXPECT_NE(e.find("do not tile it") == std::string::npos ? e.find("cover") : 0, std::string::npos) << e;
+}
+
+// A size-limited tmpfs: the save fails with the path and the reason, the previous checkpoint stays loadable.
+TEST(Checkpoint, DiskFullIsAClearErrorAndThePreviousCheckpointSurvives) {
+  TempDir tmp;
+  if (::mount("tmpfs", tmp.path().c_str(), "tmpfs", 0, "size=256k") != 0) {
+    GTEST_SKIP() << "cannot mount a size-limited tmpfs here (needs root): " << std::strerror(errno);
+  }
+  struct Unmount {
+    const fs::path& p;
+    ~Unmount() { ::umount(p.c_str()); }
+  } unmount{tmp.path()};
+  CheckpointDir dir(tmp.path());
+  State small(5);
+  save(dir, 1, small, 1);
+  std::vector<float> big(1 << 18, 1.5f);  // 1 MiB: does not fit
+  std::vector<Slice> slices{{Kind::kMaster,
+                             "big",
+                             {static_cast<std::int64_t>(big.size())},
+                             0,
+                             static_cast<std::int64_t>(big.size()),
+                             big.data()}};
+  dir.prepare(2);
+  const auto e = errorOf([&] { writeShard(dir.shardPath(2, 0), slices); });
+  EXPECT_NE(e.find(dir.shardPath(2, 0).string()), std::string::npos) << e;
+  EXPECT_NE(e.find("No space left on device"), std::string::npos) << e;
+  dir.discard(2);
+  EXPECT_FALSE(fs::exists(dir.staging(2)));
+  EXPECT_EQ(load(dir.resolve("latest"), 2).a, small.a);
+}
+
+}  // namespace
+}  // namespace rp::checkpoint
