@@ -78,15 +78,17 @@ void CheckpointDir::prepare(std::int64_t step) const {
   if (ec) RP_THROW(SystemError, "cannot create {}: {}", staging(step).string(), ec.message());
 }
 
-void CheckpointDir::publish(const Manifest& manifest, int keep) const {
+void CheckpointDir::publish(const Manifest& manifest, int keep, const std::function<void(const char*)>& at) const {
   const fs::path tmp = staging(manifest.step), final = root_ / name(manifest.step);
   writeManifest(tmp, manifest);
   syncFile(tmp);
+  if (at) at("save-manifest");
   std::error_code ec;
   if (fs::exists(final)) fs::remove_all(final, ec);  // a save of the same step by an earlier, resumed run
   fs::rename(tmp, final, ec);
   if (ec) RP_THROW(SystemError, "cannot rename {} to {}: {}", tmp.string(), final.string(), ec.message());
   syncFile(root_);
+  if (at) at("save-rename");
   const fs::path latest = root_ / "latest", latestTmp = root_ / "latest.tmp";
   {
     std::ofstream out(latestTmp, std::ios::trunc);

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -28,7 +29,8 @@ class CheckpointDir {
   // Creates the staging directory of `step` (idempotent; every writer calls it).
   void prepare(std::int64_t step) const;
   // Rank 0, once every shard is written: the manifest, the rename, the `latest` pointer, retention.
-  void publish(const Manifest& manifest, int keep) const;
+  // `at` (optional) is called at "save-manifest" and "save-rename" (Note [Fault injection]).
+  void publish(const Manifest& manifest, int keep, const std::function<void(const char*)>& at = {}) const;
   // After a failed save: removes the staging directory (best effort).
   void discard(std::int64_t step) const;
 

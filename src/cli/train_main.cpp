@@ -1,4 +1,5 @@
-// roundpipe_train --config run.toml [--set key=value ...]: fine-tune a Hugging Face checkpoint.
+// roundpipe_train --config run.toml [--set key=value ...] [--resume latest|<dir>]: fine-tune a Hugging Face
+// checkpoint.
 // One process: the single-process trainer. Under `mpirun -np N` (N > 1): the RoundPipe pipeline runtime
 // with N workers. docs/config.md lists the keys.
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include "config/run_config.h"
 #include "device/device.h"
 #include "engine/runtime.h"
+#include "train/preemption.h"
 #include "train/trainer.h"
 #include "world/mpi_session.h"
 
@@ -20,9 +22,11 @@ int run(int argc, char** argv, const rp::MpiSession& session) {
   CLI::App app{"roundpipe_train: fine-tune a Hugging Face Llama/Qwen3 checkpoint"};
   std::string configPath;
   std::vector<std::string> overrides;
+  std::string resume;
   bool printOnly = false;
   app.add_option("--config", configPath, "run config (TOML)")->required();
   app.add_option("--set", overrides, "override a key: --set train.max_steps=50 (repeatable)");
+  app.add_option("--resume", resume, "continue from a checkpoint: latest, a name in checkpoint.dir, or a directory");
   app.add_flag("--print-config", printOnly, "print the effective config and exit");
   try {
     app.parse(argc, argv);
@@ -30,6 +34,7 @@ int run(int argc, char** argv, const rp::MpiSession& session) {
     return app.exit(e);
   }
   const bool leader = session.identity().rank == 0;
+  if (!resume.empty()) overrides.push_back("checkpoint.resume=" + resume);
   auto config = rp::config::loadRunConfig(configPath, overrides);
   if (leader) {
     RP_LOG_INFO("effective config ({}):", configPath);
@@ -40,7 +45,7 @@ int run(int argc, char** argv, const rp::MpiSession& session) {
   if (leader) RP_LOG_INFO("backend {}: {}", rp::device::backendName(devices.backend), devices.reason);
   if (session.identity().size == 1) {
     rp::train::Trainer trainer(std::move(config));
-    trainer.run();
+    if (!trainer.run()) return rp::train::kExitPreempted;
   } else {
     rp::engine::PipelineRuntime runtime(std::move(config), session);
     runtime.run();

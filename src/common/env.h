@@ -23,10 +23,8 @@ inline constexpr Var kNumThreads{"RP_NUM_THREADS", "0", "LibTorch intra-op threa
 // Where the golden tests find the files scripts/make_goldens.py wrote.
 inline constexpr Var kGoldenDir{"RP_GOLDEN_DIR", "", "directory with golden files from scripts/make_goldens.py"};
 
-// Testing hook: "kill:<rank>:<step>" makes that rank SIGKILL itself, "throw:<rank>:<step>" makes it throw,
-// "hang:<rank>:<step>" makes it stop forever, at the start of that (0-based) pipeline step. Used by the
-// failure tests; empty = off.
-inline constexpr Var kFaultInject{"RP_FAULT_INJECT", "", "testing: kill|throw|hang:<rank>:<step>"};
+// Testing hook (common/fault.h, Note [Fault injection]); empty = off.
+inline constexpr Var kFaultInject{"RP_FAULT_INJECT", "", "testing: kill|throw|hang:<rank>:<step>[:<point>]"};
 
 // Node groups: 0 = ranks sharing memory (MPI_Comm_split_type SHARED); N > 0 = consecutive blocks of N
 // world ranks, so one host can stand in for several nodes in tests.

@@ -1,6 +1,7 @@
 #include "config/run_config.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include "common/error.h"
 #include "config/schema.h"
@@ -105,6 +106,13 @@ RunConfig buildRunConfig(Values v) {
   c.output.logEvery = atLeast(v, "output.log_every", 1);
   c.output.samplePrompt = v.getString("output.sample_prompt");
   c.output.sampleTokens = atLeast(v, "output.sample_tokens", 1);
+  c.checkpoint.dir = v.getString("checkpoint.dir");
+  if (c.checkpoint.dir.empty()) c.checkpoint.dir = (std::filesystem::path(c.output.dir) / "checkpoints").string();
+  c.checkpoint.every = atLeast(v, "checkpoint.every", 0);
+  c.checkpoint.keep = atLeast(v, "checkpoint.keep", 0);
+  c.checkpoint.stopOnError = oneOf(v, "checkpoint.on_error", {"stop", "continue"}) == "stop";
+  c.checkpoint.async = v.getBool("checkpoint.async");
+  c.checkpoint.resume = v.getString("checkpoint.resume");
   c.values = std::move(v);
   return c;
 }

@@ -62,6 +62,13 @@ struct RunConfig {
     std::string samplePrompt;
     std::int64_t sampleTokens;
   } output;
+  struct Checkpoint {
+    std::string dir;  // defaults to <output.dir>/checkpoints
+    std::int64_t every, keep;
+    bool stopOnError;  // on_error = "stop" (else "continue")
+    bool async;
+    std::string resume;  // "" | "latest" | a checkpoint name or directory
+  } checkpoint;
 
   Values values;  // for printing the effective config
 };

@@ -68,6 +68,14 @@ const std::vector<KeySpec>& runSchema() {
       {"output.log_every", Type::kInt, I(1), "print a log line every N steps"},
       {"output.sample_prompt", Type::kString, S(""), "prompt for a greedy sample before and after training"},
       {"output.sample_tokens", Type::kInt, I(48), "tokens in that sample"},
+
+      {"checkpoint.dir", Type::kString, S(""), "where checkpoints go (default: <output.dir>/checkpoints)"},
+      {"checkpoint.every", Type::kInt, I(0), "save every N steps (0 = only when SIGTERM or SIGUSR1 arrives)"},
+      {"checkpoint.keep", Type::kInt, I(3), "complete checkpoints to keep (0 = all)"},
+      {"checkpoint.on_error", Type::kString, S("stop"), "a failed save: \"stop\" the run or \"continue\" without it"},
+      {"checkpoint.async", Type::kBool, true, "write checkpoints on a background thread from a staged copy"},
+      {"checkpoint.resume", Type::kString, S(""),
+       "resume from \"latest\", a checkpoint name or a directory (--resume)"},
   };
   return schema;
 }

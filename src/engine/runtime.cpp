@@ -11,6 +11,7 @@
 
 #include "common/env.h"
 #include "common/error.h"
+#include "common/fault.h"
 #include "common/log.h"
 #include "control/channel.h"
 #include "control/mpi/mpi_channel.h"
@@ -24,30 +25,8 @@
 #include "train/setup.h"
 
 namespace rp::engine {
-namespace {
 
 using namespace detail;
-
-// Note [Fault injection]: RP_FAULT_INJECT lets the failure tests kill or fail a real rank mid-run.
-void injectFault(int rank, std::int64_t step) {
-  const std::string spec = env::get(env::kFaultInject);
-  if (spec.empty()) return;
-  const auto a = spec.find(':'), b = spec.rfind(':');
-  if (a == std::string::npos || a == b)
-    RP_THROW(InputError, "{}='{}': expected kill:<rank>:<step> or throw:<rank>:<step>", env::kFaultInject.name, spec);
-  if (std::stoi(spec.substr(a + 1, b - a - 1)) != rank || std::stoll(spec.substr(b + 1)) != step) return;
-  if (spec.substr(0, a) == "kill") {
-    RP_LOG_WARN("fault injection: rank {} kills itself at step {}", rank, step);
-    std::raise(SIGKILL);
-  }
-  if (spec.substr(0, a) == "hang") {
-    RP_LOG_WARN("fault injection: rank {} hangs at step {}", rank, step);
-    while (true) std::this_thread::sleep_for(std::chrono::hours(1));
-  }
-  RP_THROW(Error, "fault injection: rank {} fails at step {}", rank, step);
-}
-
-}  // namespace
 
 PipelineRuntime::PipelineRuntime(config::RunConfig config, const MpiSession& session)
     : config_(std::move(config)),
@@ -243,7 +222,7 @@ torch::Tensor PipelineRuntime::storeWeight(const std::string& name) const {
 
 void PipelineRuntime::step(std::int64_t step) {
   activity_->set(rank_, 0, fmt::format("starting step {}", step + 1));
-  injectFault(worldRank_, step);
+  fault::maybeInject(worldRank_, step);
   const auto& c = config_;
   StepData data;
   const auto allRows = packer_->next(c.train.globalBatch);

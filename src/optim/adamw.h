@@ -65,6 +65,11 @@ class AdamW {
   const std::string& name(std::size_t i) const { return params_[i].name; }
   const std::vector<float>& expAvg(std::size_t i) const { return params_[i].expAvg; }
   const std::vector<float>& expAvgSq(std::size_t i) const { return params_[i].expAvgSq; }
+  // For checkpoints: the moments of parameter i (maxExpAvgSq is empty unless amsgrad), and the step count.
+  std::vector<float>& expAvg(std::size_t i) { return params_[i].expAvg; }
+  std::vector<float>& expAvgSq(std::size_t i) { return params_[i].expAvgSq; }
+  std::vector<float>& maxExpAvgSq(std::size_t i) { return params_[i].maxExpAvgSq; }
+  void restoreStepCount(std::int64_t steps) { step_ = steps; }
 
  private:
   struct Param {

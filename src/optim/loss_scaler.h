@@ -22,6 +22,12 @@ class LossScaler {
   bool update(bool foundNonFinite);
   std::int64_t goodSteps() const { return goodSteps_; }
   std::int64_t skippedSteps() const { return skipped_; }
+  // For checkpoints.
+  void restore(double scale, std::int64_t goodSteps, std::int64_t skippedSteps) {
+    scale_ = scale;
+    goodSteps_ = goodSteps;
+    skipped_ = skippedSteps;
+  }
 
  private:
   LossScalerConfig config_;

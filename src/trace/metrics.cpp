@@ -3,6 +3,9 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -10,13 +13,24 @@
 
 namespace rp::trace {
 
-MetricsWriter::MetricsWriter(const std::string& directory)
+MetricsWriter::MetricsWriter(const std::string& directory, std::int64_t resumedAt)
     : path_((std::filesystem::path(directory) / "metrics.jsonl").string()) {
   std::error_code ec;
   std::filesystem::create_directories(directory, ec);
   if (ec) RP_THROW(SystemError, "{}: cannot create the output directory: {}", directory, ec.message());
+  std::vector<std::string> kept;
+  if (resumedAt > 0) {
+    std::ifstream in(path_);
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
+          j["step"].get<std::int64_t>() <= resumedAt)
+        kept.push_back(line);
+    }
+  }
   out_.open(path_, std::ios::trunc);
   if (!out_) RP_THROW(SystemError, "{}: cannot open for writing: {}", path_, std::strerror(errno));
+  for (const auto& line : kept) out_ << line << '\n';
 }
 
 void MetricsWriter::write(const StepMetrics& m) {

@@ -25,8 +25,10 @@ struct StepMetrics {
 
 class MetricsWriter {
  public:
-  // Creates (truncates) <directory>/metrics.jsonl; throws SystemError naming the file on failure.
-  explicit MetricsWriter(const std::string& directory);
+  // Creates (truncates) <directory>/metrics.jsonl; throws SystemError naming the file on failure. A run
+  // resumed after step `resumedAt` (> 0) keeps the existing lines of steps 1..resumedAt and drops the rest
+  // (the crashed run's steps after its checkpoint, which the resumed run redoes).
+  explicit MetricsWriter(const std::string& directory, std::int64_t resumedAt = 0);
   void write(const StepMetrics& m);
   const std::string& path() const { return path_; }
 

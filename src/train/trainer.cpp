@@ -14,6 +14,7 @@
 #include "optim/grad_clip.h"
 #include "trace/progress.h"
 #include "train/batch.h"
+#include "train/preemption.h"
 #include "train/sample.h"
 #include "train/setup.h"
 
@@ -65,6 +66,7 @@ Trainer::Trainer(config::RunConfig config) : config_(std::move(config)), dtype_(
 
   corpus_ = loadCorpusFor(c, model_->config(), *tokenizer_);
   packer_ = std::make_unique<data::Packer>(corpus_, c.train.seqLen, static_cast<std::uint64_t>(c.train.seed));
+  if (const auto resume = openResume(c)) restore(*resume);
 }
 
 GradientResult Trainer::computeGradients(const std::vector<data::PackedRow>& rows, std::int64_t microbatches,
@@ -136,9 +138,16 @@ std::string Trainer::sample(const std::string& prompt, std::int64_t tokens) {
   return greedySample(*model_, *tokenizer_, prompt, tokens);
 }
 
-void Trainer::run() {
+bool Trainer::run() {
   const auto& c = config_;
   writeEffectiveConfig(c);
+  installPreemptionHandlers();
+  const checkpoint::CheckpointDir checkpoints(c.checkpoint.dir);
+  checkpoints.removeStale();
+  checkpoint::Saver saver(checkpoints,
+                          {static_cast<int>(c.checkpoint.keep), c.checkpoint.stopOnError, c.checkpoint.async, 0},
+                          MPI_COMM_NULL);
+  std::int64_t saved = startStep_;
   if (c.optim.async) {
     RP_LOG_INFO(
         "optim.mode = async: one worker has nothing to overlap the optimizer with, so this trainer "
@@ -147,10 +156,11 @@ void Trainer::run() {
   if (!c.output.samplePrompt.empty()) {
     std::printf("sample before: %s\n", sample(c.output.samplePrompt, c.output.sampleTokens).c_str());
   }
-  trace::MetricsWriter metrics(c.output.dir);
+  trace::MetricsWriter metrics(c.output.dir, startStep_);
+  std::int64_t step = startStep_;
   {
     trace::Progress progress(c.train.maxSteps, c.output.logEvery);
-    for (std::int64_t step = 0; step < c.train.maxSteps; ++step) {
+    for (; step < c.train.maxSteps; ++step) {
       if (c.train.epochs > 0 && packer_->cursor().epoch >= c.train.epochs) {
         RP_LOG_INFO("reached train.epochs = {} after {} steps", c.train.epochs, step);
         break;
@@ -166,12 +176,30 @@ void Trainer::run() {
       }
       metrics.write(m);
       progress.update(m);
+      tokensSeen_ += m.tokens;
+      targetTokensSeen_ += m.targetTokens;
+      const int signal = preemptionSignal();
+      if (signal != 0 || (c.checkpoint.every > 0 && (step + 1) % c.checkpoint.every == 0)) {
+        saver.save(snapshot(step + 1));
+        saved = step + 1;
+      }
+      if (signal != 0) {
+        saver.finish();
+        RP_LOG_WARN("signal {} received: saved the checkpoint of step {} and stopping (exit code {})", signal, step + 1,
+                    kExitPreempted);
+        return false;
+      }
+      saver.check();
     }
   }
+  // The last step is always saved: it is what roundpipe_export and a later --resume start from.
+  if (step > saved) saver.save(snapshot(step));
+  saver.finish();
   RP_LOG_INFO("metrics written to {}", metrics.path());
   if (!c.output.samplePrompt.empty()) {
     std::printf("sample after:  %s\n", sample(c.output.samplePrompt, c.output.sampleTokens).c_str());
   }
+  return true;
 }
 
 }  // namespace rp::train

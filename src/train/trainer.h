@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/saver.h"
 #include "config/run_config.h"
 #include "data/corpus.h"
 #include "data/packer.h"
@@ -17,6 +18,7 @@
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "trace/metrics.h"
+#include "train/checkpointing.h"
 
 namespace rp::train {
 
@@ -30,8 +32,12 @@ class Trainer {
  public:
   explicit Trainer(config::RunConfig config);
 
-  // Runs every step; writes metrics.jsonl and the effective config into output.dir.
-  void run();
+  // Runs every step (from the checkpoint's step when resuming); writes metrics.jsonl and the effective config
+  // into output.dir, and checkpoints (checkpoint.*). Returns false when a preemption signal stopped it after
+  // saving (train/preemption.h).
+  bool run();
+  // The state after `step` optimizer steps, staged as checkpoint slices (copies) with the manifest.
+  checkpoint::SaveJob snapshot(std::int64_t step) const;
 
   // Forward/backward of one step's rows split into `microbatches`; leaves d(mean token loss)/d(param)
   // in the fp32 gradient slots (multiplied by `lossScale`).
@@ -61,6 +67,12 @@ class Trainer {
   std::unique_ptr<optim::AdamW> adamw_;
   optim::LrSchedule schedule_;
   std::unique_ptr<optim::LossScaler> scaler_;  // fp16 only
+  std::int64_t startStep_ = 0;                 // > 0 when resumed
+  std::int64_t tokensSeen_ = 0, targetTokensSeen_ = 0;
+
+  // The tensors of the state, by checkpoint kind (trainer_state.cpp).
+  std::vector<checkpoint::Slice> stateSlices() const;
+  void restore(const Resume& resume);
 };
 
 }  // namespace rp::train

@@ -1,0 +1,174 @@
+#include "checkpoint/saver.h"
+
+#include <chrono>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/shard.h"
+#include "common/error.h"
+#include "common/fault.h"
+#include "common/log.h"
+#include "world/mpi_session.h"
+
+namespace rp::checkpoint {
+namespace {
+
+using nlohmann::json;
+
+json recordsToJson(const std::vector<SliceRecord>& records) {
+  json out = json::array();
+  for (const auto& r : records) {
+    out.push_back({{"kind", kindName(r.kind)},
+                   {"tensor", r.tensor},
+                   {"shape", r.shape},
+                   {"file", r.file},
+                   {"offset", r.offset},
+                   {"count", r.count},
+                   {"crc32", r.crc32}});
+  }
+  return out;
+}
+
+std::vector<SliceRecord> recordsFromJson(const json& j) {
+  std::vector<SliceRecord> out;
+  for (const auto& r : j) {
+    out.push_back({parseKind(r.at("kind").get<std::string>(), "slice table"), r.at("tensor").get<std::string>(),
+                   r.at("shape").get<std::vector<std::int64_t>>(), r.at("file").get<std::string>(),
+                   r.at("offset").get<std::int64_t>(), r.at("count").get<std::int64_t>(),
+                   r.at("crc32").get<std::uint32_t>()});
+  }
+  return out;
+}
+
+// Every writer's string, on writer 0 (empty elsewhere).
+std::vector<std::string> gatherStrings(MPI_Comm comm, int rank, int size, const std::string& mine) {
+  if (comm == MPI_COMM_NULL) return {mine};
+  int length = static_cast<int>(mine.size());
+  std::vector<int> lengths(static_cast<std::size_t>(size)), offsets(static_cast<std::size_t>(size));
+  checkMpi(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, comm), "MPI_Gather(checkpoint tables)");
+  int total = 0;
+  for (int r = 0; r < size; ++r)
+    offsets[static_cast<std::size_t>(r)] = std::exchange(total, total + lengths[static_cast<std::size_t>(r)]);
+  std::string all(rank == 0 ? static_cast<std::size_t>(total) : 0, '\0');
+  checkMpi(MPI_Gatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, 0, comm),
+           "MPI_Gatherv(checkpoint tables)");
+  std::vector<std::string> out;
+  if (rank != 0) return out;
+  for (int r = 0; r < size; ++r)
+    out.push_back(all.substr(static_cast<std::size_t>(offsets[static_cast<std::size_t>(r)]),
+                             static_cast<std::size_t>(lengths[static_cast<std::size_t>(r)])));
+  return out;
+}
+
+}  // namespace
+
+Saver::Saver(CheckpointDir dir, SaverOptions options, MPI_Comm writers) : dir_(std::move(dir)), options_(options) {
+  if (writers != MPI_COMM_NULL) {
+    checkMpi(MPI_Comm_dup(writers, &comm_), "MPI_Comm_dup(checkpoint writers)");
+    checkMpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank(checkpoint writers)");
+    checkMpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size(checkpoint writers)");
+  }
+}
+
+Saver::~Saver() {
+  join();
+  if (error_) {
+    try {
+      std::rethrow_exception(error_);
+    } catch (const std::exception& e) {
+      RP_LOG_ERROR("checkpoint: {}", e.what());
+    }
+  }
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void Saver::join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void Saver::save(SaveJob job) {
+  join();
+  check();
+  auto body = [this](SaveJob& j) {
+    try {
+      run(j);
+    } catch (const std::exception& e) {
+      if (!options_.stopOnError) {
+        RP_LOG_WARN(
+            "checkpoint of step {} failed, training continues without it (checkpoint.on_error = "
+            "\"continue\"): {}",
+            j.step, e.what());
+        return;
+      }
+      std::lock_guard lock(mutex_);
+      error_ = std::current_exception();
+    }
+  };
+  if (options_.async) {
+    thread_ = std::thread([body, job = std::move(job)]() mutable { body(job); });
+  } else {
+    body(job);
+    check();
+  }
+}
+
+void Saver::check() {
+  std::lock_guard lock(mutex_);
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+}
+
+void Saver::finish() {
+  join();
+  check();
+}
+
+void Saver::run(SaveJob& job) {
+  const auto start = std::chrono::steady_clock::now();
+  std::string error;
+  std::vector<SliceRecord> records;
+  std::size_t bytes = 0;
+  try {
+    dir_.prepare(job.step);
+    std::vector<Slice> slices;
+    for (auto& s : job.slices) {
+      s.slice.data = s.values.data();
+      bytes += s.values.size() * sizeof(float);
+      slices.push_back(s.slice);
+    }
+    records = writeShard(dir_.shardPath(job.step, rank_), slices);
+    fault::maybeInject(options_.worldRank, job.step, "save-shard");
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  const auto tables = gatherStrings(comm_, rank_, size_, error.empty() ? recordsToJson(records).dump() : "!" + error);
+  if (rank_ != 0) {
+    if (!error.empty()) RP_THROW(SystemError, "checkpoint of step {}: {}", job.step, error);
+    return;
+  }
+  Manifest& m = job.manifest;
+  m.step = job.step;
+  m.writers = size_;
+  m.slices.clear();
+  for (int w = 0; w < size_; ++w) {
+    const std::string& t = tables[static_cast<std::size_t>(w)];
+    if (!t.empty() && t[0] == '!') {
+      dir_.discard(job.step);
+      RP_THROW(SystemError, "checkpoint of step {} not saved (the previous one is intact): writer {}: {}", job.step, w,
+               t.substr(1));
+    }
+    auto part = recordsFromJson(json::parse(t));
+    m.slices.insert(m.slices.end(), part.begin(), part.end());
+  }
+  try {
+    dir_.publish(m, options_.keep, [&](const char* point) { fault::maybeInject(options_.worldRank, job.step, point); });
+  } catch (const std::exception& e) {
+    dir_.discard(job.step);
+    RP_THROW(SystemError, "checkpoint of step {} not published (the previous one is intact): {}", job.step, e.what());
+  }
+  published_.push_back(job.step);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  RP_LOG_INFO("checkpoint {} saved by {} writer(s) ({:.1f} MB from this rank in {:.2f} s)",
+              (dir_.root() / CheckpointDir::name(job.step)).string(), size_, static_cast<double>(bytes) / 1e6, seconds);
+}
+
+}  // namespace rp::checkpoint

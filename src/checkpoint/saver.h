@@ -1,0 +1,72 @@
+// Saving a step's state (docs/checkpoint-format.md, "Publish protocol" and "Async save"): every writer
+// hands over a staged copy of its slices; a background thread (or the caller, when not async) writes the
+// writer's shard, writer 0 gathers every writer's slice table and publishes. Torch-free.
+// Thread-safety: save/check/finish from one thread per writer; the writers' communicator is used only by
+// the saving thread (a duplicate).
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <mpi.h>
+
+#include "checkpoint/directory.h"
+
+namespace rp::checkpoint {
+
+// A slice with its own copy of the values: the state of one step, which training may overwrite meanwhile.
+struct StagedSlice {
+  Slice slice;  // slice.data is set when written
+  std::vector<float> values;
+};
+
+struct SaveJob {
+  std::int64_t step = 0;
+  std::vector<StagedSlice> slices;
+  Manifest manifest;  // writer 0 only: every field but `writers` and `slices`
+};
+
+struct SaverOptions {
+  int keep = 3;
+  bool stopOnError = true;
+  bool async = true;
+  int worldRank = 0;  // for fault injection points and messages
+};
+
+class Saver {
+ public:
+  // `writers`: the communicator of every writer (collective), or MPI_COMM_NULL for a single writer.
+  Saver(CheckpointDir dir, SaverOptions options, MPI_Comm writers);
+  ~Saver();  // waits for a running save; its error is logged, not thrown
+  Saver(const Saver&) = delete;
+  Saver& operator=(const Saver&) = delete;
+
+  // Waits for the previous save, then saves `job` (in the background when async).
+  void save(SaveJob job);
+  // Rethrows the error of a finished save (on_error = stop); with on_error = continue, errors were logged.
+  void check();
+  // Waits for the running save, then check().
+  void finish();
+  // Steps of the checkpoints this saver published (writer 0).
+  const std::vector<std::int64_t>& published() const { return published_; }
+
+ private:
+  void run(SaveJob& job);
+  void join();
+
+  CheckpointDir dir_;
+  SaverOptions options_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+  std::thread thread_;
+  std::mutex mutex_;
+  std::exception_ptr error_;
+  std::vector<std::int64_t> published_;
+};
+
+}  // namespace rp::checkpoint

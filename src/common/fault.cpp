@@ -1,0 +1,43 @@
+#include "common/fault.h"
+
+#include <chrono>
+#include <csignal>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/env.h"
+#include "common/error.h"
+#include "common/log.h"
+
+namespace rp::fault {
+
+void maybeInject(int rank, std::int64_t step, const char* point) {
+  const std::string spec = env::get(env::kFaultInject);
+  if (spec.empty()) return;
+  std::vector<std::string> parts;
+  for (std::size_t at = 0;;) {
+    const auto colon = spec.find(':', at);
+    parts.push_back(spec.substr(at, colon == std::string::npos ? std::string::npos : colon - at));
+    if (colon == std::string::npos) break;
+    at = colon + 1;
+  }
+  const bool known = !parts.empty() && (parts[0] == "kill" || parts[0] == "throw" || parts[0] == "hang");
+  if (!known || parts.size() < 3 || parts.size() > 4) {
+    RP_THROW(InputError, "{}='{}': expected kill|throw|hang:<rank>:<step>[:<point>]", env::kFaultInject.name, spec);
+  }
+  const std::string where = parts.size() == 4 ? parts[3] : "step";
+  if (std::stoi(parts[1]) != rank || std::stoll(parts[2]) != step || where != point) return;
+  if (parts[0] == "kill") {
+    RP_LOG_WARN("fault injection: rank {} kills itself at {} of step {}", rank, point, step);
+    std::raise(SIGKILL);
+  }
+  if (parts[0] == "hang") {
+    RP_LOG_WARN("fault injection: rank {} hangs at {} of step {}", rank, point, step);
+    while (true) std::this_thread::sleep_for(std::chrono::hours(1));
+  }
+  RP_THROW(Error, "fault injection: rank {} fails at step {}{}", rank, step,
+           where == "step" ? std::string() : " (" + where + ")");
+}
+
+}  // namespace rp::fault

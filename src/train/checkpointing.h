@@ -1,0 +1,38 @@
+// What the single-process trainer and the pipeline runtime share around checkpoints (docs/checkpoint-format.md):
+// the manifest's description of the run, the RNG state, the data cursor, and opening a checkpoint to resume
+// from with the checks that it belongs to this run.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/manifest.h"
+#include "config/run_config.h"
+#include "data/packer.h"
+
+namespace rp::train {
+
+// The manifest's model, LoRA and run-config fields for this run (step, training and slices left to fill).
+checkpoint::Manifest describeRun(const config::RunConfig& config);
+
+nlohmann::json optimizerJson(const config::RunConfig& config, std::int64_t stepCount);
+nlohmann::json cursorJson(const data::DataCursor& cursor);
+data::DataCursor cursorFromJson(const nlohmann::json& json, const std::string& where);
+
+// torch's default CPU generator state, base64; and its restoration (errors name `where`).
+std::string rngState();
+void restoreRng(const std::string& base64, const std::string& where);
+
+struct Resume {
+  std::filesystem::path dir;
+  checkpoint::Manifest manifest;
+  std::string where() const { return (dir / "manifest.json").string(); }
+};
+// The checkpoint checkpoint.resume names, if any: resolved, its manifest read, and checked against this run
+// (the same model config.json and LoRA settings). Errors name the manifest and the field that differs.
+std::optional<Resume> openResume(const config::RunConfig& config);
+
+}  // namespace rp::train

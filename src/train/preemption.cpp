@@ -1,0 +1,28 @@
+#include "train/preemption.h"
+
+#include <csignal>
+
+namespace rp::train {
+namespace {
+
+volatile std::sig_atomic_t received = 0;
+
+extern "C" void onPreemption(int signal) {
+  received = signal;
+}
+
+}  // namespace
+
+void installPreemptionHandlers() {
+  struct sigaction action {};
+  action.sa_handler = onPreemption;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGUSR1, &action, nullptr);
+}
+
+int preemptionSignal() {
+  return received;
+}
+
+}  // namespace rp::train

@@ -1,0 +1,119 @@
+// Checkpoints of the single-process trainer: a run resumed from its step-3 checkpoint continues bitwise
+// like the run that never stopped (losses and weights), for full fine-tunes, LoRA with dropout (the RNG
+// state matters), bf16 weights and fp16 with its loss scaler.
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "config/run_config.h"
+#include "support/fixtures.h"
+#include "train/trainer.h"
+
+namespace rp::train {
+namespace {
+
+struct Case {
+  const char* name;
+  std::vector<std::string> sets;
+};
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.name;
+}
+
+class ResumeTest : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    fixtures_ = test::fixturesDir();
+    if (!fixtures_) GTEST_SKIP() << "shared fixtures not found (set RP_FIXTURES_DIR)";
+    root_ = test::scratchDir();
+  }
+
+  config::RunConfig configFor(const std::string& out, std::vector<std::string> extra) const {
+    std::vector<std::string> sets{"model.path=" + *fixtures_ + "/models/tinystories-656k",
+                                  "data.path=" + *fixtures_ + "/text/tinyshakespeare.txt",
+                                  "train.seq_len=32",
+                                  "train.global_batch=4",
+                                  "train.microbatches=2",
+                                  "train.max_steps=6",
+                                  "train.threads=1",
+                                  "optim.lr=3e-3",
+                                  "optim.schedule=cosine",
+                                  "optim.warmup_steps=2",
+                                  "optim.mode=sync",
+                                  "checkpoint.every=3",
+                                  "output.dir=" + out};
+    const auto& c = GetParam().sets;
+    sets.insert(sets.end(), c.begin(), c.end());
+    sets.insert(sets.end(), extra.begin(), extra.end());
+    return config::loadRunConfig("", sets);
+  }
+
+  static std::vector<double> losses(const std::string& out) {
+    std::ifstream in(out + "/metrics.jsonl");
+    std::vector<double> v;
+    for (std::string line; std::getline(in, line);) v.push_back(nlohmann::json::parse(line).at("loss").get<double>());
+    return v;
+  }
+
+  std::optional<std::string> fixtures_;
+  std::string root_;
+};
+
+TEST_P(ResumeTest, ContinuesBitwiseLikeTheRunThatNeverStopped) {
+  const std::string whole = root_ + "/whole", resumed = root_ + "/resumed";
+  Trainer a(configFor(whole, {}));
+  ASSERT_TRUE(a.run());
+  ASSERT_TRUE(std::filesystem::exists(whole + "/checkpoints/step-00000003/manifest.json"));
+  ASSERT_TRUE(std::filesystem::exists(whole + "/checkpoints/step-00000006/manifest.json"));
+
+  Trainer b(configFor(resumed, {"checkpoint.resume=" + whole + "/checkpoints/step-00000003"}));
+  ASSERT_TRUE(b.run());
+  const auto la = losses(whole), lb = losses(resumed);
+  ASSERT_EQ(la.size(), 6u);
+  ASSERT_EQ(lb.size(), 3u) << "the resumed run logs steps 4..6";
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(la[3 + i], lb[i]) << "step " << 4 + i;
+  ASSERT_EQ(a.trainable().size(), b.trainable().size());
+  for (std::size_t i = 0; i < a.trainable().size(); ++i) {
+    EXPECT_TRUE(torch::equal(a.trainable()[i].second, b.trainable()[i].second)) << a.trainable()[i].first;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Runs, ResumeTest,
+                         ::testing::Values(Case{"full", {}}, Case{"lora_dropout", {"lora.rank=4", "lora.dropout=0.1"}},
+                                           Case{"bf16", {"model.dtype=bfloat16"}},
+                                           Case{"fp16", {"model.dtype=float16"}}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+class ResumeErrors : public ResumeTest {};
+
+TEST_P(ResumeErrors, ACheckpointOfAnotherSetupIsRefusedNamingTheManifest) {
+  const std::string whole = root_ + "/whole";
+  Trainer a(configFor(whole, {"train.max_steps=3"}));
+  ASSERT_TRUE(a.run());
+  const std::string manifest = whole + "/checkpoints/step-00000003/manifest.json";
+  try {
+    Trainer b(configFor(root_ + "/other", {"checkpoint.resume=" + whole + "/checkpoints/latest", "lora.rank=4"}));
+    FAIL() << "expected an error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("no such checkpoint directory"), std::string::npos) << e.what();
+  }
+  try {
+    Trainer b(configFor(root_ + "/other",
+                        {"checkpoint.dir=" + whole + "/checkpoints", "checkpoint.resume=latest", "lora.rank=4"}));
+    FAIL() << "expected an error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(manifest + ": the checkpoint's LoRA settings null differ"), std::string::npos)
+        << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Runs, ResumeErrors, ::testing::Values(Case{"full", {}}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace rp::train
