@@ -1,5 +1,6 @@
 // The one catch-all of every roundpipe executable: runs `body`, maps exceptions to exit codes and
-// prints them as one error line. Exit codes: 0 ok, 1 internal/system error, 2 bad input (docs/errors.md).
+// prints them as one error line. Exit codes: 0 ok, 1 internal/system error, 2 bad input, 3 preempted after
+// saving (train/preemption.h) (docs/errors.md).
 #pragma once
 
 #include <functional>

@@ -41,6 +41,7 @@ int run(int argc, char** argv, const rp::MpiSession& session) {
     for (const auto& line : config.values.describe()) RP_LOG_INFO("  {}", line);
   }
   if (printOnly) return rp::cli::kExitOk;
+  rp::train::installPreemptionHandlers();  // SIGTERM/SIGUSR1: save at the next step boundary, exit 3
   const auto devices = rp::device::probe();
   if (leader) RP_LOG_INFO("backend {}: {}", rp::device::backendName(devices.backend), devices.reason);
   if (session.identity().size == 1) {
@@ -49,6 +50,7 @@ int run(int argc, char** argv, const rp::MpiSession& session) {
   } else {
     rp::engine::PipelineRuntime runtime(std::move(config), session);
     runtime.run();
+    if (runtime.preempted()) return rp::train::kExitPreempted;
   }
   return rp::cli::kExitOk;
 }

@@ -64,7 +64,7 @@ Directive Coordination::begin(std::int64_t step, const std::function<std::string
   if (collecting() && step >= 2) {
     // Iteration t-2 is the newest one every rank has surely finished (Note [Layer fences] bounds the overlap
     // between iterations to one).
-    collect(step - 2, describeRank);
+    if (step - 2 >= collected_) collect(step - 2, describeRank);
     if (step % options_.replanEvery == 0) replan(step);
   }
   const Directive d = decide(step);
@@ -158,6 +158,7 @@ Directive Coordination::decide(std::int64_t step) {
   Directive d;
   d.step = step;
   d.planChanged = changed_;
+  d.stop = stop_;
   d.plan = plan_;
   if (options_.roundRobin) {
     d.table = schedule::dispatch(plan_, options_.workers, counter_);

@@ -40,11 +40,22 @@ class Coordination {
   // not measured by this rank). A no-op when nothing is re-planned.
   void report(std::int64_t step, const std::vector<double>& forwardMs, const std::vector<double>& backwardMs);
 
+  // Rank 0: the next directive tells every rank to stop before running its iteration (preemption).
+  void requestStop() { stop_ = true; }
+
   // Clean shutdown after iterations [0, steps): rank 0 takes every report still in flight, so no message of
   // this run is left for the next user of the channel.
   void finish(std::int64_t steps, const std::function<std::string(int)>& describeRank = {});
 
   const LayerProfile& profile() const { return profile_; }
+  // The round-robin counter: where the next iteration's dispatch starts (saved in checkpoints, so a resumed
+  // run assigns jobs to the same workers).
+  std::int64_t counter() const { return counter_; }
+  // A run resumed after `steps` iterations, with the saved counter: no reports of earlier steps will come.
+  void resumeAt(std::int64_t counter, std::int64_t steps) {
+    counter_ = counter;
+    collected_ = steps;
+  }
 
  private:
   bool collecting() const { return options_.replanEvery > 0 && options_.roundRobin; }
@@ -63,6 +74,7 @@ class Coordination {
   std::int64_t counter_ = 0;                         // round-robin dispatch counter, continued across iterations
   std::int64_t collected_ = 0;                       // rank 0: iterations whose reports are folded into the profile
   bool changed_ = true;                              // the next directive carries a new plan
+  bool stop_ = false;                                // the next directive says stop
   std::map<std::int64_t, std::vector<double>> own_;  // rank 0's reports not yet collected
 };
 

@@ -8,7 +8,7 @@
 namespace rp::coordinator {
 namespace {
 
-// Layout: version, step, planChanged, #forward, (begin, end)*, fused begin, fused end, #backward,
+// Layout: version, step, planChanged, stop, #forward, (begin, end)*, fused begin, fused end, #backward,
 // (begin, end)*, counterEnd, #jobs, (kind, stage, begin, end, worker)*.
 void put(std::vector<std::int64_t>& out, const schedule::Range& r) {
   out.push_back(r.begin);
@@ -51,7 +51,7 @@ class Reader {
 }  // namespace
 
 std::vector<std::int64_t> encode(const Directive& d) {
-  std::vector<std::int64_t> out{kDirectiveVersion, d.step, d.planChanged ? 1 : 0};
+  std::vector<std::int64_t> out{kDirectiveVersion, d.step, d.planChanged ? 1 : 0, d.stop ? 1 : 0};
   out.push_back(static_cast<std::int64_t>(d.plan.forward.size()));
   for (const auto& r : d.plan.forward) put(out, r);
   put(out, d.plan.fused);
@@ -80,6 +80,7 @@ Directive decode(const std::vector<std::int64_t>& words, int layerCount, int wor
   Directive d;
   d.step = in.next("step");
   d.planChanged = in.bounded("plan_changed", 0, 1) == 1;
+  d.stop = in.bounded("stop", 0, 1) == 1;
   for (int n = in.bounded("forward stages", 0, layerCount), i = 0; i < n; ++i)
     d.plan.forward.push_back(in.range(layerCount));
   d.plan.fused = in.range(layerCount);

@@ -11,11 +11,12 @@
 
 namespace rp::coordinator {
 
-inline constexpr std::int64_t kDirectiveVersion = 1;
+inline constexpr std::int64_t kDirectiveVersion = 2;
 
 struct Directive {
   std::int64_t step = 0;
   bool planChanged = false;  // true at the first iteration and whenever rank 0 re-partitioned
+  bool stop = false;         // do not run this iteration: save a checkpoint and exit (preemption)
   schedule::Plan plan;
   schedule::DispatchTable table;
   bool operator==(const Directive&) const = default;

@@ -46,6 +46,17 @@ void Fences::setFusedDone(std::int64_t iterations) {
   at(static_cast<std::size_t>(2 * layers_ + 2 * layers_ * ranks_)).store(iterations, std::memory_order_release);
 }
 
+void Fences::startAt(std::int64_t steps) {
+  for (int l = 0; l < layers_; ++l) {
+    at(static_cast<std::size_t>(layers_ + l)).store(steps, std::memory_order_release);
+    for (int r = 0; r < ranks_; ++r) {
+      setCopied(l, r, steps);
+      setConsumed(l, r, steps);
+    }
+  }
+  setFusedDone(steps);
+}
+
 void Fences::wait(std::size_t index, std::int64_t atLeast, const std::string& what, int lateRank) const {
   if (at(index).load(std::memory_order_acquire) >= atLeast) return;
   auto pause = std::chrono::microseconds(1);

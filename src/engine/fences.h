@@ -28,6 +28,10 @@ class Fences {
   void setCopied(int layer, int rank, std::int64_t steps);
   void setConsumed(int layer, int rank, std::int64_t steps);
   void setFusedDone(std::int64_t iterations);
+  // A run resumed after `steps` iterations: the per-iteration counters (copies, downloads, consumption, fused
+  // stage) start there, as if those iterations had run; uploads count from 0 (the runtime's counts are
+  // relative to the start). Before any rank starts.
+  void startAt(std::int64_t steps);
 
   void waitUploads(int layer, std::int64_t atLeast) const;
   void waitDownloads(int layer, std::int64_t atLeast) const;

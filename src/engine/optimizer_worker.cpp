@@ -195,6 +195,25 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
   return result;
 }
 
+std::vector<checkpoint::Slice> OptimizerWorker::stateSlices(bool withWeights) {
+  std::vector<checkpoint::Slice> out;
+  std::size_t a = 0;  // the tensor's index in adamw_ (trainable tensors, in order)
+  for (std::size_t i = 0; i < tensors_.size(); ++i) {
+    const auto& t = tensors_[i];
+    if (!t.trainable) continue;
+    const auto [begin, end] = slices_[i];
+    const auto offset = static_cast<std::int64_t>(begin), count = static_cast<std::int64_t>(end - begin);
+    auto add = [&](checkpoint::Kind kind, float* data) { out.push_back({kind, t.name, t.shape, offset, count, data}); };
+    add(checkpoint::Kind::kMaster, t.master + begin);
+    if (withWeights) add(checkpoint::Kind::kWeights, t.weights + begin);
+    add(checkpoint::Kind::kExpAvg, adamw_.expAvg(a).data());
+    add(checkpoint::Kind::kExpAvgSq, adamw_.expAvgSq(a).data());
+    if (options_.adamw.amsgrad) add(checkpoint::Kind::kMaxExpAvgSq, adamw_.maxExpAvgSq(a).data());
+    ++a;
+  }
+  return out;
+}
+
 void OptimizerWorker::publishMasters() {
   for (std::size_t i = 0; i < tensors_.size(); ++i) {
     const auto& tensor = tensors_[i];

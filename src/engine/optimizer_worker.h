@@ -20,6 +20,7 @@
 
 #include <mpi.h>
 
+#include "checkpoint/slices.h"
 #include "engine/activity.h"
 #include "engine/fences.h"
 #include "optim/adamw.h"
@@ -36,6 +37,7 @@ struct OptimTensor {
   std::vector<float*> slots;  // one gradient slot per layer in `layers` (trainable only)
   std::size_t numel;
   bool trainable;
+  std::vector<std::int64_t> shape;  // for checkpoints
 };
 
 struct OptimizerOptions {
@@ -74,6 +76,13 @@ class OptimizerWorker {
   std::vector<OptimizerResult> poll();
   // Copies this rank's slice of every master into the weights (after the last step).
   void publishMasters();
+
+  // Checkpoints (docs/checkpoint-format.md): this rank's part of the state — the masters, the AdamW moments
+  // and, when `withWeights`, the weights of its slice of every trainable tensor — as slices pointing into the
+  // store and the optimizer. Only while the thread is idle (every enqueued step waited for).
+  std::vector<checkpoint::Slice> stateSlices(bool withWeights);
+  std::int64_t stepCount() const { return adamw_.stepCount(); }
+  void restoreStepCount(std::int64_t steps) { adamw_.restoreStepCount(steps); }
 
  private:
   void loop();

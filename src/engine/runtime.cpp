@@ -21,6 +21,7 @@
 #include "trace/bubbles.h"
 #include "trace/progress.h"
 #include "train/batch.h"
+#include "train/preemption.h"
 #include "train/sample.h"
 #include "train/setup.h"
 
@@ -119,6 +120,16 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, const MpiSession& ses
     checkMpi(MPI_Comm_split(session_.world(), id.localRank, id.node, &crossNode_), "MPI_Comm_split(cross-node)");
   }
   buildStore();
+  if (id.node == 0) {
+    const checkpoint::CheckpointDir checkpoints(c.checkpoint.dir);
+    if (leader_) checkpoints.removeStale();
+    saver_ = std::make_unique<checkpoint::Saver>(
+        checkpoints,
+        checkpoint::SaverOptions{static_cast<int>(c.checkpoint.keep), c.checkpoint.stopOnError, c.checkpoint.async,
+                                 worldRank_},
+        session_.node());
+  }
+  if (const auto resume = train::openResume(c)) restore(*resume);
 }
 
 PipelineRuntime::~PipelineRuntime() {
@@ -182,9 +193,14 @@ void PipelineRuntime::buildStore() {
 
   std::vector<OptimTensor> tensors;
   for (const auto& t : model_->tensors()) {
-    OptimTensor o{t.name,     t.layers, store_->floats(weightRegion(t.name)),
-                  nullptr,    {},       static_cast<std::size_t>(t.local.numel()),
-                  t.trainable};
+    OptimTensor o{t.name,
+                  t.layers,
+                  store_->floats(weightRegion(t.name)),
+                  nullptr,
+                  {},
+                  static_cast<std::size_t>(t.local.numel()),
+                  t.trainable,
+                  t.local.sizes().vec()};
     if (t.trainable) {
       o.master = store_->floats(masterRegion(t.name));
       for (int l : t.layers) o.slots.push_back(store_->floats(gradRegion(t.name, l)));
@@ -220,7 +236,7 @@ torch::Tensor PipelineRuntime::storeWeight(const std::string& name) const {
   RP_THROW(InputError, "no tensor named '{}' in the pipeline model", name);
 }
 
-void PipelineRuntime::step(std::int64_t step) {
+void PipelineRuntime::step(std::int64_t step, const coordinator::Directive& directive) {
   activity_->set(rank_, 0, fmt::format("starting step {}", step + 1));
   fault::maybeInject(worldRank_, step);
   const auto& c = config_;
@@ -233,13 +249,13 @@ void PipelineRuntime::step(std::int64_t step) {
   }
   const auto rows = data::shardRows(allRows, session_.identity().node, session_.identity().nodeCount);
   stepSizes_.push_back({data.tokens, data.targets, packer_->cursor().epoch});
+  tokensSeen_ += data.tokens;
+  targetTokensSeen_ += data.targets;
   for (std::int64_t mb = 0; mb < c.train.microbatches; ++mb) {
     const auto begin = static_cast<std::size_t>(mb * rowsPerMicrobatch_);
     data.batches.push_back(train::toBatch(rows, begin, begin + static_cast<std::size_t>(rowsPerMicrobatch_)));
     data.contexts.push_back(model_->model().rotary().context(data.batches.back(), torch::kFloat));
   }
-  // Rank 0's plan and dispatch table for this iteration (the stall message can describe node-local ranks).
-  const auto directive = coordination_->begin(step, describeWorldRank());
   if (directive.planChanged) {
     plan_ = directive.plan;
     setCheckpoints();
@@ -316,7 +332,7 @@ std::vector<trace::StepMetrics> PipelineRuntime::run() {
   std::unique_ptr<trace::Progress> progress;
   if (leader_) {
     train::writeEffectiveConfig(c);
-    metrics = std::make_unique<trace::MetricsWriter>(c.output.dir);
+    metrics = std::make_unique<trace::MetricsWriter>(c.output.dir, startStep_);
     progress = std::make_unique<trace::Progress>(c.train.maxSteps, c.output.logEvery);
     if (!c.output.samplePrompt.empty()) std::printf("sample before: %s\n", sample(c.output.samplePrompt).c_str());
   }
@@ -326,7 +342,7 @@ std::vector<trace::StepMetrics> PipelineRuntime::run() {
     if (!leader_) return;
     for (const auto& r : results) {
       const auto now = r.finished;  // step time = time between consecutive finished optimizer steps
-      const StepSize& size = stepSizes_[static_cast<std::size_t>(r.step)];
+      const StepSize& size = stepSizes_[static_cast<std::size_t>(r.step - startStep_)];
       trace::StepMetrics m;
       m.step = r.step + 1;
       m.loss = r.lossSum / static_cast<double>(std::max<std::int64_t>(1, size.targets));
@@ -346,15 +362,33 @@ std::vector<trace::StepMetrics> PipelineRuntime::run() {
       all.push_back(m);
     }
   };
-  std::int64_t steps = 0;
+  std::int64_t steps = startStep_, saved = startStep_;
   for (; steps < c.train.maxSteps; ++steps) {
     if (c.train.epochs > 0 && packer_->cursor().epoch >= c.train.epochs) break;
-    step(steps);
+    // Rank 0's plan and dispatch table for this iteration, or its order to stop (a preemption signal
+    // reached rank 0: Slurm and mpirun deliver SIGTERM/SIGUSR1 to every rank).
+    if (leader_ && train::preemptionSignal() != 0) coordination_->requestStop();
+    const auto directive = coordination_->begin(steps, describeWorldRank());
+    if (directive.stop) {
+      if (leader_) RP_LOG_WARN("signal {} received: saving a checkpoint and stopping", train::preemptionSignal());
+      preempted_ = true;
+      break;
+    }
+    step(steps, directive);
     report(optimizer_->poll());
+    if (c.checkpoint.every > 0 && (steps + 1) % c.checkpoint.every == 0) {
+      saveCheckpoint(steps + 1);
+      saved = steps + 1;
+      report(optimizer_->poll());
+    }
+    if (saver_) saver_->check();
   }
   coordination_->finish(steps, describeWorldRank());
-  if (steps > 0) optimizer_->waitFor(steps - 1);
+  if (steps > startStep_) optimizer_->waitFor(steps - 1);
   report(optimizer_->poll());
+  // The last step is always saved: it is what roundpipe_export and a later --resume start from.
+  if (steps > saved) saveCheckpoint(steps);
+  if (saver_) saver_->finish();
   // Every rank's optimizer is done: publish the final masters (each rank its slices) for sampling and export.
   checkMpi(MPI_Barrier(session_.node()), "MPI_Barrier(optimizer done)");
   optimizer_->publishMasters();

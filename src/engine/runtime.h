@@ -15,6 +15,7 @@
 
 #include <mpi.h>
 
+#include "checkpoint/saver.h"
 #include "config/run_config.h"
 #include "control/channel.h"
 #include "coordinator/coordinator.h"
@@ -32,6 +33,7 @@
 #include "schedule/plan.h"
 #include "trace/metrics.h"
 #include "trace/timeline.h"
+#include "train/checkpointing.h"
 #include "world/mpi_session.h"
 
 namespace rp::engine {
@@ -41,9 +43,11 @@ class PipelineRuntime {
   PipelineRuntime(config::RunConfig config, const MpiSession& session);
   ~PipelineRuntime();
 
-  // Trains for train.max_steps; returns the per-step metrics on rank 0 (empty on other ranks) and writes
-  // metrics.jsonl there.
+  // Trains for train.max_steps (from the checkpoint's step when resuming); returns the per-step metrics on
+  // rank 0 (empty on other ranks) and writes metrics.jsonl there. Saves checkpoints (checkpoint.*).
   std::vector<trace::StepMetrics> run();
+  // A preemption signal (train/preemption.h) stopped run() after saving.
+  bool preempted() const { return preempted_; }
 
   const schedule::Plan& plan() const { return plan_; }
   // A tensor's current weights in the store (a copy), by HF/PEFT name.
@@ -62,7 +66,7 @@ class PipelineRuntime {
   };
   void buildStore();
   void setCheckpoints();
-  void step(std::int64_t step);
+  void step(std::int64_t step, const coordinator::Directive& directive);
   void runJob(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table, const StepData& data);
   void runMicrobatch(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table, const StepData& data,
                      int mb);
@@ -77,6 +81,9 @@ class PipelineRuntime {
   std::string sample(const std::string& prompt);
   // Writes this rank's trace, and on rank 0 the merged trace and the bubble report.
   void finishTrace();
+  // Checkpoints (runtime_state.cpp): the state after `steps` iterations, and resuming from one.
+  void saveCheckpoint(std::int64_t steps);
+  void restore(const train::Resume& resume);
   std::function<std::string(int)> describeWorldRank() const;
   control::StallPolicy stallPolicy() const;
 
@@ -111,7 +118,11 @@ class PipelineRuntime {
   std::unique_ptr<ActivityBoard> activity_;
   std::unique_ptr<Fences> fences_;
   std::unique_ptr<OptimizerWorker> optimizer_;
-  std::vector<StepSize> stepSizes_;
+  std::vector<StepSize> stepSizes_;  // of steps startStep_, startStep_ + 1, ...
+  std::int64_t startStep_ = 0;       // > 0 when resumed
+  std::int64_t tokensSeen_ = 0, targetTokensSeen_ = 0;
+  std::unique_ptr<checkpoint::Saver> saver_;  // node 0's ranks write checkpoints
+  bool preempted_ = false;
 };
 
 }  // namespace rp::engine

@@ -141,7 +141,6 @@ std::string Trainer::sample(const std::string& prompt, std::int64_t tokens) {
 bool Trainer::run() {
   const auto& c = config_;
   writeEffectiveConfig(c);
-  installPreemptionHandlers();
   const checkpoint::CheckpointDir checkpoints(c.checkpoint.dir);
   checkpoints.removeStale();
   checkpoint::Saver saver(checkpoints,

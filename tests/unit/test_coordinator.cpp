@@ -48,14 +48,16 @@ void onThreadsAsRanks(int ranks, Fn&& body) {
   for (int r = 0; r < ranks; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
 }
 
-TEST(Coordinator, EveryRankRunsRankZerosTableAndTheCounterContinues) {
+TEST(Coordinator, EveryRankRunsRankZerosTableTheCounterContinuesAndAStopReachesAll) {
   const LayerCosts proxy = uniform(6, 3.0);
   const Plan plan = schedule::partition(proxy, {3, 1.1, 0}).plan;
   std::vector<std::vector<Directive>> got(3);
   onThreadsAsRanks(3, [&](control::ControlChannel& channel) {
     Coordination coordination(channel, {3, 1, true, 0, 0, {10.0, 10.0}}, plan, proxy);
-    for (int step = 0; step < 4; ++step)
+    for (int step = 0; step < 4; ++step) {
+      if (step == 3 && channel.rank() == 0) coordination.requestStop();  // e.g. a preemption signal
       got[static_cast<std::size_t>(channel.rank())].push_back(coordination.begin(step));
+    }
   });
   std::int64_t counter = 0;
   for (int step = 0; step < 4; ++step) {
@@ -67,6 +69,7 @@ TEST(Coordinator, EveryRankRunsRankZerosTableAndTheCounterContinues) {
       EXPECT_EQ(d.plan, plan);
       EXPECT_EQ(d.table, expected) << "rank " << r << " step " << step;
       EXPECT_EQ(d.planChanged, step == 0);
+      EXPECT_EQ(d.stop, step == 3) << "rank " << r << " step " << step;
     }
   }
 }
@@ -185,6 +188,7 @@ TEST(Directive, RoundTripsAndRejectsSkewAndCorruption) {
   Directive d;
   d.step = 7;
   d.planChanged = true;
+  d.stop = true;
   d.plan = schedule::partition(proxy, {3, 1.1, 0}).plan;
   d.table = schedule::dispatch(d.plan, 3, 11);
   const auto words = encode(d);
@@ -199,8 +203,8 @@ TEST(Directive, RoundTripsAndRejectsSkewAndCorruption) {
     return std::string("no error");
   };
   auto skewed = words;
-  skewed[0] = 2;
-  EXPECT_NE(errorOf(skewed, 3).find("has version 2, this binary speaks version 1"), std::string::npos);
+  skewed[0] = 99;
+  EXPECT_NE(errorOf(skewed, 3).find("has version 99, this binary speaks version 2"), std::string::npos);
   auto truncated = words;
   truncated.pop_back();
   EXPECT_NE(errorOf(truncated, 3).find("directive from rank 0 is truncated"), std::string::npos);

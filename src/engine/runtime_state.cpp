@@ -1,0 +1,71 @@
+// The pipeline runtime's checkpoints (docs/checkpoint-format.md): node 0's ranks each save their optimizer
+// slices of the node store; every rank restores the slices it owns under its own layout, so a checkpoint
+// resumes with any number of workers.
+#include <torch/torch.h>
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "engine/runtime.h"
+
+namespace rp::engine {
+
+using nlohmann::json;
+
+void PipelineRuntime::saveCheckpoint(std::int64_t steps) {
+  const auto& c = config_;
+  optimizer_->waitFor(steps - 1);  // the optimizer is idle: its slices hold the state after `steps` steps
+  if (!saver_) return;             // nodes other than 0 hold replicas of node 0's state
+  checkpoint::SaveJob job;
+  job.step = steps;
+  // In async mode the weights the next iteration uploads (W_{t-1}) differ from the masters (W_t): saved too.
+  for (const auto& s : optimizer_->stateSlices(c.optim.async)) {
+    checkpoint::StagedSlice staged{s, std::vector<float>(s.data, s.data + s.count)};
+    staged.slice.data = nullptr;
+    job.slices.push_back(std::move(staged));
+  }
+  if (leader_) {
+    job.manifest = train::describeRun(c);
+    job.manifest.training = {{"tokens_seen", tokensSeen_},
+                             {"target_tokens_seen", targetTokensSeen_},
+                             {"optimizer", train::optimizerJson(c, optimizer_->stepCount())},
+                             {"lr_schedule", {{"kind", c.optim.schedule}, {"step", steps}}},
+                             {"loss_scaler", nullptr},
+                             {"data_cursor", train::cursorJson(packer_->cursor())},
+                             // Every rank draws the same random numbers (the pipeline has no dropout).
+                             {"rng", json::array({{{"rank", 0}, {"torch_cpu", train::rngState()}}})},
+                             {"optim_mode", c.optim.async ? "async" : "sync"},
+                             {"workers", workers_},
+                             {"nodes", session_.identity().nodeCount},
+                             {"dispatch_counter", coordination_->counter()}};
+  }
+  saver_->save(std::move(job));
+}
+
+void PipelineRuntime::restore(const train::Resume& r) {
+  const auto& c = config_;
+  bool savedWeights = false;
+  for (const auto& s : r.manifest.slices) savedWeights = savedWeights || s.kind == checkpoint::Kind::kWeights;
+  // Async runs continue with the saved one-step-stale weights; sync runs (or checkpoints without them) start
+  // from weights = masters.
+  const bool withWeights = c.optim.async && savedWeights;
+  checkpoint::readSlices(r.dir, r.manifest, optimizer_->stateSlices(withWeights));
+  if (!withWeights) optimizer_->publishMasters();
+  const json& t = r.manifest.training;
+  try {
+    optimizer_->restoreStepCount(t.at("optimizer").at("step_count").get<std::int64_t>());
+    tokensSeen_ = t.at("tokens_seen").get<std::int64_t>();
+    targetTokensSeen_ = t.at("target_tokens_seen").get<std::int64_t>();
+    packer_ = std::make_unique<data::Packer>(corpus_, c.train.seqLen, static_cast<std::uint64_t>(c.train.seed),
+                                             train::cursorFromJson(t.at("data_cursor"), r.where()));
+    train::restoreRng(t.at("rng").at(0).at("torch_cpu").get<std::string>(), r.where());
+    coordination_->resumeAt(t.value("dispatch_counter", std::int64_t{0}), r.manifest.step);
+  } catch (const json::exception& e) {
+    RP_THROW(InputError, "{}: the training state is incomplete: {}", r.where(), e.what());
+  }
+  startStep_ = r.manifest.step;
+  if (session_.identity().localRank == 0) fences_->startAt(startStep_);
+  checkMpi(MPI_Barrier(session_.node()), "MPI_Barrier(checkpoint restored)");
+}
+
+}  // namespace rp::engine

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Pipeline checkpoints end to end with real processes (docs/checkpoint-format.md):
+#  1. resharding: a 4-worker run saved at step 3 resumes on 4, 2, 3 workers and on the single-process trainer;
+#     losses of steps 4..6 equal the uninterrupted run's (bitwise on 4 workers, 1e-6 relative otherwise);
+#  2. async mode resumes bitwise (the saved one-step-stale weights); so do LoRA and, with $RP_GOLDEN_DIR, the
+#     generated Qwen3;
+#  3. kill -9 of a rank at each point of a save: the next start resumes from the previous checkpoint (or the
+#     newer complete one), never from a partial one, and removes the partial directory;
+#  4. SIGUSR1 to mpirun: the run saves at the next step boundary and exits with code 3; resuming finishes it.
+# Usage: checkpoint_resume.sh <roundpipe_train> <fixtures dir> <mpiexec> [mpiexec flags...]
+set -uo pipefail
+train="$1"; fixtures="$2"; shift 2
+mpi=("$@")
+model="$fixtures/models/tinystories-656k"
+if [[ ! -d "$model" ]]; then echo "SKIP: $model not found"; exit 0; fi
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+# run <dir> <ranks> [--set ...]: one training run into <dir>; returns the exit code.
+run() {
+  local dir="$1" n="$2"; shift 2
+  RP_NUM_THREADS=1 timeout 120 "${mpi[@]}" -n "$n" "$train" --config /dev/null \
+    --set "model.path=$model" --set "data.path=$fixtures/text/tinyshakespeare.txt" \
+    --set train.seq_len=32 --set train.global_batch=12 --set train.microbatches=3 --set train.max_steps=6 \
+    --set optim.schedule=cosine --set optim.warmup_steps=2 --set optim.lr=3e-3 \
+    --set checkpoint.every=3 --set "output.dir=$dir" "$@" >"$dir.log" 2>&1
+}
+
+# same_losses <a> <b> <first step> <rel tol>: metrics of steps >= first agree.
+same_losses() {
+  python3 - "$1/metrics.jsonl" "$2/metrics.jsonl" "$3" "$4" <<'PY' || { cat "$2.log" | tail -20; fail "losses of $2 differ from $1"; }
+import json, sys
+def load(p): return {j["step"]: j["loss"] for j in map(json.loads, open(p))}
+a, b, first, tol = load(sys.argv[1]), load(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+steps = [s for s in sorted(a) if s >= first]
+assert steps and all(s in b for s in steps), (sorted(a), sorted(b))
+for s in steps:
+    rel = abs(a[s] - b[s]) / abs(a[s])
+    assert (a[s] == b[s]) if tol == 0 else rel <= tol, f"step {s}: {a[s]!r} vs {b[s]!r} (rel {rel:.3g})"
+print(f"ok: {sys.argv[2]} steps {steps[0]}..{steps[-1]} match (tol {tol})")
+PY
+}
+
+# 1. Resharding (sync).
+run "$work/w4" 4 --set optim.mode=sync || { tail -20 "$work/w4.log"; fail "the 4-worker run failed"; }
+[[ -f "$work/w4/checkpoints/step-00000003/manifest.json" ]] || fail "no step-3 checkpoint"
+for n in 4 2 3 1; do
+  run "$work/r$n" "$n" --set optim.mode=sync --resume "$work/w4/checkpoints/step-00000003" ||
+    { tail -20 "$work/r$n.log"; fail "resuming on $n worker(s) failed"; }
+  grep -q "resuming from .*step-00000003 (step 3)" "$work/r$n.log" || fail "r$n did not say it resumed"
+  if [[ $n == 4 ]]; then same_losses "$work/w4" "$work/r$n" 4 0; else same_losses "$work/w4" "$work/r$n" 4 1e-6; fi
+done
+
+# 2. Async mode, same workers: bitwise.
+run "$work/a2" 2 --set optim.mode=async || fail "the async run failed"
+run "$work/ra2" 2 --set optim.mode=async --resume "$work/a2/checkpoints/step-00000003" || fail "async resume failed"
+same_losses "$work/a2" "$work/ra2" 4 0
+
+# LoRA (adapters only; the base comes from model.path) and the generated Qwen3: bitwise on the same workers.
+run "$work/l2" 2 --set optim.mode=sync --set lora.rank=4 || fail "the LoRA run failed"
+run "$work/rl2" 2 --set optim.mode=sync --set lora.rank=4 --resume "$work/l2/checkpoints/step-00000003" ||
+  fail "LoRA resume failed"
+same_losses "$work/l2" "$work/rl2" 4 0
+if [[ -d "${RP_GOLDEN_DIR:-}/qwen3-tiny" ]]; then
+  q=(--set "model.path=$RP_GOLDEN_DIR/qwen3-tiny" --set optim.mode=sync
+     --set "model.tokenizer=$(cd "$(dirname "$0")/../../configs/builtin-tiny" && pwd)")
+  run "$work/q3" 3 "${q[@]}" || { tail -20 "$work/q3.log"; fail "the Qwen3 run failed"; }
+  run "$work/rq3" 3 "${q[@]}" --resume "$work/q3/checkpoints/step-00000003" || fail "Qwen3 resume failed"
+  same_losses "$work/q3" "$work/rq3" 4 0
+else
+  echo "note: RP_GOLDEN_DIR/qwen3-tiny absent, the generated Qwen3 case is not run"
+fi
+
+# 3. kill -9 during a save (every 2 steps; the save of step 4 is hit).
+for point in 1:4:save-shard 0:4:save-manifest 0:4:save-rename; do
+  dir="$work/k-${point//:/-}"
+  RP_FAULT_INJECT="kill:$point" run "$dir" 2 --set optim.mode=sync --set checkpoint.every=2 && fail "$point: the run survived its kill"
+  [[ -d "$dir/checkpoints/step-00000002" ]] || fail "$point: the step-2 checkpoint is gone"
+  expect=2; [[ $point == *save-rename ]] && expect=4   # renamed, pointer not updated: complete, so it wins
+  run "$dir" 2 --set optim.mode=sync --set checkpoint.every=2 --resume latest || { tail -20 "$dir.log"; fail "$point: resume failed"; }
+  grep -q "resuming from .*step-0000000$expect (step $expect)" "$dir.log" || { tail -20 "$dir.log"; fail "$point: did not resume from step $expect"; }
+  [[ -e "$dir/checkpoints/step-00000004.tmp" ]] && fail "$point: the partial save was left behind"
+  same_losses "$work/w4" "$dir" $((expect + 1)) 1e-6
+  echo "ok: kill at $point -> resumed from step $expect"
+done
+
+# 4. Preemption: SIGUSR1 to mpirun mid-run.
+dir="$work/pre"
+RP_NUM_THREADS=1 "${mpi[@]}" -n 2 "$train" --config /dev/null \
+  --set "model.path=$model" --set "data.path=$fixtures/text/tinyshakespeare.txt" \
+  --set train.seq_len=32 --set train.global_batch=12 --set train.microbatches=3 --set train.max_steps=100000 \
+  --set "output.dir=$dir" >"$dir.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do [[ -s "$dir/metrics.jsonl" ]] && break; sleep 0.1; done
+kill -USR1 "$pid"
+wait "$pid"; code=$?
+[[ $code -eq 3 ]] || { tail -20 "$dir.log"; fail "preempted run exited $code, expected 3"; }
+latest=$(cat "$dir/checkpoints/latest") || fail "no checkpoint after preemption"
+echo "ok: SIGUSR1 -> exit 3 with $latest"
