@@ -122,17 +122,18 @@ fs::path CheckpointDir::resolve(const std::string& spec) const {
     // The pointer names the newest published checkpoint; a crash between the rename and the pointer update
     // leaves a newer complete one, which wins.
     const auto found = newest();
-    if (!found) RP_THROW(InputError, "--resume latest: no complete checkpoint in {}", root_.string());
+    if (!found)
+      RP_THROW(InputError, "{}: no complete checkpoint (a step-N directory with a manifest.json)", root_.string());
     return *found;
   }
   const fs::path direct(spec);
   const fs::path candidate = fs::is_directory(direct) ? direct : root_ / spec;
   if (!fs::is_directory(candidate)) {
-    RP_THROW(InputError, "--resume {}: no such checkpoint directory (looked at {} and {})", spec, direct.string(),
+    RP_THROW(InputError, "checkpoint '{}': no such checkpoint directory (looked at {} and {})", spec, direct.string(),
              (root_ / spec).string());
   }
   if (candidate.filename().string().ends_with(".tmp")) {
-    RP_THROW(InputError, "--resume {}: {} is a partial save (a .tmp directory) and is never loaded", spec,
+    RP_THROW(InputError, "checkpoint '{}': {} is a partial save (a .tmp directory) and is never loaded", spec,
              candidate.string());
   }
   return candidate;

@@ -74,6 +74,7 @@ checkpoint::Manifest describeRun(const config::RunConfig& c) {
              {"type", modelConfig.value("model_type", "")},
              {"dtype", c.model.dtype},
              {"init", c.model.randomInit ? "random" : "pretrained"},
+             {"tokenizer", std::filesystem::absolute(c.model.tokenizer).string()},
              {"config", modelConfig}};
   m.lora = loraJson(c);
   std::ostringstream toml;

@@ -6,7 +6,8 @@
 #     generated Qwen3;
 #  3. kill -9 of a rank at each point of a save: the next start resumes from the previous checkpoint (or the
 #     newer complete one), never from a partial one, and removes the partial directory;
-#  4. SIGUSR1 to mpirun: the run saves at the next step boundary and exits with code 3; resuming finishes it.
+#  4. SIGUSR1 to mpirun: the run saves at the next step boundary and exits with code 3;
+#  5. roundpipe_export of the newest checkpoint (bf16), and its error for --adapter on a full fine-tune.
 # Usage: checkpoint_resume.sh <roundpipe_train> <fixtures dir> <mpiexec> [mpiexec flags...]
 set -uo pipefail
 train="$1"; fixtures="$2"; shift 2
@@ -98,3 +99,13 @@ wait "$pid"; code=$?
 [[ $code -eq 3 ]] || { tail -20 "$dir.log"; fail "preempted run exited $code, expected 3"; }
 latest=$(cat "$dir/checkpoints/latest") || fail "no checkpoint after preemption"
 echo "ok: SIGUSR1 -> exit 3 with $latest"
+
+# 5. roundpipe_export takes a checkpoints directory (its newest checkpoint) and writes a HF model directory.
+"$(dirname "$train")/roundpipe_export" --checkpoint "$dir/checkpoints" --output "$work/hf" --dtype bfloat16 \
+  >"$work/export.log" 2>&1 || { cat "$work/export.log"; fail "roundpipe_export failed"; }
+for f in config.json model.safetensors tokenizer.json; do [[ -f "$work/hf/$f" ]] || fail "export: $f missing"; done
+grep -q '"torch_dtype": "bfloat16"' "$work/hf/config.json" || fail "export: config.json lacks torch_dtype bfloat16"
+"$(dirname "$train")/roundpipe_export" --checkpoint "$dir/checkpoints" --output "$work/peft" --adapter \
+  >"$work/export.log" 2>&1 && fail "--adapter of a full fine-tune must fail"
+grep -q "needs a LoRA run" "$work/export.log" || { cat "$work/export.log"; fail "export: unclear --adapter error"; }
+echo "ok: roundpipe_export"

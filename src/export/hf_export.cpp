@@ -1,0 +1,179 @@
+#include "export/hf_export.h"
+
+#include <fstream>
+#include <map>
+
+#include <torch/torch.h>
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/manifest.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "model/safetensors_writer.h"
+#include "model/torch_bridge.h"
+
+namespace rp::exporting {
+namespace fs = std::filesystem;
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kPeftPrefix = "base_model.model.";
+
+struct Target {
+  torch::ScalarType torch;
+  safetensors::DType file;
+  const char* name;
+};
+
+Target targetFor(const std::string& dtype, const std::string& where) {
+  if (dtype == "float32") return {torch::kFloat, safetensors::DType::kF32, "float32"};
+  if (dtype == "bfloat16") return {torch::kBFloat16, safetensors::DType::kBF16, "bfloat16"};
+  if (dtype == "float16") return {torch::kHalf, safetensors::DType::kF16, "float16"};
+  RP_THROW(InputError, "{}: dtype '{}': expected float32, bfloat16 or float16", where, dtype);
+}
+
+// Every tensor's masters from the checkpoint, whole, in fp32.
+std::map<std::string, torch::Tensor> readMasters(const fs::path& dir, const checkpoint::Manifest& m) {
+  std::map<std::string, torch::Tensor> out;
+  std::vector<checkpoint::Slice> wanted;
+  for (const auto& s : m.slices) {
+    if (s.kind != checkpoint::Kind::kMaster || out.count(s.tensor)) continue;
+    torch::Tensor t = torch::empty(s.shape, torch::kFloat);
+    wanted.push_back({checkpoint::Kind::kMaster, s.tensor, s.shape, 0, t.numel(), t.data_ptr<float>()});
+    out.emplace(s.tensor, t);
+  }
+  checkpoint::readSlices(dir, m, wanted);
+  return out;
+}
+
+void writeJson(const fs::path& path, const json& j) {
+  std::ofstream out(path);
+  out << j.dump(2) << '\n';
+  out.flush();
+  if (!out) RP_THROW(SystemError, "{}: write failed", path.string());
+}
+
+// Tensors in name order, in `target`'s dtype, split into files of at most `maxBytes` (HF's layout:
+// model.safetensors alone, or model-0000i-of-0000n.safetensors with model.safetensors.index.json).
+void writeSharded(const fs::path& out, const std::string& stem, const std::map<std::string, torch::Tensor>& tensors,
+                  const Target& target, double maxBytes) {
+  std::vector<std::vector<std::pair<std::string, torch::Tensor>>> shards(1);
+  double bytes = 0, total = 0;
+  for (const auto& [name, t] : tensors) {
+    torch::Tensor c = t.to(target.torch).contiguous();
+    const double n = static_cast<double>(c.nbytes());
+    if (!shards.back().empty() && bytes + n > maxBytes) {
+      shards.emplace_back();
+      bytes = 0;
+    }
+    shards.back().emplace_back(name, c);
+    bytes += n;
+    total += n;
+  }
+  json weightMap = json::object();
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    const std::string file = shards.size() == 1
+                                 ? stem + ".safetensors"
+                                 : fmt::format("{}-{:05d}-of-{:05d}.safetensors", stem, i + 1, shards.size());
+    std::vector<safetensors::OutTensor> list;
+    for (const auto& [name, c] : shards[i]) {
+      list.push_back({name, target.file, c.sizes().vec(), c.data_ptr()});
+      weightMap[name] = file;
+    }
+    safetensors::writeFile((out / file).string(), list);
+  }
+  if (shards.size() > 1) {
+    writeJson(out / (stem + ".safetensors.index.json"),
+              {{"metadata", {{"total_size", static_cast<std::int64_t>(total)}}}, {"weight_map", weightMap}});
+  }
+}
+
+void copyIfPresent(const fs::path& from, const fs::path& to) {
+  if (!fs::exists(from)) return;
+  std::error_code ec;
+  fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
+  if (ec) RP_THROW(SystemError, "cannot copy {} to {}: {}", from.string(), to.string(), ec.message());
+}
+
+std::string projectionName(const std::string& target) {
+  return target + "_proj";  // q -> q_proj, gate -> gate_proj (the layer names lora.targets abbreviates)
+}
+
+}  // namespace
+
+void exportCheckpoint(const fs::path& dir, const fs::path& out, const ExportOptions& options) {
+  const checkpoint::Manifest m = checkpoint::readManifest(dir);
+  const std::string where = (dir / "manifest.json").string();
+  const Target target = targetFor(options.dtype.empty() ? m.model.value("dtype", "float32") : options.dtype, where);
+  const fs::path base = m.model.value("path", ""), tokenizer = m.model.value("tokenizer", m.model.value("path", ""));
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec) RP_THROW(SystemError, "cannot create {}: {}", out.string(), ec.message());
+  std::map<std::string, torch::Tensor> masters = readMasters(dir, m);
+
+  if (options.adapter) {
+    if (m.lora.is_null())
+      RP_THROW(InputError, "{}: --adapter needs a LoRA run; this checkpoint is a full fine-tune", where);
+    std::vector<std::string> modules;
+    for (const auto& t : m.lora.at("targets")) modules.push_back(projectionName(t.get<std::string>()));
+    writeJson(out / "adapter_config.json", {{"peft_type", "LORA"},
+                                            {"task_type", "CAUSAL_LM"},
+                                            {"base_model_name_or_path", base.string()},
+                                            {"r", m.lora.at("rank")},
+                                            {"lora_alpha", m.lora.at("alpha")},
+                                            {"lora_dropout", m.lora.at("dropout")},
+                                            {"target_modules", modules},
+                                            {"bias", "none"},
+                                            {"fan_in_fan_out", false},
+                                            {"inference_mode", true},
+                                            {"init_lora_weights", true},
+                                            {"use_rslora", false},
+                                            {"use_dora", false},
+                                            {"modules_to_save", nullptr}});
+    writeSharded(out, "adapter_model", masters, target, 1e30);
+    RP_LOG_INFO("exported the LoRA adapter of {} (step {}) to {}", dir.string(), m.step, out.string());
+    return;
+  }
+
+  // The model: the base's tensors (pretrained runs), the trained masters over them, LoRA merged in.
+  std::map<std::string, torch::Tensor> weights;
+  if (m.model.value("init", "pretrained") == "pretrained") {
+    const safetensors::CheckpointReader reader(base.string());
+    for (const auto& name : reader.names()) weights[name] = model::toTorch(reader.get(name)).to(torch::kFloat);
+  }
+  const double scale = m.lora.is_null() ? 0.0 : m.lora.at("alpha").get<double>() / m.lora.at("rank").get<double>();
+  for (auto& [name, t] : masters) {
+    if (name.rfind(kPeftPrefix, 0) != 0) {
+      weights[name] = t;
+      continue;
+    }
+    const auto a = name.find(".lora_A.weight");
+    if (a == std::string::npos) continue;  // lora_B: merged with its A
+    const std::string module = name.substr(std::strlen(kPeftPrefix), a - std::strlen(kPeftPrefix));
+    const auto w = weights.find(module + ".weight");
+    const auto b = masters.find(name.substr(0, a) + ".lora_B.weight");
+    if (w == weights.end() || b == masters.end()) {
+      RP_THROW(InputError, "{}: LoRA tensor {} has no base weight {}.weight in {} or no lora_B", where, name, module,
+               base.string());
+    }
+    w->second = w->second + scale * torch::matmul(b->second, t);  // W + (alpha / r) B A
+  }
+  // Tied embeddings are stored once, as the embedding (what save_pretrained writes); a base checkpoint that
+  // stored them as lm_head.weight would otherwise shadow the trained embedding.
+  if (m.model.at("config").value("tie_word_embeddings", false) && weights.count("model.embed_tokens.weight")) {
+    weights.erase("lm_head.weight");
+  }
+  json config = m.model.at("config");
+  config["torch_dtype"] = target.name;
+  writeJson(out / "config.json", config);
+  writeSharded(out, "model", weights, target, options.maxShardBytes);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"}) {
+    copyIfPresent(tokenizer / f, out / f);
+  }
+  copyIfPresent(base / "generation_config.json", out / "generation_config.json");
+  RP_LOG_INFO("exported {} (step {}{}) to {} as {}", dir.string(), m.step, m.lora.is_null() ? "" : ", LoRA merged",
+              out.string(), target.name);
+}
+
+}  // namespace rp::exporting
