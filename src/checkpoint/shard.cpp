@@ -5,6 +5,7 @@
 #include <set>
 
 #include <hdf5.h>
+#include <unistd.h>
 
 #include "checkpoint/directory.h"
 #include "common/error.h"
@@ -30,6 +31,8 @@ class Handle {
   Handle& operator=(const Handle&) = delete;
   hid_t get() const { return id_; }
   bool ok() const { return id_ >= 0; }
+  // Leaves the object open (the file's strong close takes it: see abandon()).
+  void release() { id_ = -1; }
   // Closes now; false on failure (a close is where buffered writes reach the disk).
   bool close() {
     const herr_t rc = id_ >= 0 ? close_(id_) : 0;
@@ -42,9 +45,24 @@ class Handle {
   herr_t (*close_)(hid_t);
 };
 
+// No HDF5 error stacks on stderr: errors become exceptions. Per call: the library is built thread-safe,
+// where this setting is per thread (saves run on the saver's thread).
 void quiet() {
-  static const bool once = [] { return H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr) >= 0; }();
-  (void)once;
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
+
+// After a failed write (e.g. ENOSPC): frees the file's blocks so that HDF5's closing flush of its
+// metadata fits, closes the file and every object left open in it (H5F_CLOSE_STRONG), and removes it. A
+// file whose close failed would otherwise stay in HDF5's table and crash the library at exit.
+void abandon(hid_t file, const std::filesystem::path& path) {
+  void* handle = nullptr;
+  if (H5Fget_vfd_handle(file, H5P_DEFAULT, &handle) >= 0 && handle != nullptr) {
+    if (::ftruncate(*static_cast<int*>(handle), 0) != 0) { /* nothing more to free */
+    }
+  }
+  H5Fclose(file);
+  std::error_code ec;
+  std::filesystem::remove(path, ec);
 }
 
 std::string datasetPath(const SliceRecord& r) {
@@ -78,58 +96,67 @@ std::vector<SliceRecord> writeShard(const std::filesystem::path& path, const std
   quiet();
   const std::string file = path.string();
   errno = 0;
-  Handle f(H5Fcreate(file.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
-  if (!f.ok()) RP_THROW(SystemError, "cannot create checkpoint shard {}{}", file, reason());
-  std::set<Kind> groups;
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_STRONG);
+  const hid_t f = H5Fcreate(file.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get());
+  if (f < 0) RP_THROW(SystemError, "cannot create checkpoint shard {}{}", file, reason());
   std::vector<SliceRecord> records;
-  for (const Slice& s : slices) {
-    if (s.count <= 0) continue;
-    if (s.tensor.find('/') != std::string::npos) RP_THROW(InternalError, "tensor name '{}' contains '/'", s.tensor);
-    SliceRecord r{s.kind,
-                  s.tensor,
-                  s.shape,
-                  path.filename().string(),
-                  s.offset,
-                  s.count,
-                  crc32(s.data, static_cast<std::size_t>(s.count) * sizeof(float))};
-    const std::string where = fmt::format("{}: dataset {}", file, datasetPath(r));
-    if (groups.insert(s.kind).second) {
-      Handle g(H5Gcreate2(f.get(), kindName(s.kind), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-      if (!g.ok()) RP_THROW(SystemError, "{}: cannot create group /{}{}", file, kindName(s.kind), reason());
-    }
-    const hsize_t n = static_cast<hsize_t>(s.count), chunk = std::min(n, kChunkElements);
-    Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
-    Handle props(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-    H5Pset_chunk(props.get(), 1, &chunk);
-    Handle d(
-        H5Dcreate2(f.get(), datasetPath(r).c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, props.get(), H5P_DEFAULT),
-        H5Dclose);
-    if (!d.ok()) RP_THROW(SystemError, "{}: cannot create (already written in this shard?){}", where, reason());
-    errno = 0;
-    if (H5Dwrite(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, s.data) < 0) {
-      RP_THROW(SystemError, "{}: write failed{}", where, reason());
-    }
-    writeAttr(d.get(), "shape", s.shape, where);
-    writeAttr(d.get(), "offset", {s.offset}, where);
-    writeAttr(d.get(), "count", {s.count}, where);
-    {
-      const std::string& name = s.tensor;
-      Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
-      H5Tset_size(type.get(), name.size());
-      Handle scalar(H5Screate(H5S_SCALAR), H5Sclose);
-      Handle attr(H5Acreate2(d.get(), "tensor", type.get(), scalar.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-      if (!attr.ok() || H5Awrite(attr.get(), type.get(), name.data()) < 0) {
-        RP_THROW(SystemError, "{}: cannot write attribute 'tensor'{}", where, reason());
+  try {
+    std::set<Kind> groups;
+    for (const Slice& s : slices) {
+      if (s.count <= 0) continue;
+      if (s.tensor.find('/') != std::string::npos) RP_THROW(InternalError, "tensor name '{}' contains '/'", s.tensor);
+      SliceRecord r{s.kind,
+                    s.tensor,
+                    s.shape,
+                    path.filename().string(),
+                    s.offset,
+                    s.count,
+                    crc32(s.data, static_cast<std::size_t>(s.count) * sizeof(float))};
+      const std::string where = fmt::format("{}: dataset {}", file, datasetPath(r));
+      if (groups.insert(s.kind).second) {
+        Handle g(H5Gcreate2(f, kindName(s.kind), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+        if (!g.ok()) RP_THROW(SystemError, "{}: cannot create group /{}{}", file, kindName(s.kind), reason());
       }
+      const hsize_t n = static_cast<hsize_t>(s.count), chunk = std::min(n, kChunkElements);
+      Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+      Handle props(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+      H5Pset_chunk(props.get(), 1, &chunk);
+      Handle d(
+          H5Dcreate2(f, datasetPath(r).c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, props.get(), H5P_DEFAULT),
+          H5Dclose);
+      if (!d.ok()) RP_THROW(SystemError, "{}: cannot create (already written in this shard?){}", where, reason());
+      try {
+        errno = 0;
+        if (H5Dwrite(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, s.data) < 0) {
+          RP_THROW(SystemError, "{}: write failed{}", where, reason());
+        }
+        writeAttr(d.get(), "shape", s.shape, where);
+        writeAttr(d.get(), "offset", {s.offset}, where);
+        writeAttr(d.get(), "count", {s.count}, where);
+        Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+        H5Tset_size(type.get(), s.tensor.size());
+        Handle scalar(H5Screate(H5S_SCALAR), H5Sclose);
+        Handle attr(H5Acreate2(d.get(), "tensor", type.get(), scalar.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+        if (!attr.ok() || H5Awrite(attr.get(), type.get(), s.tensor.data()) < 0) {
+          RP_THROW(SystemError, "{}: cannot write attribute 'tensor'{}", where, reason());
+        }
+        errno = 0;
+        if (H5Dflush(d.get()) < 0) RP_THROW(SystemError, "{}: write failed{}", where, reason());
+      } catch (...) {
+        d.release();  // closing it would flush into the full disk: abandon() closes it after freeing space
+        throw;
+      }
+      d.close();
+      records.push_back(std::move(r));
     }
     errno = 0;
-    if (!d.close()) RP_THROW(SystemError, "{}: write failed{}", where, reason());
-    records.push_back(std::move(r));
+    if (H5Fflush(f, H5F_SCOPE_GLOBAL) < 0) RP_THROW(SystemError, "cannot finish checkpoint shard {}{}", file, reason());
+  } catch (...) {
+    abandon(f, path);
+    throw;
   }
-  errno = 0;
-  if (H5Fflush(f.get(), H5F_SCOPE_GLOBAL) < 0 || !f.close()) {
-    RP_THROW(SystemError, "cannot finish checkpoint shard {}{}", file, reason());
-  }
+  if (H5Fclose(f) < 0) RP_THROW(SystemError, "cannot close checkpoint shard {}{}", file, reason());
   syncFile(path);
   return records;
 }
