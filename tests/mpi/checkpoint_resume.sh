@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Pipeline checkpoints end to end with real processes (docs/checkpoint-format.md):
 #  1. resharding: a 4-worker run saved at step 3 resumes on 4, 2, 3 workers and on the single-process trainer;
-#     losses of steps 4..6 equal the uninterrupted run's (bitwise on 4 workers, 1e-6 relative otherwise);
+#     losses of steps 4..6 equal the uninterrupted run's (bitwise on 4 workers, 1e-6 relative otherwise), and
+#     so does the final state (every dataset's CRC-32 in the step-6 checkpoints) on the same workers;
 #  2. async mode resumes bitwise (the saved one-step-stale weights); so do LoRA and, with $RP_GOLDEN_DIR, the
-#     generated Qwen3;
+#     generated Qwen3 (full and LoRA);
 #  3. kill -9 of a rank at each point of a save: the next start resumes from the previous checkpoint (or the
 #     newer complete one), never from a partial one, and removes the partial directory;
 #  4. SIGUSR1 to mpirun: the run saves at the next step boundary and exits with code 3;
@@ -43,6 +44,18 @@ print(f"ok: {sys.argv[2]} steps {steps[0]}..{steps[-1]} match (tol {tol})")
 PY
 }
 
+# same_state <a> <b>: the step-6 checkpoints hold bitwise the same state (every dataset's CRC-32 equal).
+same_state() {
+  python3 - "$1/checkpoints/step-00000006/manifest.json" "$2/checkpoints/step-00000006/manifest.json" <<'PY' ||
+import json, sys
+def crcs(p): return {(t["name"], t["kind"], s["offset"]): s["crc32"] for t in json.load(open(p))["tensors"] for s in t["slices"]}
+a, b = crcs(sys.argv[1]), crcs(sys.argv[2])
+assert a == b, [k for k in a if a[k] != b.get(k)][:5]
+print(f"ok: {sys.argv[2]}: {len(a)} datasets bitwise equal")
+PY
+    fail "the final state of $2 differs from $1"
+}
+
 # 1. Resharding (sync).
 run "$work/w4" 4 --set optim.mode=sync || { tail -20 "$work/w4.log"; fail "the 4-worker run failed"; }
 [[ -f "$work/w4/checkpoints/step-00000003/manifest.json" ]] || fail "no step-3 checkpoint"
@@ -50,25 +63,38 @@ for n in 4 2 3 1; do
   run "$work/r$n" "$n" --set optim.mode=sync --resume "$work/w4/checkpoints/step-00000003" ||
     { tail -20 "$work/r$n.log"; fail "resuming on $n worker(s) failed"; }
   grep -q "resuming from .*step-00000003 (step 3)" "$work/r$n.log" || fail "r$n did not say it resumed"
-  if [[ $n == 4 ]]; then same_losses "$work/w4" "$work/r$n" 4 0; else same_losses "$work/w4" "$work/r$n" 4 1e-6; fi
+  if [[ $n == 4 ]]; then
+    same_losses "$work/w4" "$work/r$n" 4 0
+    same_state "$work/w4" "$work/r$n"
+  else
+    same_losses "$work/w4" "$work/r$n" 4 1e-6
+  fi
 done
 
 # 2. Async mode, same workers: bitwise.
 run "$work/a2" 2 --set optim.mode=async || fail "the async run failed"
 run "$work/ra2" 2 --set optim.mode=async --resume "$work/a2/checkpoints/step-00000003" || fail "async resume failed"
 same_losses "$work/a2" "$work/ra2" 4 0
+same_state "$work/a2" "$work/ra2"
 
 # LoRA (adapters only; the base comes from model.path) and the generated Qwen3: bitwise on the same workers.
 run "$work/l2" 2 --set optim.mode=sync --set lora.rank=4 || fail "the LoRA run failed"
 run "$work/rl2" 2 --set optim.mode=sync --set lora.rank=4 --resume "$work/l2/checkpoints/step-00000003" ||
   fail "LoRA resume failed"
 same_losses "$work/l2" "$work/rl2" 4 0
+same_state "$work/l2" "$work/rl2"
 if [[ -d "${RP_GOLDEN_DIR:-}/qwen3-tiny" ]]; then
   q=(--set "model.path=$RP_GOLDEN_DIR/qwen3-tiny" --set optim.mode=sync
      --set "model.tokenizer=$(cd "$(dirname "$0")/../../configs/builtin-tiny" && pwd)")
   run "$work/q3" 3 "${q[@]}" || { tail -20 "$work/q3.log"; fail "the Qwen3 run failed"; }
   run "$work/rq3" 3 "${q[@]}" --resume "$work/q3/checkpoints/step-00000003" || fail "Qwen3 resume failed"
   same_losses "$work/q3" "$work/rq3" 4 0
+  same_state "$work/q3" "$work/rq3"
+  run "$work/q3l" 3 "${q[@]}" --set lora.rank=4 || fail "the Qwen3 LoRA run failed"
+  run "$work/rq3l" 3 "${q[@]}" --set lora.rank=4 --resume "$work/q3l/checkpoints/step-00000003" ||
+    fail "Qwen3 LoRA resume failed"
+  same_losses "$work/q3l" "$work/rq3l" 4 0
+  same_state "$work/q3l" "$work/rq3l"
 else
   echo "note: RP_GOLDEN_DIR/qwen3-tiny absent, the generated Qwen3 case is not run"
 fi
