@@ -31,8 +31,6 @@ class Handle {
   Handle& operator=(const Handle&) = delete;
   hid_t get() const { return id_; }
   bool ok() const { return id_ >= 0; }
-  // Leaves the object open (the file's strong close takes it: see abandon()).
-  void release() { id_ = -1; }
   // Closes now; false on failure (a close is where buffered writes reach the disk).
   bool close() {
     const herr_t rc = id_ >= 0 ? close_(id_) : 0;
@@ -51,15 +49,20 @@ void quiet() {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
 }
 
-// After a failed write (e.g. ENOSPC): frees the file's blocks so that HDF5's closing flush of its
-// metadata fits, closes the file and every object left open in it (H5F_CLOSE_STRONG), and removes it. A
-// file whose close failed would otherwise stay in HDF5's table and crash the library at exit.
-void abandon(hid_t file, const std::filesystem::path& path) {
+// After a failed write (e.g. ENOSPC): frees the file's blocks, so that the flushes HDF5 makes when the
+// objects and the file are closed fit. An object whose close failed would stay in HDF5's table and crash
+// the library at exit.
+void freeSpace(hid_t file) {
   void* handle = nullptr;
   if (H5Fget_vfd_handle(file, H5P_DEFAULT, &handle) >= 0 && handle != nullptr) {
     if (::ftruncate(*static_cast<int*>(handle), 0) != 0) { /* nothing more to free */
     }
   }
+}
+
+// Closes and removes a shard whose write failed (every object in it already closed).
+void abandon(hid_t file, const std::filesystem::path& path) {
+  freeSpace(file);
   H5Fclose(file);
   std::error_code ec;
   std::filesystem::remove(path, ec);
@@ -96,9 +99,7 @@ std::vector<SliceRecord> writeShard(const std::filesystem::path& path, const std
   quiet();
   const std::string file = path.string();
   errno = 0;
-  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-  H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_STRONG);
-  const hid_t f = H5Fcreate(file.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get());
+  const hid_t f = H5Fcreate(file.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
   if (f < 0) RP_THROW(SystemError, "cannot create checkpoint shard {}{}", file, reason());
   std::vector<SliceRecord> records;
   try {
@@ -144,7 +145,8 @@ std::vector<SliceRecord> writeShard(const std::filesystem::path& path, const std
         errno = 0;
         if (H5Dflush(d.get()) < 0) RP_THROW(SystemError, "{}: write failed{}", where, reason());
       } catch (...) {
-        d.release();  // closing it would flush into the full disk: abandon() closes it after freeing space
+        freeSpace(f);  // so that the dataset's closing flush fits
+        d.close();
         throw;
       }
       d.close();

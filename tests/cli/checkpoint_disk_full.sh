@@ -4,6 +4,10 @@
 # with "continue" the run finishes and warns. Needs root to mount (skips otherwise).
 # Usage: checkpoint_disk_full.sh <bin dir> <fixtures dir>
 set -uo pipefail
+# In a private mount namespace the tmpfs cannot outlive this script.
+if [[ -z "${RP_IN_MOUNT_NS:-}" ]] && command -v unshare >/dev/null && unshare -m --propagation private true 2>/dev/null; then
+  RP_IN_MOUNT_NS=1 exec unshare -m --propagation private "$0" "$@"
+fi
 bin="$1"; fixtures="$2"
 model="$fixtures/models/tinystories-656k"
 if [[ ! -d "$model" ]]; then echo "SKIP: $model not found"; exit 0; fi

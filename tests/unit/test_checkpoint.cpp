@@ -1,5 +1,6 @@
 // Checkpoint files on their own (torch-free): HDF5 shards, the manifest, atomic publish, resharding reads,
 // and every way a checkpoint can be damaged (docs/checkpoint-format.md).
+#include <sched.h>
 #include <sys/mount.h>
 #include <unistd.h>
 
@@ -23,15 +24,18 @@ namespace fs = std::filesystem;
 
 class TempDir {
  public:
-  TempDir() : path_(fs::temp_directory_path() / fmt::format("rp-ckpt-{}-{}", ::getpid(), counter_++)) {
-    fs::remove_all(path_);
-    fs::create_directories(path_);
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "rp-ckpt-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
   }
-  ~TempDir() { fs::remove_all(path_); }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
   const fs::path& path() const { return path_; }
 
  private:
-  static inline int counter_ = 0;
   fs::path path_;
 };
 
@@ -205,7 +209,9 @@ TEST(Checkpoint, DamageIsAClearErrorNamingTheFile) {
 // A size-limited tmpfs: the save fails with the path and the reason, the previous checkpoint stays loadable.
 TEST(Checkpoint, DiskFullIsAClearErrorAndThePreviousCheckpointSurvives) {
   TempDir tmp;
-  if (::mount("tmpfs", tmp.path().c_str(), "tmpfs", 0, "size=256k") != 0) {
+  // In a private mount namespace the tmpfs goes away with this process, whatever happens to it.
+  if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+      ::mount("tmpfs", tmp.path().c_str(), "tmpfs", 0, "size=256k") != 0) {
     GTEST_SKIP() << "cannot mount a size-limited tmpfs here (needs root): " << std::strerror(errno);
   }
   struct Unmount {
