@@ -20,6 +20,8 @@ inline constexpr Var kFixturesDir{"RP_FIXTURES_DIR", "", "directory holding the 
 inline constexpr Var kLogLevel{"RP_LOG_LEVEL", "info", "minimum log level (debug|info|warn|error)"};
 // Intra-op threads per rank for LibTorch CPU compute; 0 = leave LibTorch's default.
 inline constexpr Var kNumThreads{"RP_NUM_THREADS", "0", "LibTorch intra-op threads per rank (0 = default)"};
+// The AdamW kernel (optim/adamw_simd.h); empty = the fastest the CPU supports.
+inline constexpr Var kAdamWKernel{"RP_ADAMW_KERNEL", "", "force the AdamW kernel: scalar|avx2|avx512"};
 // Where the golden tests find the files scripts/make_goldens.py wrote.
 inline constexpr Var kGoldenDir{"RP_GOLDEN_DIR", "", "directory with golden files from scripts/make_goldens.py"};
 

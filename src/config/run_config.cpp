@@ -75,6 +75,7 @@ RunConfig buildRunConfig(Values v) {
   c.optim.warmupSteps = atLeast(v, "optim.warmup_steps", 0);
   c.optim.minLrRatio = inRange(v, "optim.min_lr_ratio", 0.0, 1.0, false);
   c.optim.async = oneOf(v, "optim.mode", {"sync", "async"}) == "async";
+  c.optim.threads = atLeast(v, "optim.threads", 1);
 
   c.pipeline.schedule = oneOf(v, "pipeline.schedule", {"roundpipe", "gpipe", "1f1b"});
   c.pipeline.recompute = oneOf(v, "pipeline.recompute", {"stage", "layer"});

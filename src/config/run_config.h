@@ -36,6 +36,7 @@ struct RunConfig {
     std::string schedule;
     std::int64_t warmupSteps;
     bool async;
+    std::int64_t threads;  // AdamW threads per rank
   } optim;
   struct Pipeline {
     std::string schedule;   // roundpipe | gpipe | 1f1b

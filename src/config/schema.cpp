@@ -42,6 +42,7 @@ const std::vector<KeySpec>& runSchema() {
       {"optim.warmup_steps", Type::kInt, I(0), "linear warmup steps"},
       {"optim.min_lr_ratio", Type::kFloat, 0.0, "linear/cosine floor as a fraction of optim.lr"},
       {"optim.mode", Type::kString, S("async"), "sync | async (one step of weight staleness; pipeline runtime)"},
+      {"optim.threads", Type::kInt, I(1), "AdamW threads per rank (each takes a contiguous part of every tensor)"},
 
       {"pipeline.schedule", Type::kString, S("roundpipe"),
        "roundpipe | gpipe | 1f1b (baselines: weights bound to workers)"},

@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "optim/adamw_simd.h"
 #include "world/mpi_session.h"
 
 namespace rp::engine {
@@ -29,7 +30,8 @@ OptimizerWorker::OptimizerWorker(std::vector<OptimTensor> tensors, Fences& fence
       options_(std::move(options)),
       rank_(localRank),
       ranks_(localSize),
-      adamw_(options_.adamw) {
+      adamw_(options_.adamw, optim::bestAdamWKernel()) {
+  adamw_.setThreads(options_.threads);
   checkMpi(MPI_Comm_dup(nodeComm, &comm_), "MPI_Comm_dup(optimizer)");
   if (options_.crossNode != MPI_COMM_NULL)
     checkMpi(MPI_Comm_dup(options_.crossNode, &crossNode_), "MPI_Comm_dup(cross-node)");

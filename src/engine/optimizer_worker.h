@@ -42,6 +42,7 @@ struct OptimTensor {
 
 struct OptimizerOptions {
   optim::AdamWConfig adamw;
+  int threads = 1;  // AdamW threads (optim.threads)
   optim::LrSchedule schedule;
   double gradClip = 0.0;
   bool async = true;

@@ -212,6 +212,7 @@ void PipelineRuntime::buildStore() {
   options.schedule = optim::LrSchedule{optim::parseScheduleKind(c.optim.schedule, "optim.schedule"), c.optim.lr,
                                        c.optim.warmupSteps, c.train.maxSteps, c.optim.minLrRatio};
   options.gradClip = c.train.gradClip;
+  options.threads = static_cast<int>(c.optim.threads);
   options.async = c.optim.async;
   options.layers = L;
   options.losses[0] = store_->doubles(lossRegion(0));

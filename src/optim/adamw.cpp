@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <thread>
 
 #include "common/error.h"
 
@@ -47,6 +49,8 @@ void adamwScalar(const AdamWStepScalars& s, bool amsgrad, const AdamWSlice& x) {
     x.param[i] = p;
     x.expAvg[i] = m;
     x.expAvgSq[i] = v;
+    if (x.copy == ModelCopy::kBFloat16) x.modelCopy[i] = toBFloat16(p);
+    if (x.copy == ModelCopy::kFloat16) x.modelCopy[i] = toHalf(p);
   }
 }
 
@@ -54,21 +58,85 @@ AdamW::AdamW(AdamWConfig config, AdamWKernel kernel) : config_(config), kernel_(
   RP_CHECK(kernel_ != nullptr, "AdamW needs a kernel");
 }
 
-std::size_t AdamW::add(std::string name, float* param, const float* grad, std::size_t n) {
-  Param p{std::move(name), param, grad, n, std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f), {}};
+std::uint16_t toBFloat16(float value) {
+  if (std::isnan(value)) return 0x7FC0;
+  std::uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  return static_cast<std::uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+}
+
+// F. Giesen's float_to_half_fast3_rtne: exact round-to-nearest-even with the FPU doing the subnormal case.
+std::uint16_t toHalf(float value) {
+  std::uint32_t f;
+  std::memcpy(&f, &value, 4);
+  const std::uint32_t sign = f & 0x80000000u;
+  f ^= sign;
+  std::uint32_t out;
+  if (f >= (127u + 16u) << 23) {  // overflows (or is inf/NaN)
+    out = f > 255u << 23 ? 0x7E00u : 0x7C00u;
+  } else if (f < 113u << 23) {  // subnormal or zero in half
+    const std::uint32_t magicBits = ((127u - 15u) + (23u - 10u) + 1u) << 23;
+    float magic, x;
+    std::memcpy(&magic, &magicBits, 4);
+    std::memcpy(&x, &f, 4);
+    x += magic;
+    std::memcpy(&f, &x, 4);
+    out = f - magicBits;
+  } else {
+    const std::uint32_t odd = (f >> 13) & 1u;
+    f += ((15u - 127u) << 23) + 0xFFFu + odd;
+    out = f >> 13;
+  }
+  return static_cast<std::uint16_t>(out | (sign >> 16));
+}
+
+std::size_t AdamW::add(std::string name, float* param, const float* grad, std::size_t n, std::uint16_t* modelCopy,
+                       ModelCopy copy) {
+  RP_CHECK((modelCopy != nullptr) == (copy != ModelCopy::kNone), "AdamW::add: a model copy needs its dtype");
+  Param p{std::move(name), param, grad, n, std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f), {},
+          modelCopy,       copy};
   if (config_.amsgrad) p.maxExpAvgSq.assign(n, 0.0f);
   params_.push_back(std::move(p));
   return params_.size() - 1;
 }
 
+AdamWSlice AdamW::slice(Param& p, std::size_t begin, std::size_t end) {
+  return AdamWSlice{p.param + begin,
+                    p.grad + begin,
+                    p.expAvg.data() + begin,
+                    p.expAvgSq.data() + begin,
+                    config_.amsgrad ? p.maxExpAvgSq.data() + begin : nullptr,
+                    end - begin,
+                    p.modelCopy != nullptr ? p.modelCopy + begin : nullptr,
+                    p.copy};
+}
+
+void AdamW::setThreads(int threads) {
+  RP_CHECK(threads >= 1, "AdamW threads must be >= 1, got {}", threads);
+  threads_ = threads;
+}
+
 void AdamW::step(double lr) {
   ++step_;
   const AdamWStepScalars s = stepScalars(config_, lr, step_);
-  for (auto& p : params_) {
-    kernel_(s, config_.amsgrad,
-            AdamWSlice{p.param, p.grad, p.expAvg.data(), p.expAvgSq.data(),
-                       config_.amsgrad ? p.maxExpAvgSq.data() : nullptr, p.n});
+  if (threads_ == 1) {
+    for (auto& p : params_) kernel_(s, config_.amsgrad, slice(p, 0, p.n));
+    return;
   }
+  // Thread t takes the t-th contiguous part of every parameter (cache lines are never shared: parts are
+  // rounded to 16 floats).
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads_; ++t) {
+    pool.emplace_back([&, t] {
+      for (auto& p : params_) {
+        const std::size_t per = (p.n / static_cast<std::size_t>(threads_) + 15) / 16 * 16;
+        const std::size_t begin = std::min(p.n, per * static_cast<std::size_t>(t));
+        const std::size_t end = t + 1 == threads_ ? p.n : std::min(p.n, begin + per);
+        if (begin < end) kernel_(s, config_.amsgrad, slice(p, begin, end));
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
 }
 
 }  // namespace rp::optim

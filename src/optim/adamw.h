@@ -34,7 +34,11 @@ struct AdamWStepScalars {
 
 AdamWStepScalars stepScalars(const AdamWConfig& config, double lr, std::int64_t step);
 
-// One element range of one tensor. maxExpAvgSq is null unless amsgrad.
+// The model-dtype copy a kernel writes in the same pass as the update (bf16/fp16 runs keep fp32 masters
+// and a rounded model copy): round to nearest even, as LibTorch's float -> bfloat16 / half conversions.
+enum class ModelCopy { kNone, kBFloat16, kFloat16 };
+
+// One element range of one tensor. maxExpAvgSq is null unless amsgrad; modelCopy is null unless copy != kNone.
 struct AdamWSlice {
   float* param;
   const float* grad;
@@ -42,6 +46,8 @@ struct AdamWSlice {
   float* expAvgSq;
   float* maxExpAvgSq;
   std::size_t n;
+  std::uint16_t* modelCopy = nullptr;
+  ModelCopy copy = ModelCopy::kNone;
 };
 
 using AdamWKernel = void (*)(const AdamWStepScalars& s, bool amsgrad, const AdamWSlice& slice);
@@ -49,13 +55,21 @@ using AdamWKernel = void (*)(const AdamWStepScalars& s, bool amsgrad, const Adam
 // The scalar reference kernel.
 void adamwScalar(const AdamWStepScalars& s, bool amsgrad, const AdamWSlice& slice);
 
+// float -> bfloat16 / IEEE half, round to nearest even (NaN -> quiet NaN), as LibTorch converts.
+std::uint16_t toBFloat16(float value);
+std::uint16_t toHalf(float value);
+
 // AdamW over registered fp32 tensors. Owns the moments; parameters and gradients stay where they are.
 class AdamW {
  public:
   explicit AdamW(AdamWConfig config, AdamWKernel kernel = &adamwScalar);
 
-  // Registers a parameter of `n` floats; returns its index. Buffers must outlive the optimizer.
-  std::size_t add(std::string name, float* param, const float* grad, std::size_t n);
+  // Registers a parameter of `n` floats; returns its index. Buffers must outlive the optimizer. With a
+  // `modelCopy`, every step also writes the updated parameter there rounded to `copy`'s dtype.
+  std::size_t add(std::string name, float* param, const float* grad, std::size_t n, std::uint16_t* modelCopy = nullptr,
+                  ModelCopy copy = ModelCopy::kNone);
+  // Splits every step over `threads` threads (contiguous chunks of every parameter); 1 = the calling thread.
+  void setThreads(int threads);
   // One update of every parameter with learning rate `lr` (the schedule's value for this step).
   void step(double lr);
 
@@ -78,11 +92,15 @@ class AdamW {
     const float* grad;
     std::size_t n;
     std::vector<float> expAvg, expAvgSq, maxExpAvgSq;
+    std::uint16_t* modelCopy;
+    ModelCopy copy;
   };
+  AdamWSlice slice(Param& p, std::size_t begin, std::size_t end);
   AdamWConfig config_;
   AdamWKernel kernel_;
   std::vector<Param> params_;
   std::int64_t step_ = 0;
+  int threads_ = 1;
 };
 
 }  // namespace rp::optim

@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "model/lora.h"
+#include "optim/adamw_simd.h"
 #include "optim/grad_clip.h"
 #include "trace/progress.h"
 #include "train/batch.h"
@@ -44,14 +45,22 @@ Trainer::Trainer(config::RunConfig config) : config_(std::move(config)), dtype_(
     trainable_ = model_->hfParameters();
   }
   adamw_ = std::make_unique<optim::AdamW>(
-      optim::AdamWConfig{c.optim.lr, c.optim.beta1, c.optim.beta2, c.optim.eps, c.optim.weightDecay, c.optim.amsgrad});
+      optim::AdamWConfig{c.optim.lr, c.optim.beta1, c.optim.beta2, c.optim.eps, c.optim.weightDecay, c.optim.amsgrad},
+      optim::bestAdamWKernel());
+  adamw_->setThreads(static_cast<int>(c.optim.threads));
+  // bf16/fp16: the kernel writes the rounded model copy (the parameter itself) in the same pass.
+  const optim::ModelCopy copy = dtype_ == torch::kBFloat16 ? optim::ModelCopy::kBFloat16
+                                : dtype_ == torch::kHalf   ? optim::ModelCopy::kFloat16
+                                                           : optim::ModelCopy::kNone;
   std::int64_t count = 0;
   for (auto& [name, param] : trainable_) {
     param.set_requires_grad(true);
     masters_.push_back(dtype_ == torch::kFloat ? param.detach() : param.detach().to(torch::kFloat).contiguous());
     slots_.push_back(torch::zeros(param.sizes(), torch::kFloat));
+    RP_CHECK(param.is_contiguous(), "parameter {} is not contiguous", name);
     adamw_->add(name, masters_.back().data_ptr<float>(), slots_.back().data_ptr<float>(),
-                static_cast<std::size_t>(param.numel()));
+                static_cast<std::size_t>(param.numel()),
+                copy == optim::ModelCopy::kNone ? nullptr : static_cast<std::uint16_t*>(param.data_ptr()), copy);
     count += param.numel();
   }
   RP_LOG_INFO("{} trainable parameters in {} tensors ({})", count, trainable_.size(),
@@ -126,11 +135,7 @@ trace::StepMetrics Trainer::applyStep(std::int64_t step, const GradientResult& g
     }
   }
   m.gradNorm = optim::clipGradNorm(buffers, config_.train.gradClip);
-  adamw_->step(m.lr);
-  if (dtype_ != torch::kFloat) {
-    torch::NoGradGuard noGrad;
-    for (std::size_t i = 0; i < trainable_.size(); ++i) trainable_[i].second.copy_(masters_[i]);
-  }
+  adamw_->step(m.lr);  // also writes the bf16/fp16 parameters from the masters
   return m;
 }
 

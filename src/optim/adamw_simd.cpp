@@ -1,0 +1,136 @@
+#include "optim/adamw_simd.h"
+
+#include <immintrin.h>
+
+#include <string>
+
+#include "common/env.h"
+#include "common/error.h"
+
+namespace rp::optim {
+namespace {
+
+// The element range [from, n) of a slice, for the scalar tail.
+AdamWSlice tail(const AdamWSlice& x, std::size_t from) {
+  return AdamWSlice{x.param + from,
+                    x.grad + from,
+                    x.expAvg + from,
+                    x.expAvgSq + from,
+                    x.maxExpAvgSq != nullptr ? x.maxExpAvgSq + from : nullptr,
+                    x.n - from,
+                    x.modelCopy != nullptr ? x.modelCopy + from : nullptr,
+                    x.copy};
+}
+
+}  // namespace
+
+__attribute__((target("avx512f,avx512bw,avx2,f16c"))) void adamwAvx512(const AdamWStepScalars& s, bool amsgrad,
+                                                                       const AdamWSlice& x) {
+  const __m512 decay = _mm512_set1_ps(s.decay), w = _mm512_set1_ps(s.oneMinusBeta1),
+               w2 = _mm512_set1_ps(1.0f - s.oneMinusBeta1), beta2 = _mm512_set1_ps(s.beta2),
+               omb2 = _mm512_set1_ps(s.oneMinusBeta2), step = _mm512_set1_ps(-s.stepSize),
+               bc2 = _mm512_set1_ps(s.biasCorrection2Sqrt), eps = _mm512_set1_ps(s.eps);
+  const bool lerpFromM = s.oneMinusBeta1 < 0.5f;
+  const __m512i roundBias = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1), bf16Nan = _mm512_set1_epi32(0x7FC0);
+  std::size_t i = 0;
+  for (; i + 16 <= x.n; i += 16) {
+    const __m512 g = _mm512_loadu_ps(x.grad + i);
+    __m512 p = _mm512_mul_ps(_mm512_loadu_ps(x.param + i), decay);
+    __m512 m = _mm512_loadu_ps(x.expAvg + i);
+    const __m512 diff = _mm512_sub_ps(g, m);
+    m = lerpFromM ? _mm512_add_ps(m, _mm512_mul_ps(w, diff)) : _mm512_sub_ps(g, _mm512_mul_ps(diff, w2));
+    const __m512 v =
+        _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(x.expAvgSq + i), beta2), _mm512_mul_ps(_mm512_mul_ps(omb2, g), g));
+    __m512 second = v;
+    if (amsgrad) {
+      second = _mm512_max_ps(v, _mm512_loadu_ps(x.maxExpAvgSq + i));  // std::max(vmax, v), NaNs included
+      _mm512_storeu_ps(x.maxExpAvgSq + i, second);
+    }
+    const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(second), bc2), eps);
+    p = _mm512_add_ps(p, _mm512_mul_ps(step, _mm512_div_ps(m, denom)));
+    _mm512_storeu_ps(x.param + i, p);
+    _mm512_storeu_ps(x.expAvg + i, m);
+    _mm512_storeu_ps(x.expAvgSq + i, v);
+    if (x.copy == ModelCopy::kBFloat16) {
+      const __m512i bits = _mm512_castps_si512(p);
+      const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), one);
+      __m512i r = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(roundBias, lsb)), 16);
+      r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(p, p, _CMP_UNORD_Q), bf16Nan);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(x.modelCopy + i), _mm512_cvtepi32_epi16(r));
+    } else if (x.copy == ModelCopy::kFloat16) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(x.modelCopy + i),
+                          _mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+  }
+  if (i < x.n) adamwScalar(s, amsgrad, tail(x, i));
+}
+
+__attribute__((target("avx2,f16c"))) void adamwAvx2(const AdamWStepScalars& s, bool amsgrad, const AdamWSlice& x) {
+  const __m256 decay = _mm256_set1_ps(s.decay), w = _mm256_set1_ps(s.oneMinusBeta1),
+               w2 = _mm256_set1_ps(1.0f - s.oneMinusBeta1), beta2 = _mm256_set1_ps(s.beta2),
+               omb2 = _mm256_set1_ps(s.oneMinusBeta2), step = _mm256_set1_ps(-s.stepSize),
+               bc2 = _mm256_set1_ps(s.biasCorrection2Sqrt), eps = _mm256_set1_ps(s.eps);
+  const bool lerpFromM = s.oneMinusBeta1 < 0.5f;
+  const __m256i roundBias = _mm256_set1_epi32(0x7FFF), one = _mm256_set1_epi32(1), bf16Nan = _mm256_set1_epi32(0x7FC0);
+  std::size_t i = 0;
+  for (; i + 8 <= x.n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(x.grad + i);
+    __m256 p = _mm256_mul_ps(_mm256_loadu_ps(x.param + i), decay);
+    __m256 m = _mm256_loadu_ps(x.expAvg + i);
+    const __m256 diff = _mm256_sub_ps(g, m);
+    m = lerpFromM ? _mm256_add_ps(m, _mm256_mul_ps(w, diff)) : _mm256_sub_ps(g, _mm256_mul_ps(diff, w2));
+    const __m256 v =
+        _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(x.expAvgSq + i), beta2), _mm256_mul_ps(_mm256_mul_ps(omb2, g), g));
+    __m256 second = v;
+    if (amsgrad) {
+      second = _mm256_max_ps(v, _mm256_loadu_ps(x.maxExpAvgSq + i));
+      _mm256_storeu_ps(x.maxExpAvgSq + i, second);
+    }
+    const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(second), bc2), eps);
+    p = _mm256_add_ps(p, _mm256_mul_ps(step, _mm256_div_ps(m, denom)));
+    _mm256_storeu_ps(x.param + i, p);
+    _mm256_storeu_ps(x.expAvg + i, m);
+    _mm256_storeu_ps(x.expAvgSq + i, v);
+    if (x.copy == ModelCopy::kBFloat16) {
+      const __m256i bits = _mm256_castps_si256(p);
+      const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), one);
+      __m256i r = _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(roundBias, lsb)), 16);
+      r = _mm256_blendv_epi8(r, bf16Nan, _mm256_castps_si256(_mm256_cmp_ps(p, p, _CMP_UNORD_Q)));
+      // Narrow 8 x u32 (each <= 0xFFFF) to 8 x u16: pack within lanes, then gather the two lanes' halves.
+      const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(x.modelCopy + i), _mm256_castsi256_si128(packed));
+    } else if (x.copy == ModelCopy::kFloat16) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(x.modelCopy + i),
+                       _mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+  }
+  if (i < x.n) adamwScalar(s, amsgrad, tail(x, i));
+}
+
+AdamWKernel bestAdamWKernel() {
+  const std::string forced = env::get(env::kAdamWKernel);
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("f16c"),
+             avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  if (forced == "scalar") return &adamwScalar;
+  if (forced == "avx2" || (forced.empty() && !avx512 && avx2)) {
+    if (!avx2) RP_THROW(InputError, "{}=avx2: this CPU lacks AVX2 or F16C", env::kAdamWKernel.name);
+    return &adamwAvx2;
+  }
+  if (forced == "avx512" || (forced.empty() && avx512)) {
+    if (!avx512) RP_THROW(InputError, "{}=avx512: this CPU lacks AVX-512F/BW or F16C", env::kAdamWKernel.name);
+    return &adamwAvx512;
+  }
+  if (!forced.empty()) {
+    RP_THROW(InputError, "{}='{}': expected scalar, avx2 or avx512", env::kAdamWKernel.name, forced);
+  }
+  return &adamwScalar;
+}
+
+const char* adamwKernelName(AdamWKernel kernel) {
+  if (kernel == &adamwAvx512) return "avx512";
+  if (kernel == &adamwAvx2) return "avx2";
+  return "scalar";
+}
+
+}  // namespace rp::optim

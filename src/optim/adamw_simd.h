@@ -1,0 +1,19 @@
+// SIMD AdamW kernels (docs/optimizer.md, "Kernels"): AVX-512 and AVX2 versions of adamwScalar, chosen at
+// run time from what the CPU supports. They perform the scalar kernel's float32 operations in the same
+// order with no fused multiply-add (this file is built with -ffp-contract=off), so their results are
+// bitwise equal to it (tested), including the bf16/fp16 model copy.
+#pragma once
+
+#include "optim/adamw.h"
+
+namespace rp::optim {
+
+void adamwAvx2(const AdamWStepScalars& s, bool amsgrad, const AdamWSlice& slice);
+void adamwAvx512(const AdamWStepScalars& s, bool amsgrad, const AdamWSlice& slice);
+
+// The fastest kernel this CPU runs (AVX-512F+BW, else AVX2+F16C, else scalar); RP_ADAMW_KERNEL=scalar|avx2|avx512
+// forces one (an unsupported choice is an InputError).
+AdamWKernel bestAdamWKernel();
+const char* adamwKernelName(AdamWKernel kernel);
+
+}  // namespace rp::optim

@@ -1,0 +1,162 @@
+// The SIMD AdamW kernels against the scalar reference — bitwise, on sizes with SIMD tails, both lerp
+// branches, amsgrad, and the fused bf16/fp16 model copy — and the model-copy roundings against LibTorch's
+// own float -> bfloat16 / half conversions. Threads split the work without changing a bit.
+#include <cstdlib>
+#include <cstring>
+#include <random>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "common/error.h"
+#include "optim/adamw_simd.h"
+
+namespace rp::optim {
+namespace {
+
+struct Buffers {
+  std::vector<float> param, grad, m, v, vmax;
+  std::vector<std::uint16_t> copy;
+  Buffers(std::size_t n, unsigned seed) : param(n), grad(n), m(n), v(n), vmax(n), copy(n) {
+    std::mt19937 gen(seed);
+    std::normal_distribution<float> d;
+    for (std::size_t i = 0; i < n; ++i) {
+      param[i] = d(gen);
+      m[i] = 0.1f * d(gen);
+      v[i] = std::abs(0.01f * d(gen));
+      vmax[i] = v[i] * (i % 3 == 0 ? 2.0f : 0.5f);
+    }
+  }
+  AdamWSlice slice(bool amsgrad, ModelCopy copyKind) {
+    return {param.data(),
+            grad.data(),
+            m.data(),
+            v.data(),
+            amsgrad ? vmax.data() : nullptr,
+            param.size(),
+            copyKind == ModelCopy::kNone ? nullptr : copy.data(),
+            copyKind};
+  }
+  bool operator==(const Buffers& o) const {
+    auto same = [](const auto& a, const auto& b) {
+      return std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0;
+    };
+    return same(param, o.param) && same(m, o.m) && same(v, o.v) && same(vmax, o.vmax) && same(copy, o.copy);
+  }
+};
+
+std::vector<std::pair<const char*, AdamWKernel>> simdKernels() {
+  std::vector<std::pair<const char*, AdamWKernel>> out;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) out.emplace_back("avx2", &adamwAvx2);
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) out.emplace_back("avx512", &adamwAvx512);
+  return out;
+}
+
+TEST(AdamWKernels, SimdEqualsScalarBitwise) {
+  const auto kernels = simdKernels();
+  if (kernels.empty()) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512";
+  int cases = 0;
+  for (const auto& [name, kernel] : kernels) {
+    for (std::size_t n : {1u, 7u, 8u, 15u, 16u, 17u, 31u, 33u, 100u, 1000u, 4099u}) {
+      for (double beta1 : {0.9, 0.3}) {  // lerp weight 0.1 (m + w(g-m)) and 0.7 (g - (g-m)(1-w))
+        for (bool amsgrad : {false, true}) {
+          for (ModelCopy copy : {ModelCopy::kNone, ModelCopy::kBFloat16, ModelCopy::kFloat16}) {
+            Buffers a(n, static_cast<unsigned>(n)), b(n, static_cast<unsigned>(n));
+            const AdamWConfig config{1e-2, beta1, 0.999, 1e-8, 0.05, amsgrad};
+            std::mt19937 gen(7);
+            std::normal_distribution<float> d;
+            for (std::int64_t step = 1; step <= 3; ++step) {
+              for (std::size_t i = 0; i < n; ++i) a.grad[i] = b.grad[i] = d(gen) * (i % 5 == 0 ? 1e-3f : 1.0f);
+              const auto s = stepScalars(config, 1e-2, step);
+              adamwScalar(s, amsgrad, a.slice(amsgrad, copy));
+              kernel(s, amsgrad, b.slice(amsgrad, copy));
+            }
+            EXPECT_TRUE(a == b) << name << " n=" << n << " beta1=" << beta1 << " amsgrad=" << amsgrad
+                                << " copy=" << static_cast<int>(copy);
+            ++cases;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(cases, 0);
+}
+
+TEST(AdamWKernels, ModelCopyRoundsLikeLibTorch) {
+  std::vector<float> values{0.0f,
+                            -0.0f,
+                            1.0f,
+                            -1.5f,
+                            3.14159265f,
+                            65504.0f,
+                            65519.0f,
+                            65520.0f,
+                            1e5f,
+                            -1e5f,
+                            6.1e-5f,
+                            6.0e-5f,
+                            5.96e-8f,
+                            3.0e-8f,
+                            1e-10f,
+                            1.00390625f,
+                            1.01171875f,
+                            1e38f,
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::denorm_min()};
+  std::mt19937 gen(3);
+  std::uniform_int_distribution<std::uint32_t> bits;
+  for (int i = 0; i < 20000; ++i) {  // random bit patterns cover every exponent, halfway cases included
+    const std::uint32_t b = bits(gen);
+    float f;
+    std::memcpy(&f, &b, 4);
+    if (!std::isnan(f)) values.push_back(f);
+  }
+  const torch::Tensor t = torch::from_blob(values.data(), {static_cast<std::int64_t>(values.size())}, torch::kFloat);
+  const torch::Tensor bf = t.to(torch::kBFloat16).contiguous(), half = t.to(torch::kHalf).contiguous();
+  const auto* bfBits = static_cast<const std::uint16_t*>(bf.data_ptr());
+  const auto* halfBits = static_cast<const std::uint16_t*>(half.data_ptr());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    ASSERT_EQ(toBFloat16(values[i]), bfBits[i]) << values[i];
+    ASSERT_EQ(toHalf(values[i]), halfBits[i]) << values[i];
+  }
+  EXPECT_EQ(toBFloat16(std::nanf("")), 0x7FC0);
+}
+
+TEST(AdamWKernels, ThreadsSplitTheWorkWithoutChangingABit) {
+  const std::size_t n = 10007;
+  Buffers a(n, 1), b(n, 1);
+  std::mt19937 gen(2);
+  std::normal_distribution<float> d;
+  for (std::size_t i = 0; i < n; ++i) a.grad[i] = b.grad[i] = d(gen);
+  AdamW one({1e-3, 0.9, 0.999, 1e-8, 0.01, false}, bestAdamWKernel());
+  AdamW three({1e-3, 0.9, 0.999, 1e-8, 0.01, false}, bestAdamWKernel());
+  three.setThreads(3);
+  one.add("p", a.param.data(), a.grad.data(), n, a.copy.data(), ModelCopy::kBFloat16);
+  three.add("p", b.param.data(), b.grad.data(), n, b.copy.data(), ModelCopy::kBFloat16);
+  for (int step = 0; step < 3; ++step) {
+    one.step(1e-3);
+    three.step(1e-3);
+  }
+  EXPECT_EQ(std::memcmp(a.param.data(), b.param.data(), n * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(a.copy.data(), b.copy.data(), n * sizeof(std::uint16_t)), 0);
+  EXPECT_EQ(one.expAvg(0), three.expAvg(0));
+}
+
+TEST(AdamWKernels, TheKernelCanBeForcedAndABadChoiceIsNamed) {
+  ::setenv("RP_ADAMW_KERNEL", "scalar", 1);
+  EXPECT_EQ(bestAdamWKernel(), &adamwScalar);
+  ::setenv("RP_ADAMW_KERNEL", "sse9", 1);
+  try {
+    bestAdamWKernel();
+    ADD_FAILURE() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("RP_ADAMW_KERNEL='sse9': expected scalar, avx2 or avx512"), std::string::npos)
+        << e.what();
+  }
+  ::unsetenv("RP_ADAMW_KERNEL");
+  EXPECT_NE(adamwKernelName(bestAdamWKernel()), nullptr);
+}
+
+}  // namespace
+}  // namespace rp::optim
