@@ -1,0 +1,169 @@
+// roundpipe_sim: simulate pipeline schedules on the runtime's own planner and dispatch (docs/simulator.md).
+//   roundpipe_sim --workers 8 --layers 28 --fwd 1 --bwd 2 --head-fwd 3 --head-bwd 6 [--schedule all]
+//   roundpipe_sim --profile out/profile.json --workers 2 --microbatches 3   (a run's measured layer times)
+#include <fstream>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "cli/run_main.h"
+#include "common/error.h"
+#include "schedule/partitioner.h"
+#include "schedule/sim.h"
+
+namespace {
+
+using namespace rp::schedule;
+
+// The partitioner's view of the costs: recompute + backward for backward stages, no memory limit.
+LayerCosts partitionerCosts(const SimCosts& c) {
+  LayerCosts out;
+  for (int l = 0; l < c.layerCount(); ++l) {
+    out.forward.push_back(c.forward[static_cast<std::size_t>(l)]);
+    out.backward.push_back(c.forward[static_cast<std::size_t>(l)] + c.backward[static_cast<std::size_t>(l)]);
+    out.bytes.push_back(1.0);
+    out.backwardBytes.push_back(1.0);
+  }
+  return out;
+}
+
+// Decoder layers per stage of the balanced contiguous partition the baselines use in the runtime.
+std::vector<int> balancedStages(const SimCosts& c, int stages) {
+  const int L = c.layerCount();
+  LayerCosts costs = partitionerCosts(c);
+  for (int l = 0; l < L; ++l) costs.backward[static_cast<std::size_t>(l)] = c.backward[static_cast<std::size_t>(l)];
+  const Plan plan = balancedBoundPlan(costs, stages);
+  std::vector<Range> ranges(plan.forward);
+  ranges.push_back(plan.fused);
+  std::vector<int> out;
+  for (const Range& r : ranges) out.push_back(std::max(0, std::min(r.end, L - 1) - std::max(r.begin, 1)));
+  return out;
+}
+
+std::vector<int> parseCounts(const std::string& text, const std::string& what) {
+  std::vector<int> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    try {
+      out.push_back(std::stoi(item));
+    } catch (const std::exception&) {
+      RP_THROW(rp::InputError, "{} = \"{}\": expected comma-separated layer counts", what, text);
+    }
+  }
+  return out;
+}
+
+SimCosts loadProfile(const std::string& path, double hop) {
+  std::ifstream in(path);
+  if (!in) RP_THROW(rp::InputError, "{}: cannot open the profile", path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+    SimCosts c;
+    c.forward = j.at("forward_ms").get<std::vector<double>>();
+    c.backward = j.at("backward_ms").get<std::vector<double>>();
+    c.hop = hop;
+    return c;
+  } catch (const nlohmann::json::exception& e) {
+    RP_THROW(rp::InputError, "{}: expected {{\"forward_ms\": [...], \"backward_ms\": [...]}}: {}", path, e.what());
+  }
+}
+
+void writeFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  if (!out.flush()) RP_THROW(rp::SystemError, "{}: cannot write", path);
+}
+
+std::string withSuffix(const std::string& path, const std::string& suffix) {
+  const auto dot = path.rfind('.');
+  return dot == std::string::npos ? path + "-" + suffix : path.substr(0, dot) + "-" + suffix + path.substr(dot);
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"roundpipe_sim: simulate RoundPipe and classic pipeline schedules (docs/simulator.md)"};
+  std::string schedule = "all", plan, stages, profile, jsonPath, svgPath;
+  int workers = 8, microbatches = 0, rounds = 1, layers = 28, virtualStages = 2;
+  double fwd = 1.0, bwd = 2.0, headFwd = 3.0, headBwd = 6.0, hop = 0.0;
+  app.add_option("--schedule", schedule, "roundpipe | gpipe | 1f1b | interleaved-1f1b | all");
+  app.add_option("--workers", workers, "workers (GPUs)")->check(CLI::PositiveNumber);
+  app.add_option("--microbatches", microbatches, "microbatches per round (default: workers)");
+  app.add_option("--rounds", rounds, "rounds per step (RoundPipe; the baselines run microbatches x rounds)");
+  app.add_option("--layers", layers, "decoder layers")->check(CLI::PositiveNumber);
+  app.add_option("--fwd", fwd, "forward time of one decoder layer for one microbatch");
+  app.add_option("--bwd", bwd, "backward time of one decoder layer for one microbatch (without recompute)");
+  app.add_option("--head-fwd", headFwd, "LM head + loss forward time per microbatch");
+  app.add_option("--head-bwd", headBwd, "LM head backward time per microbatch");
+  app.add_option("--hop", hop, "transfer time of one activation between two workers");
+  app.add_option("--profile", profile, "per-layer times from a run (<output.dir>/profile.json) instead of the above");
+  app.add_option("--plan", plan, "RoundPipe plan \"F1,F2,...|fused|B1,...\" (default: the runtime's partitioner)");
+  app.add_option("--stages", stages, "baselines: decoder layers per stage (default: the runtime's balanced split)");
+  app.add_option("--virtual", virtualStages, "interleaved-1f1b: model chunks per worker")->check(CLI::PositiveNumber);
+  bool recompute = false;
+  app.add_flag("--recompute-baselines", recompute,
+               "baselines checkpoint activations as RoundPipe does (a recompute before every backward)");
+  app.add_option("--json", jsonPath, "write the result as JSON");
+  app.add_option("--svg", svgPath, "write a Gantt chart (SVG)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  const SimCosts costs =
+      profile.empty() ? uniformCosts(layers, fwd, bwd, headFwd, headBwd, hop) : loadProfile(profile, hop);
+  std::vector<SimSchedule> schedules;
+  if (schedule == "all") {
+    schedules = {SimSchedule::kGpipe, SimSchedule::kOneFOneB, SimSchedule::kInterleaved, SimSchedule::kRoundPipe};
+  } else {
+    schedules = {parseSimSchedule(schedule, "--schedule")};
+  }
+  std::vector<std::pair<SimSchedule, SimResult>> results;
+  for (SimSchedule s : schedules) {
+    SimSetup setup;
+    setup.schedule = s;
+    setup.workers = workers;
+    setup.microbatches = microbatches > 0 ? microbatches : workers;
+    setup.rounds = rounds;
+    setup.virtualStages = s == SimSchedule::kInterleaved ? virtualStages : 1;
+    setup.recomputeBaselines = recompute;
+    if (s == SimSchedule::kRoundPipe) {
+      setup.plan = plan.empty() ? partition(partitionerCosts(costs), {workers, 1.1, 0.0}).plan
+                                : parsePlan(plan, costs.layerCount(), "--plan");
+    } else if (!stages.empty() && s != SimSchedule::kInterleaved) {
+      setup.stageLayers = parseCounts(stages, "--stages");
+    } else {
+      setup.stageLayers = balancedStages(costs, workers * setup.virtualStages);
+    }
+    if (s == SimSchedule::kInterleaved && setup.microbatches * setup.rounds % workers != 0) {
+      std::cout << "interleaved-1f1b: skipped (microbatches must be a multiple of workers)\n\n";
+      continue;
+    }
+    const SimResult r = simulate(setup, costs);
+    std::cout << simTable(setup, r);
+    if (s == SimSchedule::kRoundPipe) std::cout << "plan: " << describe(setup.plan) << "\n";
+    std::cout << "\n";
+    const std::string suffix = schedules.size() > 1 ? simScheduleName(s) : "";
+    if (!jsonPath.empty()) writeFile(suffix.empty() ? jsonPath : withSuffix(jsonPath, suffix), simJson(setup, r));
+    if (!svgPath.empty()) writeFile(suffix.empty() ? svgPath : withSuffix(svgPath, suffix), simSvg(setup, r));
+    results.emplace_back(s, r);
+  }
+  if (results.size() > 1) {
+    double base = 0;
+    for (const auto& [s, r] : results) {
+      if (s == SimSchedule::kOneFOneB) base = r.makespan;
+    }
+    std::cout << "| schedule | makespan | bubble | speed vs 1f1b |\n|---|---:|---:|---:|\n";
+    for (const auto& [s, r] : results) {
+      std::cout << fmt::format("| {} | {:.2f} | {:.1f}% | {:.2f}x |\n", simScheduleName(s), r.makespan,
+                               100 * r.bubbleRatio(), base > 0 ? base / r.makespan : 0.0);
+    }
+  }
+  return rp::cli::kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return rp::cli::runMain([&] { return run(argc, argv); });
+}

@@ -1,0 +1,317 @@
+#include "schedule/sim.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "schedule/dispatch.h"
+
+namespace rp::schedule {
+namespace {
+
+struct Builder {
+  std::vector<SimOp> ops;
+  std::vector<int> dep;                 // the op that must finish first (-1 = none)
+  std::vector<std::vector<int>> order;  // per worker, op indices in execution order
+  std::vector<double> duration;
+  std::vector<int> warmup;  // per worker: forwards before the forward->backward switch (-1 = none)
+
+  int add(int worker, int mb, int stage, bool backward, double time, int after, std::string label) {
+    ops.push_back({worker, mb, stage, backward, 0, 0, std::move(label)});
+    dep.push_back(after);
+    duration.push_back(time);
+    order[static_cast<std::size_t>(worker)].push_back(static_cast<int>(ops.size()) - 1);
+    return static_cast<int>(ops.size()) - 1;
+  }
+};
+
+double sum(const std::vector<double>& v, int a, int b) {
+  double s = 0;
+  for (int l = a; l < b; ++l) s += v[static_cast<std::size_t>(l)];
+  return s;
+}
+
+// RoundPipe: each round is one runtime iteration's dispatch (the counter continues across rounds).
+void buildRoundPipe(const SimSetup& s, const SimCosts& c, Builder& b) {
+  validate(s.plan, c.layerCount(), "simulator plan");
+  std::int64_t counter = 0;
+  for (int round = 0; round < s.rounds; ++round) {
+    const DispatchTable table = dispatch(s.plan, s.workers, counter);
+    counter = table.counterEnd;
+    std::vector<int> previous(static_cast<std::size_t>(s.microbatches), -1);
+    for (std::size_t k = 0; k < table.jobs.size(); ++k) {
+      const Job& job = table.jobs[k];
+      const int a = job.layers.begin, e = job.layers.end;
+      // Forward: the layers' forward. Fused: forward, the head's loss, backward. Backward: recompute + backward.
+      const double time =
+          job.kind == JobKind::kForward ? sum(c.forward, a, e) : sum(c.forward, a, e) + sum(c.backward, a, e);
+      const char* kind = job.kind == JobKind::kForward ? "F" : job.kind == JobKind::kFused ? "T" : "B";
+      for (int m = 0; m < s.microbatches; ++m) {
+        const int mb = round * s.microbatches + m;
+        previous[static_cast<std::size_t>(m)] =
+            b.add(job.worker, mb, static_cast<int>(k), job.kind != JobKind::kForward, time,
+                  previous[static_cast<std::size_t>(m)], fmt::format("{}{} mb{}", kind, job.stage, mb));
+      }
+    }
+  }
+}
+
+// Baselines: stage s of `stages` holds stageLayers[s] decoder layers (the embedding joins stage 0, the head the
+// last stage) and runs on worker s mod workers. `order(w)` lists worker w's operations as (stage, mb, backward).
+struct BoundOp {
+  int stage, mb;
+  bool backward;
+};
+
+void buildBound(const SimSetup& s, const SimCosts& c, Builder& b, const std::vector<std::vector<BoundOp>>& orders,
+                const std::vector<int>& warmup) {
+  const int stages = static_cast<int>(s.stageLayers.size());
+  std::vector<int> begin(static_cast<std::size_t>(stages) + 1, 1);
+  for (int st = 0; st < stages; ++st)
+    begin[static_cast<std::size_t>(st) + 1] =
+        begin[static_cast<std::size_t>(st)] + s.stageLayers[static_cast<std::size_t>(st)];
+  if (begin.back() != c.layerCount() - 1) {
+    RP_THROW(InputError, "simulator: the stages hold {} decoder layers, the model has {}", begin.back() - 1,
+             c.layerCount() - 2);
+  }
+  begin.front() = 0;
+  begin.back() = c.layerCount();
+  auto range = [&](int st) {
+    return std::pair{begin[static_cast<std::size_t>(st)], begin[static_cast<std::size_t>(st) + 1]};
+  };
+  const auto microbatches = static_cast<std::size_t>(s.microbatches * s.rounds);
+  std::vector<std::vector<int>> fwd(static_cast<std::size_t>(stages), std::vector<int>(microbatches, -1));
+  auto bwd = fwd;
+  // Two passes: create the operations in worker order, then fill in their dependencies.
+  for (std::size_t w = 0; w < orders.size(); ++w) {
+    for (const BoundOp& op : orders[w]) {
+      const auto [a, e] = range(op.stage);
+      const double time = op.backward ? sum(c.backward, a, e) + (s.recomputeBaselines ? sum(c.forward, a, e) : 0.0)
+                                      : sum(c.forward, a, e);
+      const int id = b.add(static_cast<int>(w), op.mb, op.stage, op.backward, time, -1,
+                           fmt::format("{}{} mb{}", op.backward ? "B" : "F", op.stage, op.mb));
+      (op.backward ? bwd : fwd)[static_cast<std::size_t>(op.stage)][static_cast<std::size_t>(op.mb)] = id;
+    }
+  }
+  for (std::size_t i = 0; i < b.ops.size(); ++i) {
+    const SimOp& op = b.ops[i];
+    const auto st = static_cast<std::size_t>(op.stage), mb = static_cast<std::size_t>(op.microbatch);
+    if (!op.backward) {
+      b.dep[i] = op.stage == 0 ? -1 : fwd[st - 1][mb];
+    } else {
+      b.dep[i] = op.stage == stages - 1 ? fwd[st][mb] : bwd[st + 1][mb];
+    }
+  }
+  b.warmup = warmup;
+}
+
+std::vector<std::vector<BoundOp>> gpipeOrder(int p, int m) {
+  std::vector<std::vector<BoundOp>> out(static_cast<std::size_t>(p));
+  for (int w = 0; w < p; ++w) {
+    for (int k = 0; k < m; ++k) out[static_cast<std::size_t>(w)].push_back({w, k, false});
+    for (int k = 0; k < m; ++k) out[static_cast<std::size_t>(w)].push_back({w, k, true});
+  }
+  return out;
+}
+
+std::vector<std::vector<BoundOp>> oneFOneBOrder(int p, int m, std::vector<int>& warmup) {
+  std::vector<std::vector<BoundOp>> out(static_cast<std::size_t>(p));
+  for (int w = 0; w < p; ++w) {
+    const int warm = std::min(p - 1 - w, m);
+    warmup.push_back(warm);
+    auto& o = out[static_cast<std::size_t>(w)];
+    int f = 0, bk = 0;
+    for (; f < warm; ++f) o.push_back({w, f, false});
+    while (f < m) {
+      o.push_back({w, f++, false});
+      o.push_back({w, bk++, true});
+    }
+    while (bk < m) o.push_back({w, bk++, true});
+  }
+  return out;
+}
+
+// Megatron's interleaved 1F1B (virtual pipeline stages): chunk c of worker w is stage c·p + w; the k-th
+// forward of a worker is microbatch (k / (p·v))·p + k % p of chunk (k / p) % v, backwards take the chunks
+// in reverse; (p − w − 1)·2 + (v − 1)·p warm-up forwards, then one forward and one backward alternately.
+std::vector<std::vector<BoundOp>> interleavedOrder(int p, int v, int m, std::vector<int>& warmup) {
+  std::vector<std::vector<BoundOp>> out(static_cast<std::size_t>(p));
+  const int total = m * v;
+  for (int w = 0; w < p; ++w) {
+    auto op = [&](int k, bool backward) {
+      const int chunk = backward ? v - 1 - (k / p) % v : (k / p) % v;
+      return BoundOp{chunk * p + w, (k / (p * v)) * p + k % p, backward};
+    };
+    const int warm = std::min(total, (p - w - 1) * 2 + (v - 1) * p);
+    warmup.push_back(warm);
+    auto& o = out[static_cast<std::size_t>(w)];
+    int f = 0, bk = 0;
+    for (; f < warm; ++f) o.push_back(op(f, false));
+    while (f < total) {
+      o.push_back(op(f++, false));
+      o.push_back(op(bk++, true));
+    }
+    while (bk < total) o.push_back(op(bk++, true));
+  }
+  return out;
+}
+
+}  // namespace
+
+SimSchedule parseSimSchedule(const std::string& name, const std::string& what) {
+  if (name == "gpipe") return SimSchedule::kGpipe;
+  if (name == "1f1b") return SimSchedule::kOneFOneB;
+  if (name == "interleaved-1f1b") return SimSchedule::kInterleaved;
+  if (name == "roundpipe") return SimSchedule::kRoundPipe;
+  RP_THROW(InputError, "{} = \"{}\": expected gpipe, 1f1b, interleaved-1f1b or roundpipe", what, name);
+}
+
+const char* simScheduleName(SimSchedule s) {
+  switch (s) {
+    case SimSchedule::kGpipe:
+      return "gpipe";
+    case SimSchedule::kOneFOneB:
+      return "1f1b";
+    case SimSchedule::kInterleaved:
+      return "interleaved-1f1b";
+    case SimSchedule::kRoundPipe:
+      return "roundpipe";
+  }
+  return "?";
+}
+
+SimCosts uniformCosts(int decoderLayers, double fwd, double bwd, double headFwd, double headBwd, double hop) {
+  SimCosts c;
+  c.forward.push_back(0.0);
+  c.backward.push_back(0.0);
+  for (int l = 0; l < decoderLayers; ++l) {
+    c.forward.push_back(fwd);
+    c.backward.push_back(bwd);
+  }
+  c.forward.push_back(headFwd);
+  c.backward.push_back(headBwd);
+  c.hop = hop;
+  return c;
+}
+
+double SimResult::idle() const {
+  double busy = 0;
+  for (const auto& w : workers) busy += w.busy;
+  return makespan * static_cast<double>(workers.size()) - busy;
+}
+
+double SimResult::bubbleRatio() const {
+  return makespan > 0 ? idle() / (makespan * static_cast<double>(workers.size())) : 0.0;
+}
+
+SimResult simulate(const SimSetup& s, const SimCosts& c) {
+  if (s.workers < 1 || s.microbatches < 1 || s.rounds < 1) {
+    RP_THROW(InputError, "simulator: workers ({}), microbatches ({}) and rounds ({}) must be >= 1", s.workers,
+             s.microbatches, s.rounds);
+  }
+  if (c.forward.size() != c.backward.size() || c.layerCount() < 2) {
+    RP_THROW(InputError, "simulator: {} forward and {} backward layer costs (need equal counts, >= 2)",
+             c.forward.size(), c.backward.size());
+  }
+  Builder b;
+  b.order.resize(static_cast<std::size_t>(s.workers));
+  const int p = s.workers;
+  if (s.schedule == SimSchedule::kRoundPipe) {
+    buildRoundPipe(s, c, b);
+  } else {
+    const int v = s.schedule == SimSchedule::kInterleaved ? s.virtualStages : 1;
+    if (static_cast<int>(s.stageLayers.size()) != p * v) {
+      RP_THROW(InputError, "simulator: {} needs {} stages ({} workers x {} chunks), got {}",
+               simScheduleName(s.schedule), p * v, p, v, s.stageLayers.size());
+    }
+    const int m = s.microbatches * s.rounds;
+    std::vector<int> warmup;
+    if (s.schedule == SimSchedule::kGpipe) {
+      warmup.assign(static_cast<std::size_t>(p), m);
+      buildBound(s, c, b, gpipeOrder(p, m), warmup);
+    } else if (s.schedule == SimSchedule::kOneFOneB) {
+      buildBound(s, c, b, oneFOneBOrder(p, m, warmup), warmup);
+    } else {
+      if (m % p != 0) {
+        RP_THROW(InputError, "simulator: interleaved-1f1b needs microbatches ({}) to be a multiple of workers ({})", m,
+                 p);
+      }
+      buildBound(s, c, b, interleavedOrder(p, v, m, warmup), warmup);
+    }
+  }
+
+  // Each worker runs its operations in order, each as soon as its dependency (plus a hop) and the worker allow.
+  SimResult r;
+  std::vector<double> free(static_cast<std::size_t>(p), 0.0);
+  std::vector<std::size_t> next(static_cast<std::size_t>(p), 0);
+  std::vector<bool> done(b.ops.size(), false);
+  std::size_t finished = 0;
+  while (finished < b.ops.size()) {
+    bool progress = false;
+    for (int w = 0; w < p; ++w) {
+      auto& list = b.order[static_cast<std::size_t>(w)];
+      auto& at = next[static_cast<std::size_t>(w)];
+      while (at < list.size()) {
+        const auto i = static_cast<std::size_t>(list[at]);
+        const int d = b.dep[i];
+        if (d >= 0 && !done[static_cast<std::size_t>(d)]) break;
+        double ready = 0.0;
+        if (d >= 0) {
+          const SimOp& before = b.ops[static_cast<std::size_t>(d)];
+          const bool hop = before.worker != w;
+          ready = before.end + (hop ? c.hop : 0.0);
+          if (hop) {
+            r.commTotal += c.hop;
+            // Idle spent only on the transfer: after both the worker and the predecessor were done.
+            r.commExposed += std::max(0.0, ready - std::max(free[static_cast<std::size_t>(w)], before.end));
+          }
+        }
+        SimOp& op = b.ops[i];
+        op.start = std::max(free[static_cast<std::size_t>(w)], ready);
+        op.end = op.start + b.duration[i];
+        free[static_cast<std::size_t>(w)] = op.end;
+        done[i] = true;
+        ++finished;
+        ++at;
+        progress = true;
+      }
+    }
+    RP_CHECK(progress, "simulator deadlock: {} of {} operations ran", finished, b.ops.size());
+  }
+  for (const auto& op : b.ops) r.makespan = std::max(r.makespan, op.end);
+  r.workers.resize(static_cast<std::size_t>(p));
+  for (int w = 0; w < p; ++w) {
+    WorkerStats& st = r.workers[static_cast<std::size_t>(w)];
+    const auto& list = b.order[static_cast<std::size_t>(w)];
+    if (list.empty()) {
+      st.drain = r.makespan;
+      continue;
+    }
+    st.fill = b.ops[static_cast<std::size_t>(list.front())].start;
+    st.drain = r.makespan - b.ops[static_cast<std::size_t>(list.back())].end;
+    double gaps = 0;
+    for (std::size_t k = 0; k < list.size(); ++k) {
+      const SimOp& op = b.ops[static_cast<std::size_t>(list[k])];
+      st.busy += op.end - op.start;
+      if (k > 0) gaps += op.start - b.ops[static_cast<std::size_t>(list[k - 1])].end;
+    }
+    // Switch: the gaps between the last warm-up forward and the first backward (schedules that have one).
+    const int warm = b.warmup.empty() ? -1 : b.warmup[static_cast<std::size_t>(w)];
+    if (warm > 0) {
+      std::size_t firstBackward = 0;
+      while (firstBackward < list.size() && !b.ops[static_cast<std::size_t>(list[firstBackward])].backward)
+        ++firstBackward;
+      for (std::size_t k = static_cast<std::size_t>(warm); k <= firstBackward && k < list.size(); ++k) {
+        st.switchIdle +=
+            b.ops[static_cast<std::size_t>(list[k])].start - b.ops[static_cast<std::size_t>(list[k - 1])].end;
+      }
+    }
+    st.intra = gaps - st.switchIdle;
+  }
+  r.ops = std::move(b.ops);
+  return r;
+}
+
+}  // namespace rp::schedule

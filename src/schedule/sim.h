@@ -1,0 +1,75 @@
+// A discrete-event simulator of pipeline schedules (docs/simulator.md), torch-free. RoundPipe jobs come from
+// the runtime's own planner and dispatch (schedule::dispatch), the baselines from their textbook orders;
+// every operation runs one stage for one microbatch on one worker, in each worker's fixed order, as soon as
+// its predecessor stage of the same microbatch is done (plus one hop of transfer time when that ran on
+// another worker) and the worker is free.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "schedule/plan.h"
+
+namespace rp::schedule {
+
+enum class SimSchedule { kGpipe, kOneFOneB, kInterleaved, kRoundPipe };
+SimSchedule parseSimSchedule(const std::string& name, const std::string& what);
+const char* simScheduleName(SimSchedule schedule);
+
+// Time per microbatch of every layer (plan index space: 0 = embedding, 1..n decoder layers, L-1 = head with
+// the loss), and the transfer time of one activation hop between workers.
+struct SimCosts {
+  std::vector<double> forward;
+  std::vector<double> backward;  // the backward pass alone (RoundPipe's backward stages add a recompute)
+  double hop = 0.0;
+  int layerCount() const { return static_cast<int>(forward.size()); }
+};
+
+// Uniform costs: n decoder layers of (fwd, bwd), the head's (fwd, bwd), a free embedding.
+SimCosts uniformCosts(int decoderLayers, double fwd, double bwd, double headFwd, double headBwd, double hop);
+
+struct SimSetup {
+  SimSchedule schedule = SimSchedule::kRoundPipe;
+  int workers = 1;
+  int microbatches = 1;             // per round (RoundPipe: at most `workers`... any count; baselines: per step)
+  int rounds = 1;                   // RoundPipe: rounds per step (each dispatched like one runtime iteration)
+  Plan plan;                        // RoundPipe: forward stages, fused stage, backward stages
+  std::vector<int> stageLayers;     // baselines: decoder layers per stage (embedding to the first, head to the last)
+  int virtualStages = 1;            // interleaved 1F1B: model chunks per worker
+  bool recomputeBaselines = false;  // baselines checkpoint activations too: each backward adds a forward
+};
+
+struct SimOp {
+  int worker;
+  int microbatch;
+  int stage;      // RoundPipe: job index within its round; baselines: pipeline stage (chunk) index
+  bool backward;  // a backward (or fused) operation
+  double start, end;
+  std::string label;
+};
+
+struct WorkerStats {
+  double busy = 0, fill = 0, switchIdle = 0, drain = 0, intra = 0;
+};
+
+struct SimResult {
+  double makespan = 0;
+  std::vector<SimOp> ops;
+  std::vector<WorkerStats> workers;
+  double commTotal = 0;    // hops x hop time
+  double commExposed = 0;  // idle time spent only waiting for a transfer
+  double idle() const;
+  double bubbleRatio() const;  // idle / (makespan x workers)
+};
+
+// Throws InputError naming the field when the setup is inconsistent (e.g. interleaving with microbatches
+// not a multiple of the workers).
+SimResult simulate(const SimSetup& setup, const SimCosts& costs);
+
+// Text table, JSON and an SVG Gantt chart of a result.
+std::string simTable(const SimSetup& setup, const SimResult& result);
+std::string simJson(const SimSetup& setup, const SimResult& result);
+std::string simSvg(const SimSetup& setup, const SimResult& result);
+
+}  // namespace rp::schedule

@@ -1,0 +1,109 @@
+// The schedule simulator on cases computed by hand (docs/simulator.md).
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "schedule/plan.h"
+#include "schedule/sim.h"
+
+namespace rp::schedule {
+namespace {
+
+SimSetup bound(SimSchedule schedule, int p, int m, std::vector<int> stages, int v = 1) {
+  SimSetup s;
+  s.schedule = schedule;
+  s.workers = p;
+  s.microbatches = m;
+  s.stageLayers = std::move(stages);
+  s.virtualStages = v;
+  return s;
+}
+
+// GPipe with equal stages: every worker idles (p-1)(tf+tb): fill w·tf, switch (p-1-w)(tf+tb), drain w·tb,
+// bubble = (p-1)/(m+p-1).
+TEST(Simulator, GpipeWithEqualStagesHasTheTextbookBubble) {
+  const int p = 4, m = 8;
+  const double tf = 2, tb = 4;  // two layers of (1, 2) per stage
+  const SimResult r = simulate(bound(SimSchedule::kGpipe, p, m, {2, 2, 2, 2}), uniformCosts(8, 1, 2, 0, 0, 0));
+  EXPECT_DOUBLE_EQ(r.makespan, (m + p - 1) * (tf + tb));
+  EXPECT_NEAR(r.bubbleRatio(), double(p - 1) / (m + p - 1), 1e-12);
+  for (int w = 0; w < p; ++w) {
+    const auto& x = r.workers[static_cast<std::size_t>(w)];
+    EXPECT_DOUBLE_EQ(x.busy, m * (tf + tb));
+    EXPECT_DOUBLE_EQ(x.fill, w * tf) << w;
+    EXPECT_DOUBLE_EQ(x.switchIdle, (p - 1 - w) * (tf + tb)) << w;
+    EXPECT_DOUBLE_EQ(x.drain, w * tb) << w;
+    EXPECT_DOUBLE_EQ(x.intra, 0.0) << w;
+  }
+  EXPECT_DOUBLE_EQ(r.commTotal, 0.0);
+}
+
+TEST(Simulator, OneFOneBHasGpipesBubbleWithLessInFlight) {
+  const int p = 4, m = 8;
+  const SimResult r = simulate(bound(SimSchedule::kOneFOneB, p, m, {2, 2, 2, 2}), uniformCosts(8, 1, 2, 0, 0, 0));
+  EXPECT_DOUBLE_EQ(r.makespan, (m + p - 1) * 6.0);
+  EXPECT_NEAR(r.bubbleRatio(), double(p - 1) / (m + p - 1), 1e-12);
+  // Worker 0 starts its first backward after 3 warm-up forwards and one more: (p-1) + 1 forwards.
+  int forwardsBefore = 0;
+  for (const auto& op : r.ops) {
+    if (op.worker == 0 && !op.backward && op.start < 2 * (p - 1) * 2.0 + 1) ++forwardsBefore;
+  }
+  EXPECT_EQ(forwardsBefore, p);
+}
+
+TEST(Simulator, InterleavingShrinksTheBubble) {
+  const int p = 4, m = 8;
+  const SimResult flat = simulate(bound(SimSchedule::kOneFOneB, p, m, {4, 4, 4, 4}), uniformCosts(16, 1, 2, 0, 0, 0));
+  const SimResult inter =
+      simulate(bound(SimSchedule::kInterleaved, p, m, std::vector<int>(8, 2), 2), uniformCosts(16, 1, 2, 0, 0, 0));
+  EXPECT_LT(inter.bubbleRatio(), flat.bubbleRatio());
+  EXPECT_DOUBLE_EQ(inter.workers[0].busy, flat.workers[0].busy);
+  // Megatron's bound with v chunks: (p-1)/(v·m + p-1) of the time is bubble when tf and tb scale alike.
+  EXPECT_NEAR(inter.bubbleRatio(), double(p - 1) / (2 * m + p - 1), 1e-12);
+  EXPECT_THROW(
+      simulate(bound(SimSchedule::kInterleaved, p, 6, std::vector<int>(8, 2), 2), uniformCosts(16, 1, 2, 0, 0, 0)),
+      InputError);
+}
+
+TEST(Simulator, BaselinesCanRecomputeLikeRoundPipe) {
+  SimSetup s = bound(SimSchedule::kGpipe, 2, 2, {1, 1});
+  const double plain = simulate(s, uniformCosts(2, 1, 2, 0, 0, 0)).workers[0].busy;
+  s.recomputeBaselines = true;
+  EXPECT_DOUBLE_EQ(simulate(s, uniformCosts(2, 1, 2, 0, 0, 0)).workers[0].busy, plain + 2 * 1.0);
+}
+
+// A transfer between workers delays the consumer by one hop; here every hop is exposed.
+TEST(Simulator, HopsAreChargedAndExposedWhenNothingHidesThem) {
+  const SimResult r = simulate(bound(SimSchedule::kGpipe, 2, 1, {1, 1}), uniformCosts(2, 1, 1, 0, 0, 0.5));
+  // F0 [0,1], F1 [1.5,2.5], B1 [2.5,3.5], B0 [4,5].
+  EXPECT_DOUBLE_EQ(r.makespan, 5.0);
+  EXPECT_DOUBLE_EQ(r.commTotal, 1.0);
+  EXPECT_DOUBLE_EQ(r.commExposed, 1.0);
+}
+
+// RoundPipe on 2 workers, 2 microbatches per round, 2 rounds, jobs of 1 per microbatch:
+//   round 1: F on w0 [0,2], fused on w1 [1,3], B on w0 [2,4]; round 2 (the counter continues at 3):
+//   F on w1 [3,5], fused on w0 [4,6], B on w1 [5,7]. Makespan 7, 12 busy of 14: bubble 1/7.
+TEST(Simulator, RoundPipeDispatchesRoundsRoundRobinFromTheRuntimesPlanner) {
+  SimSetup s;
+  s.schedule = SimSchedule::kRoundPipe;
+  s.workers = 2;
+  s.microbatches = 2;
+  s.rounds = 2;
+  s.plan = planFromCounts({2}, 0, {2}, 3);  // forward [0,2), fused [2,3) = the head, backward [0,2)
+  SimCosts c;
+  c.forward = {0.5, 0.5, 0.5};
+  c.backward = {0.0, 0.0, 0.5};  // backward job = recompute 1 + 0; fused = 0.5 + 0.5
+  const SimResult r = simulate(s, c);
+  EXPECT_DOUBLE_EQ(r.makespan, 7.0);
+  EXPECT_NEAR(r.bubbleRatio(), 1.0 / 7.0, 1e-12);
+  EXPECT_DOUBLE_EQ(r.workers[0].fill, 0.0);
+  EXPECT_DOUBLE_EQ(r.workers[1].fill, 1.0);
+  EXPECT_DOUBLE_EQ(r.workers[0].drain, 1.0);
+  EXPECT_DOUBLE_EQ(r.workers[1].drain, 0.0);
+  EXPECT_DOUBLE_EQ(r.workers[0].switchIdle + r.workers[1].switchIdle, 0.0);
+  EXPECT_NE(simSvg(s, r).find("<svg"), std::string::npos);
+  EXPECT_NE(simJson(s, r).find("\"bubble_ratio\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace rp::schedule
