@@ -1,0 +1,110 @@
+// AdamW on the host: our kernels (scalar, AVX2, AVX-512; 1 and 2 threads; with and without the fused bf16
+// model copy) in parameters/s and GB/s, beside this machine's memory bandwidth measured in the same binary
+// (a STREAM triad) and LibTorch's torch::optim::AdamW on the same sizes. Prints one table.
+// Usage: bench_adamw [million parameters] (default 16). DeepSpeed's CPU Adam: benchmarks/peer_deepspeed_adam.py.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+#include <vector>
+
+#include <immintrin.h>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "optim/adamw_simd.h"
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Median seconds of `reps` runs of `fn` (after one warm-up run).
+template <typename Fn>
+double timeIt(int reps, Fn&& fn) {
+  fn();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    const auto start = Clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// STREAM triad a[i] = b[i] + s·c[i], vectorised (AVX2), over `threads` threads. Reported like STREAM: 12
+// bytes per element (the write-allocate read of a[] is not counted; AdamW writes only what it read).
+__attribute__((target("avx2"))) void triad(float* __restrict a, const float* __restrict b,
+                                           const float* __restrict c, std::size_t begin, std::size_t end) {
+  const __m256 k = _mm256_set1_ps(3.0f);
+  std::size_t i = begin;
+  for (; i + 8 <= end; i += 8) {
+    _mm256_storeu_ps(a + i, _mm256_add_ps(_mm256_loadu_ps(b + i), _mm256_mul_ps(k, _mm256_loadu_ps(c + i))));
+  }
+  for (; i < end; ++i) a[i] = b[i] + 3.0f * c[i];
+}
+
+double triadGBs(std::size_t n, int threads) {
+  std::vector<float> a(n, 0.f), b(n, 1.f), c(n, 2.f);
+  const double s = timeIt(5, [&] {
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] { triad(a.data(), b.data(), c.data(), n * t / threads, n * (t + 1) / threads); });
+    }
+    for (auto& th : pool) th.join();
+  });
+  return 12.0 * static_cast<double>(n) / s / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::size_t n = (argc > 1 ? std::stoul(argv[1]) : 16) * 1000000;
+  torch::set_num_threads(1);
+  const double triad1 = triadGBs(n, 1), triad2 = triadGBs(n, 2);
+  std::vector<float> param(n, 0.5f), grad(n), copy32(n);
+  std::vector<std::uint16_t> copy(n);
+  for (std::size_t i = 0; i < n; ++i) grad[i] = 1e-3f * static_cast<float>(i % 1000) - 0.5f;
+
+  std::printf("AdamW, %.0fM fp32 parameters; memory bandwidth (STREAM triad): %.1f GB/s (1 thread), %.1f GB/s "
+              "(2 threads)\n",
+              static_cast<double>(n) / 1e6, triad1, triad2);
+  std::printf("| implementation | threads | ms/step | Mparams/s | GB/s | %% of triad |\n|---|---:|---:|---:|---:|---:|\n");
+  auto row = [&](const char* name, int threads, double seconds, double bytesPerParam) {
+    const double gbs = bytesPerParam * static_cast<double>(n) / seconds / 1e9;
+    std::printf("| %s | %d | %.1f | %.0f | %.1f | %.0f%% |\n", name, threads, seconds * 1e3,
+                static_cast<double>(n) / seconds / 1e6, gbs, 100 * gbs / (threads == 1 ? triad1 : triad2));
+  };
+  struct K {
+    const char* name;
+    rp::optim::AdamWKernel kernel;
+  };
+  std::vector<K> kernels{{"roundpipe scalar", &rp::optim::adamwScalar}};
+  if (__builtin_cpu_supports("avx2")) kernels.push_back({"roundpipe avx2", &rp::optim::adamwAvx2});
+  if (__builtin_cpu_supports("avx512f")) kernels.push_back({"roundpipe avx512", &rp::optim::adamwAvx512});
+  for (const K& k : kernels) {
+    for (int threads : {1, 2}) {
+      for (bool withCopy : {false, true}) {
+        if (withCopy && k.kernel == &rp::optim::adamwScalar) continue;
+        rp::optim::AdamW adamw({1e-3, 0.9, 0.999, 1e-8, 0.01, false}, k.kernel);
+        adamw.setThreads(threads);
+        adamw.add("p", param.data(), grad.data(), n, withCopy ? copy.data() : nullptr,
+                  withCopy ? rp::optim::ModelCopy::kBFloat16 : rp::optim::ModelCopy::kNone);
+        const double s = timeIt(5, [&] { adamw.step(1e-3); });
+        // Reads param, grad, m, v; writes param, m, v (28 bytes); the bf16 copy writes 2 more.
+        row(withCopy ? (std::string(k.name) + " + bf16 copy").c_str() : k.name, threads, s, withCopy ? 30 : 28);
+      }
+    }
+  }
+  // LibTorch's AdamW (C++ frontend) on one parameter of the same size.
+  for (int threads : {1, 2}) {
+    torch::set_num_threads(threads);
+    torch::Tensor p = torch::full({static_cast<std::int64_t>(n)}, 0.5f).set_requires_grad(true);
+    p.mutable_grad() = torch::from_blob(grad.data(), {static_cast<std::int64_t>(n)}, torch::kFloat).clone();
+    torch::optim::AdamW opt({p}, torch::optim::AdamWOptions(1e-3).weight_decay(0.01));
+    const double s = timeIt(5, [&] { opt.step(); });
+    row("LibTorch torch::optim::AdamW", threads, s, 28);
+  }
+  return 0;
+}
