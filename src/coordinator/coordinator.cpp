@@ -65,7 +65,7 @@ Directive Coordination::begin(std::int64_t step, const std::function<std::string
     // Iteration t-2 is the newest one every rank has surely finished (Note [Layer fences] bounds the overlap
     // between iterations to one).
     if (step - 2 >= collected_) collect(step - 2, describeRank);
-    if (step % options_.replanEvery == 0) replan(step);
+    if (options_.replanEvery > 0 && step % options_.replanEvery == 0) replan(step);
   }
   const Directive d = decide(step);
   const std::vector<std::int64_t> body = encode(d);

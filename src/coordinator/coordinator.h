@@ -37,7 +37,7 @@ class Coordination {
   // `describeRank` (optional) says what a late rank was last doing, for the stall message.
   Directive begin(std::int64_t step, const std::function<std::string(int)>& describeRank = {});
   // This rank's per-layer forward and backward milliseconds per microbatch in iteration `step` (negative =
-  // not measured by this rank). A no-op when nothing is re-planned.
+  // not measured by this rank). A no-op for the baselines (weights bound: nothing to re-plan).
   void report(std::int64_t step, const std::vector<double>& forwardMs, const std::vector<double>& backwardMs);
 
   // Rank 0: the next directive tells every rank to stop before running its iteration (preemption).
@@ -58,7 +58,8 @@ class Coordination {
   }
 
  private:
-  bool collecting() const { return options_.replanEvery > 0 && options_.roundRobin; }
+  // RoundPipe runs always measure (the profile is also written for the simulator); re-planning is optional.
+  bool collecting() const { return options_.roundRobin; }
   // Rank 0: every rank's report of `step`, summed per layer (each layer is run by one worker per node) and
   // averaged over nodes, into the profile.
   void collect(std::int64_t step, const std::function<std::string(int)>& describeRank);

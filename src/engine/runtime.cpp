@@ -395,6 +395,7 @@ std::vector<trace::StepMetrics> PipelineRuntime::run() {
   optimizer_->publishMasters();
   checkMpi(MPI_Barrier(session_.node()), "MPI_Barrier(final weights)");
   finishTrace();
+  if (leader_) writeProfile();
   if (leader_) {
     progress.reset();
     RP_LOG_INFO("metrics written to {}", metrics->path());

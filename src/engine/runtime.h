@@ -85,6 +85,8 @@ class PipelineRuntime {
   void saveCheckpoint(std::int64_t steps);
   void restore(const train::Resume& resume);
   std::function<std::string(int)> describeWorldRank() const;
+  // Rank 0: the measured per-layer times and the last plan, for roundpipe_sim (docs/simulator.md).
+  void writeProfile() const;
   control::StallPolicy stallPolicy() const;
 
   config::RunConfig config_;

@@ -2,6 +2,10 @@
 // slices of the node store; every rank restores the slices it owns under its own layout, so a checkpoint
 // resumes with any number of workers.
 #include <torch/torch.h>
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
@@ -11,6 +15,26 @@
 namespace rp::engine {
 
 using nlohmann::json;
+
+void PipelineRuntime::writeProfile() const {
+  const coordinator::LayerProfile& p = coordination_->profile();
+  if (!p.ready()) return;  // baselines, or too few steps
+  json forward = json::array(), backward = json::array();
+  for (int l = 0; l < model_->layerCount(); ++l) {
+    forward.push_back(p.forward(l));
+    backward.push_back(std::max(0.0, p.backward(l) - p.forward(l)));  // measured: recompute + backward
+  }
+  const auto path = std::filesystem::path(config_.output.dir) / "profile.json";
+  std::ofstream out(path);
+  out << json{{"forward_ms", forward},
+              {"backward_ms", backward},
+              {"plan", schedule::formatPlan(plan_)},
+              {"workers", workers_},
+              {"microbatches", config_.train.microbatches}}
+             .dump(1)
+      << '\n';
+  if (!out.flush()) RP_THROW(SystemError, "{}: cannot write the layer profile", path.string());
+}
 
 void PipelineRuntime::saveCheckpoint(std::int64_t steps) {
   const auto& c = config_;

@@ -121,4 +121,11 @@ Plan parsePlan(const std::string& text, int layerCount, const std::string& what)
   return plan;
 }
 
+std::string formatPlan(const Plan& plan) {
+  std::vector<int> forward, backward;
+  for (const auto& r : plan.forward) forward.push_back(r.size());
+  for (const auto& r : plan.backward) backward.push_back(r.size());
+  return fmt::format("{} | {} | {}", fmt::join(forward, ","), plan.fused.size() - 1, fmt::join(backward, ","));
+}
+
 }  // namespace rp::schedule

@@ -43,5 +43,7 @@ Plan planFromCounts(const std::vector<int>& forward, int fusedDecoderLayers, con
 // layers, backward stage sizes deepest first (layers counted in the plan's index space: the embedding is a
 // layer, the head is added to the fused stage). Validates; errors name `what`.
 Plan parsePlan(const std::string& text, int layerCount, const std::string& what);
+// The inverse: a plan in the config form ("3,2 | 1 | 2,3").
+std::string formatPlan(const Plan& plan);
 
 }  // namespace rp::schedule

@@ -57,6 +57,7 @@ TEST(Coordinator, EveryRankRunsRankZerosTableTheCounterContinuesAndAStopReachesA
     for (int step = 0; step < 4; ++step) {
       if (step == 3 && channel.rank() == 0) coordination.requestStop();  // e.g. a preemption signal
       got[static_cast<std::size_t>(channel.rank())].push_back(coordination.begin(step));
+      coordination.report(step, std::vector<double>(8, 1.0), std::vector<double>(8, 2.0));
     }
   });
   std::int64_t counter = 0;

@@ -18,6 +18,12 @@ std::string errorOf(const Plan& p, int L) {
   return "no error";
 }
 
+TEST(Plan, FormatIsTheInverseOfParse) {
+  const Plan p = parsePlan("3,2 | 2 | 2,3", 8, "test");
+  EXPECT_EQ(formatPlan(p), "3,2 | 2 | 2,3");
+  EXPECT_EQ(parsePlan(formatPlan(p), 8, "test"), p);
+}
+
 TEST(Plan, ParsesTheConfigForm) {
   EXPECT_EQ(parsePlan("2,2 | 1 | 1,1,1,1", 6, "pipeline.plan"), planFromCounts({2, 2}, 1, {1, 1, 1, 1}, 6));
   try {
