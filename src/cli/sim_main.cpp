@@ -10,6 +10,7 @@
 #include "cli/run_main.h"
 #include "common/error.h"
 #include "schedule/partitioner.h"
+#include "schedule/plan_search.h"
 #include "schedule/sim.h"
 
 namespace {
@@ -101,6 +102,8 @@ int run(int argc, char** argv) {
   app.add_option("--stages", stages, "baselines: decoder layers per stage (default: the runtime's balanced split)");
   app.add_option("--virtual", virtualStages, "interleaved-1f1b: model chunks per worker")->check(CLI::PositiveNumber);
   bool recompute = false;
+  std::string planner = "reference";
+  app.add_option("--planner", planner, "RoundPipe plan without --plan: reference (the partitioner) | search");
   app.add_flag("--recompute-baselines", recompute,
                "baselines checkpoint activations as RoundPipe does (a recompute before every backward)");
   app.add_option("--json", jsonPath, "write the result as JSON");
@@ -128,8 +131,20 @@ int run(int argc, char** argv) {
     setup.virtualStages = s == SimSchedule::kInterleaved ? virtualStages : 1;
     setup.recomputeBaselines = recompute;
     if (s == SimSchedule::kRoundPipe) {
-      setup.plan = plan.empty() ? partition(partitionerCosts(costs), {workers, 1.1, 0.0}).plan
-                                : parsePlan(plan, costs.layerCount(), "--plan");
+      if (!plan.empty()) {
+        setup.plan = parsePlan(plan, costs.layerCount(), "--plan");
+      } else if (planner == "search") {
+        const SearchResult found = searchPlan(partitionerCosts(costs), workers, setup.microbatches, 0.0);
+        setup.plan = found.plan;
+        std::cout << fmt::format(
+            "plan search: {} candidates; reference {} -> {:.2f} per round; best {} -> {:.2f} per round ({:+.1f}%)\n",
+            found.candidates, describe(found.reference), found.referenceMakespan, describe(found.plan), found.makespan,
+            100 * (found.makespan / found.referenceMakespan - 1));
+      } else if (planner == "reference") {
+        setup.plan = partition(partitionerCosts(costs), {workers, 1.1, 0.0}).plan;
+      } else {
+        RP_THROW(rp::InputError, "--planner = \"{}\": expected reference or search", planner);
+      }
     } else if (!stages.empty() && s != SimSchedule::kInterleaved) {
       setup.stageLayers = parseCounts(stages, "--stages");
     } else {

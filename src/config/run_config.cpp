@@ -82,6 +82,7 @@ RunConfig buildRunConfig(Values v) {
   c.pipeline.replanEvery = atLeast(v, "pipeline.replan_every", 0);
   c.pipeline.uploadChunkMb = inRange(v, "pipeline.upload_chunk_mb", 1e-6, 1e9, false);
   c.pipeline.plan = v.getString("pipeline.plan");
+  c.pipeline.planner = oneOf(v, "pipeline.planner", {"reference", "search"});
   c.pipeline.memoryLimitGb = inRange(v, "pipeline.memory_limit_gb", 0.0, 1e9, false);
   c.pipeline.stallTimeoutSeconds = inRange(v, "pipeline.stall_timeout_s", 0.001, 1e9, false);
   c.pipeline.stallWarnSeconds = inRange(v, "pipeline.stall_warn_s", 0.001, 1e9, false);

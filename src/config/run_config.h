@@ -43,7 +43,8 @@ struct RunConfig {
     std::string recompute;  // stage | layer
     std::int64_t replanEvery;
     double uploadChunkMb;
-    std::string plan;  // "auto" or counts (schedule::parsePlan)
+    std::string plan;     // "auto" or counts (schedule::parsePlan)
+    std::string planner;  // reference | search (auto plans)
     double memoryLimitGb;
     double stallTimeoutSeconds;
     double stallWarnSeconds;  // warns first when below stallTimeoutSeconds

@@ -52,6 +52,8 @@ const std::vector<KeySpec>& runSchema() {
       {"pipeline.upload_chunk_mb", Type::kFloat, 256.0, "weight uploads are queued in chunks of at most this size"},
       {"pipeline.plan", Type::kString, S("auto"),
        "auto (the partitioner) or \"F1,F2,... | fused | B1,B2,...\" layer counts"},
+      {"pipeline.planner", Type::kString, S("reference"),
+       "automatic plans: the reference partitioner, or the best simulated plan among more candidates (search)"},
       {"pipeline.memory_limit_gb", Type::kFloat, 0.0, "per-worker memory budget for the partitioner (0 = unlimited)"},
       {"pipeline.stall_timeout_s", Type::kFloat, 300.0, "a rank waiting longer than this for a peer aborts the job"},
       {"pipeline.stall_warn_s", Type::kFloat, 60.0,

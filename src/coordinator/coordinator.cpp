@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "schedule/dispatch.h"
+#include "schedule/plan_search.h"
 
 namespace rp::coordinator {
 namespace {
@@ -139,16 +140,24 @@ void Coordination::collect(std::int64_t step, const std::function<std::string(in
 void Coordination::replan(std::int64_t step) {
   if (!profile_.ready()) return;
   const schedule::LayerCosts measured = profile_.applyTo(proxy_);
-  const auto result = schedule::partition(measured, {options_.workers, 1.1, options_.memoryLimitBytes});
+  schedule::Plan candidate;
+  double gain = 0;  // predicted relative gain of the candidate over the current plan
+  if (options_.search) {
+    candidate = schedule::searchPlan(measured, options_.workers, options_.microbatches, options_.memoryLimitBytes).plan;
+    const double now = schedule::simulatedStep(measured, plan_, options_.workers, options_.microbatches);
+    gain = 1.0 - schedule::simulatedStep(measured, candidate, options_.workers, options_.microbatches) / now;
+  } else {
+    const auto result = schedule::partition(measured, {options_.workers, 1.1, options_.memoryLimitBytes});
+    candidate = result.plan;
+    gain = 1.0 - result.objective / schedule::planObjective(plan_, measured, options_.workers);
+  }
   std::vector<std::string> times;
   for (int l = 0; l < layers_; ++l)
     times.push_back(fmt::format("{:.2f}/{:.2f}", profile_.forward(l), profile_.backward(l)));
   RP_LOG_DEBUG("coordinator: measured fwd/bwd ms per layer at step {}: {}", step + 1, fmt::join(times, " "));
   // Switch only for a predicted gain of 3% or more, so timing noise does not make the plan flap.
-  if (result.plan == plan_ || result.objective > 0.97 * schedule::planObjective(plan_, measured, options_.workers)) {
-    return;
-  }
-  plan_ = result.plan;
+  if (candidate == plan_ || gain < 0.03) return;
+  plan_ = candidate;
   changed_ = true;
   RP_LOG_INFO("pipeline: plan changed at step {} from measured times (fwd/bwd ms per layer: {}): {} ({} stages)",
               step + 1, fmt::join(times, " "), schedule::describe(plan_), plan_.stageCount());

@@ -24,6 +24,8 @@ struct CoordinationOptions {
   std::int64_t replanEvery = 0;  // re-partition from measured times every N iterations; 0 = never
   double memoryLimitBytes = 0;   // per worker, for the partitioner
   control::StallPolicy stall;    // for directives and timing reports
+  bool search = false;           // re-plan with schedule::searchPlan (simulated) instead of the partitioner
+  int microbatches = 1;          // per iteration, for the search
 };
 
 class Coordination {

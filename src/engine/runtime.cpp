@@ -18,6 +18,7 @@
 #include "engine/costs.h"
 #include "engine/regions.h"
 #include "model/lora.h"
+#include "schedule/plan_search.h"
 #include "trace/bubbles.h"
 #include "trace/progress.h"
 #include "train/batch.h"
@@ -83,6 +84,10 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, const MpiSession& ses
                c.pipeline.schedule);
     }
     plan_ = schedule::balancedBoundPlan(costs.layers, workers_);
+  } else if (c.pipeline.plan == "auto" && c.pipeline.planner == "search") {
+    plan_ = schedule::searchPlan(costs.layers, workers_, static_cast<int>(c.train.microbatches),
+                                 c.pipeline.memoryLimitGb * 1e9)
+                .plan;
   } else if (c.pipeline.plan == "auto") {
     const auto result = schedule::partition(costs.layers, {workers_, 1.1, c.pipeline.memoryLimitGb * 1e9});
     plan_ = result.plan;
@@ -113,6 +118,8 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, const MpiSession& ses
   co.replanEvery = c.pipeline.plan == "auto" ? c.pipeline.replanEvery : 0;
   co.memoryLimitBytes = c.pipeline.memoryLimitGb * 1e9;
   co.stall = stallPolicy();
+  co.search = c.pipeline.planner == "search";
+  co.microbatches = static_cast<int>(c.train.microbatches);
   coordination_ = std::make_unique<coordinator::Coordination>(*worldChannel_, co, plan_, costs.layers);
   copy_ = std::make_unique<CopyEngine>(static_cast<std::size_t>(c.pipeline.uploadChunkMb * 1024 * 1024));
   if (id.nodeCount > 1) {

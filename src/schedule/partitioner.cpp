@@ -39,7 +39,7 @@ std::vector<Range> pack(int e, const std::vector<double>& cost, const std::vecto
 
 }  // namespace
 
-PartitionResult partition(const LayerCosts& c, const PartitionOptions& o) {
+std::vector<PartitionResult> partitionCandidates(const LayerCosts& c, const PartitionOptions& o) {
   const int L = static_cast<int>(c.forward.size());
   RP_CHECK(L >= 2 && c.backward.size() == c.forward.size() && c.bytes.size() == c.forward.size() &&
                c.backwardBytes.size() == c.forward.size(),
@@ -68,7 +68,7 @@ PartitionResult partition(const LayerCosts& c, const PartitionOptions& o) {
   }
   RP_CHECK(!candidates.empty(), "no candidate stage time (W = {})", W);
 
-  result.objective = std::numeric_limits<double>::infinity();
+  std::vector<PartitionResult> out;
   for (const double T : candidates) {
     // Fused tail: grow from the head while its backward cost and memory fit.
     int e = L;
@@ -86,15 +86,19 @@ PartitionResult partition(const LayerCosts& c, const PartitionOptions& o) {
     std::reverse(plan.forward.begin(), plan.forward.end());
     plan.backward = pack(e, c.backward, c.backwardBytes, T, cap, /*descending=*/false);
     std::reverse(plan.backward.begin(), plan.backward.end());
-    const double objective = std::max(plan.stageCount(), o.minStages) * T;
-    if (objective < result.objective) {
-      result.objective = objective;
-      result.plan = plan;
-      result.stageTimeLimit = T;
-    }
+    validate(plan, L, "partitioner");
+    out.push_back({plan, T, std::max(plan.stageCount(), o.minStages) * T, result.memoryLimitRaised});
   }
-  validate(result.plan, L, "partitioner");
-  return result;
+  return out;
+}
+
+PartitionResult partition(const LayerCosts& c, const PartitionOptions& o) {
+  PartitionResult best;
+  best.objective = std::numeric_limits<double>::infinity();
+  for (const auto& candidate : partitionCandidates(c, o)) {
+    if (candidate.objective < best.objective) best = candidate;  // the smallest T on ties (candidates ascend)
+  }
+  return best;
 }
 
 double planObjective(const Plan& plan, const LayerCosts& c, int minStages) {

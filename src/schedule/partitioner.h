@@ -35,6 +35,8 @@ struct PartitionResult {
 };
 
 PartitionResult partition(const LayerCosts& costs, const PartitionOptions& options);
+// Every candidate T's plan, in ascending T (partition() picks the one with the least objective).
+std::vector<PartitionResult> partitionCandidates(const LayerCosts& costs, const PartitionOptions& options);
 
 // The partitioner's objective for a given plan: max(#stages, minStages) x its slowest stage (forward stages
 // by forward cost, fused and backward stages by backward cost).

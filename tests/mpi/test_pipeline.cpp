@@ -199,6 +199,7 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"tinystories_lora", "models/tinystories-656k", "", {"lora.rank=4", "pipeline.plan=2 | 1 | 1,1"}},
         Case{"qwen3_generated", "", "", {"pipeline.plan=2,1 | 1 | 1,1,1"}},
         Case{"qwen3_replanned", "", "", {"pipeline.replan_every=2"}},
+        Case{"qwen3_searched", "", "", {"pipeline.planner=search", "pipeline.replan_every=2"}},
         Case{"qwen3_layer_recompute", "", "", {"pipeline.plan=3 | 1 | 2,1", "pipeline.recompute=layer"}},
         Case{"tinystories_gpipe", "models/tinystories-656k", "", {"pipeline.schedule=gpipe"}},
         Case{"tinystories_1f1b", "models/tinystories-656k", "", {"pipeline.schedule=1f1b"}}),

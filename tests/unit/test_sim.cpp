@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "schedule/partitioner.h"
 #include "schedule/plan.h"
+#include "schedule/plan_search.h"
 #include "schedule/sim.h"
 
 namespace rp::schedule {
@@ -103,6 +105,28 @@ TEST(Simulator, RoundPipeDispatchesRoundsRoundRobinFromTheRuntimesPlanner) {
   EXPECT_DOUBLE_EQ(r.workers[0].switchIdle + r.workers[1].switchIdle, 0.0);
   EXPECT_NE(simSvg(s, r).find("<svg"), std::string::npos);
   EXPECT_NE(simJson(s, r).find("\"bubble_ratio\""), std::string::npos);
+}
+
+// The search considers the reference partitioner's plan, so it is never worse in simulation; on a head
+// worth 3 layers with 4 workers it finds a plan the greedy partitioner misses.
+TEST(PlanSearch, NeverWorseThanTheReferenceAndBetterWhenTheGreedyMisses) {
+  LayerCosts c;
+  for (int l = 0; l < 18; ++l) {
+    const double f = l == 0 ? 0.0 : l == 17 ? 3.0 : 1.0;
+    c.forward.push_back(f);
+    c.backward.push_back(3 * f);  // recompute + backward
+    c.bytes.push_back(1.0);
+    c.backwardBytes.push_back(2.0);
+  }
+  const SearchResult r = searchPlan(c, 4, 5, 0.0);
+  EXPECT_EQ(r.reference, partition(c, {4, 1.1, 0.0}).plan);
+  EXPECT_DOUBLE_EQ(r.referenceMakespan, simulatedStep(c, r.reference, 4, 5));
+  EXPECT_DOUBLE_EQ(r.makespan, simulatedStep(c, r.plan, 4, 5));
+  EXPECT_LT(r.makespan, 0.98 * r.referenceMakespan) << describe(r.reference) << " vs " << describe(r.plan);
+  EXPECT_GT(r.candidates, 100);
+  // A memory limit the candidates must respect: no stage above half of it.
+  const SearchResult capped = searchPlan(c, 4, 5, 12.0);
+  for (const auto& st : capped.plan.backward) EXPECT_LE(2.0 * st.size(), 6.0) << describe(capped.plan);
 }
 
 }  // namespace
