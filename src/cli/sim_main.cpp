@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "schedule/partitioner.h"
 #include "schedule/plan_search.h"
+#include "schedule/projection.h"
 #include "schedule/sim.h"
 
 namespace {
@@ -102,6 +103,12 @@ int run(int argc, char** argv) {
   app.add_option("--stages", stages, "baselines: decoder layers per stage (default: the runtime's balanced split)");
   app.add_option("--virtual", virtualStages, "interleaved-1f1b: model chunks per worker")->check(CLI::PositiveNumber);
   bool recompute = false;
+  std::string hardwarePath, modelPath;
+  int seq = 2048, rows = 1;
+  app.add_option("--hardware", hardwarePath, "GPU projection: a cluster-configs/*.toml profile (with --model)");
+  app.add_option("--model", modelPath, "GPU projection: a Hugging Face config.json");
+  app.add_option("--seq", seq, "GPU projection: tokens per sequence");
+  app.add_option("--rows", rows, "GPU projection: sequences per microbatch");
   std::string planner = "reference";
   app.add_option("--planner", planner, "RoundPipe plan without --plan: reference (the partitioner) | search");
   app.add_flag("--recompute-baselines", recompute,
@@ -113,8 +120,26 @@ int run(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  const SimCosts costs =
-      profile.empty() ? uniformCosts(layers, fwd, bwd, headFwd, headBwd, hop) : loadProfile(profile, hop);
+  const bool projecting = !hardwarePath.empty() || !modelPath.empty();
+  if (projecting && (hardwarePath.empty() || modelPath.empty())) {
+    RP_THROW(rp::InputError, "a GPU projection needs both --hardware and --model");
+  }
+  Hardware hardware;
+  ModelShape shape;
+  if (projecting) {
+    hardware = loadHardware(hardwarePath);
+    shape = loadModelShape(modelPath);
+    workers = hardware.gpus;
+    std::cout << fmt::format(
+        "PROJECTION, not a measurement: {} ({} x {}, {:.0f} TFLOPS x {:.0f}% efficiency, host link {:.0f} GB/s per "
+        "{} GPUs, {}), {:.2f}B parameters, {} x {} tokens per microbatch; times in ms\n\n",
+        modelPath, hardware.gpus, hardware.name, hardware.tensorTflops, 100 * hardware.efficiency, hardware.pcieGBs,
+        hardware.gpusPerBridge, hardware.p2p ? fmt::format("P2P {:.0f} GB/s", hardware.p2pGBs) : "no P2P",
+        shape.params() / 1e9, rows, seq);
+  }
+  const SimCosts costs = projecting        ? projectCosts(shape, hardware, seq, rows)
+                         : profile.empty() ? uniformCosts(layers, fwd, bwd, headFwd, headBwd, hop)
+                                           : loadProfile(profile, hop);
   std::vector<SimSchedule> schedules;
   if (schedule == "all") {
     schedules = {SimSchedule::kGpipe, SimSchedule::kOneFOneB, SimSchedule::kInterleaved, SimSchedule::kRoundPipe};
@@ -154,6 +179,23 @@ int run(int argc, char** argv) {
       std::cout << "interleaved-1f1b: skipped (microbatches must be a multiple of workers)\n\n";
       continue;
     }
+    if (projecting && s != SimSchedule::kRoundPipe) {
+      // Weight-bound schedules keep their stage's training state on the GPU: does it fit?
+      const int stagesCount = static_cast<int>(setup.stageLayers.size());
+      bool fits = true;
+      for (int st = 0; st < stagesCount; ++st) {
+        const int inFlight = s == SimSchedule::kGpipe ? setup.microbatches * setup.rounds : workers;
+        const int layersOnWorker = setup.stageLayers[static_cast<std::size_t>(st)] * setup.virtualStages;
+        fits = fits &&
+               boundStageFits(shape, hardware, layersOnWorker, st == stagesCount - 1, seq, rows, inFlight, recompute);
+      }
+      if (!fits) {
+        std::cout << simScheduleName(s) << ": OOM (a stage's weights, gradients, fp32 masters, Adam moments and "
+                  << "activations exceed " << hardware.memoryGb << " GB)\n\n";
+        results.emplace_back(s, SimResult{});
+        continue;
+      }
+    }
     const SimResult r = simulate(setup, costs);
     std::cout << simTable(setup, r);
     if (s == SimSchedule::kRoundPipe) std::cout << "plan: " << describe(setup.plan) << "\n";
@@ -168,10 +210,18 @@ int run(int argc, char** argv) {
     for (const auto& [s, r] : results) {
       if (s == SimSchedule::kOneFOneB) base = r.makespan;
     }
-    std::cout << "| schedule | makespan | bubble | speed vs 1f1b |\n|---|---:|---:|---:|\n";
+    const int mb = (microbatches > 0 ? microbatches : workers) * rounds;
+    std::cout << "| schedule | makespan | bubble | speed vs 1f1b |" << (projecting ? " projected tokens/s |" : "")
+              << "\n|---|---:|---:|---:|" << (projecting ? "---:|" : "") << "\n";
     for (const auto& [s, r] : results) {
-      std::cout << fmt::format("| {} | {:.2f} | {:.1f}% | {:.2f}x |\n", simScheduleName(s), r.makespan,
-                               100 * r.bubbleRatio(), base > 0 ? base / r.makespan : 0.0);
+      if (r.makespan <= 0) {
+        std::cout << fmt::format("| {} | OOM | — | — |{}\n", simScheduleName(s), projecting ? " — |" : "");
+        continue;
+      }
+      std::cout << fmt::format("| {} | {:.2f} | {:.1f}% | {} |", simScheduleName(s), r.makespan, 100 * r.bubbleRatio(),
+                               base > 0 ? fmt::format("{:.2f}x", base / r.makespan) : std::string("—"));
+      if (projecting) std::cout << fmt::format(" {:.0f} |", 1000.0 * mb * rows * seq / r.makespan);
+      std::cout << "\n";
     }
   }
   return rp::cli::kExitOk;

@@ -45,8 +45,12 @@ void buildRoundPipe(const SimSetup& s, const SimCosts& c, Builder& b) {
       const Job& job = table.jobs[k];
       const int a = job.layers.begin, e = job.layers.end;
       // Forward: the layers' forward. Fused: forward, the head's loss, backward. Backward: recompute + backward.
-      const double time =
+      const double compute =
           job.kind == JobKind::kForward ? sum(c.forward, a, e) : sum(c.forward, a, e) + sum(c.backward, a, e);
+      const double transfer = c.weightTransfer.empty() ? 0.0
+                              : sum(c.weightTransfer, a, e) * (job.kind == JobKind::kForward ? 1.0 : 2.0) /
+                                    static_cast<double>(s.microbatches);
+      const double time = std::max(compute, transfer);
       const char* kind = job.kind == JobKind::kForward ? "F" : job.kind == JobKind::kFused ? "T" : "B";
       for (int m = 0; m < s.microbatches; ++m) {
         const int mb = round * s.microbatches + m;

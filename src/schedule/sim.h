@@ -23,6 +23,10 @@ struct SimCosts {
   std::vector<double> forward;
   std::vector<double> backward;  // the backward pass alone (RoundPipe's backward stages add a recompute)
   double hop = 0.0;
+  // RoundPipe only, optional: the time to upload a layer's weights to a worker (its gradients download in
+  // the same time). A job's per-microbatch time is at least its transfers spread over the round's
+  // microbatches (transfers overlap compute: one-stage prefetch); empty = transfers are free.
+  std::vector<double> weightTransfer;
   int layerCount() const { return static_cast<int>(forward.size()); }
 };
 

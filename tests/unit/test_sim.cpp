@@ -5,6 +5,7 @@
 #include "schedule/partitioner.h"
 #include "schedule/plan.h"
 #include "schedule/plan_search.h"
+#include "schedule/projection.h"
 #include "schedule/sim.h"
 
 namespace rp::schedule {
@@ -127,6 +128,36 @@ TEST(PlanSearch, NeverWorseThanTheReferenceAndBetterWhenTheGreedyMisses) {
   // A memory limit the candidates must respect: no stage above half of it.
   const SearchResult capped = searchPlan(c, 4, 5, 12.0);
   for (const auto& st : capped.plan.backward) EXPECT_LE(2.0 * st.size(), 6.0) << describe(capped.plan);
+}
+
+// Projection costs from FLOP and byte counts, checked by hand on a tiny shape.
+TEST(Projection, CostsFollowTheFlopAndByteCounts) {
+  ModelShape m;
+  m.layers = 2;
+  m.hidden = 4;
+  m.intermediate = 8;
+  m.heads = 2;
+  m.kvHeads = 1;
+  m.headDim = 2;
+  m.vocab = 10;
+  EXPECT_DOUBLE_EQ(m.layerParams(), 4 * 4 + 2 * 4 * 2 + 4 * 4 + 3 * 4 * 8);  // q, k+v, o, gate+up+down = 144
+  Hardware h;
+  h.gpus = 2;
+  h.tensorTflops = 1e-6;  // 1000 FLOP per ms
+  h.efficiency = 1.0;
+  h.pcieGBs = 1e-3;  // 1000 bytes per ms, 500 per GPU
+  h.gpusPerBridge = 2;
+  const SimCosts c = projectCosts(m, h, /*seq=*/3, /*rows=*/1);
+  ASSERT_EQ(c.layerCount(), 4);
+  const double attention = 2.0 * 3 * 3 * 2 * 2;  // causal QK^T + AV: 2·s²·heads·head_dim
+  EXPECT_NEAR(c.forward[1], (2.0 * 144 * 3 + attention) / 1000.0, 1e-9);
+  EXPECT_DOUBLE_EQ(c.backward[1], 2 * c.forward[1]);
+  EXPECT_NEAR(c.forward[3], 2.0 * 10 * 4 * 3 / 1000.0, 1e-9);
+  EXPECT_NEAR(c.weightTransfer[1], 2.0 * 144 / 500.0, 1e-9);  // bf16 weights over a link shared by 2 GPUs
+  EXPECT_NEAR(c.hop, 2 * (2.0 * 3 * 4) / 500.0, 1e-9);        // no P2P: twice over the host link
+  h.memoryGb = 16.0 * 144 * 2 / 1e9;                          // exactly the 16 bytes/parameter of 2 layers
+  EXPECT_TRUE(boundStageFits(m, h, 2, false, 3, 1, 0, true));
+  EXPECT_FALSE(boundStageFits(m, h, 2, false, 3, 1, 1, true));
 }
 
 }  // namespace

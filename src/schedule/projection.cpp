@@ -1,0 +1,111 @@
+#include "schedule/projection.h"
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+#include <toml++/toml.h>
+
+#include "common/error.h"
+
+namespace rp::schedule {
+
+double ModelShape::layerParams() const {
+  const double attn = static_cast<double>(heads) * headDim, kv = static_cast<double>(kvHeads) * headDim;
+  return hidden * attn + 2.0 * hidden * kv + attn * hidden + 3.0 * hidden * static_cast<double>(intermediate);
+}
+
+double ModelShape::params() const {
+  const double embedding = static_cast<double>(vocab) * hidden;
+  return layers * layerParams() + embedding * (tied ? 1.0 : 2.0);
+}
+
+ModelShape loadModelShape(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) RP_THROW(InputError, "{}: cannot open the model config", path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    RP_THROW(InputError, "{}: not valid JSON: {}", path, e.what());
+  }
+  auto get = [&](const char* key) {
+    if (!j.contains(key) || !j[key].is_number_integer()) RP_THROW(InputError, "{}: integer field '{}' is missing", path, key);
+    return j[key].get<long>();
+  };
+  ModelShape m;
+  m.layers = static_cast<int>(get("num_hidden_layers"));
+  m.hidden = static_cast<int>(get("hidden_size"));
+  m.intermediate = static_cast<int>(get("intermediate_size"));
+  m.heads = static_cast<int>(get("num_attention_heads"));
+  m.kvHeads = j.contains("num_key_value_heads") ? static_cast<int>(get("num_key_value_heads")) : m.heads;
+  m.headDim = j.contains("head_dim") && !j["head_dim"].is_null() ? static_cast<int>(get("head_dim")) : m.hidden / m.heads;
+  m.vocab = get("vocab_size");
+  m.tied = j.value("tie_word_embeddings", false);
+  return m;
+}
+
+Hardware loadHardware(const std::string& path) {
+  toml::table t;
+  try {
+    t = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    RP_THROW(InputError, "{}: {}", path, e.description());
+  }
+  auto number = [&](const char* key) {
+    const auto v = t.at_path(key).value<double>();
+    if (!v) RP_THROW(InputError, "{}: number '{}' is missing", path, key);
+    return *v;
+  };
+  Hardware h;
+  h.name = t.at_path("gpu.name").value_or(std::string("?"));
+  h.gpus = static_cast<int>(number("gpu.count"));
+  h.memoryGb = number("gpu.memory_gb");
+  h.tensorTflops = number("gpu.tensor_tflops");
+  h.pcieGBs = number("link.pcie_gbps");
+  h.gpusPerBridge = static_cast<int>(number("link.gpus_per_host_bridge"));
+  h.p2p = t.at_path("link.p2p").value_or(false);
+  h.p2pGBs = h.p2p ? number("link.p2p_gbps") : 0.0;
+  h.efficiency = number("assumptions.matmul_efficiency");
+  if (h.gpus < 1 || h.tensorTflops <= 0 || h.pcieGBs <= 0 || h.gpusPerBridge < 1 || h.efficiency <= 0 || h.efficiency > 1) {
+    RP_THROW(InputError, "{}: gpu.count, gpu.tensor_tflops, link.pcie_gbps, link.gpus_per_host_bridge must be "
+             "positive and assumptions.matmul_efficiency in (0, 1]", path);
+  }
+  return h;
+}
+
+SimCosts projectCosts(const ModelShape& m, const Hardware& h, int seq, int rows) {
+  const double tokens = static_cast<double>(seq) * rows;
+  const double flopsPerMs = h.tensorTflops * 1e12 * h.efficiency / 1e3;
+  const double hostBytesPerMs = h.pcieGBs * 1e9 / h.gpusPerBridge / 1e3;
+  const double attention = 2.0 * rows * static_cast<double>(seq) * seq * m.heads * m.headDim;  // causal QK^T + AV
+  const double layerFwd = (2.0 * m.layerParams() * tokens + attention) / flopsPerMs;
+  const double headFwd = 2.0 * static_cast<double>(m.vocab) * m.hidden * tokens / flopsPerMs;
+  SimCosts c;
+  c.forward.push_back(0.0);  // the embedding lookup
+  c.backward.push_back(0.0);
+  c.weightTransfer.push_back(2.0 * static_cast<double>(m.vocab) * m.hidden / hostBytesPerMs);
+  for (int l = 0; l < m.layers; ++l) {
+    c.forward.push_back(layerFwd);
+    c.backward.push_back(2.0 * layerFwd);
+    c.weightTransfer.push_back(2.0 * m.layerParams() / hostBytesPerMs);
+  }
+  c.forward.push_back(headFwd);
+  c.backward.push_back(2.0 * headFwd);
+  c.weightTransfer.push_back(2.0 * static_cast<double>(m.vocab) * m.hidden / hostBytesPerMs);
+  const double activation = 2.0 * tokens * m.hidden;
+  c.hop = h.p2p ? activation / (h.p2pGBs * 1e9 / 1e3) : 2.0 * activation / hostBytesPerMs;
+  return c;
+}
+
+bool boundStageFits(const ModelShape& m, const Hardware& h, int layers, bool withHead, int seq, int rows, int inFlight,
+                    bool recompute) {
+  const double params = layers * m.layerParams() + (withHead ? static_cast<double>(m.vocab) * m.hidden : 0.0);
+  // Activations kept per layer per microbatch without recompute: ~34·s·b·h bytes (+ attention scores,
+  // absent with flash attention) — Korthikanti et al., "Reducing Activation Recomputation"; with full
+  // recompute only the layer input (2·s·b·h bytes in bf16).
+  const double perLayer = (recompute ? 2.0 : 34.0) * seq * rows * static_cast<double>(m.hidden);
+  const double activations = perLayer * layers * inFlight;
+  return 16.0 * params + activations <= h.memoryGb * 1e9;
+}
+
+}  // namespace rp::schedule

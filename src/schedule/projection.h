@@ -1,0 +1,43 @@
+// GPU projections (docs/simulator.md, "GPU projections"): simulator costs for a model shape on a hardware
+// profile from FLOP and byte counts — projections under stated assumptions, not measurements. Torch-free.
+#pragma once
+
+#include <string>
+
+#include "schedule/sim.h"
+
+namespace rp::schedule {
+
+// The parts of a Hugging Face config.json the counts need.
+struct ModelShape {
+  int layers = 0, hidden = 0, intermediate = 0, heads = 0, kvHeads = 0, headDim = 0;
+  long vocab = 0;
+  double layerParams() const;  // one decoder layer's matmul parameters
+  double params() const;       // all: layers, embedding, head (untied counted once more)
+  bool tied = false;
+};
+// Errors name the file and the field.
+ModelShape loadModelShape(const std::string& configJson);
+
+// A cluster-configs/*.toml profile.
+struct Hardware {
+  std::string name;
+  int gpus = 0;
+  double memoryGb = 0, tensorTflops = 0, pcieGBs = 0, p2pGBs = 0, efficiency = 0;
+  int gpusPerBridge = 1;
+  bool p2p = false;
+};
+Hardware loadHardware(const std::string& toml);
+
+// Milliseconds per microbatch of `rows` sequences of `seq` tokens in bf16: layer matmuls and causal attention
+// at hardware.efficiency of the tensor peak (backward = 2 x forward), weight uploads over the host link shared
+// by gpusPerBridge GPUs, activation hops over NVLink or (no P2P) twice over the host link.
+SimCosts projectCosts(const ModelShape& model, const Hardware& hardware, int seq, int rows);
+
+// Whether weight-bound training fits: bf16 weights and gradients, fp32 masters and Adam moments (16 bytes
+// per parameter) of one stage of `layers` decoder layers (plus the head on the last), and the activations
+// of `inFlight` microbatches kept for backward (with `recompute`, only each layer's input).
+bool boundStageFits(const ModelShape& model, const Hardware& hardware, int layers, bool withHead, int seq, int rows,
+                    int inFlight, bool recompute);
+
+}  // namespace rp::schedule
