@@ -1,8 +1,14 @@
 // roundpipe_sim: simulate pipeline schedules on the runtime's own planner and dispatch (docs/simulator.md).
 //   roundpipe_sim --workers 8 --layers 28 --fwd 1 --bwd 2 --head-fwd 3 --head-bwd 6 [--schedule all]
 //   roundpipe_sim --profile out/profile.json --workers 2 --microbatches 3   (a run's measured layer times)
+//   roundpipe_sim --trace out/trace.json --schedule roundpipe                (replay a run from its trace)
+#include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <optional>
+#include <set>
+#include <tuple>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -72,6 +78,82 @@ SimCosts loadProfile(const std::string& path, double hop) {
   }
 }
 
+// A run's Chrome trace (<output.dir>/trace.json): the compute spans "fwd|fused|bwd a-b mb k (step s)" of
+// steps >= 3 give every stage's mean time per microbatch and, with their layer ranges, the plan. A stage's
+// time is spread evenly over its layers; a backward stage's recompute is taken from the forward stages.
+struct TraceInput {
+  SimCosts costs;
+  Plan plan;
+  int workers = 0, microbatches = 0;
+};
+
+TraceInput loadTrace(const std::string& path, double hop) {
+  std::ifstream in(path);
+  if (!in) RP_THROW(rp::InputError, "{}: cannot open the trace", path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    RP_THROW(rp::InputError, "{}: not valid JSON: {}", path, e.what());
+  }
+  struct Acc {
+    double sum = 0;
+    int n = 0;
+  };
+  std::map<std::tuple<std::string, int, int>, Acc> stages;  // (kind, first, last) -> durations
+  std::set<int> workers;
+  int microbatches = 0;
+  for (const auto& e : j.value("traceEvents", nlohmann::json::array())) {
+    if (e.value("cat", "") != "compute" || e.value("ph", "") != "X") continue;
+    char kind[16];
+    int a = 0, b = 0, mb = 0, step = 0;
+    if (std::sscanf(e.value("name", "").c_str(), "%15s %d-%d mb %d (step %d)", kind, &a, &b, &mb, &step) != 5) continue;
+    workers.insert(e.value("pid", 0));
+    microbatches = std::max(microbatches, mb + 1);
+    if (step < 3) continue;  // warm-up
+    Acc& acc = stages[{kind, a, b}];
+    acc.sum += e.value("dur", 0.0) / 1e3;
+    ++acc.n;
+  }
+  TraceInput t;
+  int layers = 0;
+  for (const auto& [key, acc] : stages) layers = std::max(layers, std::get<2>(key) + 1);
+  if (layers < 2 || workers.empty()) {
+    RP_THROW(rp::InputError, "{}: no compute spans of steps >= 3 (a RoundPipe run's trace.json, 3+ steps)", path);
+  }
+  t.costs.forward.assign(static_cast<std::size_t>(layers), 0.0);
+  t.costs.backward.assign(static_cast<std::size_t>(layers), 0.0);
+  t.costs.hop = hop;
+  auto spread = [&](std::vector<double>& v, int a, int b, double total) {
+    for (int l = a; l <= b; ++l) v[static_cast<std::size_t>(l)] = total / (b - a + 1);
+  };
+  for (const auto& [key, acc] : stages) {  // forward stages first: the recompute of backward stages uses them
+    const auto& [kind, a, b] = key;
+    if (kind == "fwd") {
+      spread(t.costs.forward, a, b, acc.sum / acc.n);
+      t.plan.forward.push_back({a, b + 1});
+    } else if (kind == "fused") {
+      spread(t.costs.backward, a, b, acc.sum / acc.n);  // forward, loss and backward at once
+      t.plan.fused = {a, b + 1};
+    }
+  }
+  for (const auto& [key, acc] : stages) {
+    const auto& [kind, a, b] = key;
+    if (kind != "bwd") continue;
+    double recompute = 0;
+    for (int l = a; l <= b; ++l) recompute += t.costs.forward[static_cast<std::size_t>(l)];
+    spread(t.costs.backward, a, b, std::max(0.0, acc.sum / acc.n - recompute));
+    t.plan.backward.push_back({a, b + 1});
+  }
+  std::sort(t.plan.forward.begin(), t.plan.forward.end(), [](auto& x, auto& y) { return x.begin < y.begin; });
+  std::sort(t.plan.backward.begin(), t.plan.backward.end(), [](auto& x, auto& y) { return x.begin > y.begin; });
+  validate(t.plan, layers,
+           path + " (the plan its spans describe; replanned runs mix plans: use pipeline.replan_every = 0)");
+  t.workers = static_cast<int>(workers.size());
+  t.microbatches = microbatches;
+  return t;
+}
+
 void writeFile(const std::string& path, const std::string& text) {
   std::ofstream out(path);
   out << text;
@@ -99,6 +181,9 @@ int run(int argc, char** argv) {
   app.add_option("--head-bwd", headBwd, "LM head backward time per microbatch");
   app.add_option("--hop", hop, "transfer time of one activation between two workers");
   app.add_option("--profile", profile, "per-layer times from a run (<output.dir>/profile.json) instead of the above");
+  std::string tracePath;
+  app.add_option("--trace", tracePath,
+                 "replay a RoundPipe run from its trace.json: its plan, workers, microbatches and stage times");
   app.add_option("--plan", plan, "RoundPipe plan \"F1,F2,...|fused|B1,...\" (default: the runtime's partitioner)");
   app.add_option("--stages", stages, "baselines: decoder layers per stage (default: the runtime's balanced split)");
   app.add_option("--virtual", virtualStages, "interleaved-1f1b: model chunks per worker")->check(CLI::PositiveNumber);
@@ -137,7 +222,17 @@ int run(int argc, char** argv) {
         hardware.gpusPerBridge, hardware.p2p ? fmt::format("P2P {:.0f} GB/s", hardware.p2pGBs) : "no P2P",
         shape.params() / 1e9, rows, seq);
   }
+  std::optional<TraceInput> trace;
+  if (!tracePath.empty()) {
+    trace = loadTrace(tracePath, hop);
+    workers = trace->workers;
+    if (microbatches <= 0) microbatches = trace->microbatches;
+    if (plan.empty()) plan = formatPlan(trace->plan);
+    std::cout << fmt::format("trace {}: {} workers, {} microbatches, plan {}\n\n", tracePath, workers,
+                             trace->microbatches, describe(trace->plan));
+  }
   const SimCosts costs = projecting        ? projectCosts(shape, hardware, seq, rows)
+                         : trace           ? trace->costs
                          : profile.empty() ? uniformCosts(layers, fwd, bwd, headFwd, headBwd, hop)
                                            : loadProfile(profile, hop);
   std::vector<SimSchedule> schedules;

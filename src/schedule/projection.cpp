@@ -2,8 +2,8 @@
 
 #include <fstream>
 
-#include <nlohmann/json.hpp>
 #include <toml++/toml.h>
+#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 
@@ -29,7 +29,8 @@ ModelShape loadModelShape(const std::string& path) {
     RP_THROW(InputError, "{}: not valid JSON: {}", path, e.what());
   }
   auto get = [&](const char* key) {
-    if (!j.contains(key) || !j[key].is_number_integer()) RP_THROW(InputError, "{}: integer field '{}' is missing", path, key);
+    if (!j.contains(key) || !j[key].is_number_integer())
+      RP_THROW(InputError, "{}: integer field '{}' is missing", path, key);
     return j[key].get<long>();
   };
   ModelShape m;
@@ -38,7 +39,8 @@ ModelShape loadModelShape(const std::string& path) {
   m.intermediate = static_cast<int>(get("intermediate_size"));
   m.heads = static_cast<int>(get("num_attention_heads"));
   m.kvHeads = j.contains("num_key_value_heads") ? static_cast<int>(get("num_key_value_heads")) : m.heads;
-  m.headDim = j.contains("head_dim") && !j["head_dim"].is_null() ? static_cast<int>(get("head_dim")) : m.hidden / m.heads;
+  m.headDim =
+      j.contains("head_dim") && !j["head_dim"].is_null() ? static_cast<int>(get("head_dim")) : m.hidden / m.heads;
   m.vocab = get("vocab_size");
   m.tied = j.value("tie_word_embeddings", false);
   return m;
@@ -66,9 +68,12 @@ Hardware loadHardware(const std::string& path) {
   h.p2p = t.at_path("link.p2p").value_or(false);
   h.p2pGBs = h.p2p ? number("link.p2p_gbps") : 0.0;
   h.efficiency = number("assumptions.matmul_efficiency");
-  if (h.gpus < 1 || h.tensorTflops <= 0 || h.pcieGBs <= 0 || h.gpusPerBridge < 1 || h.efficiency <= 0 || h.efficiency > 1) {
-    RP_THROW(InputError, "{}: gpu.count, gpu.tensor_tflops, link.pcie_gbps, link.gpus_per_host_bridge must be "
-             "positive and assumptions.matmul_efficiency in (0, 1]", path);
+  if (h.gpus < 1 || h.tensorTflops <= 0 || h.pcieGBs <= 0 || h.gpusPerBridge < 1 || h.efficiency <= 0 ||
+      h.efficiency > 1) {
+    RP_THROW(InputError,
+             "{}: gpu.count, gpu.tensor_tflops, link.pcie_gbps, link.gpus_per_host_bridge must be "
+             "positive and assumptions.matmul_efficiency in (0, 1]",
+             path);
   }
   return h;
 }

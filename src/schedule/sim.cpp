@@ -47,9 +47,10 @@ void buildRoundPipe(const SimSetup& s, const SimCosts& c, Builder& b) {
       // Forward: the layers' forward. Fused: forward, the head's loss, backward. Backward: recompute + backward.
       const double compute =
           job.kind == JobKind::kForward ? sum(c.forward, a, e) : sum(c.forward, a, e) + sum(c.backward, a, e);
-      const double transfer = c.weightTransfer.empty() ? 0.0
-                              : sum(c.weightTransfer, a, e) * (job.kind == JobKind::kForward ? 1.0 : 2.0) /
-                                    static_cast<double>(s.microbatches);
+      const double transfer = c.weightTransfer.empty()
+                                  ? 0.0
+                                  : sum(c.weightTransfer, a, e) * (job.kind == JobKind::kForward ? 1.0 : 2.0) /
+                                        static_cast<double>(s.microbatches);
       const double time = std::max(compute, transfer);
       const char* kind = job.kind == JobKind::kForward ? "F" : job.kind == JobKind::kFused ? "T" : "B";
       for (int m = 0; m < s.microbatches; ++m) {

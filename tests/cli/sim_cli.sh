@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# roundpipe_sim from the command line: every schedule, JSON and SVG outputs, a run profile as input, and a
+# roundpipe_sim from the command line: every schedule, JSON and SVG outputs, a run profile and a run trace as input, and a
 # bad option value named with exit code 2. Usage: sim_cli.sh <bin dir>
 set -uo pipefail
 sim="$1/roundpipe_sim"
@@ -18,6 +18,21 @@ done
 printf '{"forward_ms": [0.1, 1, 1, 1, 3], "backward_ms": [0, 2, 2, 2, 6]}' >"$work/profile.json"
 "$sim" --profile "$work/profile.json" --workers 2 --schedule roundpipe >"$work/p.txt" || fail "--profile failed"
 grep -q "^plan: fwd" "$work/p.txt" || fail "no plan printed"
+# A run's trace: 2 workers, 2 microbatches; forward 1 ms, fused 1 ms, backward 2 ms (recompute 1 + 1) per
+# microbatch: F on w0 [0,2], fused on w1 [1,3], B on w0 [2,6] -> makespan 6.
+python3 - "$work/trace.json" <<'PY'
+import json, sys
+events = []
+for step in (3, 4):
+    for mb in (0, 1):
+        events += [{"name": f"fwd 0-1 mb {mb} (step {step})", "cat": "compute", "ph": "X", "pid": 0, "tid": 0, "ts": 0, "dur": 1000},
+                   {"name": f"fused 2-2 mb {mb} (step {step})", "cat": "compute", "ph": "X", "pid": 1, "tid": 0, "ts": 0, "dur": 1000},
+                   {"name": f"bwd 0-1 mb {mb} (step {step})", "cat": "compute", "ph": "X", "pid": 0, "tid": 0, "ts": 0, "dur": 2000}]
+json.dump({"traceEvents": events}, open(sys.argv[1], "w"))
+PY
+"$sim" --trace "$work/trace.json" --schedule roundpipe >"$work/t.txt" || fail "--trace failed"
+grep -q "plan fwd 0-1 | fused 2-2 | bwd 0-1" "$work/t.txt" || { cat "$work/t.txt"; fail "the trace's plan was not recovered"; }
+grep -q "makespan 6.000" "$work/t.txt" || { cat "$work/t.txt"; fail "wrong replay of the trace"; }
 "$sim" --schedule zigzag >"$work/bad.txt" 2>&1
 code=$?
 [[ $code -eq 2 ]] || fail "a bad --schedule exited $code, expected 2"
