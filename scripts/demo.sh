@@ -3,12 +3,14 @@
 # fine-tune the TinyStories-656K checkpoint (shared fixtures) on tiny-shakespeare on CPU, printing the plan,
 # the loss going down and a sample before and after. Without the fixtures, train a small byte-level Llama
 # from scratch on Debian's fortunes instead. Extra arguments go to roundpipe_train
-# (e.g. --set train.max_steps=100); RP_DEMO_WORKERS sets the number of worker processes (default 2).
+# (e.g. --set train.max_steps=100); RP_DEMO_WORKERS sets the number of worker processes (default 2). The run's
+# last checkpoint is exported as a Hugging Face model directory (<output dir>/hf).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/bootstrap.sh"
-"$root/scripts/build.sh" --target roundpipe_train
+"$root/scripts/build.sh" --target roundpipe_train roundpipe_export
 bin="${RP_BUILD_DIR:-$root/build}/src/cli/roundpipe_train"
+export_bin="${RP_BUILD_DIR:-$root/build}/src/cli/roundpipe_export"
 fixtures="${RP_FIXTURES_DIR:-$root/../shared/fixtures}"
 workers="${RP_DEMO_WORKERS:-2}"
 cd "$root"
@@ -20,9 +22,16 @@ if (( workers > $(nproc) )); then launch+=(--oversubscribe); fi
 common=(--set train.threads=1 --set "train.microbatches=$((workers + 2))" --set "train.global_batch=$((4 * (workers + 2)))")
 
 if [[ -d "$fixtures/models/tinystories-656k" ]]; then
-  exec "${launch[@]}" "$bin" --config configs/tiny-finetune.toml \
-    --set "model.path=$fixtures/models/tinystories-656k" \
-    --set "data.path=$fixtures/text/tinyshakespeare.txt" "${common[@]}" "$@"
+  config=configs/tiny-finetune.toml out=out/tiny-finetune
+  rm -rf "$out"  # the demo's own output: each demo run starts over
+  "${launch[@]}" "$bin" --config "$config" --set "model.path=$fixtures/models/tinystories-656k" \
+    --set "data.path=$fixtures/text/tinyshakespeare.txt" --set "output.dir=$out" "${common[@]}" "$@"
+else
+  echo "demo: $fixtures not found; training the built-in tiny model from scratch on fortunes" >&2
+  config=configs/builtin-fortunes.toml out=out/builtin-fortunes
+  rm -rf "$out"
+  "${launch[@]}" "$bin" --config "$config" --set "output.dir=$out" "${common[@]}" "$@"
 fi
-echo "demo: $fixtures not found; training the built-in tiny model from scratch on fortunes" >&2
-exec "${launch[@]}" "$bin" --config configs/builtin-fortunes.toml "${common[@]}" "$@"
+# The run's last checkpoint as a Hugging Face model directory (transformers / vLLM load it).
+"$export_bin" --checkpoint "$out/checkpoints" --output "$out/hf"
+echo "demo: the fine-tuned model is in $out/hf (config.json, model.safetensors, tokenizer.json)"

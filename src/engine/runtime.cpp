@@ -129,7 +129,10 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, const MpiSession& ses
   buildStore();
   if (id.node == 0) {
     const checkpoint::CheckpointDir checkpoints(c.checkpoint.dir);
-    if (leader_) checkpoints.removeStale();
+    if (leader_) {
+      train::refuseForeignCheckpoints(c);
+      checkpoints.removeStale();
+    }
     saver_ = std::make_unique<checkpoint::Saver>(
         checkpoints,
         checkpoint::SaverOptions{static_cast<int>(c.checkpoint.keep), c.checkpoint.stopOnError, c.checkpoint.async,

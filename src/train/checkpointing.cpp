@@ -131,6 +131,16 @@ void restoreRng(const std::string& text, const std::string& where) {
   }
 }
 
+void refuseForeignCheckpoints(const config::RunConfig& c) {
+  if (!c.checkpoint.resume.empty()) return;
+  const auto newest = checkpoint::CheckpointDir(c.checkpoint.dir).newest();
+  if (!newest) return;
+  RP_THROW(InputError,
+           "checkpoint.dir {} already holds checkpoints of an earlier run (newest: {}): continue it with --resume "
+           "latest, or start a new run in another output.dir or checkpoint.dir (nothing was deleted)",
+           c.checkpoint.dir, newest->filename().string());
+}
+
 std::optional<Resume> openResume(const config::RunConfig& c) {
   if (c.checkpoint.resume.empty()) return std::nullopt;
   Resume r;

@@ -35,4 +35,8 @@ struct Resume {
 // (the same model config.json and LoRA settings). Errors name the manifest and the field that differs.
 std::optional<Resume> openResume(const config::RunConfig& config);
 
+// A run that does not resume refuses a checkpoint.dir that already holds complete checkpoints (another run's:
+// `--resume latest` would mix them up with this run's); the error says what to do. Nothing is deleted.
+void refuseForeignCheckpoints(const config::RunConfig& config);
+
 }  // namespace rp::train

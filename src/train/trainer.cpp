@@ -146,6 +146,7 @@ std::string Trainer::sample(const std::string& prompt, std::int64_t tokens) {
 bool Trainer::run() {
   const auto& c = config_;
   writeEffectiveConfig(c);
+  refuseForeignCheckpoints(c);
   const checkpoint::CheckpointDir checkpoints(c.checkpoint.dir);
   checkpoints.removeStale();
   checkpoint::Saver saver(checkpoints,

@@ -32,6 +32,15 @@ std::string scratch(const std::string& name) {
   return (std::filesystem::temp_directory_path() / ("rp-pipeline-" + name)).string();
 }
 
+// The output directory of a pipeline run, emptied first (a run refuses a checkpoint.dir holding an earlier
+// run's checkpoints). Collective: every rank calls it.
+std::string freshScratch(const std::string& name) {
+  const std::string dir = scratch(name);
+  if (worldRank() == 0) std::filesystem::remove_all(dir);
+  MPI_Barrier(MPI_COMM_WORLD);
+  return dir;
+}
+
 struct Case {
   std::string name;
   std::string model;      // directory
@@ -76,7 +85,7 @@ TEST_P(Equivalence, LossesAndWeightsEqualTheSingleProcessTrainer) {
     c.tokenizer = c.model;
   }
   const MpiSession& session = test::mpiSession();
-  const auto sets = baseConfig(c, *fixtures, scratch(c.name + "-pipe"));
+  const auto sets = baseConfig(c, *fixtures, freshScratch(c.name + "-pipe"));
   // A failure on one rank would leave the others waiting in a collective: abort the job instead.
   std::unique_ptr<PipelineRuntime> runtimePtr;
   std::vector<trace::StepMetrics> metrics;
@@ -128,8 +137,8 @@ void expectEqualsDelayedUpdateReference(const Case& c, const std::string& fixtur
   std::unique_ptr<PipelineRuntime> runtime;
   std::vector<trace::StepMetrics> metrics;
   try {
-    runtime = std::make_unique<PipelineRuntime>(config::loadRunConfig("", baseConfig(c, fixtures, scratch(c.name))),
-                                                test::mpiSession());
+    runtime = std::make_unique<PipelineRuntime>(
+        config::loadRunConfig("", baseConfig(c, fixtures, freshScratch(c.name))), test::mpiSession());
     metrics = runtime->run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[rank %d] %s\n", worldRank(), e.what());

@@ -96,6 +96,18 @@ TEST_P(ResumeErrors, ACheckpointOfAnotherSetupIsRefusedNamingTheManifest) {
   Trainer a(configFor(whole, {"train.max_steps=3"}));
   ASSERT_TRUE(a.run());
   const std::string manifest = whole + "/checkpoints/step-00000003/manifest.json";
+  // A new run into the same directory would mix its checkpoints with this one's: refused, nothing deleted.
+  try {
+    Trainer again(configFor(whole, {"train.max_steps=3"}));
+    again.run();
+    FAIL() << "expected an error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("already holds checkpoints of an earlier run (newest: step-00000003): "
+                                         "continue it with --resume latest"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(std::filesystem::exists(manifest));
   try {
     Trainer b(configFor(root_ + "/other", {"checkpoint.resume=" + whole + "/checkpoints/latest", "lora.rank=4"}));
     FAIL() << "expected an error";
