@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "support/layer_costs.h"
+
 #include "control/inproc/inproc_channel.h"
 #include "coordinator/coordinator.h"
 #include "schedule/partitioner.h"
@@ -15,19 +17,7 @@ namespace {
 using schedule::LayerCosts;
 using schedule::Plan;
 
-// Decoder layers of cost 1 (backward 2), a cheap embedding, and a head costing `head`.
-LayerCosts uniform(int decoderLayers, double head) {
-  LayerCosts c;
-  const int L = decoderLayers + 2;
-  for (int l = 0; l < L; ++l) {
-    const double f = l == 0 ? 0.05 : (l == L - 1 ? head : 1.0);
-    c.forward.push_back(f);
-    c.backward.push_back(2 * f);
-    c.bytes.push_back(1.0);
-    c.backwardBytes.push_back(2.0);
-  }
-  return c;
-}
+using test::uniformLayerCosts;
 
 template <typename Fn>
 void onThreadsAsRanks(int ranks, Fn&& body) {
@@ -49,7 +39,7 @@ void onThreadsAsRanks(int ranks, Fn&& body) {
 }
 
 TEST(Coordinator, EveryRankRunsRankZerosTableTheCounterContinuesAndAStopReachesAll) {
-  const LayerCosts proxy = uniform(6, 3.0);
+  const LayerCosts proxy = uniformLayerCosts(6, 3.0);
   const Plan plan = schedule::partition(proxy, {3, 1.1, 0}).plan;
   std::vector<std::vector<Directive>> got(3);
   onThreadsAsRanks(3, [&](control::ControlChannel& channel) {
@@ -76,7 +66,7 @@ TEST(Coordinator, EveryRankRunsRankZerosTableTheCounterContinuesAndAStopReachesA
 }
 
 TEST(Coordinator, BoundSchedulesGetTheSameTableEveryIteration) {
-  const LayerCosts proxy = uniform(6, 3.0);
+  const LayerCosts proxy = uniformLayerCosts(6, 3.0);
   const Plan plan = schedule::balancedBoundPlan(proxy, 2);
   onThreadsAsRanks(2, [&](control::ControlChannel& channel) {
     Coordination coordination(channel, {2, 1, false, 0, 0, {10.0, 10.0}}, plan, proxy);
@@ -87,7 +77,7 @@ TEST(Coordinator, BoundSchedulesGetTheSameTableEveryIteration) {
 // Reports say the head is six decoder layers of work (the proxy said one): rank 0 re-partitions and every
 // rank receives the new plan, flagged as changed, from the first re-planning step on.
 TEST(Coordinator, ReplansFromReportedTimesAndEveryRankGetsTheNewPlan) {
-  const LayerCosts proxy = uniform(6, 1.0);
+  const LayerCosts proxy = uniformLayerCosts(6, 1.0);
   const int L = 8;
   const Plan initial = schedule::partition(proxy, {2, 1.1, 0}).plan;
   std::vector<std::vector<Directive>> got(2);
@@ -115,7 +105,7 @@ TEST(Coordinator, ReplansFromReportedTimesAndEveryRankGetsTheNewPlan) {
     EXPECT_EQ(d[4].plan, got[0][4].plan);
   }
   // The new plan is better than the initial one on the reported times (the proxy's bytes are unchanged).
-  LayerCosts measured = uniform(6, 6.0);
+  LayerCosts measured = uniformLayerCosts(6, 6.0);
   const Plan& replanned = got[0][4].plan;
   EXPECT_NE(replanned, initial);
   EXPECT_LT(schedule::planObjective(replanned, measured, 2), 0.97 * schedule::planObjective(initial, measured, 2))
@@ -123,7 +113,7 @@ TEST(Coordinator, ReplansFromReportedTimesAndEveryRankGetsTheNewPlan) {
 }
 
 TEST(Coordinator, NodesAverageTheirTimings) {
-  const LayerCosts proxy = uniform(2, 1.0);
+  const LayerCosts proxy = uniformLayerCosts(2, 1.0);
   const int L = 4;
   double forward0 = 0;
   onThreadsAsRanks(4, [&](control::ControlChannel& channel) {
@@ -142,7 +132,7 @@ TEST(Coordinator, NodesAverageTheirTimings) {
 }
 
 TEST(Coordinator, ALateReportNamesTheRank) {
-  const LayerCosts proxy = uniform(2, 1.0);
+  const LayerCosts proxy = uniformLayerCosts(2, 1.0);
   const Plan plan = schedule::partition(proxy, {2, 1.1, 0}).plan;
   std::string error;
   control::InProcHub hub(2);
@@ -170,7 +160,7 @@ TEST(Coordinator, ALateReportNamesTheRank) {
 }
 
 TEST(Coordinator, AMissingDirectiveIsAStallNamingRankZero) {
-  const LayerCosts proxy = uniform(2, 1.0);
+  const LayerCosts proxy = uniformLayerCosts(2, 1.0);
   control::InProcHub hub(2);
   control::InProcChannel channel(hub, 1);
   Coordination coordination(channel, {2, 1, true, 0, 0, {0.1, 0.1}}, schedule::partition(proxy, {2, 1.1, 0}).plan,
@@ -185,7 +175,7 @@ TEST(Coordinator, AMissingDirectiveIsAStallNamingRankZero) {
 }
 
 TEST(Directive, RoundTripsAndRejectsSkewAndCorruption) {
-  const LayerCosts proxy = uniform(6, 3.0);
+  const LayerCosts proxy = uniformLayerCosts(6, 3.0);
   Directive d;
   d.step = 7;
   d.planChanged = true;

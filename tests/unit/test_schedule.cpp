@@ -1,6 +1,8 @@
 // Plans, the partitioner and round-robin dispatch: pure functions on synthetic profiles.
 #include <gtest/gtest.h>
 
+#include "support/layer_costs.h"
+
 #include "common/error.h"
 #include "schedule/dispatch.h"
 #include "schedule/partitioner.h"
@@ -59,23 +61,12 @@ TEST(Plan, ValidationNamesTheBrokenRule) {
       << errorOf(shortFwd, 6);
 }
 
-LayerCosts uniform(int decoderLayers, double headCost) {
-  LayerCosts c;
-  const int L = decoderLayers + 2;
-  for (int l = 0; l < L; ++l) {
-    const double f = l == 0 ? 0.05 : (l == L - 1 ? headCost : 1.0);
-    c.forward.push_back(f);
-    c.backward.push_back(2 * f);  // recompute + backward
-    c.bytes.push_back(1.0);
-    c.backwardBytes.push_back(2.0);
-  }
-  return c;
-}
+using test::uniformLayerCosts;
 
 // An LM head worth three decoder layers: the fused stage holds the head alone, the forward stages carry
 // about three times the layers of the backward stages (the asymmetry the schedule relies on).
 TEST(Partitioner, HeavyHeadGetsItsOwnFusedStageAndStagesAreAsymmetric) {
-  const auto result = partition(uniform(8, 3.0), {4, 1.1, 0.0});
+  const auto result = partition(uniformLayerCosts(8, 3.0), {4, 1.1, 0.0});
   const Plan& p = result.plan;
   EXPECT_EQ(p.fused, (Range{9, 10})) << describe(p);
   EXPECT_DOUBLE_EQ(result.stageTimeLimit, 6.0) << describe(p);  // W = head backward = 6
@@ -84,12 +75,12 @@ TEST(Partitioner, HeavyHeadGetsItsOwnFusedStageAndStagesAreAsymmetric) {
   for (const auto& r : p.forward) fwdLayers = std::max(fwdLayers, r.size());
   EXPECT_GE(fwdLayers, 6) << describe(p);
   EXPECT_DOUBLE_EQ(result.objective, std::max(p.stageCount(), 4) * result.stageTimeLimit);
-  EXPECT_LE(planObjective(p, uniform(8, 3.0), 4), result.objective);  // the real slowest stage is within T
+  EXPECT_LE(planObjective(p, uniformLayerCosts(8, 3.0), 4), result.objective);  // the real slowest stage is within T
   EXPECT_NO_THROW(validate(p, 10, "test"));
 }
 
 TEST(Partitioner, MemoryCapSplitsStages) {
-  LayerCosts c = uniform(6, 1.0);
+  LayerCosts c = uniformLayerCosts(6, 1.0);
   const auto unlimited = partition(c, {2, 1.1, 0.0});
   const auto capped = partition(c, {2, 1.1, 6.0});  // half = 3 bytes: at most 3 forward / 1 backward layers
   for (const auto& r : capped.plan.forward) EXPECT_LE(r.size(), 3) << describe(capped.plan);
@@ -116,7 +107,7 @@ TEST(Dispatch, RoundRobinContinuesAcrossIterations) {
 }
 
 TEST(Baselines, BalancedBoundPlanAndOneFOneBOrder) {
-  LayerCosts c = uniform(6, 3.0);  // L = 8; the head costs three layers
+  LayerCosts c = uniformLayerCosts(6, 3.0);  // L = 8; the head costs three layers
   const Plan p = balancedBoundPlan(c, 3);
   ASSERT_EQ(p.forward.size(), 2u);
   EXPECT_EQ(p.fused.end, 8);
