@@ -165,7 +165,6 @@ void Saver::run(SaveJob& job) {
     dir_.discard(job.step);
     RP_THROW(SystemError, "checkpoint of step {} not published (the previous one is intact): {}", job.step, e.what());
   }
-  published_.push_back(job.step);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   RP_LOG_INFO("checkpoint {} saved by {} writer(s) ({:.1f} MB from this rank in {:.2f} s)",
               (dir_.root() / CheckpointDir::name(job.step)).string(), size_, static_cast<double>(bytes) / 1e6, seconds);

@@ -52,8 +52,6 @@ class Saver {
   void check();
   // Waits for the running save, then check().
   void finish();
-  // Steps of the checkpoints this saver published (writer 0).
-  const std::vector<std::int64_t>& published() const { return published_; }
 
  private:
   void run(SaveJob& job);
@@ -66,7 +64,6 @@ class Saver {
   std::thread thread_;
   std::mutex mutex_;
   std::exception_ptr error_;
-  std::vector<std::int64_t> published_;
 };
 
 }  // namespace rp::checkpoint
