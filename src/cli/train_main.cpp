@@ -26,7 +26,7 @@ int run(int argc, char** argv, const rp::MpiSession& session) {
   bool printOnly = false;
   app.add_option("--config", configPath, "run config (TOML)")->required();
   app.add_option("--set", overrides, "override a key: --set train.max_steps=50 (repeatable)");
-  app.add_option("--resume", resume, "continue from a checkpoint: latest, a name in checkpoint.dir, or a directory");
+  app.add_option("--resume", resume, "continue from a checkpoint: latest, auto (latest if there is one), a name in checkpoint.dir, or a directory");
   app.add_flag("--print-config", printOnly, "print the effective config and exit");
   try {
     app.parse(argc, argv);

@@ -78,7 +78,7 @@ const std::vector<KeySpec>& runSchema() {
       {"checkpoint.on_error", Type::kString, S("stop"), "a failed save: \"stop\" the run or \"continue\" without it"},
       {"checkpoint.async", Type::kBool, true, "write checkpoints on a background thread from a staged copy"},
       {"checkpoint.resume", Type::kString, S(""),
-       "resume from \"latest\", a checkpoint name or a directory (--resume)"},
+       "resume from \"latest\", \"auto\" (latest if any), a checkpoint name or a directory (--resume)"},
   };
   return schema;
 }

@@ -143,8 +143,18 @@ void refuseForeignCheckpoints(const config::RunConfig& c) {
 
 std::optional<Resume> openResume(const config::RunConfig& c) {
   if (c.checkpoint.resume.empty()) return std::nullopt;
+  const checkpoint::CheckpointDir checkpoints(c.checkpoint.dir);
   Resume r;
-  r.dir = checkpoint::CheckpointDir(c.checkpoint.dir).resolve(c.checkpoint.resume);
+  if (c.checkpoint.resume == "auto") {  // a requeued job: continue if this run has saved, else start
+    const auto newest = checkpoints.newest();
+    if (!newest) {
+      RP_LOG_INFO("--resume auto: no checkpoint in {} yet, starting from step 0", c.checkpoint.dir);
+      return std::nullopt;
+    }
+    r.dir = *newest;
+  } else {
+    r.dir = checkpoints.resolve(c.checkpoint.resume);
+  }
   r.manifest = checkpoint::readManifest(r.dir);
   const checkpoint::Manifest mine = describeRun(c);
   if (r.manifest.model.value("config", json()) != mine.model["config"]) {

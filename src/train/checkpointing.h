@@ -33,6 +33,7 @@ struct Resume {
 };
 // The checkpoint checkpoint.resume names, if any: resolved, its manifest read, and checked against this run
 // (the same model config.json and LoRA settings). Errors name the manifest and the field that differs.
+// "auto" = the newest checkpoint if there is one, else none (for jobs that may be requeued).
 std::optional<Resume> openResume(const config::RunConfig& config);
 
 // A run that does not resume refuses a checkpoint.dir that already holds complete checkpoints (another run's:
