@@ -16,7 +16,7 @@
 #include "data/tokenizer.h"
 #include "device/device.h"
 #include "model/causal_lm.h"
-#include "train/sample.h"
+#include "model/generate.h"
 
 namespace {
 
@@ -85,7 +85,7 @@ int run(int argc, char** argv) {
               c.numLayers, c.hiddenSize, c.numHeads, c.numKvHeads, c.vocabSize);
   const auto tokenizer = rp::data::Tokenizer::fromFile(modelDir);
 
-  std::cout << "greedy: " << rp::train::greedySample(*model, tokenizer, prompt, maxNew) << '\n';
+  std::cout << "greedy: " << rp::model::greedySample(*model, tokenizer, prompt, maxNew) << '\n';
 
   if (!lossText.empty()) {
     const auto ids = tokenizer.encode(readText(lossText));

@@ -1,6 +1,6 @@
 // The one catch-all of every roundpipe executable: runs `body`, maps exceptions to exit codes and
 // prints them as one error line. Exit codes: 0 ok, 1 internal/system error, 2 bad input, 3 preempted after
-// saving (train/preemption.h) (docs/errors.md).
+// saving (run/preemption.h) (docs/errors.md).
 #pragma once
 
 #include <functional>
@@ -14,6 +14,7 @@ namespace rp::cli {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitBadInput = 2;
+inline constexpr int kExitPreempted = 3;  // a preemption signal stopped the run after it saved a checkpoint
 
 int runMain(const std::function<int()>& body);
 

@@ -19,6 +19,7 @@
 #include "schedule/plan_search.h"
 #include "schedule/projection.h"
 #include "schedule/sim.h"
+#include "trace/formats.h"
 
 namespace {
 
@@ -63,19 +64,12 @@ std::vector<int> parseCounts(const std::string& text, const std::string& what) {
 }
 
 SimCosts loadProfile(const std::string& path, double hop) {
-  std::ifstream in(path);
-  if (!in) RP_THROW(rp::InputError, "{}: cannot open the profile", path);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-    SimCosts c;
-    c.forward = j.at("forward_ms").get<std::vector<double>>();
-    c.backward = j.at("backward_ms").get<std::vector<double>>();
-    c.hop = hop;
-    return c;
-  } catch (const nlohmann::json::exception& e) {
-    RP_THROW(rp::InputError, "{}: expected {{\"forward_ms\": [...], \"backward_ms\": [...]}}: {}", path, e.what());
-  }
+  const rp::trace::LayerProfileFile p = rp::trace::readLayerProfile(path);
+  SimCosts c;
+  c.forward = p.forwardMs;
+  c.backward = p.backwardMs;
+  c.hop = hop;
+  return c;
 }
 
 // A run's Chrome trace (<output.dir>/trace.json): the compute spans "fwd|fused|bwd a-b mb k (step s)" of
@@ -105,13 +99,12 @@ TraceInput loadTrace(const std::string& path, double hop) {
   int microbatches = 0;
   for (const auto& e : j.value("traceEvents", nlohmann::json::array())) {
     if (e.value("cat", "") != "compute" || e.value("ph", "") != "X") continue;
-    char kind[16];
-    int a = 0, b = 0, mb = 0, step = 0;
-    if (std::sscanf(e.value("name", "").c_str(), "%15s %d-%d mb %d (step %d)", kind, &a, &b, &mb, &step) != 5) continue;
+    const auto span = rp::trace::parseComputeSpanName(e.value("name", ""));
+    if (!span) continue;
     workers.insert(e.value("pid", 0));
-    microbatches = std::max(microbatches, mb + 1);
-    if (step < 3) continue;  // warm-up
-    Acc& acc = stages[{kind, a, b}];
+    microbatches = std::max(microbatches, span->microbatch + 1);
+    if (span->step < 3) continue;  // warm-up
+    Acc& acc = stages[{span->kind, span->first, span->last}];
     acc.sum += e.value("dur", 0.0) / 1e3;
     ++acc.n;
   }
@@ -253,17 +246,15 @@ int run(int argc, char** argv) {
     if (s == SimSchedule::kRoundPipe) {
       if (!plan.empty()) {
         setup.plan = parsePlan(plan, costs.layerCount(), "--plan");
-      } else if (planner == "search") {
+      } else if (parsePlannerKind(planner, "--planner") == PlannerKind::kSearch) {
         const SearchResult found = searchPlan(partitionerCosts(costs), workers, setup.microbatches, 0.0);
         setup.plan = found.plan;
         std::cout << fmt::format(
             "plan search: {} candidates; reference {} -> {:.2f} per round; best {} -> {:.2f} per round ({:+.1f}%)\n",
             found.candidates, describe(found.reference), found.referenceMakespan, describe(found.plan), found.makespan,
             100 * (found.makespan / found.referenceMakespan - 1));
-      } else if (planner == "reference") {
-        setup.plan = partition(partitionerCosts(costs), {workers, 1.1, 0.0}).plan;
       } else {
-        RP_THROW(rp::InputError, "--planner = \"{}\": expected reference or search", planner);
+        setup.plan = choosePlan(PlannerKind::kReference, partitionerCosts(costs), workers, setup.microbatches, 0.0);
       }
     } else if (!stages.empty() && s != SimSchedule::kInterleaved) {
       setup.stageLayers = parseCounts(stages, "--stages");

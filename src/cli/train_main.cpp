@@ -12,7 +12,7 @@
 #include "config/run_config.h"
 #include "device/device.h"
 #include "engine/runtime.h"
-#include "train/preemption.h"
+#include "run/preemption.h"
 #include "train/trainer.h"
 #include "world/mpi_session.h"
 
@@ -26,7 +26,9 @@ int run(int argc, char** argv, const rp::MpiSession& session) {
   bool printOnly = false;
   app.add_option("--config", configPath, "run config (TOML)")->required();
   app.add_option("--set", overrides, "override a key: --set train.max_steps=50 (repeatable)");
-  app.add_option("--resume", resume, "continue from a checkpoint: latest, auto (latest if there is one), a name in checkpoint.dir, or a directory");
+  app.add_option(
+      "--resume", resume,
+      "continue from a checkpoint: latest, auto (latest if there is one), a name in checkpoint.dir, or a directory");
   app.add_flag("--print-config", printOnly, "print the effective config and exit");
   try {
     app.parse(argc, argv);
@@ -41,16 +43,16 @@ int run(int argc, char** argv, const rp::MpiSession& session) {
     for (const auto& line : config.values.describe()) RP_LOG_INFO("  {}", line);
   }
   if (printOnly) return rp::cli::kExitOk;
-  rp::train::installPreemptionHandlers();  // SIGTERM/SIGUSR1: save at the next step boundary, exit 3
+  rp::run::installPreemptionHandlers();  // SIGTERM/SIGUSR1: save at the next step boundary, exit 3
   const auto devices = rp::device::probe();
   if (leader) RP_LOG_INFO("backend {}: {}", rp::device::backendName(devices.backend), devices.reason);
   if (session.identity().size == 1) {
     rp::train::Trainer trainer(std::move(config));
-    if (!trainer.run()) return rp::train::kExitPreempted;
+    if (!trainer.run()) return rp::cli::kExitPreempted;
   } else {
     rp::engine::PipelineRuntime runtime(std::move(config), session);
     runtime.run();
-    if (runtime.preempted()) return rp::train::kExitPreempted;
+    if (runtime.preempted()) return rp::cli::kExitPreempted;
   }
   return rp::cli::kExitOk;
 }

@@ -33,13 +33,73 @@ double inRange(const Values& v, const std::string& key, double lo, double hi, bo
   return value;
 }
 
+template <typename Enum>
+Enum parseEnum(const Values& v, const std::string& key, std::initializer_list<std::pair<const char*, Enum>> words) {
+  std::vector<std::string> quoted;
+  const std::string& value = v.getString(key);
+  for (const auto& [word, e] : words) {
+    if (value == word) return e;
+    quoted.push_back(fmt::format("\"{}\"", word));
+  }
+  RP_THROW(InputError, "{}: {} = \"{}\": expected one of {}", v.source(), key, value, fmt::join(quoted, ", "));
+}
+
 }  // namespace
+
+const char* dtypeName(Dtype dtype) {
+  switch (dtype) {
+    case Dtype::kFloat32:
+      return "float32";
+    case Dtype::kBFloat16:
+      return "bfloat16";
+    case Dtype::kFloat16:
+      return "float16";
+  }
+  return "?";
+}
+
+const char* scheduleName(PipelineSchedule schedule) {
+  switch (schedule) {
+    case PipelineSchedule::kRoundPipe:
+      return "roundpipe";
+    case PipelineSchedule::kGPipe:
+      return "gpipe";
+    case PipelineSchedule::kOneFOneB:
+      return "1f1b";
+  }
+  return "?";
+}
+
+void checkPipelineRun(const RunConfig& c, int nodes) {
+  const std::string& source = c.values.source();
+  if (c.train.globalBatch % (c.train.microbatches * nodes) != 0) {
+    RP_THROW(InputError, "{}: train.global_batch = {} must be a multiple of train.microbatches ({}) x nodes ({})",
+             source, c.train.globalBatch, c.train.microbatches, nodes);
+  }
+  if (c.model.dtype != Dtype::kFloat32) {
+    RP_THROW(InputError,
+             "{}: model.dtype = \"{}\": the pipeline runtime supports float32 for now (the single-process "
+             "trainer, with one rank, supports bfloat16 and float16)",
+             source, dtypeName(c.model.dtype));
+  }
+  if (c.pipeline.schedule != PipelineSchedule::kRoundPipe && c.pipeline.plan != "auto") {
+    RP_THROW(InputError, "{}: pipeline.plan must be \"auto\" with pipeline.schedule = \"{}\" (one stage per worker)",
+             source, scheduleName(c.pipeline.schedule));
+  }
+  if (c.lora.rank > 0 && c.lora.dropout > 0) {
+    RP_THROW(InputError,
+             "{}: lora.dropout = {}: the pipeline runtime recomputes activations and does not yet replay "
+             "dropout's random state; use lora.dropout = 0 with more than one worker",
+             source, c.lora.dropout);
+  }
+}
 
 RunConfig buildRunConfig(Values v) {
   RunConfig c;
   c.model.path = v.getString("model.path");
   c.model.tokenizer = v.getString("model.tokenizer").empty() ? c.model.path : v.getString("model.tokenizer");
-  c.model.dtype = oneOf(v, "model.dtype", {"float32", "bfloat16", "float16"});
+  c.model.dtype = parseEnum<Dtype>(
+      v, "model.dtype", {{"float32", Dtype::kFloat32}, {"bfloat16", Dtype::kBFloat16}, {"float16", Dtype::kFloat16}});
   c.model.randomInit = oneOf(v, "model.init", {"pretrained", "random"}) == "random";
 
   c.data.paths = v.getStringList("data.path");
@@ -77,12 +137,18 @@ RunConfig buildRunConfig(Values v) {
   c.optim.async = oneOf(v, "optim.mode", {"sync", "async"}) == "async";
   c.optim.threads = atLeast(v, "optim.threads", 1);
 
-  c.pipeline.schedule = oneOf(v, "pipeline.schedule", {"roundpipe", "gpipe", "1f1b"});
-  c.pipeline.recompute = oneOf(v, "pipeline.recompute", {"stage", "layer"});
+  c.pipeline.schedule = parseEnum<PipelineSchedule>(v, "pipeline.schedule",
+                                                    {{"roundpipe", PipelineSchedule::kRoundPipe},
+                                                     {"gpipe", PipelineSchedule::kGPipe},
+                                                     {"1f1b", PipelineSchedule::kOneFOneB}});
+  c.pipeline.recompute =
+      parseEnum<Recompute>(v, "pipeline.recompute", {{"stage", Recompute::kStage}, {"layer", Recompute::kLayer}});
   c.pipeline.replanEvery = atLeast(v, "pipeline.replan_every", 0);
   c.pipeline.uploadChunkMb = inRange(v, "pipeline.upload_chunk_mb", 1e-6, 1e9, false);
   c.pipeline.plan = v.getString("pipeline.plan");
-  c.pipeline.planner = oneOf(v, "pipeline.planner", {"reference", "search"});
+  c.pipeline.planner = parseEnum<schedule::PlannerKind>(
+      v, "pipeline.planner",
+      {{"reference", schedule::PlannerKind::kReference}, {"search", schedule::PlannerKind::kSearch}});
   c.pipeline.memoryLimitGb = inRange(v, "pipeline.memory_limit_gb", 0.0, 1e9, false);
   c.pipeline.stallTimeoutSeconds = inRange(v, "pipeline.stall_timeout_s", 0.001, 1e9, false);
   c.pipeline.stallWarnSeconds = inRange(v, "pipeline.stall_warn_s", 0.001, 1e9, false);

@@ -1,5 +1,5 @@
 // The typed run configuration, built from Values (values.h) and validated: cross-field rules and
-// allowed words give InputErrors naming the key.
+// allowed words give InputErrors naming the key. Options that select behaviour are parsed once, into enums.
 #pragma once
 
 #include <cstdint>
@@ -7,14 +7,21 @@
 #include <vector>
 
 #include "config/values.h"
+#include "schedule/plan_search.h"
 
 namespace rp::config {
+
+enum class Dtype { kFloat32, kBFloat16, kFloat16 };             // model.dtype
+enum class PipelineSchedule { kRoundPipe, kGPipe, kOneFOneB };  // pipeline.schedule
+enum class Recompute { kStage, kLayer };                        // pipeline.recompute
+const char* dtypeName(Dtype dtype);                             // "float32", "bfloat16", "float16"
+const char* scheduleName(PipelineSchedule schedule);            // "roundpipe", "gpipe", "1f1b"
 
 struct RunConfig {
   struct Model {
     std::string path;
     std::string tokenizer;  // defaults to path
-    std::string dtype;      // float32 | bfloat16 | float16
+    Dtype dtype;
     bool randomInit = false;
   } model;
   struct Data {
@@ -39,12 +46,12 @@ struct RunConfig {
     std::int64_t threads;  // AdamW threads per rank
   } optim;
   struct Pipeline {
-    std::string schedule;   // roundpipe | gpipe | 1f1b
-    std::string recompute;  // stage | layer
+    PipelineSchedule schedule;
+    Recompute recompute;
     std::int64_t replanEvery;
     double uploadChunkMb;
-    std::string plan;     // "auto" or counts (schedule::parsePlan)
-    std::string planner;  // reference | search (auto plans)
+    std::string plan;               // "auto" or counts (schedule::parsePlan)
+    schedule::PlannerKind planner;  // for auto plans
     double memoryLimitGb;
     double stallTimeoutSeconds;
     double stallWarnSeconds;  // warns first when below stallTimeoutSeconds
@@ -76,6 +83,9 @@ struct RunConfig {
 };
 
 RunConfig buildRunConfig(Values values);
+// The rules a run with the pipeline runtime (more than one worker) adds, on `nodes` data-parallel nodes;
+// InputErrors name the key and say what works.
+void checkPipelineRun(const RunConfig& config, int nodes);
 // Loads `tomlPath` with `overrides` against runSchema() and validates.
 RunConfig loadRunConfig(const std::string& tomlPath, const std::vector<std::string>& overrides);
 

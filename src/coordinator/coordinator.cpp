@@ -140,16 +140,16 @@ void Coordination::collect(std::int64_t step, const std::function<std::string(in
 void Coordination::replan(std::int64_t step) {
   if (!profile_.ready()) return;
   const schedule::LayerCosts measured = profile_.applyTo(proxy_);
-  schedule::Plan candidate;
-  double gain = 0;  // predicted relative gain of the candidate over the current plan
-  if (options_.search) {
-    candidate = schedule::searchPlan(measured, options_.workers, options_.microbatches, options_.memoryLimitBytes).plan;
+  const schedule::Plan candidate = schedule::choosePlan(options_.planner, measured, options_.workers,
+                                                        options_.microbatches, options_.memoryLimitBytes);
+  // The predicted relative gain of the candidate over the current plan, by the measure the planner optimises.
+  double gain = 0;
+  if (options_.planner == schedule::PlannerKind::kSearch) {
     const double now = schedule::simulatedStep(measured, plan_, options_.workers, options_.microbatches);
     gain = 1.0 - schedule::simulatedStep(measured, candidate, options_.workers, options_.microbatches) / now;
   } else {
-    const auto result = schedule::partition(measured, {options_.workers, 1.1, options_.memoryLimitBytes});
-    candidate = result.plan;
-    gain = 1.0 - result.objective / schedule::planObjective(plan_, measured, options_.workers);
+    gain = 1.0 - schedule::planObjective(candidate, measured, options_.workers) /
+                     schedule::planObjective(plan_, measured, options_.workers);
   }
   std::vector<std::string> times;
   for (int l = 0; l < layers_; ++l)

@@ -14,6 +14,7 @@
 #include "coordinator/directive.h"
 #include "coordinator/profile.h"
 #include "schedule/partitioner.h"
+#include "schedule/plan_search.h"
 
 namespace rp::coordinator {
 
@@ -24,8 +25,8 @@ struct CoordinationOptions {
   std::int64_t replanEvery = 0;  // re-partition from measured times every N iterations; 0 = never
   double memoryLimitBytes = 0;   // per worker, for the partitioner
   control::StallPolicy stall;    // for directives and timing reports
-  bool search = false;           // re-plan with schedule::searchPlan (simulated) instead of the partitioner
-  int microbatches = 1;          // per iteration, for the search
+  schedule::PlannerKind planner = schedule::PlannerKind::kReference;  // how re-plans are chosen
+  int microbatches = 1;                                               // per iteration, for the search
 };
 
 class Coordination {

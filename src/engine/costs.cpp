@@ -3,13 +3,16 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "schedule/projection.h"
+
 namespace rp::engine {
 
-LayerCosts estimateCosts(const PipelineModel& model, std::int64_t tokens) {
+LayerCosts estimateCosts(const PipelineModel& model, std::int64_t seq, std::int64_t rows) {
   LayerCosts out;
   auto& c = out.layers;
   const int L = model.layerCount();
-  const auto& config = const_cast<PipelineModel&>(model).model().config();
+  const schedule::ModelShape shape = schedule::shapeOf(const_cast<PipelineModel&>(model).model().config());
+  const int s = static_cast<int>(seq), r = static_cast<int>(rows);
   for (int l = 0; l < L; ++l) {
     double params = 0.0, trainable = 0.0;
     for (int i : model.tensorsOfLayer(l)) {
@@ -17,16 +20,13 @@ LayerCosts estimateCosts(const PipelineModel& model, std::int64_t tokens) {
       params += static_cast<double>(t.local.numel());
       if (t.trainable) trainable += static_cast<double>(t.local.numel());
     }
-    const double n = static_cast<double>(tokens);
     double forward = 0.0;
     if (l == 0) {
-      forward = n * static_cast<double>(config.hiddenSize);  // a lookup
+      forward = static_cast<double>(seq * rows) * shape.hidden;  // a lookup: counted per element, never free
     } else if (l == L - 1) {
-      forward = 2.0 * n * static_cast<double>(config.vocabSize * config.hiddenSize);  // LM head (+ loss)
+      forward = schedule::headFlops(shape, s, r);  // LM head (+ loss)
     } else {
-      // projections + causal attention scores and values (half the square on average)
-      forward = 2.0 * n * params +
-                2.0 * n * static_cast<double>(config.numHeads * config.headDim) * static_cast<double>(tokens) / 2.0;
+      forward = schedule::decoderLayerFlops(shape, s, r);
     }
     c.forward.push_back(forward / 1e9);
     c.backward.push_back(3.0 * forward / 1e9);  // recompute + backward (2x)

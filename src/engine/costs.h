@@ -1,6 +1,7 @@
-// Per-layer cost estimates for the partitioner before any timing is measured: matmul FLOPs per
-// microbatch (the reference uses weight bytes as its proxy; FLOPs do not mistake the embedding lookup,
-// whose table is large but whose compute is nil, for a heavy layer).
+// Per-layer cost estimates for the partitioner before any timing is measured: FLOPs per microbatch from the
+// one FLOP model (schedule/projection.h) — the reference uses weight bytes as its proxy; FLOPs do not mistake
+// the embedding lookup, whose table is large but whose compute is nil, for a heavy layer — and the bytes of
+// the replica's own tensors.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +16,8 @@ struct LayerCosts {
   schedule::LayerCosts layers;  // forward/backward in GFLOP per microbatch, bytes of weights (+ grads)
 };
 
-LayerCosts estimateCosts(const PipelineModel& model, std::int64_t tokensPerMicrobatch);
+// A microbatch of `rows` sequences of `seq` tokens.
+LayerCosts estimateCosts(const PipelineModel& model, std::int64_t seq, std::int64_t rows);
 std::string describeStageCosts(const schedule::Plan& plan, const LayerCosts& costs);
 
 }  // namespace rp::engine

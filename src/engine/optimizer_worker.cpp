@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "optim/adamw_simd.h"
+#include "optim/grad_clip.h"
 #include "world/mpi_session.h"
 
 namespace rp::engine {
@@ -168,20 +169,13 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
   }
   doing("AdamW");
   trace::Timeline::Scope updateSpan(options_.timeline, fmt::format("AdamW step {}", t + 1), "optimizer", 1);
-  double sumSq = 0.0;
-  for (const auto& grad : grads_) {
-    for (float g : grad) sumSq += static_cast<double>(g) * g;
-  }
+  // The global norm: this rank's slices' sum of squares, summed over the node's ranks.
+  std::vector<optim::GradBuffer> buffers;
+  for (auto& grad : grads_) buffers.push_back({grad.data(), grad.size()});
+  double sumSq = optim::sumOfSquares(buffers);
   checkMpi(MPI_Allreduce(MPI_IN_PLACE, &sumSq, 1, MPI_DOUBLE, MPI_SUM, comm_), "MPI_Allreduce(grad norm)");
   result.gradNorm = std::sqrt(sumSq);
-  if (options_.gradClip > 0) {
-    const double coef = options_.gradClip / (result.gradNorm + 1e-6);
-    if (coef < 1.0) {
-      for (auto& grad : grads_) {
-        for (float& g : grad) g *= static_cast<float>(coef);
-      }
-    }
-  }
+  optim::clipToNorm(buffers, result.gradNorm, options_.gradClip);
   result.lr = options_.schedule.at(t);
   adamw_.step(result.lr);
   if (!options_.async) copyMasters(work, /*waitForUploads=*/false);  // the next iteration runs on W_{t+1}

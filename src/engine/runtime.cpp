@@ -17,14 +17,12 @@
 #include "control/mpi/mpi_channel.h"
 #include "engine/costs.h"
 #include "engine/regions.h"
+#include "model/batch.h"
+#include "model/generate.h"
 #include "model/lora.h"
+#include "run/setup.h"
 #include "schedule/plan_search.h"
 #include "trace/bubbles.h"
-#include "trace/progress.h"
-#include "train/batch.h"
-#include "train/preemption.h"
-#include "train/sample.h"
-#include "train/setup.h"
 
 namespace rp::engine {
 
@@ -40,10 +38,7 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, const MpiSession& ses
   const auto& c = config_;
   const auto& id = session.identity();
   // Across nodes: data parallel. Every node runs the same pipeline over its share of the global batch.
-  if (c.train.globalBatch % (c.train.microbatches * id.nodeCount) != 0) {
-    RP_THROW(InputError, "train.global_batch = {} must be a multiple of train.microbatches ({}) x nodes ({})",
-             c.train.globalBatch, c.train.microbatches, id.nodeCount);
-  }
+  config::checkPipelineRun(c, id.nodeCount);
   int localSize = id.localSize;
   checkMpi(MPI_Allreduce(MPI_IN_PLACE, &localSize, 1, MPI_INT, MPI_MIN, session_.world()), "MPI_Allreduce(node size)");
   if (localSize != id.localSize) {
@@ -52,60 +47,41 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, const MpiSession& ses
              "of workers",
              id.rank, id.localSize, localSize);
   }
-  if (c.model.dtype != "float32") {
-    RP_THROW(InputError,
-             "model.dtype = \"{}\": the pipeline runtime supports float32 for now (the single-process "
-             "trainer, with one rank, supports bfloat16 and float16)",
-             c.model.dtype);
-  }
   const long threads = c.train.threads > 0 ? c.train.threads : env::getInt(env::kNumThreads);
   if (threads > 0) torch::set_num_threads(static_cast<int>(threads));
   torch::manual_seed(static_cast<std::uint64_t>(c.train.seed));
 
   // Every rank holds a replica (its device memory on the CPU backend) and the same data stream.
-  std::shared_ptr<model::CausalLM> model = train::loadModelFor(c, torch::kFloat);
+  std::shared_ptr<model::CausalLM> model = run::loadModelFor(c, torch::kFloat);
   std::vector<model::NamedTensor> adapters;
   if (c.lora.rank > 0)
     adapters = model::attachLora(*model, {c.lora.rank, c.lora.alpha, c.lora.dropout, c.lora.targets});
   model_ = std::make_unique<PipelineModel>(model, adapters);
   tokenizer_ = std::make_unique<data::Tokenizer>(data::Tokenizer::fromFile(c.model.tokenizer));
-  corpus_ = train::loadCorpusFor(c, model->config(), *tokenizer_);
+  corpus_ = run::loadCorpusFor(c, model->config(), *tokenizer_);
   packer_ = std::make_unique<data::Packer>(corpus_, c.train.seqLen, static_cast<std::uint64_t>(c.train.seed));
   rowsPerMicrobatch_ = c.train.globalBatch / id.nodeCount / c.train.microbatches;
   uploadsAfter_.assign(static_cast<std::size_t>(model_->layerCount()), 0);
 
   const int L = model_->layerCount();
-  proxyCosts_ = estimateCosts(*model_, c.train.seqLen * rowsPerMicrobatch_);
+  proxyCosts_ = estimateCosts(*model_, c.train.seqLen, rowsPerMicrobatch_);
   const LayerCosts& costs = proxyCosts_;
-  if (c.pipeline.schedule != "roundpipe") {
+  const bool roundRobin = c.pipeline.schedule == config::PipelineSchedule::kRoundPipe;
+  if (!roundRobin) {
     // Weights bound to workers: stage s on worker s, a contiguous partition balanced by the same costs.
-    if (c.pipeline.plan != "auto") {
-      RP_THROW(InputError, "pipeline.plan must be \"auto\" with pipeline.schedule = \"{}\" (one stage per worker)",
-               c.pipeline.schedule);
-    }
     plan_ = schedule::balancedBoundPlan(costs.layers, workers_);
-  } else if (c.pipeline.plan == "auto" && c.pipeline.planner == "search") {
-    plan_ = schedule::searchPlan(costs.layers, workers_, static_cast<int>(c.train.microbatches),
-                                 c.pipeline.memoryLimitGb * 1e9)
-                .plan;
   } else if (c.pipeline.plan == "auto") {
-    const auto result = schedule::partition(costs.layers, {workers_, 1.1, c.pipeline.memoryLimitGb * 1e9});
-    plan_ = result.plan;
+    plan_ = schedule::choosePlan(c.pipeline.planner, costs.layers, workers_, static_cast<int>(c.train.microbatches),
+                                 c.pipeline.memoryLimitGb * 1e9);
   } else {
     plan_ = schedule::parsePlan(c.pipeline.plan, L, "pipeline.plan");
   }
   schedule::validate(plan_, L, "pipeline.plan");
   setCheckpoints();
-  if (c.lora.rank > 0 && c.lora.dropout > 0) {
-    RP_THROW(InputError,
-             "lora.dropout = {}: the pipeline runtime recomputes activations and does not yet replay "
-             "dropout's random state; use lora.dropout = 0 with more than one worker",
-             c.lora.dropout);
-  }
   if (leader_) {
     RP_LOG_INFO(
         "pipeline: {} node(s) x schedule {}, {} workers, {} microbatches of {} rows, optimizer {}, plan {} ({} stages)",
-        id.nodeCount, c.pipeline.schedule, workers_, c.train.microbatches, rowsPerMicrobatch_,
+        id.nodeCount, config::scheduleName(c.pipeline.schedule), workers_, c.train.microbatches, rowsPerMicrobatch_,
         c.optim.async ? "async" : "sync", schedule::describe(plan_), plan_.stageCount());
     RP_LOG_INFO("pipeline: predicted stage costs (GFLOP per microbatch) {}", describeStageCosts(plan_, costs));
   }
@@ -114,11 +90,11 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, const MpiSession& ses
   coordinator::CoordinationOptions co;
   co.workers = workers_;
   co.nodes = id.nodeCount;
-  co.roundRobin = c.pipeline.schedule == "roundpipe";
+  co.roundRobin = roundRobin;
   co.replanEvery = c.pipeline.plan == "auto" ? c.pipeline.replanEvery : 0;
   co.memoryLimitBytes = c.pipeline.memoryLimitGb * 1e9;
   co.stall = stallPolicy();
-  co.search = c.pipeline.planner == "search";
+  co.planner = c.pipeline.planner;
   co.microbatches = static_cast<int>(c.train.microbatches);
   coordination_ = std::make_unique<coordinator::Coordination>(*worldChannel_, co, plan_, costs.layers);
   copy_ = std::make_unique<CopyEngine>(static_cast<std::size_t>(c.pipeline.uploadChunkMb * 1024 * 1024));
@@ -127,19 +103,7 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, const MpiSession& ses
     checkMpi(MPI_Comm_split(session_.world(), id.localRank, id.node, &crossNode_), "MPI_Comm_split(cross-node)");
   }
   buildStore();
-  if (id.node == 0) {
-    const checkpoint::CheckpointDir checkpoints(c.checkpoint.dir);
-    if (leader_) {
-      train::refuseForeignCheckpoints(c);
-      checkpoints.removeStale();
-    }
-    saver_ = std::make_unique<checkpoint::Saver>(
-        checkpoints,
-        checkpoint::SaverOptions{static_cast<int>(c.checkpoint.keep), c.checkpoint.stopOnError, c.checkpoint.async,
-                                 worldRank_},
-        session_.node());
-  }
-  if (const auto resume = train::openResume(c)) restore(*resume);
+  if (const auto resume = run::openResume(c)) restore(*resume);
 }
 
 PipelineRuntime::~PipelineRuntime() {
@@ -150,7 +114,8 @@ PipelineRuntime::~PipelineRuntime() {
 
 // Stage grain checkpoints the input of every backward stage; layer grain the input of every layer.
 void PipelineRuntime::setCheckpoints() {
-  checkpoint_.assign(static_cast<std::size_t>(model_->layerCount()), config_.pipeline.recompute == "layer");
+  checkpoint_.assign(static_cast<std::size_t>(model_->layerCount()),
+                     config_.pipeline.recompute == config::Recompute::kLayer);
   for (const auto& r : plan_.backward) checkpoint_[static_cast<std::size_t>(r.begin)] = true;
 }
 
@@ -247,7 +212,7 @@ torch::Tensor PipelineRuntime::storeWeight(const std::string& name) const {
   RP_THROW(InputError, "no tensor named '{}' in the pipeline model", name);
 }
 
-void PipelineRuntime::step(std::int64_t step, const coordinator::Directive& directive) {
+void PipelineRuntime::runStep(std::int64_t step, const coordinator::Directive& directive) {
   activity_->set(rank_, 0, fmt::format("starting step {}", step + 1));
   fault::maybeInject(worldRank_, step);
   const auto& c = config_;
@@ -264,7 +229,7 @@ void PipelineRuntime::step(std::int64_t step, const coordinator::Directive& dire
   targetTokensSeen_ += data.targets;
   for (std::int64_t mb = 0; mb < c.train.microbatches; ++mb) {
     const auto begin = static_cast<std::size_t>(mb * rowsPerMicrobatch_);
-    data.batches.push_back(train::toBatch(rows, begin, begin + static_cast<std::size_t>(rowsPerMicrobatch_)));
+    data.batches.push_back(model::toBatch(rows, begin, begin + static_cast<std::size_t>(rowsPerMicrobatch_)));
     data.contexts.push_back(model_->model().rotary().context(data.batches.back(), torch::kFloat));
   }
   if (directive.planChanged) {
@@ -275,12 +240,13 @@ void PipelineRuntime::step(std::int64_t step, const coordinator::Directive& dire
   const int L = model_->layerCount();
   forwardMs_.assign(static_cast<std::size_t>(L), 0.0);
   backwardMs_.assign(static_cast<std::size_t>(L), 0.0);
+  const bool oneFOneB = c.pipeline.schedule == config::PipelineSchedule::kOneFOneB;
   // Uploads this iteration makes of each layer: by its forward and its backward job, once if it is in the
   // fused stage, once in 1F1B (the worker keeps its stage for both directions).
   for (int l = 0; l < L; ++l) {
-    uploadsAfter_[static_cast<std::size_t>(l)] += l >= plan_.fused.begin || c.pipeline.schedule == "1f1b" ? 1 : 2;
+    uploadsAfter_[static_cast<std::size_t>(l)] += l >= plan_.fused.begin || oneFOneB ? 1 : 2;
   }
-  if (c.pipeline.schedule == "1f1b") {
+  if (oneFOneB) {
     runOneFOneB(step, table, data);
   } else {
     for (std::size_t k = 0; k < table.jobs.size(); ++k) {
@@ -333,85 +299,62 @@ void PipelineRuntime::finishTrace() {
 
 std::string PipelineRuntime::sample(const std::string& prompt) {
   upload(-1, {0, model_->layerCount()});
-  return train::greedySample(model_->model(), *tokenizer_, prompt, config_.output.sampleTokens);
+  return model::greedySample(model_->model(), *tokenizer_, prompt, config_.output.sampleTokens);
 }
 
 std::vector<trace::StepMetrics> PipelineRuntime::run() {
-  const auto& c = config_;
-  std::vector<trace::StepMetrics> all;
-  std::unique_ptr<trace::MetricsWriter> metrics;
-  std::unique_ptr<trace::Progress> progress;
-  if (leader_) {
-    train::writeEffectiveConfig(c);
-    metrics = std::make_unique<trace::MetricsWriter>(c.output.dir, startStep_);
-    progress = std::make_unique<trace::Progress>(c.train.maxSteps, c.output.logEvery);
-    if (!c.output.samplePrompt.empty()) std::printf("sample before: %s\n", sample(c.output.samplePrompt).c_str());
+  const run::RunResult result = run::runLoop(config_, *this);
+  preempted_ = result.outcome == run::Outcome::kPreempted;
+  return result.metrics;
+}
+
+bool PipelineRuntime::step(std::int64_t step, bool stop) {
+  if (!lastFinished_) lastFinished_ = std::chrono::steady_clock::now();
+  // Rank 0's plan and dispatch table for this iteration, or its order to stop (a preemption signal reached
+  // rank 0).
+  if (leader_ && stop) coordination_->requestStop();
+  const auto directive = coordination_->begin(step, describeWorldRank());
+  if (directive.stop) return false;
+  runStep(step, directive);
+  return true;
+}
+
+// Rank 0 reports steps as its optimizer finishes them (in async mode, while later iterations run); the step
+// time is the time between consecutive finished optimizer steps.
+std::vector<trace::StepMetrics> PipelineRuntime::finished() {
+  const std::vector<OptimizerResult> results = optimizer_->poll();  // every rank: rethrows the thread's error
+  std::vector<trace::StepMetrics> out;
+  if (!leader_) return out;
+  for (const auto& r : results) {
+    const StepSize& size = stepSizes_[static_cast<std::size_t>(r.step - startStep_)];
+    trace::StepMetrics m;
+    m.step = r.step + 1;
+    m.loss = r.lossSum / static_cast<double>(std::max<std::int64_t>(1, size.targets));
+    m.lr = r.lr;
+    m.gradNorm = r.gradNorm;
+    m.tokens = size.tokens;
+    m.targetTokens = size.targets;
+    m.epoch = size.epoch;
+    m.stepTimeSeconds = std::chrono::duration<double>(r.finished - *lastFinished_).count();
+    m.tokensPerSecond = static_cast<double>(m.tokens) / m.stepTimeSeconds;
+    lastFinished_ = r.finished;
+    out.push_back(m);
   }
-  auto last = std::chrono::steady_clock::now();
-  // Rank 0 reports steps as its optimizer finishes them (in async mode, while later iterations run).
-  auto report = [&](const std::vector<OptimizerResult>& results) {
-    if (!leader_) return;
-    for (const auto& r : results) {
-      const auto now = r.finished;  // step time = time between consecutive finished optimizer steps
-      const StepSize& size = stepSizes_[static_cast<std::size_t>(r.step - startStep_)];
-      trace::StepMetrics m;
-      m.step = r.step + 1;
-      m.loss = r.lossSum / static_cast<double>(std::max<std::int64_t>(1, size.targets));
-      m.lr = r.lr;
-      m.gradNorm = r.gradNorm;
-      m.tokens = size.tokens;
-      m.targetTokens = size.targets;
-      m.epoch = size.epoch;
-      m.stepTimeSeconds = std::chrono::duration<double>(now - last).count();
-      m.tokensPerSecond = static_cast<double>(m.tokens) / m.stepTimeSeconds;
-      last = now;
-      if (!std::isfinite(m.loss)) {
-        RP_THROW(Error, "step {}: loss is {} (diverged); lower optim.lr or check the data", m.step, m.loss);
-      }
-      metrics->write(m);
-      progress->update(m);
-      all.push_back(m);
-    }
-  };
-  std::int64_t steps = startStep_, saved = startStep_;
-  for (; steps < c.train.maxSteps; ++steps) {
-    if (c.train.epochs > 0 && packer_->cursor().epoch >= c.train.epochs) break;
-    // Rank 0's plan and dispatch table for this iteration, or its order to stop (a preemption signal
-    // reached rank 0: Slurm and mpirun deliver SIGTERM/SIGUSR1 to every rank).
-    if (leader_ && train::preemptionSignal() != 0) coordination_->requestStop();
-    const auto directive = coordination_->begin(steps, describeWorldRank());
-    if (directive.stop) {
-      if (leader_) RP_LOG_WARN("signal {} received: saving a checkpoint and stopping", train::preemptionSignal());
-      preempted_ = true;
-      break;
-    }
-    step(steps, directive);
-    report(optimizer_->poll());
-    if (c.checkpoint.every > 0 && (steps + 1) % c.checkpoint.every == 0) {
-      saveCheckpoint(steps + 1);
-      saved = steps + 1;
-      report(optimizer_->poll());
-    }
-    if (saver_) saver_->check();
-  }
+  return out;
+}
+
+void PipelineRuntime::drain(std::int64_t steps) {
   coordination_->finish(steps, describeWorldRank());
   if (steps > startStep_) optimizer_->waitFor(steps - 1);
-  report(optimizer_->poll());
-  // The last step is always saved: it is what roundpipe_export and a later --resume start from.
-  if (steps > saved) saveCheckpoint(steps);
-  if (saver_) saver_->finish();
+}
+
+void PipelineRuntime::finish() {
   // Every rank's optimizer is done: publish the final masters (each rank its slices) for sampling and export.
   checkMpi(MPI_Barrier(session_.node()), "MPI_Barrier(optimizer done)");
   optimizer_->publishMasters();
   checkMpi(MPI_Barrier(session_.node()), "MPI_Barrier(final weights)");
   finishTrace();
   if (leader_) writeProfile();
-  if (leader_) {
-    progress.reset();
-    RP_LOG_INFO("metrics written to {}", metrics->path());
-    if (!c.output.samplePrompt.empty()) std::printf("sample after:  %s\n", sample(c.output.samplePrompt).c_str());
-  }
-  return all;
 }
 
 }  // namespace rp::engine

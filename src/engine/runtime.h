@@ -4,8 +4,10 @@
 // (job, microbatch) to the next job's worker; the node's ranks then share the AdamW update.
 // The optimizer runs on a thread per rank, synchronously (optim.mode = "sync") or overlapped with the next
 // iteration with exactly one step of staleness ("async"), ordered by per-layer fences (fences.h).
+// It runs under the shared step loop (run/loop.h) as its Executor.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -29,25 +31,39 @@
 #include "engine/optimizer_worker.h"
 #include "engine/pipeline_model.h"
 #include "memory/node_store.h"
+#include "run/checkpointing.h"
+#include "run/loop.h"
 #include "schedule/dispatch.h"
 #include "schedule/plan.h"
 #include "trace/metrics.h"
 #include "trace/timeline.h"
-#include "train/checkpointing.h"
 #include "world/mpi_session.h"
 
 namespace rp::engine {
 
-class PipelineRuntime {
+class PipelineRuntime : public run::Executor {
  public:
   PipelineRuntime(config::RunConfig config, const MpiSession& session);
-  ~PipelineRuntime();
+  ~PipelineRuntime() override;
 
-  // Trains for train.max_steps (from the checkpoint's step when resuming); returns the per-step metrics on
-  // rank 0 (empty on other ranks) and writes metrics.jsonl there. Saves checkpoints (checkpoint.*).
+  // run::runLoop over this runtime: trains for train.max_steps (from the checkpoint's step when resuming);
+  // returns the per-step metrics on rank 0 (empty on other ranks) and writes metrics.jsonl there. Saves
+  // checkpoints (checkpoint.*).
   std::vector<trace::StepMetrics> run();
-  // A preemption signal (train/preemption.h) stopped run() after saving.
+  // A preemption signal (run/preemption.h) stopped run() after saving.
   bool preempted() const { return preempted_; }
+
+  // run::Executor. A preemption is rank 0's decision, sent with its next directive.
+  std::int64_t startStep() const override { return startStep_; }
+  std::int64_t epoch() const override { return packer_->cursor().epoch; }
+  bool reports() const override { return leader_; }
+  std::optional<run::CheckpointWriters> checkpointWriters() const override;
+  bool step(std::int64_t step, bool stop) override;
+  std::vector<trace::StepMetrics> finished() override;
+  std::optional<checkpoint::SaveJob> snapshot(std::int64_t steps) override;
+  void drain(std::int64_t steps) override;
+  void finish() override;
+  std::string sample(const std::string& prompt) override;
 
   const schedule::Plan& plan() const { return plan_; }
   // A tensor's current weights in the store (a copy), by HF/PEFT name.
@@ -66,7 +82,7 @@ class PipelineRuntime {
   };
   void buildStore();
   void setCheckpoints();
-  void step(std::int64_t step, const coordinator::Directive& directive);
+  void runStep(std::int64_t step, const coordinator::Directive& directive);
   void runJob(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table, const StepData& data);
   void runMicrobatch(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table, const StepData& data,
                      int mb);
@@ -78,12 +94,10 @@ class PipelineRuntime {
   torch::Tensor fetchActivation(const std::string& region, at::IntArrayRef shape);
   void prefetchNext(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table);
   torch::Tensor storeTensor(const std::string& region, at::IntArrayRef shape) const;
-  std::string sample(const std::string& prompt);
   // Writes this rank's trace, and on rank 0 the merged trace and the bubble report.
   void finishTrace();
-  // Checkpoints (runtime_state.cpp): the state after `steps` iterations, and resuming from one.
-  void saveCheckpoint(std::int64_t steps);
-  void restore(const train::Resume& resume);
+  // Checkpoints (runtime_state.cpp): resuming from one.
+  void restore(const run::Resume& resume);
   std::function<std::string(int)> describeWorldRank() const;
   // Rank 0: the measured per-layer times and the last plan, for roundpipe_sim (docs/simulator.md).
   void writeProfile() const;
@@ -123,7 +137,7 @@ class PipelineRuntime {
   std::vector<StepSize> stepSizes_;  // of steps startStep_, startStep_ + 1, ...
   std::int64_t startStep_ = 0;       // > 0 when resumed
   std::int64_t tokensSeen_ = 0, targetTokensSeen_ = 0;
-  std::unique_ptr<checkpoint::Saver> saver_;  // node 0's ranks write checkpoints
+  std::optional<std::chrono::steady_clock::time_point> lastFinished_;  // the previous step's end (rank 0)
   bool preempted_ = false;
 };
 

@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "engine/runtime.h"
+#include "trace/formats.h"
 
 namespace rp::engine {
 
@@ -19,27 +20,27 @@ using nlohmann::json;
 void PipelineRuntime::writeProfile() const {
   const coordinator::LayerProfile& p = coordination_->profile();
   if (!p.ready()) return;  // baselines, or too few steps
-  json forward = json::array(), backward = json::array();
+  trace::LayerProfileFile out;
   for (int l = 0; l < model_->layerCount(); ++l) {
-    forward.push_back(p.forward(l));
-    backward.push_back(std::max(0.0, p.backward(l) - p.forward(l)));  // measured: recompute + backward
+    out.forwardMs.push_back(p.forward(l));
+    out.backwardMs.push_back(std::max(0.0, p.backward(l) - p.forward(l)));  // measured: recompute + backward
   }
-  const auto path = std::filesystem::path(config_.output.dir) / "profile.json";
-  std::ofstream out(path);
-  out << json{{"forward_ms", forward},
-              {"backward_ms", backward},
-              {"plan", schedule::formatPlan(plan_)},
-              {"workers", workers_},
-              {"microbatches", config_.train.microbatches}}
-             .dump(1)
-      << '\n';
-  if (!out.flush()) RP_THROW(SystemError, "{}: cannot write the layer profile", path.string());
+  out.plan = schedule::formatPlan(plan_);
+  out.workers = workers_;
+  out.microbatches = config_.train.microbatches;
+  trace::writeLayerProfile((std::filesystem::path(config_.output.dir) / "profile.json").string(), out);
 }
 
-void PipelineRuntime::saveCheckpoint(std::int64_t steps) {
+std::optional<run::CheckpointWriters> PipelineRuntime::checkpointWriters() const {
+  // Node 0's ranks write checkpoints; the other nodes hold replicas of node 0's state.
+  if (session_.identity().node != 0) return std::nullopt;
+  return run::CheckpointWriters{session_.node(), worldRank_};
+}
+
+std::optional<checkpoint::SaveJob> PipelineRuntime::snapshot(std::int64_t steps) {
   const auto& c = config_;
   optimizer_->waitFor(steps - 1);  // the optimizer is idle: its slices hold the state after `steps` steps
-  if (!saver_) return;             // nodes other than 0 hold replicas of node 0's state
+  if (!checkpointWriters()) return std::nullopt;
   checkpoint::SaveJob job;
   job.step = steps;
   // In async mode the weights the next iteration uploads (W_{t-1}) differ from the masters (W_t): saved too.
@@ -49,24 +50,24 @@ void PipelineRuntime::saveCheckpoint(std::int64_t steps) {
     job.slices.push_back(std::move(staged));
   }
   if (leader_) {
-    job.manifest = train::describeRun(c);
+    job.manifest = run::describeRun(c);
     job.manifest.training = {{"tokens_seen", tokensSeen_},
                              {"target_tokens_seen", targetTokensSeen_},
-                             {"optimizer", train::optimizerJson(c, optimizer_->stepCount())},
+                             {"optimizer", run::optimizerJson(c, optimizer_->stepCount())},
                              {"lr_schedule", {{"kind", c.optim.schedule}, {"step", steps}}},
                              {"loss_scaler", nullptr},
-                             {"data_cursor", train::cursorJson(packer_->cursor())},
+                             {"data_cursor", run::cursorJson(packer_->cursor())},
                              // Every rank draws the same random numbers (the pipeline has no dropout).
-                             {"rng", json::array({{{"rank", 0}, {"torch_cpu", train::rngState()}}})},
+                             {"rng", json::array({{{"rank", 0}, {"torch_cpu", run::rngState()}}})},
                              {"optim_mode", c.optim.async ? "async" : "sync"},
                              {"workers", workers_},
                              {"nodes", session_.identity().nodeCount},
                              {"dispatch_counter", coordination_->counter()}};
   }
-  saver_->save(std::move(job));
+  return job;
 }
 
-void PipelineRuntime::restore(const train::Resume& r) {
+void PipelineRuntime::restore(const run::Resume& r) {
   const auto& c = config_;
   bool savedWeights = false;
   for (const auto& s : r.manifest.slices) savedWeights = savedWeights || s.kind == checkpoint::Kind::kWeights;
@@ -81,8 +82,8 @@ void PipelineRuntime::restore(const train::Resume& r) {
     tokensSeen_ = t.at("tokens_seen").get<std::int64_t>();
     targetTokensSeen_ = t.at("target_tokens_seen").get<std::int64_t>();
     packer_ = std::make_unique<data::Packer>(corpus_, c.train.seqLen, static_cast<std::uint64_t>(c.train.seed),
-                                             train::cursorFromJson(t.at("data_cursor"), r.where()));
-    train::restoreRng(t.at("rng").at(0).at("torch_cpu").get<std::string>(), r.where());
+                                             run::cursorFromJson(t.at("data_cursor"), r.where()));
+    run::restoreRng(t.at("rng").at(0).at("torch_cpu").get<std::string>(), r.where());
     coordination_->resumeAt(t.value("dispatch_counter", std::int64_t{0}), r.manifest.step);
   } catch (const json::exception& e) {
     RP_THROW(InputError, "{}: the training state is incomplete: {}", r.where(), e.what());

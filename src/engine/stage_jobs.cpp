@@ -8,6 +8,7 @@
 #include "control/channel.h"
 #include "engine/regions.h"
 #include "engine/runtime.h"
+#include "trace/formats.h"
 
 namespace rp::engine {
 
@@ -132,8 +133,7 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
   const model::Batch& batch = data.batches[static_cast<std::size_t>(mb)];
   const model::AttentionContext& ctx = data.contexts[static_cast<std::size_t>(mb)];
   const int a = job.layers.begin, b = job.layers.end;
-  const std::string what =
-      fmt::format("{} {}-{} mb {} (step {})", schedule::jobKindName(job.kind), a, b - 1, mb, step + 1);
+  const std::string what = trace::computeSpanName({schedule::jobKindName(job.kind), a, b - 1, mb, step + 1});
   activity_->set(rank_, 0, what);
   trace::Timeline::Scope compute(timeline_.get(), what, "compute", 0);
   switch (job.kind) {
@@ -173,7 +173,7 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
       break;
     }
     case schedule::JobKind::kBackward: {
-      if (config_.pipeline.recompute == "layer") {
+      if (config_.pipeline.recompute == config::Recompute::kLayer) {
         // Layer grain: recompute and back-propagate one layer at a time from its checkpointed input, so only
         // one layer's activations are alive.
         torch::Tensor grad = fetchActivation(gradActRegion(step, b, mb), shape);

@@ -172,8 +172,9 @@ ModelConfig parseModelConfig(const json& j, const std::string& source) {
   return c;
 }
 
-ModelConfig loadModelConfig(const std::string& directory) {
-  const std::string path = (std::filesystem::path(directory) / "config.json").string();
+ModelConfig loadModelConfig(const std::string& where) {
+  const std::string path =
+      std::filesystem::is_directory(where) ? (std::filesystem::path(where) / "config.json").string() : where;
   std::ifstream in(path);
   if (!in) RP_THROW(InputError, "{}: cannot open (expected a Hugging Face config.json)", path);
   json j;

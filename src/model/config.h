@@ -45,7 +45,7 @@ const char* architectureName(Architecture arch);
 
 // Parses and validates; `source` (a file name) prefixes every error message.
 ModelConfig parseModelConfig(const nlohmann::json& json, const std::string& source);
-// Reads <directory>/config.json.
-ModelConfig loadModelConfig(const std::string& directory);
+// Reads <path>/config.json when `path` is a directory (a model directory), else the file `path`.
+ModelConfig loadModelConfig(const std::string& path);
 
 }  // namespace rp::model

@@ -11,8 +11,14 @@ struct GradBuffer {
   std::size_t n;
 };
 
+// Sum of squares over all buffers, accumulated in double: the part of the squared norm one shard holds (a
+// sharded gradient sums it over the shards).
+double sumOfSquares(std::span<const GradBuffer> grads);
 // L2 norm over all buffers, accumulated in double.
 double globalGradNorm(std::span<const GradBuffer> grads);
+// Scales every gradient by maxNorm / (norm + 1e-6) when that is < 1, given the global `norm`; maxNorm <= 0
+// disables clipping.
+void clipToNorm(std::span<const GradBuffer> grads, double norm, double maxNorm);
 // Scales every gradient by maxNorm / (norm + 1e-6) when that is < 1. Returns the norm before clipping.
 // maxNorm <= 0 disables clipping (the norm is still returned).
 double clipGradNorm(std::span<const GradBuffer> grads, double maxNorm);

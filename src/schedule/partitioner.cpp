@@ -113,42 +113,47 @@ double planObjective(const Plan& plan, const LayerCosts& c, int minStages) {
   return std::max(plan.stageCount(), minStages) * slowest;
 }
 
+std::vector<Range> minMaxSplit(const std::vector<double>& cost, int e, int k) {
+  RP_CHECK(k >= 1 && k <= e && e <= static_cast<int>(cost.size()), "cannot split [0, {}) into {} stages", e, k);
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> prefix(static_cast<std::size_t>(e) + 1, 0.0);
+  for (int l = 0; l < e; ++l)
+    prefix[static_cast<std::size_t>(l) + 1] = prefix[static_cast<std::size_t>(l)] + cost[static_cast<std::size_t>(l)];
+  // best[j][i]: the slowest stage when [0, i) is split into j stages; cut[j][i]: where the last one starts.
+  std::vector<std::vector<double>> best(static_cast<std::size_t>(k) + 1,
+                                        std::vector<double>(static_cast<std::size_t>(e) + 1, inf));
+  std::vector<std::vector<int>> cut(best.size(), std::vector<int>(static_cast<std::size_t>(e) + 1, 0));
+  best[0][0] = 0.0;
+  for (int j = 1; j <= k; ++j) {
+    for (int i = j; i <= e; ++i) {
+      for (int s = j - 1; s < i; ++s) {
+        const double v = std::max(best[static_cast<std::size_t>(j) - 1][static_cast<std::size_t>(s)],
+                                  prefix[static_cast<std::size_t>(i)] - prefix[static_cast<std::size_t>(s)]);
+        if (v < best[static_cast<std::size_t>(j)][static_cast<std::size_t>(i)]) {
+          best[static_cast<std::size_t>(j)][static_cast<std::size_t>(i)] = v;
+          cut[static_cast<std::size_t>(j)][static_cast<std::size_t>(i)] = s;
+        }
+      }
+    }
+  }
+  std::vector<Range> out;
+  for (int j = k, i = e; j > 0; --j) {
+    const int s = cut[static_cast<std::size_t>(j)][static_cast<std::size_t>(i)];
+    out.push_back({s, i});
+    i = s;
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
 Plan balancedBoundPlan(const LayerCosts& c, int stages) {
   const int L = static_cast<int>(c.forward.size());
   if (stages < 1 || stages > L) {
     RP_THROW(InputError, "{} stages cannot split {} layers into contiguous non-empty stages", stages, L);
   }
-  std::vector<double> prefix(static_cast<std::size_t>(L) + 1, 0.0);
-  for (int l = 0; l < L; ++l) {
-    prefix[static_cast<std::size_t>(l) + 1] = prefix[static_cast<std::size_t>(l)] +
-                                              c.forward[static_cast<std::size_t>(l)] +
-                                              c.backward[static_cast<std::size_t>(l)];
-  }
-  const double inf = std::numeric_limits<double>::infinity();
-  // best[s][l]: the smallest possible largest-stage cost splitting layers [0, l) into s stages.
-  std::vector<std::vector<double>> best(static_cast<std::size_t>(stages) + 1,
-                                        std::vector<double>(static_cast<std::size_t>(L) + 1, inf));
-  std::vector<std::vector<int>> cut(best.size(), std::vector<int>(static_cast<std::size_t>(L) + 1, 0));
-  best[0][0] = 0.0;
-  for (int s = 1; s <= stages; ++s) {
-    for (int l = s; l <= L; ++l) {
-      for (int j = s - 1; j < l; ++j) {
-        const double v = std::max(best[static_cast<std::size_t>(s - 1)][static_cast<std::size_t>(j)],
-                                  prefix[static_cast<std::size_t>(l)] - prefix[static_cast<std::size_t>(j)]);
-        if (v < best[static_cast<std::size_t>(s)][static_cast<std::size_t>(l)]) {
-          best[static_cast<std::size_t>(s)][static_cast<std::size_t>(l)] = v;
-          cut[static_cast<std::size_t>(s)][static_cast<std::size_t>(l)] = j;
-        }
-      }
-    }
-  }
-  std::vector<Range> ranges(static_cast<std::size_t>(stages));
-  int end = L;
-  for (int s = stages; s >= 1; --s) {
-    const int begin = cut[static_cast<std::size_t>(s)][static_cast<std::size_t>(end)];
-    ranges[static_cast<std::size_t>(s) - 1] = {begin, end};
-    end = begin;
-  }
+  std::vector<double> cost(static_cast<std::size_t>(L));
+  for (std::size_t l = 0; l < cost.size(); ++l) cost[l] = c.forward[l] + c.backward[l];
+  const std::vector<Range> ranges = minMaxSplit(cost, L, stages);
   Plan plan;
   plan.forward.assign(ranges.begin(), ranges.end() - 1);
   plan.fused = ranges.back();

@@ -42,6 +42,10 @@ std::vector<PartitionResult> partitionCandidates(const LayerCosts& costs, const 
 // by forward cost, fused and backward stages by backward cost).
 double planObjective(const Plan& plan, const LayerCosts& costs, int minStages);
 
+// The split of layers [0, end) into `parts` contiguous non-empty ranges minimising the largest summed `cost`
+// (exact dynamic programming), ascending.
+std::vector<Range> minMaxSplit(const std::vector<double>& cost, int end, int parts);
+
 // For the baselines (gpipe, 1f1b): `stages` contiguous stages over all layers minimising the largest
 // stage's forward + backward cost (exact dynamic programming), as a plan whose forward stages are the
 // first stages-1, whose fused stage is the last, and whose backward stages mirror the forward ones.

@@ -9,39 +9,6 @@
 namespace rp::schedule {
 namespace {
 
-// The split of [0, e) into k contiguous stages minimising the slowest stage (dynamic programming), ascending.
-std::vector<Range> bestSplit(const std::vector<double>& cost, int e, int k) {
-  const double inf = std::numeric_limits<double>::infinity();
-  std::vector<double> prefix(static_cast<std::size_t>(e) + 1, 0.0);
-  for (int l = 0; l < e; ++l)
-    prefix[static_cast<std::size_t>(l) + 1] = prefix[static_cast<std::size_t>(l)] + cost[static_cast<std::size_t>(l)];
-  // best[j][i]: the slowest stage when [0, i) is split into j stages; cut[j][i]: where the last one starts.
-  std::vector<std::vector<double>> best(static_cast<std::size_t>(k) + 1,
-                                        std::vector<double>(static_cast<std::size_t>(e) + 1, inf));
-  std::vector<std::vector<int>> cut(best.size(), std::vector<int>(static_cast<std::size_t>(e) + 1, 0));
-  best[0][0] = 0.0;
-  for (int j = 1; j <= k; ++j) {
-    for (int i = j; i <= e; ++i) {
-      for (int s = j - 1; s < i; ++s) {
-        const double v = std::max(best[static_cast<std::size_t>(j) - 1][static_cast<std::size_t>(s)],
-                                  prefix[static_cast<std::size_t>(i)] - prefix[static_cast<std::size_t>(s)]);
-        if (v < best[static_cast<std::size_t>(j)][static_cast<std::size_t>(i)]) {
-          best[static_cast<std::size_t>(j)][static_cast<std::size_t>(i)] = v;
-          cut[static_cast<std::size_t>(j)][static_cast<std::size_t>(i)] = s;
-        }
-      }
-    }
-  }
-  std::vector<Range> out;
-  for (int j = k, i = e; j > 0; --j) {
-    const int s = cut[static_cast<std::size_t>(j)][static_cast<std::size_t>(i)];
-    out.push_back({s, i});
-    i = s;
-  }
-  std::reverse(out.begin(), out.end());
-  return out;
-}
-
 bool fits(const std::vector<Range>& stages, const std::vector<double>& bytes, double cap) {
   for (const Range& r : stages) {
     double b = 0;
@@ -74,7 +41,7 @@ double simulatedStep(const LayerCosts& c, const Plan& plan, int workers, int mic
 SearchResult searchPlan(const LayerCosts& c, int workers, int microbatches, double memoryLimit) {
   const int L = static_cast<int>(c.forward.size());
   auto makespan = [&](const Plan& p) { return simulatedStep(c, p, workers, microbatches); };
-  const PartitionOptions options{workers, 1.1, memoryLimit};
+  const PartitionOptions options{.minStages = workers, .memoryLimit = memoryLimit};
   SearchResult r;
   r.reference = partition(c, options).plan;
   r.referenceMakespan = makespan(r.reference);
@@ -96,10 +63,10 @@ SearchResult searchPlan(const LayerCosts& c, int workers, int microbatches, doub
     p.fused = {e, L};
     if (!fits({p.fused}, c.backwardBytes, cap)) continue;
     for (int f = 1; f <= std::min(e, 2 * workers); ++f) {
-      p.forward = bestSplit(c.forward, e, f);
+      p.forward = minMaxSplit(c.forward, e, f);
       if (!fits(p.forward, c.bytes, cap)) continue;
       for (int b = 1; b <= std::min(e, 3 * workers); ++b) {
-        std::vector<Range> backward = bestSplit(c.backward, e, b);
+        std::vector<Range> backward = minMaxSplit(c.backward, e, b);
         if (!fits(backward, c.backwardBytes, cap)) continue;
         std::reverse(backward.begin(), backward.end());  // deepest first
         p.backward = backward;
@@ -108,6 +75,17 @@ SearchResult searchPlan(const LayerCosts& c, int workers, int microbatches, doub
     }
   }
   return r;
+}
+
+PlannerKind parsePlannerKind(const std::string& name, const std::string& what) {
+  if (name == "reference") return PlannerKind::kReference;
+  if (name == "search") return PlannerKind::kSearch;
+  RP_THROW(InputError, "{} = \"{}\": expected \"reference\" or \"search\"", what, name);
+}
+
+Plan choosePlan(PlannerKind planner, const LayerCosts& costs, int workers, int microbatches, double memoryLimit) {
+  if (planner == PlannerKind::kSearch) return searchPlan(costs, workers, microbatches, memoryLimit).plan;
+  return partition(costs, {.minStages = workers, .memoryLimit = memoryLimit}).plan;
 }
 
 }  // namespace rp::schedule

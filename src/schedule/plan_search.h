@@ -4,6 +4,8 @@
 // replayed by the simulator on the same costs, and the one with the shortest simulated step wins.
 #pragma once
 
+#include <string>
+
 #include "schedule/partitioner.h"
 #include "schedule/plan.h"
 
@@ -20,6 +22,15 @@ struct SearchResult {
 // `costs` as the partitioner takes them (backward = recompute + backward); microbatches per round; stages
 // must fit half of `memoryLimit` bytes (<= 0: unlimited), as in the partitioner.
 SearchResult searchPlan(const LayerCosts& costs, int workers, int microbatches, double memoryLimit);
+
+// How an automatic plan is chosen (pipeline.planner, roundpipe_sim --planner).
+enum class PlannerKind { kReference, kSearch };
+// "reference" | "search"; anything else is an InputError naming `what` (the option).
+PlannerKind parsePlannerKind(const std::string& name, const std::string& what);
+
+// The automatic plan for `costs`: the reference partitioner's, or the plan search's best. Arguments as
+// searchPlan's.
+Plan choosePlan(PlannerKind planner, const LayerCosts& costs, int workers, int microbatches, double memoryLimit);
 
 // The simulated step time (two rounds) of one plan on these costs.
 double simulatedStep(const LayerCosts& costs, const Plan& plan, int workers, int microbatches);

@@ -3,7 +3,6 @@
 #include <fstream>
 
 #include <toml++/toml.h>
-#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 
@@ -19,31 +18,31 @@ double ModelShape::params() const {
   return layers * layerParams() + embedding * (tied ? 1.0 : 2.0);
 }
 
-ModelShape loadModelShape(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) RP_THROW(InputError, "{}: cannot open the model config", path);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    RP_THROW(InputError, "{}: not valid JSON: {}", path, e.what());
-  }
-  auto get = [&](const char* key) {
-    if (!j.contains(key) || !j[key].is_number_integer())
-      RP_THROW(InputError, "{}: integer field '{}' is missing", path, key);
-    return j[key].get<long>();
-  };
+ModelShape shapeOf(const model::ModelConfig& c) {
   ModelShape m;
-  m.layers = static_cast<int>(get("num_hidden_layers"));
-  m.hidden = static_cast<int>(get("hidden_size"));
-  m.intermediate = static_cast<int>(get("intermediate_size"));
-  m.heads = static_cast<int>(get("num_attention_heads"));
-  m.kvHeads = j.contains("num_key_value_heads") ? static_cast<int>(get("num_key_value_heads")) : m.heads;
-  m.headDim =
-      j.contains("head_dim") && !j["head_dim"].is_null() ? static_cast<int>(get("head_dim")) : m.hidden / m.heads;
-  m.vocab = get("vocab_size");
-  m.tied = j.value("tie_word_embeddings", false);
+  m.layers = static_cast<int>(c.numLayers);
+  m.hidden = static_cast<int>(c.hiddenSize);
+  m.intermediate = static_cast<int>(c.intermediateSize);
+  m.heads = static_cast<int>(c.numHeads);
+  m.kvHeads = static_cast<int>(c.numKvHeads);
+  m.headDim = static_cast<int>(c.headDim);
+  m.vocab = static_cast<long>(c.vocabSize);
+  m.tied = c.tieWordEmbeddings;
   return m;
+}
+
+ModelShape loadModelShape(const std::string& path) {
+  return shapeOf(model::loadModelConfig(path));
+}
+
+double decoderLayerFlops(const ModelShape& m, int seq, int rows) {
+  const double tokens = static_cast<double>(seq) * rows;
+  const double attention = 2.0 * rows * static_cast<double>(seq) * seq * m.heads * m.headDim;  // causal QK^T + AV
+  return 2.0 * m.layerParams() * tokens + attention;
+}
+
+double headFlops(const ModelShape& m, int seq, int rows) {
+  return 2.0 * static_cast<double>(m.vocab) * m.hidden * static_cast<double>(seq) * rows;
 }
 
 Hardware loadHardware(const std::string& path) {
@@ -82,9 +81,8 @@ SimCosts projectCosts(const ModelShape& m, const Hardware& h, int seq, int rows)
   const double tokens = static_cast<double>(seq) * rows;
   const double flopsPerMs = h.tensorTflops * 1e12 * h.efficiency / 1e3;
   const double hostBytesPerMs = h.pcieGBs * 1e9 / h.gpusPerBridge / 1e3;
-  const double attention = 2.0 * rows * static_cast<double>(seq) * seq * m.heads * m.headDim;  // causal QK^T + AV
-  const double layerFwd = (2.0 * m.layerParams() * tokens + attention) / flopsPerMs;
-  const double headFwd = 2.0 * static_cast<double>(m.vocab) * m.hidden * tokens / flopsPerMs;
+  const double layerFwd = decoderLayerFlops(m, seq, rows) / flopsPerMs;
+  const double headFwd = headFlops(m, seq, rows) / flopsPerMs;
   SimCosts c;
   c.forward.push_back(0.0);  // the embedding lookup
   c.backward.push_back(0.0);

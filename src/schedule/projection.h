@@ -4,11 +4,12 @@
 
 #include <string>
 
+#include "model/config.h"
 #include "schedule/sim.h"
 
 namespace rp::schedule {
 
-// The parts of a Hugging Face config.json the counts need.
+// The parts of a Hugging Face config.json (model::ModelConfig) the counts need.
 struct ModelShape {
   int layers = 0, hidden = 0, intermediate = 0, heads = 0, kvHeads = 0, headDim = 0;
   long vocab = 0;
@@ -16,8 +17,15 @@ struct ModelShape {
   double params() const;       // all: layers, embedding, head (untied counted once more)
   bool tied = false;
 };
-// Errors name the file and the field.
+ModelShape shapeOf(const model::ModelConfig& config);
+// A config.json (or a model directory) read by model::loadModelConfig: errors name the file and the field.
 ModelShape loadModelShape(const std::string& configJson);
+
+// The FLOP model (the planner's proxy costs and the projections): forward FLOPs of one microbatch of `rows`
+// sequences of `seq` tokens through a decoder layer (its matmuls and causal attention, QK^T and AV over half
+// the square) and through the head (the LM-head matmul). Backward is twice the forward.
+double decoderLayerFlops(const ModelShape& model, int seq, int rows);
+double headFlops(const ModelShape& model, int seq, int rows);
 
 // A cluster-configs/*.toml profile.
 struct Hardware {

@@ -4,39 +4,44 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <utility>
 
 #include <torch/torch.h>
 
 #include "common/env.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "model/batch.h"
+#include "model/generate.h"
 #include "model/lora.h"
 #include "optim/adamw_simd.h"
 #include "optim/grad_clip.h"
-#include "trace/progress.h"
-#include "train/batch.h"
-#include "train/preemption.h"
-#include "train/sample.h"
-#include "train/setup.h"
+#include "run/setup.h"
 
 namespace rp::train {
 namespace {
 
-torch::ScalarType parseDtype(const std::string& name) {
-  if (name == "bfloat16") return torch::kBFloat16;
-  if (name == "float16") return torch::kHalf;
+torch::ScalarType torchDtype(config::Dtype dtype) {
+  switch (dtype) {
+    case config::Dtype::kBFloat16:
+      return torch::kBFloat16;
+    case config::Dtype::kFloat16:
+      return torch::kHalf;
+    case config::Dtype::kFloat32:
+      break;
+  }
   return torch::kFloat;
 }
 
 }  // namespace
 
-Trainer::Trainer(config::RunConfig config) : config_(std::move(config)), dtype_(parseDtype(config_.model.dtype)) {
+Trainer::Trainer(config::RunConfig config) : config_(std::move(config)), dtype_(torchDtype(config_.model.dtype)) {
   const auto& c = config_;
   const long threads = c.train.threads > 0 ? c.train.threads : env::getInt(env::kNumThreads);
   if (threads > 0) torch::set_num_threads(static_cast<int>(threads));
   torch::manual_seed(static_cast<std::uint64_t>(c.train.seed));
 
-  model_ = loadModelFor(c, dtype_);
+  model_ = run::loadModelFor(c, dtype_);
   tokenizer_ = std::make_unique<data::Tokenizer>(data::Tokenizer::fromFile(c.model.tokenizer));
 
   if (c.lora.rank > 0) {
@@ -73,9 +78,14 @@ Trainer::Trainer(config::RunConfig config) : config_(std::move(config)), dtype_(
         optim::LossScalerConfig{c.precision.lossScale, 2.0, 0.5, c.precision.growthInterval});
   }
 
-  corpus_ = loadCorpusFor(c, model_->config(), *tokenizer_);
+  corpus_ = run::loadCorpusFor(c, model_->config(), *tokenizer_);
   packer_ = std::make_unique<data::Packer>(corpus_, c.train.seqLen, static_cast<std::uint64_t>(c.train.seed));
-  if (const auto resume = openResume(c)) restore(*resume);
+  if (c.optim.async) {
+    RP_LOG_INFO(
+        "optim.mode = async: one worker has nothing to overlap the optimizer with, so this trainer "
+        "steps synchronously; asynchrony applies with the pipeline runtime");
+  }
+  if (const auto resume = run::openResume(c)) restore(*resume);
 }
 
 GradientResult Trainer::computeGradients(const std::vector<data::PackedRow>& rows, std::int64_t microbatches,
@@ -93,7 +103,7 @@ GradientResult Trainer::computeGradients(const std::vector<data::PackedRow>& row
   const std::size_t per = rows.size() / static_cast<std::size_t>(microbatches);
   model_->train();
   for (std::size_t begin = 0; begin < rows.size(); begin += per) {
-    const model::Batch batch = toBatch(rows, begin, begin + per);
+    const model::Batch batch = model::toBatch(rows, begin, begin + per);
     const model::LossSum loss = model_->loss(batch, config_.train.lossChunkTokens);
     (loss.sum * norm).backward();
     result.lossSum += loss.sum.item<double>();
@@ -139,72 +149,31 @@ trace::StepMetrics Trainer::applyStep(std::int64_t step, const GradientResult& g
   return m;
 }
 
-std::string Trainer::sample(const std::string& prompt, std::int64_t tokens) {
-  return greedySample(*model_, *tokenizer_, prompt, tokens);
+std::string Trainer::sample(const std::string& prompt) {
+  return model::greedySample(*model_, *tokenizer_, prompt, config_.output.sampleTokens);
+}
+
+bool Trainer::step(std::int64_t step, bool stop) {
+  if (stop) return false;
+  const auto& c = config_;
+  const auto start = std::chrono::steady_clock::now();
+  const auto rows = packer_->next(c.train.globalBatch);
+  const GradientResult grads = computeGradients(rows, c.train.microbatches, scaler_ ? scaler_->scale() : 1.0);
+  trace::StepMetrics m = applyStep(step, grads);
+  m.stepTimeSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  m.tokensPerSecond = static_cast<double>(m.tokens) / m.stepTimeSeconds;
+  tokensSeen_ += m.tokens;
+  targetTokensSeen_ += m.targetTokens;
+  finished_.push_back(m);
+  return true;
+}
+
+std::vector<trace::StepMetrics> Trainer::finished() {
+  return std::exchange(finished_, {});
 }
 
 bool Trainer::run() {
-  const auto& c = config_;
-  writeEffectiveConfig(c);
-  refuseForeignCheckpoints(c);
-  const checkpoint::CheckpointDir checkpoints(c.checkpoint.dir);
-  checkpoints.removeStale();
-  checkpoint::Saver saver(checkpoints,
-                          {static_cast<int>(c.checkpoint.keep), c.checkpoint.stopOnError, c.checkpoint.async, 0},
-                          MPI_COMM_NULL);
-  std::int64_t saved = startStep_;
-  if (c.optim.async) {
-    RP_LOG_INFO(
-        "optim.mode = async: one worker has nothing to overlap the optimizer with, so this trainer "
-        "steps synchronously; asynchrony applies with the pipeline runtime");
-  }
-  if (!c.output.samplePrompt.empty()) {
-    std::printf("sample before: %s\n", sample(c.output.samplePrompt, c.output.sampleTokens).c_str());
-  }
-  trace::MetricsWriter metrics(c.output.dir, startStep_);
-  std::int64_t step = startStep_;
-  {
-    trace::Progress progress(c.train.maxSteps, c.output.logEvery);
-    for (; step < c.train.maxSteps; ++step) {
-      if (c.train.epochs > 0 && packer_->cursor().epoch >= c.train.epochs) {
-        RP_LOG_INFO("reached train.epochs = {} after {} steps", c.train.epochs, step);
-        break;
-      }
-      const auto start = std::chrono::steady_clock::now();
-      const auto rows = packer_->next(c.train.globalBatch);
-      const GradientResult grads = computeGradients(rows, c.train.microbatches, scaler_ ? scaler_->scale() : 1.0);
-      trace::StepMetrics m = applyStep(step, grads);
-      m.stepTimeSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      m.tokensPerSecond = static_cast<double>(m.tokens) / m.stepTimeSeconds;
-      if (!std::isfinite(m.loss)) {
-        RP_THROW(Error, "step {}: loss is {} (diverged); lower optim.lr or check the data", m.step, m.loss);
-      }
-      metrics.write(m);
-      progress.update(m);
-      tokensSeen_ += m.tokens;
-      targetTokensSeen_ += m.targetTokens;
-      const int signal = preemptionSignal();
-      if (signal != 0 || (c.checkpoint.every > 0 && (step + 1) % c.checkpoint.every == 0)) {
-        saver.save(snapshot(step + 1));
-        saved = step + 1;
-      }
-      if (signal != 0) {
-        saver.finish();
-        RP_LOG_WARN("signal {} received: saved the checkpoint of step {} and stopping (exit code {})", signal, step + 1,
-                    kExitPreempted);
-        return false;
-      }
-      saver.check();
-    }
-  }
-  // The last step is always saved: it is what roundpipe_export and a later --resume start from.
-  if (step > saved) saver.save(snapshot(step));
-  saver.finish();
-  RP_LOG_INFO("metrics written to {}", metrics.path());
-  if (!c.output.samplePrompt.empty()) {
-    std::printf("sample after:  %s\n", sample(c.output.samplePrompt, c.output.sampleTokens).c_str());
-  }
-  return true;
+  return run::runLoop(config_, *this).outcome == run::Outcome::kCompleted;
 }
 
 }  // namespace rp::train

@@ -1,10 +1,12 @@
 // The single-process trainer: one worker, plain LibTorch forward/backward over microbatches, the host
-// optimizer on fp32 master weights. It is the numerical reference the pipeline runtime is held to.
+// optimizer on fp32 master weights. It is the numerical reference the pipeline runtime is held to. Its run
+// is the shared step loop (run/loop.h) over the primitives below.
 // Thread-safety: one thread.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,8 +19,9 @@
 #include "optim/adamw.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
+#include "run/checkpointing.h"
+#include "run/loop.h"
 #include "trace/metrics.h"
-#include "train/checkpointing.h"
 
 namespace rp::train {
 
@@ -28,16 +31,27 @@ struct GradientResult {
   std::int64_t tokens = 0;
 };
 
-class Trainer {
+class Trainer : public run::Executor {
  public:
   explicit Trainer(config::RunConfig config);
 
-  // Runs every step (from the checkpoint's step when resuming); writes metrics.jsonl and the effective config
-  // into output.dir, and checkpoints (checkpoint.*). Returns false when a preemption signal stopped it after
-  // saving (train/preemption.h).
+  // run::runLoop over this trainer: every step (from the checkpoint's step when resuming), metrics.jsonl and
+  // the effective config in output.dir, checkpoints (checkpoint.*). Returns false when a preemption signal
+  // stopped it after saving (run/preemption.h).
   bool run();
-  // The state after `step` optimizer steps, staged as checkpoint slices (copies) with the manifest.
-  checkpoint::SaveJob snapshot(std::int64_t step) const;
+
+  // run::Executor. snapshot: the state after `step` optimizer steps, staged as checkpoint slices (copies)
+  // with the manifest.
+  std::int64_t startStep() const override { return startStep_; }
+  std::int64_t epoch() const override { return packer_->cursor().epoch; }
+  bool reports() const override { return true; }
+  std::optional<run::CheckpointWriters> checkpointWriters() const override { return run::CheckpointWriters{}; }
+  bool step(std::int64_t step, bool stop) override;
+  std::vector<trace::StepMetrics> finished() override;
+  std::optional<checkpoint::SaveJob> snapshot(std::int64_t step) override;
+  void drain(std::int64_t) override {}
+  void finish() override {}
+  std::string sample(const std::string& prompt) override;
 
   // Forward/backward of one step's rows split into `microbatches`; leaves d(mean token loss)/d(param)
   // in the fp32 gradient slots (multiplied by `lossScale`).
@@ -45,8 +59,6 @@ class Trainer {
                                   double lossScale = 1.0);
   // One optimizer step from the gradient slots (clip, schedule, AdamW, copy back); returns the metrics.
   trace::StepMetrics applyStep(std::int64_t step, const GradientResult& grads);
-
-  std::string sample(const std::string& prompt, std::int64_t tokens);
 
   model::CausalLM& model() { return *model_; }
   data::Packer& packer() { return *packer_; }
@@ -69,10 +81,11 @@ class Trainer {
   std::unique_ptr<optim::LossScaler> scaler_;  // fp16 only
   std::int64_t startStep_ = 0;                 // > 0 when resumed
   std::int64_t tokensSeen_ = 0, targetTokensSeen_ = 0;
+  std::vector<trace::StepMetrics> finished_;  // steps run since the loop last asked
 
   // The tensors of the state, by checkpoint kind (trainer_state.cpp).
   std::vector<checkpoint::Slice> stateSlices() const;
-  void restore(const Resume& resume);
+  void restore(const run::Resume& resume);
 };
 
 }  // namespace rp::train

@@ -33,7 +33,7 @@ std::vector<checkpoint::Slice> Trainer::stateSlices() const {
   return out;
 }
 
-checkpoint::SaveJob Trainer::snapshot(std::int64_t step) const {
+std::optional<checkpoint::SaveJob> Trainer::snapshot(std::int64_t step) {
   checkpoint::SaveJob job;
   job.step = step;
   for (const auto& s : stateSlices()) {
@@ -50,24 +50,24 @@ checkpoint::SaveJob Trainer::snapshot(std::int64_t step) const {
                             std::vector<float>(f.data_ptr<float>(), f.data_ptr<float>() + f.numel())});
     }
   }
-  job.manifest = describeRun(config_);
+  job.manifest = run::describeRun(config_);
   job.manifest.training = {{"tokens_seen", tokensSeen_},
                            {"target_tokens_seen", targetTokensSeen_},
-                           {"optimizer", optimizerJson(config_, adamw_->stepCount())},
+                           {"optimizer", run::optimizerJson(config_, adamw_->stepCount())},
                            {"lr_schedule", {{"kind", config_.optim.schedule}, {"step", step}}},
                            {"loss_scaler", scaler_ ? json{{"scale", scaler_->scale()},
                                                           {"good_steps", scaler_->goodSteps()},
                                                           {"skipped_steps", scaler_->skippedSteps()}}
                                                    : json(nullptr)},
-                           {"data_cursor", cursorJson(packer_->cursor())},
-                           {"rng", json::array({{{"rank", 0}, {"torch_cpu", rngState()}}})},
+                           {"data_cursor", run::cursorJson(packer_->cursor())},
+                           {"rng", json::array({{{"rank", 0}, {"torch_cpu", run::rngState()}}})},
                            {"optim_mode", "sync"},
                            {"workers", 1},
                            {"nodes", 1}};
   return job;
 }
 
-void Trainer::restore(const Resume& r) {
+void Trainer::restore(const run::Resume& r) {
   checkpoint::readSlices(r.dir, r.manifest, stateSlices());
   torch::NoGradGuard noGrad;
   for (std::size_t i = 0; i < trainable_.size(); ++i) {
@@ -95,8 +95,8 @@ void Trainer::restore(const Resume& r) {
     targetTokensSeen_ = t.at("target_tokens_seen").get<std::int64_t>();
     packer_ =
         std::make_unique<data::Packer>(corpus_, config_.train.seqLen, static_cast<std::uint64_t>(config_.train.seed),
-                                       cursorFromJson(t.at("data_cursor"), r.where()));
-    restoreRng(t.at("rng").at(0).at("torch_cpu").get<std::string>(), r.where());
+                                       run::cursorFromJson(t.at("data_cursor"), r.where()));
+    run::restoreRng(t.at("rng").at(0).at("torch_cpu").get<std::string>(), r.where());
   } catch (const json::exception& e) {
     RP_THROW(InputError, "{}: the training state is incomplete: {}", r.where(), e.what());
   }

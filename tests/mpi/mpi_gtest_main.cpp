@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "mpi_test_session.h"
+#include "support/fixtures.h"
 #include "world/mpi_session.h"
 
 namespace {
@@ -46,5 +47,7 @@ int main(int argc, char** argv) {
   int worst = local;
   rp::checkMpi(MPI_Allreduce(&local, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce(test result)");
   if (rank == 0 && worst != local) std::fprintf(stderr, "[rank 0] another rank failed\n");
+  // Every rank is done with the directories the tests shared: rank 0 removes them (keeps them on failure).
+  if (rank == 0) rp::test::removeScratch(worst == 0);
   return worst;
 }

@@ -28,8 +28,11 @@ int worldRank() {
   return r;
 }
 
+// Shared by the ranks; removed by rank 0 after the last test (tests/mpi/mpi_gtest_main.cpp).
 std::string scratch(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("rp-pipeline-" + name)).string();
+  const std::string dir = (std::filesystem::temp_directory_path() / ("rp-pipeline-" + name)).string();
+  if (worldRank() == 0) test::removeAfterTests(dir);
+  return dir;
 }
 
 // The output directory of a pipeline run, emptied first (a run refuses a checkpoint.dir holding an earlier

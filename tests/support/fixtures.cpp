@@ -1,11 +1,24 @@
 #include "support/fixtures.h"
 
+#include <cstdio>
 #include <filesystem>
+#include <mutex>
+#include <vector>
 
 #include "common/env.h"
 
 namespace rp::test {
 namespace fs = std::filesystem;
+namespace {
+
+std::mutex gMutex;
+std::vector<fs::path> gScratch;  // guarded by gMutex
+
+class ScratchCleaner : public ::testing::EmptyTestEventListener {
+  void OnTestProgramEnd(const ::testing::UnitTest& unitTest) override { removeScratch(unitTest.Passed()); }
+};
+
+}  // namespace
 
 std::optional<std::string> fixturesDir() {
   std::string dir = env::get(env::kFixturesDir);
@@ -30,7 +43,31 @@ std::string scratchDir() {
   const fs::path dir = fs::temp_directory_path() / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
+  static const bool listening = [] {
+    ::testing::UnitTest::GetInstance()->listeners().Append(new ScratchCleaner);
+    return true;
+  }();
+  (void)listening;
+  removeAfterTests(dir.string());
   return dir.string();
+}
+
+void removeAfterTests(const std::string& dir) {
+  std::lock_guard<std::mutex> lock(gMutex);
+  gScratch.emplace_back(dir);
+}
+
+void removeScratch(bool passed) {
+  std::lock_guard<std::mutex> lock(gMutex);
+  for (const auto& dir : gScratch) {
+    std::error_code ignored;
+    if (passed) {
+      fs::remove_all(dir, ignored);
+    } else if (fs::exists(dir, ignored)) {
+      std::fprintf(stderr, "test output kept for inspection: %s\n", dir.c_str());
+    }
+  }
+  gScratch.clear();
 }
 
 }  // namespace rp::test

@@ -13,8 +13,15 @@ namespace rp::test {
 std::optional<std::string> fixturesDir();
 // $RP_GOLDEN_DIR (set by CTest for golden tests); nullopt if unset or absent.
 std::optional<std::string> goldenDir();
-// A fresh empty directory under the system temp dir, named after the running test.
+// A fresh empty directory under the system temp dir, named after the running test. Removed when the test
+// program ends with every test passed; kept (and its path printed) when one failed.
 std::string scratchDir();
+// Registers `dir` for removal by removeScratch (scratchDir registers its own).
+void removeAfterTests(const std::string& dir);
+// Removes the registered directories when `passed`, else prints that they were kept. scratchDir's listener
+// calls it when the test program ends; a custom main whose ranks share directories calls it once every
+// rank is done.
+void removeScratch(bool passed);
 
 }  // namespace rp::test
 

@@ -1,8 +1,8 @@
-#include "train/preemption.h"
+#include "run/preemption.h"
 
 #include <csignal>
 
-namespace rp::train {
+namespace rp::run {
 namespace {
 
 volatile std::sig_atomic_t received = 0;
@@ -25,4 +25,4 @@ int preemptionSignal() {
   return received;
 }
 
-}  // namespace rp::train
+}  // namespace rp::run

@@ -1,10 +1,10 @@
-#include "train/batch.h"
+#include "model/batch.h"
 
 #include <torch/torch.h>
 
 #include "common/error.h"
 
-namespace rp::train {
+namespace rp::model {
 
 model::Batch toBatch(const std::vector<data::PackedRow>& rows, std::size_t begin, std::size_t end) {
   RP_CHECK(begin < end && end <= rows.size(), "row range [{}, {}) of {}", begin, end, rows.size());
@@ -29,4 +29,4 @@ model::Batch toBatch(const std::vector<data::PackedRow>& rows, std::size_t begin
   return batch;
 }
 
-}  // namespace rp::train
+}  // namespace rp::model

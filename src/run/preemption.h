@@ -1,15 +1,13 @@
 // Preemption (docs/checkpoint-format.md, "Preemption"): SIGTERM and SIGUSR1 — what Slurm sends before it
 // preempts or times out a job — ask the run to save a checkpoint at the next step boundary and exit with
-// kExitPreempted. The handler only sets a flag.
+// cli::kExitPreempted. The handler only sets a flag.
 #pragma once
 
-namespace rp::train {
-
-inline constexpr int kExitPreempted = 3;
+namespace rp::run {
 
 // Installs the handlers (idempotent).
 void installPreemptionHandlers();
 // The signal received since installation, or 0.
 int preemptionSignal();
 
-}  // namespace rp::train
+}  // namespace rp::run

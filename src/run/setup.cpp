@@ -1,4 +1,4 @@
-#include "train/setup.h"
+#include "run/setup.h"
 
 #include <filesystem>
 #include <fstream>
@@ -7,7 +7,7 @@
 #include "common/log.h"
 #include "data/dataset.h"
 
-namespace rp::train {
+namespace rp::run {
 
 std::shared_ptr<model::CausalLM> loadModelFor(const config::RunConfig& c, torch::ScalarType dtype) {
   if (!c.model.randomInit) return model::loadHfModel(c.model.path, dtype);
@@ -42,4 +42,4 @@ void writeEffectiveConfig(const config::RunConfig& c) {
   if (!out) RP_THROW(SystemError, "{}: cannot write the effective config", path.string());
 }
 
-}  // namespace rp::train
+}  // namespace rp::run

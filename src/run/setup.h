@@ -8,7 +8,7 @@
 #include "data/tokenizer.h"
 #include "model/causal_lm.h"
 
-namespace rp::train {
+namespace rp::run {
 
 // model.init = pretrained: the checkpoint's weights; random: transformers' initialisation (seeded by the caller).
 std::shared_ptr<model::CausalLM> loadModelFor(const config::RunConfig& config, torch::ScalarType dtype);
@@ -21,4 +21,4 @@ data::TokenizedCorpus loadCorpusFor(const config::RunConfig& config, const model
 // SystemError naming the file.
 void writeEffectiveConfig(const config::RunConfig& config);
 
-}  // namespace rp::train
+}  // namespace rp::run

@@ -13,7 +13,7 @@
 #include "config/run_config.h"
 #include "data/packer.h"
 
-namespace rp::train {
+namespace rp::run {
 
 // The manifest's model, LoRA and run-config fields for this run (step, training and slices left to fill).
 checkpoint::Manifest describeRun(const config::RunConfig& config);
@@ -40,4 +40,4 @@ std::optional<Resume> openResume(const config::RunConfig& config);
 // `--resume latest` would mix them up with this run's); the error says what to do. Nothing is deleted.
 void refuseForeignCheckpoints(const config::RunConfig& config);
 
-}  // namespace rp::train
+}  // namespace rp::run

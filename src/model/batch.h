@@ -6,9 +6,9 @@
 #include "data/packer.h"
 #include "model/layers.h"
 
-namespace rp::train {
+namespace rp::model {
 
 // Stacks rows [begin, end) into [rows, seqLen] tensors with positions, segment ids and targets.
 model::Batch toBatch(const std::vector<data::PackedRow>& rows, std::size_t begin, std::size_t end);
 
-}  // namespace rp::train
+}  // namespace rp::model

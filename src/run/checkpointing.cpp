@@ -1,4 +1,4 @@
-#include "train/checkpointing.h"
+#include "run/checkpointing.h"
 
 #include <cstring>
 #include <fstream>
@@ -12,7 +12,7 @@
 #include "common/error.h"
 #include "common/log.h"
 
-namespace rp::train {
+namespace rp::run {
 namespace {
 
 using nlohmann::json;
@@ -72,7 +72,7 @@ checkpoint::Manifest describeRun(const config::RunConfig& c) {
   const json modelConfig = readJsonFile(std::filesystem::path(c.model.path) / "config.json");
   m.model = {{"path", std::filesystem::absolute(c.model.path).string()},
              {"type", modelConfig.value("model_type", "")},
-             {"dtype", c.model.dtype},
+             {"dtype", config::dtypeName(c.model.dtype)},
              {"init", c.model.randomInit ? "random" : "pretrained"},
              {"tokenizer", std::filesystem::absolute(c.model.tokenizer).string()},
              {"config", modelConfig}};
@@ -165,12 +165,12 @@ std::optional<Resume> openResume(const config::RunConfig& c) {
     RP_THROW(InputError, "{}: the checkpoint's LoRA settings {} differ from this run's {} (lora.*)", r.where(),
              r.manifest.lora.dump(), mine.lora.dump());
   }
-  if (r.manifest.model.value("dtype", "") != c.model.dtype) {
+  if (r.manifest.model.value("dtype", "") != config::dtypeName(c.model.dtype)) {
     RP_LOG_WARN("{}: saved with model.dtype = {}, resuming with {}", r.where(), r.manifest.model.value("dtype", ""),
-                c.model.dtype);
+                config::dtypeName(c.model.dtype));
   }
   RP_LOG_INFO("resuming from {} (step {})", r.dir.string(), r.manifest.step);
   return r;
 }
 
-}  // namespace rp::train
+}  // namespace rp::run

@@ -1,0 +1,94 @@
+#include "run/loop.h"
+
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
+#include "checkpoint/directory.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "run/checkpointing.h"
+#include "run/preemption.h"
+#include "run/setup.h"
+#include "trace/progress.h"
+
+namespace rp::run {
+
+RunResult runLoop(const config::RunConfig& c, Executor& executor) {
+  RunResult result;
+  const bool reports = executor.reports();
+  const checkpoint::CheckpointDir checkpoints(c.checkpoint.dir);
+  std::unique_ptr<trace::MetricsWriter> metrics;
+  std::unique_ptr<trace::Progress> progress;
+  if (reports) {
+    writeEffectiveConfig(c);
+    refuseForeignCheckpoints(c);
+    checkpoints.removeStale();
+    metrics = std::make_unique<trace::MetricsWriter>(c.output.dir, executor.startStep());
+    progress = std::make_unique<trace::Progress>(c.train.maxSteps, c.output.logEvery);
+    if (!c.output.samplePrompt.empty()) {
+      std::printf("sample before: %s\n", executor.sample(c.output.samplePrompt).c_str());
+    }
+  }
+  std::unique_ptr<checkpoint::Saver> saver;
+  if (const auto writers = executor.checkpointWriters()) {
+    saver = std::make_unique<checkpoint::Saver>(
+        checkpoints,
+        checkpoint::SaverOptions{static_cast<int>(c.checkpoint.keep), c.checkpoint.stopOnError, c.checkpoint.async,
+                                 writers->worldRank},
+        writers->comm);
+  }
+  auto report = [&] {
+    for (const trace::StepMetrics& m : executor.finished()) {
+      if (!reports) continue;
+      if (!std::isfinite(m.loss)) {
+        RP_THROW(Error, "step {}: loss is {} (diverged); lower optim.lr or check the data", m.step, m.loss);
+      }
+      metrics->write(m);
+      progress->update(m);
+      result.metrics.push_back(m);
+    }
+  };
+  auto save = [&](std::int64_t steps) {
+    auto job = executor.snapshot(steps);
+    if (saver && job) saver->save(std::move(*job));
+  };
+
+  std::int64_t steps = executor.startStep(), saved = steps;
+  for (; steps < c.train.maxSteps; ++steps) {
+    if (c.train.epochs > 0 && executor.epoch() >= c.train.epochs) {
+      if (reports) RP_LOG_INFO("reached train.epochs = {} after {} steps", c.train.epochs, steps);
+      break;
+    }
+    // Slurm and mpirun deliver SIGTERM/SIGUSR1 to every rank; the executor makes the decision the job's.
+    if (!executor.step(steps, preemptionSignal() != 0)) {
+      result.outcome = Outcome::kPreempted;
+      break;
+    }
+    report();
+    if (c.checkpoint.every > 0 && (steps + 1) % c.checkpoint.every == 0) {
+      save(steps + 1);
+      saved = steps + 1;
+      report();
+    }
+    if (saver) saver->check();
+  }
+  executor.drain(steps);
+  report();
+  // The last step is always saved: it is what roundpipe_export and a later --resume start from.
+  if (steps > saved) save(steps);
+  if (saver) saver->finish();
+  executor.finish();
+  if (reports) {
+    progress.reset();
+    RP_LOG_INFO("metrics written to {}", metrics->path());
+    if (result.outcome == Outcome::kPreempted) {
+      RP_LOG_WARN("signal {} received: saved the checkpoint of step {} and stopping", preemptionSignal(), steps);
+    } else if (!c.output.samplePrompt.empty()) {
+      std::printf("sample after:  %s\n", executor.sample(c.output.samplePrompt).c_str());
+    }
+  }
+  return result;
+}
+
+}  // namespace rp::run

@@ -1,0 +1,69 @@
+// The one step loop (docs/training.md, "The step loop"), shared by the single-process trainer and the
+// pipeline runtime: the effective config, the refusal of another run's checkpoints, epochs, preemption at a
+// step boundary, the checkpoint cadence and the final save, metrics.jsonl, the progress line, the divergence
+// message and the samples before and after. Each side provides the primitives of a step through Executor.
+// Thread-safety: one thread (the rank's main thread).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <mpi.h>
+
+#include "checkpoint/saver.h"
+#include "config/run_config.h"
+#include "trace/metrics.h"
+
+namespace rp::run {
+
+// Who writes checkpoints from this rank: the communicator of every writer (collective), or MPI_COMM_NULL
+// for a single writer; this rank's world rank for messages and fault points.
+struct CheckpointWriters {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int worldRank = 0;
+};
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+
+  // Steps already done (> 0 when resumed from a checkpoint).
+  virtual std::int64_t startStep() const = 0;
+  // The data stream's current epoch.
+  virtual std::int64_t epoch() const = 0;
+  // Whether this rank reports: writes the effective config and metrics.jsonl, prints progress and samples.
+  virtual bool reports() const = 0;
+  // This rank's place among the checkpoint writers, or nullopt where it writes none.
+  virtual std::optional<CheckpointWriters> checkpointWriters() const = 0;
+
+  // Runs iteration `step` and returns true, or returns false when the job stops before it: `stop` says
+  // that this rank received a preemption signal, and the job decides together (every rank returns the same).
+  virtual bool step(std::int64_t step, bool stop) = 0;
+  // The metrics of the steps finished since the last call, in order, with their step times (reporting rank;
+  // a step may finish after later steps started).
+  virtual std::vector<trace::StepMetrics> finished() = 0;
+  // The state after `steps` steps, staged for the saver; nullopt on a rank that writes no checkpoint (it
+  // still takes part: every rank calls snapshot at the same steps).
+  virtual std::optional<checkpoint::SaveJob> snapshot(std::int64_t steps) = 0;
+  // After the last iteration (`steps` run in all): returns once every started step has finished.
+  virtual void drain(std::int64_t steps) = 0;
+  // After the final save: makes the final weights current (for sampling and export), writes traces.
+  virtual void finish() = 0;
+  // A greedy sample from the current weights (reporting rank only).
+  virtual std::string sample(const std::string& prompt) = 0;
+};
+
+enum class Outcome { kCompleted, kPreempted };
+
+struct RunResult {
+  Outcome outcome = Outcome::kCompleted;
+  std::vector<trace::StepMetrics> metrics;  // every reported step (reporting rank; empty elsewhere)
+};
+
+// Trains for train.max_steps from executor.startStep() (or until train.epochs), saving checkpoints per
+// checkpoint.*. A preemption signal (run/preemption.h) stops the run at the next step boundary after a save.
+RunResult runLoop(const config::RunConfig& config, Executor& executor);
+
+}  // namespace rp::run

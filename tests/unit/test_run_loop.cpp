@@ -1,0 +1,149 @@
+// The shared step loop (run/loop.h) over a scripted executor: checkpoint cadence and the final save,
+// preemption, epochs, late-finishing steps, the divergence message.
+#include <fstream>
+#include <limits>
+
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "config/run_config.h"
+#include "run/loop.h"
+#include "support/fixtures.h"
+
+namespace rp::run {
+namespace {
+
+class ScriptedExecutor : public Executor {
+ public:
+  std::int64_t start = 0;
+  std::int64_t stopAt = -1;        // step() returns false at this step (the job decided to stop)
+  std::int64_t stepsPerEpoch = 0;  // 0: one endless epoch
+  bool lateByOne = false;          // a step's metrics come after the next step ran (async optimizer)
+  double lossAt3 = 1.0;
+
+  std::vector<std::int64_t> ran, snapshots;
+  std::vector<std::int64_t> drained;
+  int finishes = 0;
+
+  std::int64_t startStep() const override { return start; }
+  std::int64_t epoch() const override {
+    const std::int64_t done = start + static_cast<std::int64_t>(ran.size());
+    return stepsPerEpoch > 0 ? done / stepsPerEpoch : 0;
+  }
+  bool reports() const override { return true; }
+  std::optional<CheckpointWriters> checkpointWriters() const override { return std::nullopt; }
+  bool step(std::int64_t step, bool) override {
+    if (step == stopAt) return false;
+    ran.push_back(step);
+    trace::StepMetrics m;
+    m.step = step + 1;
+    m.loss = step == 3 ? lossAt3 : 1.0;
+    m.tokens = 10;
+    m.stepTimeSeconds = 0.5;
+    pending_.push_back(m);
+    return true;
+  }
+  std::vector<trace::StepMetrics> finished() override {
+    std::vector<trace::StepMetrics> out;
+    const std::size_t keep = lateByOne && drained.empty() ? 1 : 0;
+    while (pending_.size() > keep) {
+      out.push_back(pending_.front());
+      pending_.erase(pending_.begin());
+    }
+    return out;
+  }
+  std::optional<checkpoint::SaveJob> snapshot(std::int64_t steps) override {
+    snapshots.push_back(steps);
+    return std::nullopt;
+  }
+  void drain(std::int64_t steps) override { drained.push_back(steps); }
+  void finish() override { ++finishes; }
+  std::string sample(const std::string& prompt) override { return prompt; }
+
+ private:
+  std::vector<trace::StepMetrics> pending_;
+};
+
+config::RunConfig configWith(const std::string& out, std::vector<std::string> extra) {
+  std::vector<std::string> sets{"model.path=unused", "data.path=unused", "train.max_steps=7", "output.dir=" + out};
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  return config::loadRunConfig("", sets);
+}
+
+int metricLines(const std::string& out) {
+  std::ifstream in(out + "/metrics.jsonl");
+  int n = 0;
+  for (std::string line; std::getline(in, line);) ++n;
+  return n;
+}
+
+TEST(RunLoop, SavesEveryNStepsAndTheLastStep) {
+  const std::string out = test::scratchDir();
+  ScriptedExecutor e;
+  const RunResult r = runLoop(configWith(out, {"checkpoint.every=3"}), e);
+  EXPECT_EQ(r.outcome, Outcome::kCompleted);
+  EXPECT_EQ(e.ran, (std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(e.snapshots, (std::vector<std::int64_t>{3, 6, 7}));
+  EXPECT_EQ(e.drained, (std::vector<std::int64_t>{7}));
+  EXPECT_EQ(e.finishes, 1);
+  ASSERT_EQ(r.metrics.size(), 7u);
+  EXPECT_EQ(metricLines(out), 7);
+  EXPECT_TRUE(std::ifstream(out + "/config.effective.toml").good());
+}
+
+TEST(RunLoop, ALastStepOnTheCadenceIsSavedOnce) {
+  ScriptedExecutor e;
+  runLoop(configWith(test::scratchDir(), {"checkpoint.every=7"}), e);
+  EXPECT_EQ(e.snapshots, (std::vector<std::int64_t>{7}));
+}
+
+TEST(RunLoop, APreemptedRunSavesWhereItStoppedAndSaysSo) {
+  ScriptedExecutor e;
+  e.stopAt = 4;
+  const RunResult r = runLoop(configWith(test::scratchDir(), {"checkpoint.every=3"}), e);
+  EXPECT_EQ(r.outcome, Outcome::kPreempted);
+  EXPECT_EQ(e.ran, (std::vector<std::int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(e.snapshots, (std::vector<std::int64_t>{3, 4}));
+  EXPECT_EQ(e.drained, (std::vector<std::int64_t>{4}));
+}
+
+TEST(RunLoop, AResumedRunContinuesFromItsStep) {
+  const std::string out = test::scratchDir();
+  ScriptedExecutor e;
+  e.start = 5;
+  runLoop(configWith(out, {}), e);
+  EXPECT_EQ(e.ran, (std::vector<std::int64_t>{5, 6}));
+  EXPECT_EQ(e.snapshots, (std::vector<std::int64_t>{7}));
+}
+
+TEST(RunLoop, StopsAtTheEpochLimit) {
+  ScriptedExecutor e;
+  e.stepsPerEpoch = 2;
+  runLoop(configWith(test::scratchDir(), {"train.epochs=2"}), e);
+  EXPECT_EQ(e.ran, (std::vector<std::int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(e.snapshots, (std::vector<std::int64_t>{4}));
+}
+
+TEST(RunLoop, StepsThatFinishLateAreAllReported) {
+  const std::string out = test::scratchDir();
+  ScriptedExecutor e;
+  e.lateByOne = true;
+  const RunResult r = runLoop(configWith(out, {}), e);
+  ASSERT_EQ(r.metrics.size(), 7u);
+  for (std::size_t i = 0; i < r.metrics.size(); ++i) EXPECT_EQ(r.metrics[i].step, static_cast<std::int64_t>(i) + 1);
+  EXPECT_EQ(metricLines(out), 7);
+}
+
+TEST(RunLoop, ANonFiniteLossStopsTheRunWithTheStep) {
+  ScriptedExecutor e;
+  e.lossAt3 = std::numeric_limits<double>::quiet_NaN();
+  try {
+    runLoop(configWith(test::scratchDir(), {}), e);
+    FAIL() << "a NaN loss must stop the run";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("step 4: loss is nan (diverged)"), std::string::npos) << error.what();
+  }
+}
+
+}  // namespace
+}  // namespace rp::run
