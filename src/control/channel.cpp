@@ -1,5 +1,7 @@
 #include "control/channel.h"
 
+#include <algorithm>
+
 #include "common/log.h"
 
 namespace rp::control {
@@ -10,7 +12,49 @@ ControlChannel::Deadline after(ControlChannel::Deadline start, double seconds) {
          std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
 }
 
+template <typename T>
+void reduceTyped(T* into, const T* from, std::size_t count, Reduce op) {
+  for (std::size_t i = 0; i < count; ++i) {
+    switch (op) {
+      case Reduce::kSum:
+        into[i] += from[i];
+        break;
+      case Reduce::kMin:
+        into[i] = std::min(into[i], from[i]);
+        break;
+      case Reduce::kMax:
+        into[i] = std::max(into[i], from[i]);
+        break;
+    }
+  }
+}
+
 }  // namespace
+
+std::size_t elementBytes(Element element) {
+  switch (element) {
+    case Element::kInt32:
+    case Element::kFloat32:
+      return 4;
+    case Element::kInt64:
+    case Element::kFloat64:
+      return 8;
+  }
+  return 0;
+}
+
+void reduceInto(void* into, const void* from, std::size_t count, Element element, Reduce op) {
+  switch (element) {
+    case Element::kInt32:
+      return reduceTyped(static_cast<std::int32_t*>(into), static_cast<const std::int32_t*>(from), count, op);
+    case Element::kInt64:
+      return reduceTyped(static_cast<std::int64_t*>(into), static_cast<const std::int64_t*>(from), count, op);
+    case Element::kFloat32:
+      return reduceTyped(static_cast<float*>(into), static_cast<const float*>(from), count, op);
+    case Element::kFloat64:
+      return reduceTyped(static_cast<double*>(into), static_cast<const double*>(from), count, op);
+  }
+}
 
 void waitOrStall(const StallPolicy& policy, const std::function<bool(ControlChannel::Deadline)>& attempt,
                  const std::function<std::string()>& what, const std::function<std::string()>& late) {

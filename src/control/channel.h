@@ -1,13 +1,19 @@
-// The control plane's transport (docs/protocol.md): tagged point-to-point messages between ranks, behind
-// one narrow interface with two implementations — mpi/ (real processes) and inproc/ (threads as ranks, for
-// fast tests). Readiness helpers with deadlines are built on it.
-// Thread-safety: one channel per rank; a channel is used by one thread at a time.
+// The control plane's transport (docs/protocol.md): tagged point-to-point messages and the few collectives
+// the engine needs, between ranks, behind one narrow interface with two implementations — mpi/ (real
+// processes) and inproc/ (threads as ranks, for fast tests of the whole pipeline). Readiness helpers with
+// deadlines are built on it.
+// Thread-safety: one channel per rank; a channel is used by one thread at a time (a thread of its own gets
+// a duplicate()).
 #pragma once
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include "common/error.h"
 #include "control/messages.h"
@@ -21,6 +27,9 @@ class PeerError : public Error {
   using Error::Error;
 };
 
+enum class Element { kInt32, kInt64, kFloat32, kFloat64 };
+enum class Reduce { kSum, kMin, kMax };
+
 class ControlChannel {
  public:
   using Deadline = std::chrono::steady_clock::time_point;
@@ -31,7 +40,37 @@ class ControlChannel {
   // The next message from `from` with `tag` (messages between a pair on a tag arrive in send order), or
   // false when none arrived before `deadline`.
   virtual bool receive(int from, Tag tag, void* data, std::size_t bytes, Deadline deadline) = 0;
+
+  // Collectives: every rank of the channel calls them, in the same order.
+  virtual void barrier() = 0;
+  virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
+  // In place; sums add in rank order on inproc (MPI's order is the library's).
+  virtual void allreduce(void* data, std::size_t count, Element element, Reduce op) = 0;
+  // Every rank's bytes (sizes may differ), in rank order, on `root`; empty elsewhere.
+  virtual std::vector<std::vector<std::uint8_t>> gather(const void* data, std::size_t bytes, int root) = 0;
+  // A channel over the same ranks that no other channel's messages or collectives touch (for another thread).
+  virtual std::unique_ptr<ControlChannel> duplicate() = 0;
+  // The ranks with the same `color`, ordered by (key, rank): a channel of their own.
+  virtual std::unique_ptr<ControlChannel> split(int color, int key) = 0;
+
+  template <typename T>
+  void allreduce(T* data, std::size_t count, Reduce op) {
+    allreduce(data, count, elementOf<T>(), op);
+  }
+
+ private:
+  template <typename T>
+  static constexpr Element elementOf() {
+    if constexpr (std::is_same_v<T, std::int32_t>) return Element::kInt32;
+    if constexpr (std::is_same_v<T, std::int64_t>) return Element::kInt64;
+    if constexpr (std::is_same_v<T, float>) return Element::kFloat32;
+    if constexpr (std::is_same_v<T, double>) return Element::kFloat64;
+  }
 };
+
+std::size_t elementBytes(Element element);
+// `into[i] = op(into[i], from[i])` for `count` elements.
+void reduceInto(void* into, const void* from, std::size_t count, Element element, Reduce op);
 
 // The stall inspector's two deadlines (docs/protocol.md, "Failure semantics"), for every wait on a peer.
 struct StallPolicy {

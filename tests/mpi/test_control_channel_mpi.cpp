@@ -24,5 +24,15 @@ TEST(MpiConformance, MismatchIsProtocolError) {
   test::conformanceMismatchIsProtocolError(channel);
 }
 
+TEST(MpiConformance, Collectives) {
+  MpiChannel channel(MPI_COMM_WORLD);
+  test::conformanceCollectives(channel);
+}
+
+TEST(MpiConformance, DuplicateAndSplit) {
+  MpiChannel channel(MPI_COMM_WORLD);
+  test::conformanceDuplicateAndSplit(channel);
+}
+
 }  // namespace
 }  // namespace rp::control

@@ -50,4 +50,66 @@ inline void conformanceMismatchIsProtocolError(control::ControlChannel& c) {
   }
 }
 
+// Collectives: barrier, broadcast, allreduce (sum/min/max over every element type), gather of payloads of
+// different sizes.
+inline void conformanceCollectives(control::ControlChannel& c) {
+  const int n = c.size(), r = c.rank();
+  c.barrier();
+  std::int64_t value = r == n - 1 ? 1234567890123 : -1;
+  c.broadcast(&value, sizeof(value), n - 1);
+  EXPECT_EQ(value, 1234567890123);
+  double sum[2] = {static_cast<double>(r + 1), 0.5};
+  c.allreduce(sum, 2, control::Reduce::kSum);
+  EXPECT_EQ(sum[0], n * (n + 1) / 2.0);
+  EXPECT_EQ(sum[1], 0.5 * n);
+  std::int32_t low = 10 + r, high = 10 + r;
+  c.allreduce(&low, 1, control::Reduce::kMin);
+  c.allreduce(&high, 1, control::Reduce::kMax);
+  EXPECT_EQ(low, 10);
+  EXPECT_EQ(high, 10 + n - 1);
+  std::vector<float> grads(1000, static_cast<float>(r));
+  c.allreduce(grads.data(), grads.size(), control::Reduce::kSum);
+  EXPECT_EQ(grads[999], static_cast<float>(n * (n - 1) / 2));
+  std::int64_t count = 1;
+  c.allreduce(&count, 1, control::Reduce::kSum);
+  EXPECT_EQ(count, n);
+  const std::vector<std::uint8_t> mine(static_cast<std::size_t>(r) + 1, static_cast<std::uint8_t>(r));
+  const auto all = c.gather(mine.data(), mine.size(), 0);
+  if (r == 0) {
+    ASSERT_EQ(all.size(), static_cast<std::size_t>(n));
+    for (int q = 0; q < n; ++q) {
+      EXPECT_EQ(all[static_cast<std::size_t>(q)],
+                std::vector<std::uint8_t>(static_cast<std::size_t>(q) + 1, static_cast<std::uint8_t>(q)));
+    }
+  } else {
+    EXPECT_TRUE(all.empty());
+  }
+}
+
+// A duplicate carries its own messages; a split groups ranks by color, ordered by key.
+inline void conformanceDuplicateAndSplit(control::ControlChannel& c) {
+  const int n = c.size(), r = c.rank();
+  const auto dup = c.duplicate();
+  EXPECT_EQ(dup->rank(), r);
+  EXPECT_EQ(dup->size(), n);
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  control::sendReady(*dup, next, {control::kProtocolVersion, 1, 2, 3});
+  control::StageReady none;
+  EXPECT_FALSE(c.receive(prev, control::Tag::kStageReady, &none, sizeof(none),
+                         std::chrono::steady_clock::now() + std::chrono::milliseconds(50)))
+      << "a message on the duplicate reached the original";
+  EXPECT_NO_THROW(control::waitReady(*dup, prev, {control::kProtocolVersion, 1, 2, 3}, {30.0, 30.0}));
+  // Even and odd ranks, each group in reverse rank order.
+  const auto half = c.split(r % 2, -r);
+  const int members = (n - r % 2 + 1) / 2;
+  EXPECT_EQ(half->size(), members);
+  EXPECT_EQ(half->rank(), members - 1 - r / 2);
+  std::int32_t sum = r;
+  half->allreduce(&sum, 1, control::Reduce::kSum);
+  std::int32_t expected = 0;
+  for (int q = r % 2; q < n; q += 2) expected += q;
+  EXPECT_EQ(sum, expected);
+  c.barrier();
+}
+
 }  // namespace rp::test

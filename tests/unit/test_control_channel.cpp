@@ -35,6 +35,13 @@ TEST_P(InProcConformance, MismatchIsProtocolError) {
   onThreadsAsRanks(GetParam(), test::conformanceMismatchIsProtocolError);
 }
 
+TEST_P(InProcConformance, Collectives) {
+  onThreadsAsRanks(GetParam(), test::conformanceCollectives);
+}
+TEST_P(InProcConformance, DuplicateAndSplit) {
+  onThreadsAsRanks(GetParam(), test::conformanceDuplicateAndSplit);
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, InProcConformance, ::testing::Values(2, 3, 4));
 
 // The stall inspector: a warning naming what is late and who, then (if still late) the abort with the same.

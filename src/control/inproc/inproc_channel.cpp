@@ -1,5 +1,6 @@
 #include "control/inproc/inproc_channel.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace rp::control {
@@ -25,12 +26,86 @@ bool InProcHub::take(int from, int to, Tag tag, void* data, std::size_t bytes, C
   return true;
 }
 
+std::vector<std::vector<std::uint8_t>> InProcHub::exchange(std::uint64_t seq, int rank, const void* data,
+                                                           std::size_t bytes) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  Round& round = rounds_[seq];
+  round.parts.resize(static_cast<std::size_t>(size_));
+  const auto* p = static_cast<const std::uint8_t*>(data);
+  round.parts[static_cast<std::size_t>(rank)].assign(p, p + bytes);
+  ++round.arrived;
+  arrived_.notify_all();
+  if (!arrived_.wait_for(lock, std::chrono::minutes(10), [&] { return round.arrived == size_; })) {
+    RP_THROW(PeerError, "in-process collective #{}: {} of {} ranks arrived in 10 minutes", seq, round.arrived, size_);
+  }
+  std::vector<std::vector<std::uint8_t>> parts = round.parts;
+  if (++round.left == size_) rounds_.erase(seq);
+  return parts;
+}
+
+std::shared_ptr<InProcHub> InProcHub::child(std::uint64_t seq, int color, int size) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto& hub = children_[{seq, color}];
+  if (!hub) hub = std::make_shared<InProcHub>(size);
+  return hub;
+}
+
 void InProcChannel::send(int to, Tag tag, const void* data, std::size_t bytes) {
   hub_.post(rank_, to, tag, data, bytes);
 }
 
 bool InProcChannel::receive(int from, Tag tag, void* data, std::size_t bytes, Deadline deadline) {
   return hub_.take(from, rank_, tag, data, bytes, deadline);
+}
+
+void InProcChannel::barrier() {
+  exchange(nullptr, 0);
+}
+
+void InProcChannel::broadcast(void* data, std::size_t bytes, int root) {
+  const auto parts = exchange(data, rank_ == root ? bytes : 0);
+  const auto& from = parts.at(static_cast<std::size_t>(root));
+  RP_CHECK(from.size() == bytes, "broadcast of {} bytes received into {}", from.size(), bytes);
+  if (rank_ != root) std::memcpy(data, from.data(), bytes);
+}
+
+void InProcChannel::allreduce(void* data, std::size_t count, Element element, Reduce op) {
+  const std::size_t bytes = count * elementBytes(element);
+  const auto parts = exchange(data, bytes);
+  std::vector<std::uint8_t> out = parts.front();
+  for (std::size_t r = 1; r < parts.size(); ++r) {
+    RP_CHECK(parts[r].size() == bytes, "allreduce of {} bytes from rank {} into {}", parts[r].size(), r, bytes);
+    reduceInto(out.data(), parts[r].data(), count, element, op);
+  }
+  if (bytes > 0) std::memcpy(data, out.data(), bytes);
+}
+
+std::vector<std::vector<std::uint8_t>> InProcChannel::gather(const void* data, std::size_t bytes, int root) {
+  auto parts = exchange(data, bytes);
+  if (rank_ != root) return {};
+  return parts;
+}
+
+std::unique_ptr<ControlChannel> InProcChannel::duplicate() {
+  const std::uint64_t seq = seq_;
+  barrier();
+  return std::make_unique<InProcChannel>(hub_.child(seq, 0, hub_.size()), rank_);
+}
+
+std::unique_ptr<ControlChannel> InProcChannel::split(int color, int key) {
+  const std::uint64_t seq = seq_;
+  const int mine[2] = {color, key};
+  const auto parts = exchange(mine, sizeof(mine));
+  std::vector<std::pair<int, int>> group;  // (key, rank) of the ranks with this color
+  for (std::size_t r = 0; r < parts.size(); ++r) {
+    int theirs[2];
+    std::memcpy(theirs, parts[r].data(), sizeof(theirs));
+    if (theirs[0] == color) group.emplace_back(theirs[1], static_cast<int>(r));
+  }
+  std::sort(group.begin(), group.end());
+  const auto at = std::find(group.begin(), group.end(), std::make_pair(key, rank_));
+  return std::make_unique<InProcChannel>(hub_.child(seq, color, static_cast<int>(group.size())),
+                                         static_cast<int>(at - group.begin()));
 }
 
 }  // namespace rp::control

@@ -1,6 +1,6 @@
-// ControlChannel between threads of one process (threads as ranks), for fast tests of the protocol.
-// The hub owns every mailbox; each rank's thread uses its own channel. Thread-safety: the hub is
-// thread-safe; a channel is used by its rank's thread.
+// ControlChannel between threads of one process (threads as ranks), for fast tests of the protocol and of
+// the whole pipeline. The hub owns every mailbox and the collectives' rounds; each rank's thread uses its
+// own channel. Thread-safety: the hub is thread-safe; a channel is used by its rank's thread.
 #pragma once
 
 #include <condition_variable>
@@ -22,26 +22,51 @@ class InProcHub {
   int size() const { return size_; }
   void post(int from, int to, Tag tag, const void* data, std::size_t bytes);
   bool take(int from, int to, Tag tag, void* data, std::size_t bytes, ControlChannel::Deadline deadline);
+  // Collective number `seq` (each rank counts its own): every rank contributes `bytes`; each gets every
+  // contribution in rank order. A PeerError when the others do not all arrive within 10 minutes.
+  std::vector<std::vector<std::uint8_t>> exchange(std::uint64_t seq, int rank, const void* data, std::size_t bytes);
+  // The hub of the sub-group `color` (of `size` ranks) made by collective `seq`; the first caller creates it.
+  std::shared_ptr<InProcHub> child(std::uint64_t seq, int color, int size);
 
  private:
   using Key = std::tuple<int, int, int>;  // from, to, tag
+  struct Round {
+    std::vector<std::vector<std::uint8_t>> parts;
+    int arrived = 0, left = 0;
+  };
   int size_;
   std::mutex mutex_;
   std::condition_variable arrived_;
   std::map<Key, std::deque<std::vector<std::uint8_t>>> mailboxes_;
+  std::map<std::uint64_t, Round> rounds_;
+  std::map<std::pair<std::uint64_t, int>, std::shared_ptr<InProcHub>> children_;
 };
 
 class InProcChannel : public ControlChannel {
  public:
   InProcChannel(InProcHub& hub, int rank) : hub_(hub), rank_(rank) {}
+  InProcChannel(std::shared_ptr<InProcHub> hub, int rank) : owned_(std::move(hub)), hub_(*owned_), rank_(rank) {}
   int rank() const override { return rank_; }
   int size() const override { return hub_.size(); }
   void send(int to, Tag tag, const void* data, std::size_t bytes) override;
   bool receive(int from, Tag tag, void* data, std::size_t bytes, Deadline deadline) override;
+  void barrier() override;
+  void broadcast(void* data, std::size_t bytes, int root) override;
+  void allreduce(void* data, std::size_t count, Element element, Reduce op) override;
+  std::vector<std::vector<std::uint8_t>> gather(const void* data, std::size_t bytes, int root) override;
+  std::unique_ptr<ControlChannel> duplicate() override;
+  std::unique_ptr<ControlChannel> split(int color, int key) override;
+  using ControlChannel::allreduce;
 
  private:
+  std::vector<std::vector<std::uint8_t>> exchange(const void* data, std::size_t bytes) {
+    return hub_.exchange(seq_++, rank_, data, bytes);
+  }
+
+  std::shared_ptr<InProcHub> owned_;  // a duplicate's or a split's hub
   InProcHub& hub_;
   int rank_;
+  std::uint64_t seq_ = 0;  // collectives made on this channel
 };
 
 }  // namespace rp::control

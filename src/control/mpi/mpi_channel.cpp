@@ -5,10 +5,47 @@
 #include "world/mpi_session.h"
 
 namespace rp::control {
+namespace {
+
+MPI_Datatype mpiType(Element element) {
+  switch (element) {
+    case Element::kInt32:
+      return MPI_INT32_T;
+    case Element::kInt64:
+      return MPI_INT64_T;
+    case Element::kFloat32:
+      return MPI_FLOAT;
+    case Element::kFloat64:
+      return MPI_DOUBLE;
+  }
+  return MPI_BYTE;
+}
+
+MPI_Op mpiOp(Reduce op) {
+  switch (op) {
+    case Reduce::kSum:
+      return MPI_SUM;
+    case Reduce::kMin:
+      return MPI_MIN;
+    case Reduce::kMax:
+      return MPI_MAX;
+  }
+  return MPI_SUM;
+}
+
+}  // namespace
 
 MpiChannel::MpiChannel(MPI_Comm comm) : comm_(comm) {
   checkMpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank(control)");
   checkMpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size(control)");
+}
+
+MpiChannel::MpiChannel(MPI_Comm comm, Owned) : MpiChannel(comm) {
+  owned_ = true;
+}
+
+MpiChannel::~MpiChannel() {
+  if (owned_ && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
 void MpiChannel::send(int to, Tag tag, const void* data, std::size_t bytes) {
@@ -32,6 +69,52 @@ bool MpiChannel::receive(int from, Tag tag, void* data, std::size_t bytes, Deadl
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(200));
   }
+}
+
+void MpiChannel::barrier() {
+  checkMpi(MPI_Barrier(comm_), "MPI_Barrier(control)");
+}
+
+void MpiChannel::broadcast(void* data, std::size_t bytes, int root) {
+  checkMpi(MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_), "MPI_Bcast(control)");
+}
+
+void MpiChannel::allreduce(void* data, std::size_t count, Element element, Reduce op) {
+  checkMpi(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), mpiType(element), mpiOp(op), comm_),
+           "MPI_Allreduce(control)");
+}
+
+std::vector<std::vector<std::uint8_t>> MpiChannel::gather(const void* data, std::size_t bytes, int root) {
+  const int length = static_cast<int>(bytes);
+  std::vector<int> lengths(static_cast<std::size_t>(size_)), offsets(static_cast<std::size_t>(size_));
+  checkMpi(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, root, comm_), "MPI_Gather(control lengths)");
+  int total = 0;
+  for (int r = 0; r < size_; ++r) {
+    offsets[static_cast<std::size_t>(r)] = total;
+    total += lengths[static_cast<std::size_t>(r)];
+  }
+  std::vector<std::uint8_t> all(rank_ == root ? static_cast<std::size_t>(total) : 0);
+  checkMpi(MPI_Gatherv(data, length, MPI_BYTE, all.data(), lengths.data(), offsets.data(), MPI_BYTE, root, comm_),
+           "MPI_Gatherv(control)");
+  std::vector<std::vector<std::uint8_t>> out;
+  if (rank_ != root) return out;
+  for (int r = 0; r < size_; ++r) {
+    const auto begin = all.begin() + offsets[static_cast<std::size_t>(r)];
+    out.emplace_back(begin, begin + lengths[static_cast<std::size_t>(r)]);
+  }
+  return out;
+}
+
+std::unique_ptr<ControlChannel> MpiChannel::duplicate() {
+  MPI_Comm comm = MPI_COMM_NULL;
+  checkMpi(MPI_Comm_dup(comm_, &comm), "MPI_Comm_dup(control)");
+  return std::unique_ptr<ControlChannel>(new MpiChannel(comm, Owned{}));
+}
+
+std::unique_ptr<ControlChannel> MpiChannel::split(int color, int key) {
+  MPI_Comm comm = MPI_COMM_NULL;
+  checkMpi(MPI_Comm_split(comm_, color, key, &comm), "MPI_Comm_split(control)");
+  return std::unique_ptr<ControlChannel>(new MpiChannel(comm, Owned{}));
 }
 
 }  // namespace rp::control
