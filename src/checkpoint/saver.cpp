@@ -8,7 +8,6 @@
 #include "common/error.h"
 #include "common/fault.h"
 #include "common/log.h"
-#include "world/mpi_session.h"
 
 namespace rp::checkpoint {
 namespace {
@@ -41,32 +40,21 @@ std::vector<SliceRecord> recordsFromJson(const json& j) {
 }
 
 // Every writer's string, on writer 0 (empty elsewhere).
-std::vector<std::string> gatherStrings(MPI_Comm comm, int rank, int size, const std::string& mine) {
-  if (comm == MPI_COMM_NULL) return {mine};
-  int length = static_cast<int>(mine.size());
-  std::vector<int> lengths(static_cast<std::size_t>(size)), offsets(static_cast<std::size_t>(size));
-  checkMpi(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, comm), "MPI_Gather(checkpoint tables)");
-  int total = 0;
-  for (int r = 0; r < size; ++r)
-    offsets[static_cast<std::size_t>(r)] = std::exchange(total, total + lengths[static_cast<std::size_t>(r)]);
-  std::string all(rank == 0 ? static_cast<std::size_t>(total) : 0, '\0');
-  checkMpi(MPI_Gatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, 0, comm),
-           "MPI_Gatherv(checkpoint tables)");
+std::vector<std::string> gatherStrings(control::ControlChannel* writers, const std::string& mine) {
+  if (writers == nullptr) return {mine};
   std::vector<std::string> out;
-  if (rank != 0) return out;
-  for (int r = 0; r < size; ++r)
-    out.push_back(all.substr(static_cast<std::size_t>(offsets[static_cast<std::size_t>(r)]),
-                             static_cast<std::size_t>(lengths[static_cast<std::size_t>(r)])));
+  for (const auto& part : writers->gather(mine.data(), mine.size(), 0)) out.emplace_back(part.begin(), part.end());
   return out;
 }
 
 }  // namespace
 
-Saver::Saver(CheckpointDir dir, SaverOptions options, MPI_Comm writers) : dir_(std::move(dir)), options_(options) {
-  if (writers != MPI_COMM_NULL) {
-    checkMpi(MPI_Comm_dup(writers, &comm_), "MPI_Comm_dup(checkpoint writers)");
-    checkMpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank(checkpoint writers)");
-    checkMpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size(checkpoint writers)");
+Saver::Saver(CheckpointDir dir, SaverOptions options, control::ControlChannel* writers)
+    : dir_(std::move(dir)), options_(options) {
+  if (writers != nullptr) {
+    writers_ = writers->duplicate();  // the saving thread's own
+    rank_ = writers_->rank();
+    size_ = writers_->size();
   }
 }
 
@@ -79,7 +67,6 @@ Saver::~Saver() {
       RP_LOG_ERROR("checkpoint: {}", e.what());
     }
   }
-  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
 void Saver::join() {
@@ -140,7 +127,7 @@ void Saver::run(SaveJob& job) {
   } catch (const std::exception& e) {
     error = e.what();
   }
-  const auto tables = gatherStrings(comm_, rank_, size_, error.empty() ? recordsToJson(records).dump() : "!" + error);
+  const auto tables = gatherStrings(writers_.get(), error.empty() ? recordsToJson(records).dump() : "!" + error);
   if (rank_ != 0) {
     if (!error.empty()) RP_THROW(SystemError, "checkpoint of step {}: {}", job.step, error);
     return;

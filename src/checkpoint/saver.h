@@ -1,8 +1,8 @@
 // Saving a step's state (docs/checkpoint-format.md, "Publish protocol" and "Async save"): every writer
 // hands over a staged copy of its slices; a background thread (or the caller, when not async) writes the
 // writer's shard, writer 0 gathers every writer's slice table and publishes. Torch-free.
-// Thread-safety: save/check/finish from one thread per writer; the writers' communicator is used only by
-// the saving thread (a duplicate).
+// Thread-safety: save/check/finish from one thread per writer; the writers' channel is used only by the
+// saving thread (a duplicate).
 #pragma once
 
 #include <cstdint>
@@ -13,9 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include <mpi.h>
-
 #include "checkpoint/directory.h"
+#include "control/channel.h"
 
 namespace rp::checkpoint {
 
@@ -40,8 +39,8 @@ struct SaverOptions {
 
 class Saver {
  public:
-  // `writers`: the communicator of every writer (collective), or MPI_COMM_NULL for a single writer.
-  Saver(CheckpointDir dir, SaverOptions options, MPI_Comm writers);
+  // `writers`: the channel of every writer (collective: it is duplicated), or null for a single writer.
+  Saver(CheckpointDir dir, SaverOptions options, control::ControlChannel* writers);
   ~Saver();  // waits for a running save; its error is logged, not thrown
   Saver(const Saver&) = delete;
   Saver& operator=(const Saver&) = delete;
@@ -59,7 +58,7 @@ class Saver {
 
   CheckpointDir dir_;
   SaverOptions options_;
-  MPI_Comm comm_ = MPI_COMM_NULL;
+  std::unique_ptr<control::ControlChannel> writers_;
   int rank_ = 0, size_ = 1;
   std::thread thread_;
   std::mutex mutex_;

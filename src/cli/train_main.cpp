@@ -50,7 +50,7 @@ int run(int argc, char** argv, const rp::MpiSession& session) {
     rp::train::Trainer trainer(std::move(config));
     if (!trainer.run()) return rp::cli::kExitPreempted;
   } else {
-    rp::engine::PipelineRuntime runtime(std::move(config), session);
+    rp::engine::PipelineRuntime runtime(std::move(config), rp::engine::mpiParts(session));
     runtime.run();
     if (runtime.preempted()) return rp::cli::kExitPreempted;
   }

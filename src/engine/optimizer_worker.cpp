@@ -10,7 +10,6 @@
 #include "common/log.h"
 #include "optim/adamw_simd.h"
 #include "optim/grad_clip.h"
-#include "world/mpi_session.h"
 
 namespace rp::engine {
 namespace {
@@ -25,17 +24,16 @@ std::pair<std::size_t, std::size_t> sliceOf(std::size_t n, int part, int parts) 
 }  // namespace
 
 OptimizerWorker::OptimizerWorker(std::vector<OptimTensor> tensors, Fences& fences, OptimizerOptions options,
-                                 int localRank, int localSize, MPI_Comm nodeComm)
+                                 control::ControlChannel& node)
     : tensors_(std::move(tensors)),
       fences_(fences),
       options_(std::move(options)),
-      rank_(localRank),
-      ranks_(localSize),
+      rank_(node.rank()),
+      ranks_(node.size()),
+      node_(node.duplicate()),
       adamw_(options_.adamw, optim::bestAdamWKernel()) {
   adamw_.setThreads(options_.threads);
-  checkMpi(MPI_Comm_dup(nodeComm, &comm_), "MPI_Comm_dup(optimizer)");
-  if (options_.crossNode != MPI_COMM_NULL)
-    checkMpi(MPI_Comm_dup(options_.crossNode, &crossNode_), "MPI_Comm_dup(cross-node)");
+  if (options_.crossNode != nullptr) crossNode_ = options_.crossNode->duplicate();
   for (auto& t : tensors_) {
     slices_.push_back(sliceOf(t.numel, rank_, ranks_));
     const auto [begin, end] = slices_.back();
@@ -52,8 +50,6 @@ OptimizerWorker::~OptimizerWorker() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
-  if (crossNode_ != MPI_COMM_NULL) MPI_Comm_free(&crossNode_);
 }
 
 void OptimizerWorker::enqueue(std::int64_t step, std::vector<std::int64_t> uploadsAfter) {
@@ -158,13 +154,11 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
   }
 
   gradSpan.reset();
-  if (crossNode_ != MPI_COMM_NULL) {
+  if (crossNode_) {
     // Data parallel across nodes: every node's slice holders sum their gradients; each applies the same update.
     doing("all-reduce gradients across nodes");
     for (auto& grad : grads_) {
-      if (grad.empty()) continue;
-      checkMpi(MPI_Allreduce(MPI_IN_PLACE, grad.data(), static_cast<int>(grad.size()), MPI_FLOAT, MPI_SUM, crossNode_),
-               "MPI_Allreduce(gradients across nodes)");
+      if (!grad.empty()) crossNode_->allreduce(grad.data(), grad.size(), control::Reduce::kSum);
     }
   }
   doing("AdamW");
@@ -173,7 +167,7 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
   std::vector<optim::GradBuffer> buffers;
   for (auto& grad : grads_) buffers.push_back({grad.data(), grad.size()});
   double sumSq = optim::sumOfSquares(buffers);
-  checkMpi(MPI_Allreduce(MPI_IN_PLACE, &sumSq, 1, MPI_DOUBLE, MPI_SUM, comm_), "MPI_Allreduce(grad norm)");
+  node_->allreduce(&sumSq, 1, control::Reduce::kSum);
   result.gradNorm = std::sqrt(sumSq);
   optim::clipToNorm(buffers, result.gradNorm, options_.gradClip);
   result.lr = options_.schedule.at(t);
@@ -183,10 +177,7 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
   fences_.waitFusedDone(t + 1);
   const double* losses = options_.losses[t % 2];
   for (int mb = 0; mb < options_.microbatches; ++mb) result.lossSum += losses[mb];
-  if (crossNode_ != MPI_COMM_NULL) {
-    checkMpi(MPI_Allreduce(MPI_IN_PLACE, &result.lossSum, 1, MPI_DOUBLE, MPI_SUM, crossNode_),
-             "MPI_Allreduce(loss across nodes)");
-  }
+  if (crossNode_) crossNode_->allreduce(&result.lossSum, 1, control::Reduce::kSum);
   result.finished = std::chrono::steady_clock::now();
   return result;
 }

@@ -12,15 +12,15 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <mpi.h>
-
 #include "checkpoint/slices.h"
+#include "control/channel.h"
 #include "engine/activity.h"
 #include "engine/fences.h"
 #include "optim/adamw.h"
@@ -49,9 +49,9 @@ struct OptimizerOptions {
   int layers = 0;
   const double* losses[2] = {nullptr, nullptr};  // per-parity loss sums (rank 0 reads them)
   int microbatches = 0;
-  trace::Timeline* timeline = nullptr;  // optional: spans on thread 1
-  ActivityBoard* activity = nullptr;    // optional: what this thread is doing, for the stall inspector
-  MPI_Comm crossNode = MPI_COMM_NULL;   // multi-node: sums gradients and losses over the nodes
+  trace::Timeline* timeline = nullptr;           // optional: spans on thread 1
+  ActivityBoard* activity = nullptr;             // optional: what this thread is doing, for the stall inspector
+  control::ControlChannel* crossNode = nullptr;  // multi-node: sums gradients and losses over the nodes
 };
 
 struct OptimizerResult {
@@ -64,8 +64,10 @@ struct OptimizerResult {
 
 class OptimizerWorker {
  public:
-  OptimizerWorker(std::vector<OptimTensor> tensors, Fences& fences, OptimizerOptions options, int localRank,
-                  int localSize, MPI_Comm nodeComm);
+  // Collective over `node` (and options.crossNode): the thread gets duplicates of its own. This rank owns
+  // slice node.rank() of node.size() of every tensor.
+  OptimizerWorker(std::vector<OptimTensor> tensors, Fences& fences, OptimizerOptions options,
+                  control::ControlChannel& node);
   ~OptimizerWorker();
 
   // `uploadsAfter[l]`: how many uploads of layer l the iterations up to and including `step` make in all
@@ -98,8 +100,8 @@ class OptimizerWorker {
   Fences& fences_;
   OptimizerOptions options_;
   int rank_, ranks_;
-  MPI_Comm comm_ = MPI_COMM_NULL;       // a duplicate of the node communicator, used only by this thread
-  MPI_Comm crossNode_ = MPI_COMM_NULL;  // a duplicate of options.crossNode, used only by this thread
+  std::unique_ptr<control::ControlChannel> node_;       // a duplicate of the node's channel, for this thread
+  std::unique_ptr<control::ControlChannel> crossNode_;  // a duplicate of options.crossNode, for this thread
   std::vector<std::pair<std::size_t, std::size_t>> slices_;
   std::vector<std::vector<float>> grads_;  // this rank's slice of each trainable tensor's gradient
   optim::AdamW adamw_;

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -14,7 +15,6 @@
 #include "common/fault.h"
 #include "common/log.h"
 #include "control/channel.h"
-#include "control/mpi/mpi_channel.h"
 #include "engine/costs.h"
 #include "engine/regions.h"
 #include "model/batch.h"
@@ -28,19 +28,22 @@ namespace rp::engine {
 
 using namespace detail;
 
-PipelineRuntime::PipelineRuntime(config::RunConfig config, const MpiSession& session)
+PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
     : config_(std::move(config)),
-      session_(session),
-      rank_(session.identity().localRank),
-      worldRank_(session.identity().rank),
-      leader_(session.identity().rank == 0),
-      workers_(session.identity().localSize) {
+      id_(parts.identity),
+      rank_(parts.identity.localRank),
+      worldRank_(parts.identity.rank),
+      leader_(parts.identity.rank == 0),
+      workers_(parts.identity.localSize),
+      nodeMemory_(std::move(parts.nodeMemory)),
+      channel_(std::move(parts.node)),
+      worldChannel_(std::move(parts.world)) {
   const auto& c = config_;
-  const auto& id = session.identity();
+  const auto& id = id_;
   // Across nodes: data parallel. Every node runs the same pipeline over its share of the global batch.
   config::checkPipelineRun(c, id.nodeCount);
-  int localSize = id.localSize;
-  checkMpi(MPI_Allreduce(MPI_IN_PLACE, &localSize, 1, MPI_INT, MPI_MIN, session_.world()), "MPI_Allreduce(node size)");
+  std::int32_t localSize = id.localSize;
+  worldChannel_->allreduce(&localSize, 1, control::Reduce::kMin);
   if (localSize != id.localSize) {
     RP_THROW(InputError,
              "rank {} is on a node with {} ranks but another node has {}: every node needs the same number "
@@ -85,8 +88,6 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, const MpiSession& ses
         c.optim.async ? "async" : "sync", schedule::describe(plan_), plan_.stageCount());
     RP_LOG_INFO("pipeline: predicted stage costs (GFLOP per microbatch) {}", describeStageCosts(plan_, costs));
   }
-  channel_ = std::make_unique<control::MpiChannel>(session_.node());  // workers talk inside their node
-  worldChannel_ = std::make_unique<control::MpiChannel>(session_.world());
   coordinator::CoordinationOptions co;
   co.workers = workers_;
   co.nodes = id.nodeCount;
@@ -100,7 +101,7 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, const MpiSession& ses
   copy_ = std::make_unique<CopyEngine>(static_cast<std::size_t>(c.pipeline.uploadChunkMb * 1024 * 1024));
   if (id.nodeCount > 1) {
     // Ranks with the same local rank hold the same slices: they sum their nodes' gradients.
-    checkMpi(MPI_Comm_split(session_.world(), id.localRank, id.node, &crossNode_), "MPI_Comm_split(cross-node)");
+    crossNode_ = worldChannel_->split(id.localRank, id.node);
   }
   buildStore();
   if (const auto resume = run::openResume(c)) restore(*resume);
@@ -108,8 +109,7 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, const MpiSession& ses
 
 PipelineRuntime::~PipelineRuntime() {
   if (prefetch_) prefetch_->ticket.wait();  // never free memory the copy thread still writes
-  optimizer_.reset();                       // joins the thread that uses crossNode_
-  if (crossNode_ != MPI_COMM_NULL) MPI_Comm_free(&crossNode_);
+  optimizer_.reset();                       // joins the thread that uses the store and its channels
 }
 
 // Stage grain checkpoints the input of every backward stage; layer grain the input of every layer.
@@ -122,10 +122,10 @@ void PipelineRuntime::setCheckpoints() {
 void PipelineRuntime::buildStore() {
   const auto& c = config_;
   const int L = model_->layerCount();
-  const auto& id = session_.identity();
+  const auto& id = id_;
   // One time origin for the node (the monotonic clock is shared by its processes).
   std::int64_t origin = trace::Timeline::Clock::now().time_since_epoch().count();
-  checkMpi(MPI_Bcast(&origin, 1, MPI_INT64_T, 0, session_.node()), "MPI_Bcast(trace origin)");
+  channel_->broadcast(&origin, sizeof(origin), 0);
   timeline_ = std::make_unique<trace::Timeline>(
       worldRank_, trace::Timeline::Clock::time_point(trace::Timeline::Clock::duration(origin)));
   memory::StoreLayout layout;
@@ -151,8 +151,9 @@ void PipelineRuntime::buildStore() {
   }
   layout.add("fences", Fences::regionBytes(L, id.localSize));
   layout.add("activity", ActivityBoard::regionBytes(id.localSize));
-  store_ = std::make_unique<memory::NodeStore>(std::move(layout), session_.node(), "store");
-  RP_LOG_DEBUG("node store {}: {:.1f} MB", store_->segmentName(), static_cast<double>(store_->layout().total()) / 1e6);
+  std::shared_ptr<memory::NodeMemory> memory = nodeMemory_(layout.total(), *channel_, "store");
+  store_ = std::make_unique<memory::NodeStore>(std::move(layout), std::move(memory));
+  RP_LOG_DEBUG("node store ({}): {:.1f} MB", store_->describe(), static_cast<double>(store_->layout().total()) / 1e6);
   activity_ = std::make_unique<ActivityBoard>(store_->bytes("activity"), id.localSize);
   fences_ = std::make_unique<Fences>(store_->bytes("fences"), L, id.localSize, stallPolicy(), activity_.get());
 
@@ -164,7 +165,7 @@ void PipelineRuntime::buildStore() {
       if (t.trainable) storeTensor(masterRegion(t.name), t.local.sizes()).copy_(t.local);
     }
   }
-  checkMpi(MPI_Barrier(session_.node()), "MPI_Barrier(store initialised)");
+  channel_->barrier();  // the store is initialised
 
   std::vector<OptimTensor> tensors;
   for (const auto& t : model_->tensors()) {
@@ -195,9 +196,8 @@ void PipelineRuntime::buildStore() {
   options.microbatches = static_cast<int>(c.train.microbatches);
   options.timeline = timeline_.get();
   options.activity = activity_.get();
-  options.crossNode = crossNode_;
-  optimizer_ = std::make_unique<OptimizerWorker>(std::move(tensors), *fences_, std::move(options), id.localRank,
-                                                 id.localSize, session_.node());
+  options.crossNode = crossNode_.get();
+  optimizer_ = std::make_unique<OptimizerWorker>(std::move(tensors), *fences_, std::move(options), *channel_);
 }
 
 torch::Tensor PipelineRuntime::storeTensor(const std::string& region, at::IntArrayRef shape) const {
@@ -223,7 +223,7 @@ void PipelineRuntime::runStep(std::int64_t step, const coordinator::Directive& d
     data.targets += row.targetCount();
     data.tokens += static_cast<std::int64_t>(row.inputIds.size());
   }
-  const auto rows = data::shardRows(allRows, session_.identity().node, session_.identity().nodeCount);
+  const auto rows = data::shardRows(allRows, id_.node, id_.nodeCount);
   stepSizes_.push_back({data.tokens, data.targets, packer_->cursor().epoch});
   tokensSeen_ += data.tokens;
   targetTokensSeen_ += data.targets;
@@ -271,7 +271,7 @@ control::StallPolicy PipelineRuntime::stallPolicy() const {
 // For stall messages: what a world rank was last doing (known for the ranks of this node).
 std::function<std::string(int)> PipelineRuntime::describeWorldRank() const {
   return [this](int r) {
-    return session_.identity().nodeCount == 1 ? activity_->describe(r) : fmt::format("rank {} runs on another node", r);
+    return id_.nodeCount == 1 ? activity_->describe(r) : fmt::format("rank {} runs on another node", r);
   };
 }
 
@@ -282,13 +282,14 @@ void PipelineRuntime::finishTrace() {
   std::ofstream(mine) << timeline_->toJson() << '\n';
   const trace::WorkerActivity a = trace::activityOf(timeline_->spans(), 0);
   std::int64_t local[3] = {a.busyUs, a.firstUs, a.lastUs};
-  std::vector<std::int64_t> all(static_cast<std::size_t>(3 * workers_));
-  checkMpi(MPI_Gather(local, 3, MPI_INT64_T, all.data(), 3, MPI_INT64_T, 0, session_.node()), "MPI_Gather(activity)");
+  const auto parts = channel_->gather(local, sizeof(local), 0);
   if (!leader_) return;  // node 0 reports; its workers are world ranks 0..N-1
   std::vector<trace::WorkerActivity> workers;
   std::vector<std::string> files;
   for (int r = 0; r < workers_; ++r) {
-    workers.push_back({all[3 * r], all[3 * r + 1], all[3 * r + 2]});
+    std::int64_t theirs[3];
+    std::memcpy(theirs, parts[static_cast<std::size_t>(r)].data(), sizeof(theirs));
+    workers.push_back({theirs[0], theirs[1], theirs[2]});
     files.push_back((dir / fmt::format("rank{}.json", r)).string());
   }
   const std::string merged = (std::filesystem::path(config_.output.dir) / "trace.json").string();
@@ -350,9 +351,9 @@ void PipelineRuntime::drain(std::int64_t steps) {
 
 void PipelineRuntime::finish() {
   // Every rank's optimizer is done: publish the final masters (each rank its slices) for sampling and export.
-  checkMpi(MPI_Barrier(session_.node()), "MPI_Barrier(optimizer done)");
+  channel_->barrier();  // every optimizer is done
   optimizer_->publishMasters();
-  checkMpi(MPI_Barrier(session_.node()), "MPI_Barrier(final weights)");
+  channel_->barrier();  // the final weights are published
   finishTrace();
   if (leader_) writeProfile();
 }

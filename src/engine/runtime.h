@@ -15,8 +15,6 @@
 #include <string>
 #include <vector>
 
-#include <mpi.h>
-
 #include "checkpoint/saver.h"
 #include "config/run_config.h"
 #include "control/channel.h"
@@ -29,6 +27,7 @@
 #include "engine/costs.h"
 #include "engine/fences.h"
 #include "engine/optimizer_worker.h"
+#include "engine/parts.h"
 #include "engine/pipeline_model.h"
 #include "memory/node_store.h"
 #include "run/checkpointing.h"
@@ -37,13 +36,13 @@
 #include "schedule/plan.h"
 #include "trace/metrics.h"
 #include "trace/timeline.h"
-#include "world/mpi_session.h"
 
 namespace rp::engine {
 
 class PipelineRuntime : public run::Executor {
  public:
-  PipelineRuntime(config::RunConfig config, const MpiSession& session);
+  // Collective over parts.node and parts.world: every rank of the job constructs its runtime together.
+  PipelineRuntime(config::RunConfig config, RuntimeParts parts);
   ~PipelineRuntime() override;
 
   // run::runLoop over this runtime: trains for train.max_steps (from the checkpoint's step when resuming);
@@ -104,12 +103,12 @@ class PipelineRuntime : public run::Executor {
   control::StallPolicy stallPolicy() const;
 
   config::RunConfig config_;
-  const MpiSession& session_;
+  WorldIdentity id_;
   int rank_;  // local rank: the worker index inside this node's pipeline
   int worldRank_;
-  bool leader_;                         // world rank 0: reports metrics, samples, the trace and the bubble report
-  int workers_;                         // workers per node
-  MPI_Comm crossNode_ = MPI_COMM_NULL;  // same local rank on every node (gradient all-reduce)
+  bool leader_;  // world rank 0: reports metrics, samples, the trace and the bubble report
+  int workers_;  // workers per node
+  memory::NodeMemoryFactory nodeMemory_;
   std::unique_ptr<data::Tokenizer> tokenizer_;
   data::TokenizedCorpus corpus_;
   std::unique_ptr<data::Packer> packer_;
@@ -122,8 +121,9 @@ class PipelineRuntime : public run::Executor {
   std::vector<std::int64_t> uploadsAfter_;      // uploads of each layer up to the current iteration
   std::int64_t rowsPerMicrobatch_ = 0;
   std::unique_ptr<trace::Timeline> timeline_;
-  std::unique_ptr<control::ControlChannel> channel_;         // readiness messages between workers
+  std::unique_ptr<control::ControlChannel> channel_;         // the node's workers: readiness messages, collectives
   std::unique_ptr<control::ControlChannel> worldChannel_;    // directives and timing reports
+  std::unique_ptr<control::ControlChannel> crossNode_;       // same local rank on every node (gradient all-reduce)
   std::unique_ptr<coordinator::Coordination> coordination_;  // plan and dispatch table per iteration
   std::unique_ptr<CopyEngine> copy_;                         // this worker's emulated copy stream
   struct Prefetch {

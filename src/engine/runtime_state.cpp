@@ -33,8 +33,8 @@ void PipelineRuntime::writeProfile() const {
 
 std::optional<run::CheckpointWriters> PipelineRuntime::checkpointWriters() const {
   // Node 0's ranks write checkpoints; the other nodes hold replicas of node 0's state.
-  if (session_.identity().node != 0) return std::nullopt;
-  return run::CheckpointWriters{session_.node(), worldRank_};
+  if (id_.node != 0) return std::nullopt;
+  return run::CheckpointWriters{channel_.get(), worldRank_};
 }
 
 std::optional<checkpoint::SaveJob> PipelineRuntime::snapshot(std::int64_t steps) {
@@ -61,7 +61,7 @@ std::optional<checkpoint::SaveJob> PipelineRuntime::snapshot(std::int64_t steps)
                              {"rng", json::array({{{"rank", 0}, {"torch_cpu", run::rngState()}}})},
                              {"optim_mode", c.optim.async ? "async" : "sync"},
                              {"workers", workers_},
-                             {"nodes", session_.identity().nodeCount},
+                             {"nodes", id_.nodeCount},
                              {"dispatch_counter", coordination_->counter()}};
   }
   return job;
@@ -89,8 +89,8 @@ void PipelineRuntime::restore(const run::Resume& r) {
     RP_THROW(InputError, "{}: the training state is incomplete: {}", r.where(), e.what());
   }
   startStep_ = r.manifest.step;
-  if (session_.identity().localRank == 0) fences_->startAt(startStep_);
-  checkMpi(MPI_Barrier(session_.node()), "MPI_Barrier(checkpoint restored)");
+  if (id_.localRank == 0) fences_->startAt(startStep_);
+  channel_->barrier();  // the checkpoint is restored
 }
 
 }  // namespace rp::engine

@@ -2,10 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "common/error.h"
-#include "world/mpi_session.h"
+#include "memory/shm_segment.h"
 
 namespace rp::memory {
 
@@ -29,23 +30,63 @@ std::size_t StoreLayout::bytes(const std::string& name) const {
   return it->second.bytes;
 }
 
-NodeStore::NodeStore(StoreLayout layout, MPI_Comm nodeComm, const std::string& tag) : layout_(std::move(layout)) {
-  int localRank = 0;
-  checkMpi(MPI_Comm_rank(nodeComm, &localRank), "MPI_Comm_rank(node)");
-  const std::size_t size = std::max<std::size_t>(layout_.total(), 64);
+namespace {
+
+class SharedSegment : public NodeMemory {
+ public:
+  explicit SharedSegment(ShmSegment segment) : segment_(std::move(segment)) {}
+  std::uint8_t* data() const override { return segment_.data(); }
+  std::string describe() const override { return "shared memory " + segment_.name(); }
+
+ private:
+  ShmSegment segment_;
+};
+
+class Buffer : public NodeMemory {
+ public:
+  explicit Buffer(std::size_t bytes) : bytes_(new std::uint8_t[bytes]()) {}
+  std::uint8_t* data() const override { return bytes_.get(); }
+  std::string describe() const override { return "in-process buffer"; }
+
+ private:
+  std::unique_ptr<std::uint8_t[]> bytes_;
+};
+
+}  // namespace
+
+std::shared_ptr<NodeMemory> mapSharedMemory(std::size_t bytes, control::ControlChannel& node, const std::string& tag) {
+  const std::size_t size = std::max<std::size_t>(bytes, 64);
   // The creator's pid makes the name unique per job and node.
-  long pid = static_cast<long>(::getpid());
-  checkMpi(MPI_Bcast(&pid, 1, MPI_LONG, 0, nodeComm), "MPI_Bcast(store pid)");
+  std::int64_t pid = static_cast<std::int64_t>(::getpid());
+  node.broadcast(&pid, sizeof(pid), 0);
   const std::string name = "/roundpipe-" + std::to_string(pid) + "-" + tag;
-  if (localRank == 0) segment_ = ShmSegment::create(name, size);
-  checkMpi(MPI_Barrier(nodeComm), "MPI_Barrier(store created)");
-  if (localRank != 0) segment_ = ShmSegment::open(name, size);
-  checkMpi(MPI_Barrier(nodeComm), "MPI_Barrier(store mapped)");
-  segment_.unlink();
+  ShmSegment segment;
+  if (node.rank() == 0) segment = ShmSegment::create(name, size);
+  node.barrier();  // created
+  if (node.rank() != 0) segment = ShmSegment::open(name, size);
+  node.barrier();  // mapped
+  segment.unlink();
+  return std::make_shared<SharedSegment>(std::move(segment));
+}
+
+std::shared_ptr<NodeMemory> shareInProcess(std::size_t bytes, control::ControlChannel& node, const std::string&) {
+  std::shared_ptr<NodeMemory> memory;
+  if (node.rank() == 0) memory = std::make_shared<Buffer>(std::max<std::size_t>(bytes, 64));
+  // The ranks are threads of this process: they copy rank 0's handle while rank 0 waits at the barrier.
+  const std::shared_ptr<NodeMemory>* handle = node.rank() == 0 ? &memory : nullptr;
+  node.broadcast(&handle, sizeof(handle), 0);
+  if (node.rank() != 0) memory = *handle;
+  node.barrier();
+  return memory;
+}
+
+NodeStore::NodeStore(StoreLayout layout, std::shared_ptr<NodeMemory> memory)
+    : layout_(std::move(layout)), memory_(std::move(memory)) {
+  RP_CHECK(memory_ != nullptr, "node store without memory");
 }
 
 std::uint8_t* NodeStore::bytes(const std::string& name) const {
-  return segment_.data() + layout_.offset(name);
+  return memory_->data() + layout_.offset(name);
 }
 float* NodeStore::floats(const std::string& name) const {
   return reinterpret_cast<float*>(bytes(name));

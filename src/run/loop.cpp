@@ -36,7 +36,7 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
         checkpoints,
         checkpoint::SaverOptions{static_cast<int>(c.checkpoint.keep), c.checkpoint.stopOnError, c.checkpoint.async,
                                  writers->worldRank},
-        writers->comm);
+        writers->channel);
   }
   auto report = [&] {
     for (const trace::StepMetrics& m : executor.finished()) {

@@ -10,18 +10,17 @@
 #include <string>
 #include <vector>
 
-#include <mpi.h>
-
 #include "checkpoint/saver.h"
 #include "config/run_config.h"
+#include "control/channel.h"
 #include "trace/metrics.h"
 
 namespace rp::run {
 
-// Who writes checkpoints from this rank: the communicator of every writer (collective), or MPI_COMM_NULL
-// for a single writer; this rank's world rank for messages and fault points.
+// Who writes checkpoints from this rank: the channel of every writer (collective), or null for a single
+// writer; this rank's world rank for messages and fault points.
 struct CheckpointWriters {
-  MPI_Comm comm = MPI_COMM_NULL;
+  control::ControlChannel* channel = nullptr;
   int worldRank = 0;
 };
 

@@ -1,5 +1,6 @@
 // The pipeline runtime under real mpiexec: with a fixed microbatch count, W workers give the per-step losses
-// of the single-process trainer (within 1e-6 relative) and its weights after 5 steps (within 1e-5).
+// of the single-process trainer (within 1e-6 relative) and its weights after 5 steps (within 1e-5). The same
+// references hold the in-process tier (tests/unit/test_pipeline_inproc.cpp).
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -13,10 +14,8 @@
 #include "config/run_config.h"
 #include "engine/runtime.h"
 #include "mpi_test_session.h"
-#include "optim/adamw.h"
-#include "optim/grad_clip.h"
 #include "support/fixtures.h"
-#include "train/trainer.h"
+#include "support/pipeline_reference.h"
 #include "world/mpi_session.h"
 
 namespace rp::engine {
@@ -93,7 +92,7 @@ TEST_P(Equivalence, LossesAndWeightsEqualTheSingleProcessTrainer) {
   std::unique_ptr<PipelineRuntime> runtimePtr;
   std::vector<trace::StepMetrics> metrics;
   try {
-    runtimePtr = std::make_unique<PipelineRuntime>(config::loadRunConfig("", sets), session);
+    runtimePtr = std::make_unique<PipelineRuntime>(config::loadRunConfig("", sets), mpiParts(session));
     metrics = runtimePtr->run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[rank %d] %s\n", worldRank(), e.what());
@@ -115,33 +114,19 @@ TEST_P(Equivalence, LossesAndWeightsEqualTheSingleProcessTrainer) {
   EXPECT_EQ(static_cast<int>(optimizerRanks.size()), size);
   EXPECT_GE(computeRanks.size(), std::min<std::size_t>(static_cast<std::size_t>(size), 4u));
 
-  auto refSets = baseConfig(c, *fixtures, scratch(c.name + "-ref"));
-  train::Trainer reference(config::loadRunConfig("", refSets));
-  for (std::int64_t s = 0; s < 5; ++s) {
-    const auto rows = reference.packer().next(8);
-    const auto grads = reference.computeGradients(rows, 4);
-    const auto m = reference.applyStep(s, grads);
-    EXPECT_NEAR(metrics[static_cast<std::size_t>(s)].loss, m.loss, 1e-6 * std::abs(m.loss)) << "step " << s + 1;
-    EXPECT_NEAR(metrics[static_cast<std::size_t>(s)].gradNorm, m.gradNorm, 1e-5 * m.gradNorm) << "step " << s + 1;
-  }
-  for (const auto& [name, param] : reference.trainable()) {
-    const auto ours = runtime.storeWeight(name);
-    const double err = (ours - param.detach()).abs().max().item<double>();
-    EXPECT_LE(err, 1e-5) << name;
-  }
+  test::expectEqualsTrainer(config::loadRunConfig("", baseConfig(c, *fixtures, scratch(c.name + "-ref"))),
+                            {metrics, [&](const std::string& name) { return runtime.storeWeight(name); }});
 }
 
-// optim.mode = async: every iteration after the first runs on weights one update behind the master. The
-// reference is the single-process trainer's gradients with the update applied one step late: before each
-// update the model weights take the master's current value (W_t), then the master moves to W_{t+1}.
-// Runs the pipeline for `c` on every rank and, on rank 0, compares it with that reference; the final
-// masters must agree within `weightTolerance`.
+// optim.mode = async: runs the pipeline for `c` on every rank and, on rank 0, compares it with the one-step
+// delayed-update reference (tests/support/pipeline_reference.h); the final masters agree within
+// `weightTolerance`.
 void expectEqualsDelayedUpdateReference(const Case& c, const std::string& fixtures, double weightTolerance) {
   std::unique_ptr<PipelineRuntime> runtime;
   std::vector<trace::StepMetrics> metrics;
   try {
     runtime = std::make_unique<PipelineRuntime>(
-        config::loadRunConfig("", baseConfig(c, fixtures, freshScratch(c.name))), test::mpiSession());
+        config::loadRunConfig("", baseConfig(c, fixtures, freshScratch(c.name))), mpiParts(test::mpiSession()));
     metrics = runtime->run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[rank %d] %s\n", worldRank(), e.what());
@@ -149,36 +134,9 @@ void expectEqualsDelayedUpdateReference(const Case& c, const std::string& fixtur
   }
   if (worldRank() != 0) return;
   ASSERT_EQ(metrics.size(), 5u);
-
-  const auto config = config::loadRunConfig("", baseConfig(c, fixtures, scratch(c.name + "-ref")));
-  train::Trainer reference(config);
-  std::vector<torch::Tensor> masters;
-  optim::AdamW adamw({config.optim.lr, config.optim.beta1, config.optim.beta2, config.optim.eps,
-                      config.optim.weightDecay, config.optim.amsgrad});
-  for (std::size_t i = 0; i < reference.trainable().size(); ++i) {
-    masters.push_back(reference.trainable()[i].second.detach().clone());
-    adamw.add(reference.trainable()[i].first, masters.back().data_ptr<float>(),
-              reference.gradSlots()[i].data_ptr<float>(), static_cast<std::size_t>(masters.back().numel()));
-  }
-  for (std::int64_t s = 0; s < 5; ++s) {
-    const auto grads = reference.computeGradients(reference.packer().next(8), 4);
-    const double loss = grads.lossSum / static_cast<double>(grads.targetTokens);
-    EXPECT_NEAR(metrics[static_cast<std::size_t>(s)].loss, loss, 1e-6 * loss) << "step " << s + 1;
-    {
-      torch::NoGradGuard noGrad;
-      for (std::size_t i = 0; i < masters.size(); ++i) reference.trainable()[i].second.copy_(masters[i]);
-    }
-    std::vector<optim::GradBuffer> buffers;
-    for (const auto& slot : reference.gradSlots())
-      buffers.push_back({slot.data_ptr<float>(), static_cast<std::size_t>(slot.numel())});
-    const double norm = optim::clipGradNorm(buffers, config.train.gradClip);
-    EXPECT_NEAR(metrics[static_cast<std::size_t>(s)].gradNorm, norm, 1e-5 * norm) << "step " << s + 1;
-    adamw.step(config.optim.lr);
-  }
-  for (std::size_t i = 0; i < masters.size(); ++i) {
-    const auto& name = reference.trainable()[i].first;
-    EXPECT_LE((runtime->storeWeight(name) - masters[i]).abs().max().item<double>(), weightTolerance) << name;
-  }
+  test::expectEqualsDelayedUpdate(config::loadRunConfig("", baseConfig(c, fixtures, scratch(c.name + "-ref"))),
+                                  {metrics, [&](const std::string& name) { return runtime->storeWeight(name); }},
+                                  weightTolerance);
 }
 
 TEST(AsyncEquivalence, EqualsTheSingleProcessTrainerWithAOneStepDelayedUpdate) {

@@ -1,0 +1,33 @@
+// The references the pipeline runtime is held to, shared by its MPI tier (tests/mpi/test_pipeline.cpp) and its
+// in-process tier (tests/unit/test_pipeline_inproc.cpp): the single-process trainer, step for step.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "config/run_config.h"
+#include "trace/metrics.h"
+
+namespace rp::test {
+
+struct PipelineResult {
+  std::vector<trace::StepMetrics> metrics;                  // rank 0's, one per step
+  std::function<torch::Tensor(const std::string&)> weight;  // the final weights by HF/PEFT name
+};
+
+// optim.mode = sync: `reference` (the pipeline's config with its own output.dir) trained by the single-process
+// trainer gives every step's loss (1e-6 relative) and grad norm (1e-5), and the final weights within
+// `weightTolerance`.
+void expectEqualsTrainer(const config::RunConfig& reference, const PipelineResult& pipeline,
+                         double weightTolerance = 1e-5);
+
+// optim.mode = async: every iteration after the first runs on weights one update behind the master. The
+// reference is the trainer's gradients with the update applied one step late: before each update the model
+// weights take the master's current value (W_t), then the master moves to W_{t+1}.
+void expectEqualsDelayedUpdate(const config::RunConfig& reference, const PipelineResult& pipeline,
+                               double weightTolerance);
+
+}  // namespace rp::test
