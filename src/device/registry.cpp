@@ -2,6 +2,8 @@
 #include "device/device.h"
 
 #include "common/error.h"
+#include "device/cpu/cpu_worker.h"
+#include "device/worker.h"
 
 #if RP_WITH_CUDA
 #include "device/cuda/cuda_probe.h"
@@ -40,6 +42,17 @@ std::string cudaSelfTest(int index) {
 #else
   RP_THROW(InputError, "cudaSelfTest({}): this build has no CUDA backend (RP_WITH_CUDA=OFF)", index);
 #endif
+}
+
+std::unique_ptr<Worker> makeWorker(Backend backend, const WorkerOptions& options) {
+  switch (backend) {
+    case Backend::kCpu:
+      return std::make_unique<CpuWorker>(options);
+    case Backend::kCuda:
+      break;
+  }
+  RP_THROW(InputError, "no {} worker in this build: the pipeline runs its workers on the cpu backend for now",
+           backendName(backend));
 }
 
 }  // namespace rp::device

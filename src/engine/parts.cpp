@@ -10,6 +10,7 @@ RuntimeParts mpiParts(const MpiSession& session) {
   parts.node = std::make_unique<control::MpiChannel>(session.node());
   parts.world = std::make_unique<control::MpiChannel>(session.world());
   parts.nodeMemory = memory::mapSharedMemory;
+  parts.tensors = transport::hostStaged;
   return parts;
 }
 

@@ -22,14 +22,6 @@ inline std::string gradRegion(const std::string& name, int layer) {
 inline std::string masterRegion(const std::string& name) {
   return "m/" + name;
 }
-// The arena is double-buffered by iteration parity: iteration t+1's forward may run while iteration t's
-// backward still reads its checkpoints (async mode; Note [Layer fences] bounds the overlap to one iteration).
-inline std::string actRegion(std::int64_t step, int layer, int mb) {
-  return fmt::format("act/{}/{}/{}", step % 2, layer, mb);
-}
-inline std::string gradActRegion(std::int64_t step, int layer, int mb) {
-  return fmt::format("gact/{}/{}/{}", step % 2, layer, mb);
-}
 inline std::string lossRegion(std::int64_t step) {
   return fmt::format("loss/{}", step % 2);
 }

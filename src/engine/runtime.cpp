@@ -36,6 +36,7 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
       leader_(parts.identity.rank == 0),
       workers_(parts.identity.localSize),
       nodeMemory_(std::move(parts.nodeMemory)),
+      tensorFactory_(std::move(parts.tensors)),
       channel_(std::move(parts.node)),
       worldChannel_(std::move(parts.world)) {
   const auto& c = config_;
@@ -98,7 +99,9 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
   co.planner = c.pipeline.planner;
   co.microbatches = static_cast<int>(c.train.microbatches);
   coordination_ = std::make_unique<coordinator::Coordination>(*worldChannel_, co, plan_, costs.layers);
-  copy_ = std::make_unique<CopyEngine>(static_cast<std::size_t>(c.pipeline.uploadChunkMb * 1024 * 1024));
+  worker_ =
+      device::makeWorker(device::Backend::kCpu, {static_cast<std::size_t>(c.pipeline.uploadChunkMb * 1024 * 1024)});
+  if (leader_) RP_LOG_INFO("pipeline: workers on {}", worker_->describe());
   if (id.nodeCount > 1) {
     // Ranks with the same local rank hold the same slices: they sum their nodes' gradients.
     crossNode_ = worldChannel_->split(id.localRank, id.node);
@@ -137,16 +140,7 @@ void PipelineRuntime::buildStore() {
       for (int l : t.layers) layout.add(gradRegion(t.name, l), bytes);
     }
   }
-  const std::size_t actBytes =
-      static_cast<std::size_t>(rowsPerMicrobatch_ * c.train.seqLen * model_->model().config().hiddenSize) *
-      sizeof(float);
   for (int parity = 0; parity < 2; ++parity) {
-    for (int l = 1; l < L; ++l) {
-      for (int mb = 0; mb < c.train.microbatches; ++mb) {
-        layout.add(actRegion(parity, l, mb), actBytes);
-        layout.add(gradActRegion(parity, l, mb), actBytes);
-      }
-    }
     layout.add(lossRegion(parity), static_cast<std::size_t>(c.train.microbatches) * sizeof(double));
   }
   layout.add("fences", Fences::regionBytes(L, id.localSize));
@@ -154,6 +148,11 @@ void PipelineRuntime::buildStore() {
   std::shared_ptr<memory::NodeMemory> memory = nodeMemory_(layout.total(), *channel_, "store");
   store_ = std::make_unique<memory::NodeStore>(std::move(layout), std::move(memory));
   RP_LOG_DEBUG("node store ({}): {:.1f} MB", store_->describe(), static_cast<double>(store_->layout().total()) / 1e6);
+  const std::size_t tensorBytes =
+      static_cast<std::size_t>(rowsPerMicrobatch_ * c.train.seqLen * model_->model().config().hiddenSize) *
+      sizeof(float);
+  tensors_ = tensorFactory_(
+      {*channel_, *worker_, nodeMemory_, stallPolicy(), L, static_cast<int>(c.train.microbatches), tensorBytes});
   activity_ = std::make_unique<ActivityBoard>(store_->bytes("activity"), id.localSize);
   fences_ = std::make_unique<Fences>(store_->bytes("fences"), L, id.localSize, stallPolicy(), activity_.get());
 

@@ -1,7 +1,7 @@
 // The RoundPipe runtime (docs/schedule.md), on each node of the job (nodes are data-parallel replicas): every rank is a
 // worker; model state lives in the node store; each iteration's stage jobs are dispatched round-robin and executed on
-// the workers' replicas, activations and gradients handed off through the store's arena with one readiness message per
-// (job, microbatch) to the next job's worker; the node's ranks then share the AdamW update.
+// the workers' replicas, activations and gradients handed off through the tensor plane (transport/) with one readiness
+// message per (job, microbatch) to the next job's worker; the node's ranks then share the AdamW update.
 // The optimizer runs on a thread per rank, synchronously (optim.mode = "sync") or overlapped with the next
 // iteration with exactly one step of staleness ("async"), ordered by per-layer fences (fences.h).
 // It runs under the shared step loop (run/loop.h) as its Executor.
@@ -22,8 +22,8 @@
 #include "data/corpus.h"
 #include "data/packer.h"
 #include "data/tokenizer.h"
+#include "device/worker.h"
 #include "engine/activity.h"
-#include "engine/copy_engine.h"
 #include "engine/costs.h"
 #include "engine/fences.h"
 #include "engine/optimizer_worker.h"
@@ -89,8 +89,10 @@ class PipelineRuntime : public run::Executor {
   // step < 0: outside training (sampling), no fences.
   void upload(std::int64_t step, const schedule::Range& layers);
   void download(std::int64_t step, const schedule::Range& layers);
-  void queueWeights(CopyEngine::Ticket& ticket, const schedule::Range& layers);
-  torch::Tensor fetchActivation(const std::string& region, at::IntArrayRef shape);
+  void queueWeights(device::Ticket& ticket, const schedule::Range& layers);
+  // A tensor of the tensor plane into worker memory / out of it.
+  torch::Tensor fetch(const transport::TensorId& id, at::IntArrayRef shape);
+  void put(const transport::TensorId& id, const torch::Tensor& tensor);
   void prefetchNext(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table);
   torch::Tensor storeTensor(const std::string& region, at::IntArrayRef shape) const;
   // Writes this rank's trace, and on rank 0 the merged trace and the bubble report.
@@ -109,6 +111,7 @@ class PipelineRuntime : public run::Executor {
   bool leader_;  // world rank 0: reports metrics, samples, the trace and the bubble report
   int workers_;  // workers per node
   memory::NodeMemoryFactory nodeMemory_;
+  transport::TensorChannelFactory tensorFactory_;
   std::unique_ptr<data::Tokenizer> tokenizer_;
   data::TokenizedCorpus corpus_;
   std::unique_ptr<data::Packer> packer_;
@@ -125,10 +128,11 @@ class PipelineRuntime : public run::Executor {
   std::unique_ptr<control::ControlChannel> worldChannel_;    // directives and timing reports
   std::unique_ptr<control::ControlChannel> crossNode_;       // same local rank on every node (gradient all-reduce)
   std::unique_ptr<coordinator::Coordination> coordination_;  // plan and dispatch table per iteration
-  std::unique_ptr<CopyEngine> copy_;                         // this worker's emulated copy stream
+  std::unique_ptr<device::Worker> worker_;                   // the device this rank computes on (its copies)
+  std::unique_ptr<transport::TensorChannel> tensors_;        // activations and gradients between stage jobs
   struct Prefetch {
     std::int64_t step, job;
-    CopyEngine::Ticket ticket;
+    device::Ticket ticket;
   };
   std::optional<Prefetch> prefetch_;  // weights of this worker's next job, in flight
   std::unique_ptr<ActivityBoard> activity_;

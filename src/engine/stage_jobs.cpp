@@ -2,6 +2,7 @@
 // store and a worker's replica, one microbatch of a job, whole stage jobs, and 1F1B's interleaving.
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include <torch/torch.h>
 
@@ -24,7 +25,7 @@ void PipelineRuntime::upload(std::int64_t step, const schedule::Range& layers) {
     for (int l = layers.begin; l < layers.end; ++l) fences_->waitCopiedByAll(l, step);
   }
   trace::Timeline::Scope span(timeline_.get(), fmt::format("upload {}-{}", layers.begin, layers.end - 1), "upload", 0);
-  CopyEngine::Ticket ticket = copy_->newTicket();
+  device::Ticket ticket;
   queueWeights(ticket, layers);
   ticket.wait();
   if (step >= 0) {
@@ -33,24 +34,29 @@ void PipelineRuntime::upload(std::int64_t step, const schedule::Range& layers) {
 }
 
 // The weights of every tensor the layers use, queued on the copy engine behind urgent activation copies.
-void PipelineRuntime::queueWeights(CopyEngine::Ticket& ticket, const schedule::Range& layers) {
+void PipelineRuntime::queueWeights(device::Ticket& ticket, const schedule::Range& layers) {
   std::vector<int> queued;
   for (int l = layers.begin; l < layers.end; ++l) {
     for (int i : model_->tensorsOfLayer(l)) {
       if (std::find(queued.begin(), queued.end(), i) != queued.end()) continue;
       queued.push_back(i);
       const auto& t = model_->tensors()[static_cast<std::size_t>(i)];
-      copy_->copyWeights(ticket, t.local.data_ptr(), store_->bytes(weightRegion(t.name)),
-                         static_cast<std::size_t>(t.local.nbytes()));
+      worker_->copyBulk(ticket, t.local.data_ptr(), store_->bytes(weightRegion(t.name)),
+                        static_cast<std::size_t>(t.local.nbytes()));
     }
   }
 }
 
-// An activation (or activation gradient) from the arena into worker memory, ahead of any queued weight copy.
-torch::Tensor PipelineRuntime::fetchActivation(const std::string& region, at::IntArrayRef shape) {
+// A tensor of the tensor plane into worker memory (ahead of any queued weight copy), and out of it.
+torch::Tensor PipelineRuntime::fetch(const transport::TensorId& id, at::IntArrayRef shape) {
   torch::Tensor local = torch::empty(shape, torch::kFloat);
-  copy_->copyUrgent(local.data_ptr(), store_->bytes(region), static_cast<std::size_t>(local.nbytes())).wait();
+  tensors_->get(id, local.data_ptr(), static_cast<std::size_t>(local.nbytes()));
   return local;
+}
+
+void PipelineRuntime::put(const transport::TensorId& id, const torch::Tensor& tensor) {
+  const torch::Tensor t = tensor.contiguous();
+  tensors_->put(id, t.data_ptr(), static_cast<std::size_t>(t.nbytes()));
 }
 
 // One-stage weight prefetch (Note [Prefetch]): while job k runs, queue the weights of this worker's next job
@@ -72,7 +78,7 @@ void PipelineRuntime::prefetchNext(std::int64_t step, std::int64_t k, const sche
     for (int l = layers.begin; l < layers.end; ++l) {
       if (!fences_->copiedByAll(l, step)) return;
     }
-    prefetch_ = Prefetch{step, static_cast<std::int64_t>(next), copy_->newTicket()};
+    prefetch_ = Prefetch{step, static_cast<std::int64_t>(next), device::Ticket()};
     queueWeights(prefetch_->ticket, layers);
     return;
   }
@@ -91,20 +97,25 @@ void PipelineRuntime::download(std::int64_t step, const schedule::Range& layers)
   trace::Timeline::Scope span(timeline_.get(), fmt::format("download {}-{}", layers.begin, layers.end - 1), "download",
                               0);
   std::vector<int> done;
+  std::vector<device::Ticket> copies;  // the worker's gradient copies: the fences move once they completed
+  std::vector<torch::Tensor> sources;  // kept alive until then
   for (int l = layers.begin; l < layers.end; ++l) {
     for (int i : model_->tensorsOfLayer(l)) {
       const auto& t = model_->tensors()[static_cast<std::size_t>(i)];
       if (!t.trainable) continue;
-      auto slot = storeTensor(gradRegion(t.name, l), t.local.sizes());
+      std::uint8_t* slot = store_->bytes(gradRegion(t.name, l));
       const bool first = std::find(done.begin(), done.end(), i) == done.end();
       if (first && t.local.grad().defined()) {
-        slot.copy_(t.local.grad());
+        sources.push_back(t.local.grad().contiguous());
+        copies.push_back(
+            worker_->copyUrgent(slot, sources.back().data_ptr(), static_cast<std::size_t>(sources.back().nbytes())));
       } else {
-        slot.zero_();
+        std::memset(slot, 0, static_cast<std::size_t>(t.local.nbytes()));
       }
       done.push_back(i);
     }
   }
+  for (const auto& copy : copies) copy.wait();
   for (int i : done) {
     auto local = model_->tensors()[static_cast<std::size_t>(i)].local;
     if (local.grad().defined()) local.mutable_grad().reset();
@@ -127,8 +138,8 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
     const std::string what = fmt::format("wait: job {} mb {} (step {}) from rank {}", k - 1, mb, step + 1, prevWorker);
     activity_->set(rank_, 0, what);
     trace::Timeline::Scope wait(timeline_.get(), what, "wait", 0);
-    control::waitReady(*channel_, prevWorker, {control::kProtocolVersion, static_cast<std::uint32_t>(mb), step, k - 1},
-                       stallPolicy(), [&] { return activity_->describe(prevWorker); });
+    tensors_->await(prevWorker, {control::kProtocolVersion, static_cast<std::uint32_t>(mb), step, k - 1},
+                    [&] { return activity_->describe(prevWorker); });
   }
   const model::Batch& batch = data.batches[static_cast<std::size_t>(mb)];
   const model::AttentionContext& ctx = data.contexts[static_cast<std::size_t>(mb)];
@@ -139,19 +150,21 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
   switch (job.kind) {
     case schedule::JobKind::kForward: {
       torch::NoGradGuard noGrad;
-      torch::Tensor x = a == 0 ? torch::Tensor() : fetchActivation(actRegion(step, a, mb), shape);
+      torch::Tensor x = a == 0 ? torch::Tensor() : fetch({step, a, mb, transport::TensorKind::kActivation}, shape);
       for (int l = a; l < b; ++l) {
-        if (l > a && checkpoint_[static_cast<std::size_t>(l)]) storeTensor(actRegion(step, l, mb), shape).copy_(x);
+        if (l > a && checkpoint_[static_cast<std::size_t>(l)])
+          put({step, l, mb, transport::TensorKind::kActivation}, x);
         const auto start = std::chrono::steady_clock::now();
         x = model_->forward(l, x, batch, ctx);
         forwardMs_[static_cast<std::size_t>(l)] += msSince(start);
       }
-      storeTensor(actRegion(step, b, mb), shape).copy_(x);
+      put({step, b, mb, transport::TensorKind::kActivation}, x);
       break;
     }
     case schedule::JobKind::kFused: {
-      torch::Tensor input =
-          a == 0 ? torch::Tensor() : fetchActivation(actRegion(step, a, mb), shape).requires_grad_(true);
+      torch::Tensor input = a == 0
+                                ? torch::Tensor()
+                                : fetch({step, a, mb, transport::TensorKind::kActivation}, shape).requires_grad_(true);
       torch::Tensor x = input;
       // The fused stage's backward cost (what the partitioner packs it by) is its forward plus its share of
       // the backward pass.
@@ -169,40 +182,42 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
       (loss.sum * norm).backward();
       spread(msSince(start), a, L, proxyCosts_.layers.forward, backwardMs_);
       store_->doubles(lossRegion(step))[mb] = loss.sum.item<double>();
-      if (a > 0) storeTensor(gradActRegion(step, a, mb), shape).copy_(input.grad());
+      if (a > 0) put({step, a, mb, transport::TensorKind::kGradient}, input.grad());
       break;
     }
     case schedule::JobKind::kBackward: {
       if (config_.pipeline.recompute == config::Recompute::kLayer) {
         // Layer grain: recompute and back-propagate one layer at a time from its checkpointed input, so only
         // one layer's activations are alive.
-        torch::Tensor grad = fetchActivation(gradActRegion(step, b, mb), shape);
+        torch::Tensor grad = fetch({step, b, mb, transport::TensorKind::kGradient}, shape);
         for (int l = b - 1; l >= a; --l) {
           const auto start = std::chrono::steady_clock::now();
           torch::Tensor input =
-              l == 0 ? torch::Tensor() : fetchActivation(actRegion(step, l, mb), shape).requires_grad_(true);
+              l == 0 ? torch::Tensor()
+                     : fetch({step, l, mb, transport::TensorKind::kActivation}, shape).requires_grad_(true);
           torch::Tensor y = model_->forward(l, input, batch, ctx);
           if (y.requires_grad()) y.backward(grad);
           if (l > 0) grad = input.grad();
           backwardMs_[static_cast<std::size_t>(l)] += msSince(start);
         }
-        if (a > 0) storeTensor(gradActRegion(step, a, mb), shape).copy_(grad);
+        if (a > 0) put({step, a, mb, transport::TensorKind::kGradient}, grad);
         break;
       }
-      torch::Tensor input =
-          a == 0 ? torch::Tensor() : fetchActivation(actRegion(step, a, mb), shape).requires_grad_(true);
+      torch::Tensor input = a == 0
+                                ? torch::Tensor()
+                                : fetch({step, a, mb, transport::TensorKind::kActivation}, shape).requires_grad_(true);
       torch::Tensor x = input;
       const auto start = std::chrono::steady_clock::now();
       for (int l = a; l < b; ++l) x = model_->forward(l, x, batch, ctx);  // recompute (stage grain)
       // A stage of frozen layers over the token ids (LoRA: the embedding) has nothing to differentiate.
-      if (x.requires_grad()) x.backward(fetchActivation(gradActRegion(step, b, mb), shape));
+      if (x.requires_grad()) x.backward(fetch({step, b, mb, transport::TensorKind::kGradient}, shape));
       spread(msSince(start), a, b, proxyCosts_.layers.forward, backwardMs_);
-      if (a > 0) storeTensor(gradActRegion(step, a, mb), shape).copy_(input.grad());
+      if (a > 0) put({step, a, mb, transport::TensorKind::kGradient}, input.grad());
       break;
     }
   }
   if (hasNext && nextWorker != rank_) {
-    control::sendReady(*channel_, nextWorker, {control::kProtocolVersion, static_cast<std::uint32_t>(mb), step, k});
+    tensors_->signal(nextWorker, {control::kProtocolVersion, static_cast<std::uint32_t>(mb), step, k});
   }
 }
 

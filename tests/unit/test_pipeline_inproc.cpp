@@ -1,4 +1,5 @@
-// The whole pipeline runtime with threads as ranks — inproc channels, the node store on a plain buffer — so
+// The whole pipeline runtime with threads as ranks — inproc channels, the node store on a plain buffer, each
+// tensor-plane backend (host-staged arena, in-process map) — so
 // the engine's protocol (stage jobs, readiness, fences, the sharded optimizer, the coordinator, checkpoints)
 // is exercised in one process in seconds: W = 1..4 workers give the single-process trainer's losses, grad
 // norms and weights (tests/support/pipeline_reference.h, the references of the MPI tier too).
@@ -19,7 +20,10 @@
 namespace rp::engine {
 namespace {
 
-RuntimeParts threadParts(control::InProcHub& node, control::InProcHub& world, int rank) {
+enum class Tensors { kHostStaged, kInProcess };  // the tensor-plane backend under test
+
+RuntimeParts threadParts(control::InProcHub& node, control::InProcHub& world, int rank,
+                         transport::TensorChannelFactory tensors) {
   RuntimeParts parts;
   parts.identity.rank = parts.identity.localRank = rank;
   parts.identity.size = parts.identity.localSize = node.size();
@@ -27,6 +31,7 @@ RuntimeParts threadParts(control::InProcHub& node, control::InProcHub& world, in
   parts.node = std::make_unique<control::InProcChannel>(node, rank);
   parts.world = std::make_unique<control::InProcChannel>(world, rank);
   parts.nodeMemory = memory::shareInProcess;
+  parts.tensors = std::move(tensors);
   return parts;
 }
 
@@ -36,8 +41,12 @@ struct ThreadRun {
 };
 
 // Runs `config` on `workers` threads as ranks; a rank's error fails the test (after every thread ended).
-ThreadRun runOnThreads(const config::RunConfig& config, int workers, const std::vector<std::string>& names) {
+ThreadRun runOnThreads(const config::RunConfig& config, int workers, Tensors backend,
+                       const std::vector<std::string>& names) {
   control::InProcHub node(workers), world(workers);
+  const transport::TensorChannelFactory tensors = backend == Tensors::kHostStaged
+                                                      ? transport::TensorChannelFactory(transport::hostStaged)
+                                                      : transport::inProcess(transport::newInProcTensorHub());
   ThreadRun out;
   std::mutex mutex;
   std::vector<std::string> errors;
@@ -45,7 +54,7 @@ ThreadRun runOnThreads(const config::RunConfig& config, int workers, const std::
   for (int r = 0; r < workers; ++r) {
     threads.emplace_back([&, r] {
       try {
-        PipelineRuntime runtime(config, threadParts(node, world, r));
+        PipelineRuntime runtime(config, threadParts(node, world, r, tensors));
         auto metrics = runtime.run();
         if (r != 0) return;
         out.metrics = std::move(metrics);
@@ -71,12 +80,16 @@ void PrintTo(const Case& c, std::ostream* os) {
   *os << c.name;
 }
 
-class InProcPipeline : public ::testing::TestWithParam<std::tuple<int, Case>> {};
+void PrintTo(Tensors t, std::ostream* os) {
+  *os << (t == Tensors::kHostStaged ? "host-staged" : "in-process tensors");
+}
+
+class InProcPipeline : public ::testing::TestWithParam<std::tuple<int, Case, Tensors>> {};
 
 TEST_P(InProcPipeline, EqualsTheSingleProcessTrainer) {
   const auto fixtures = test::fixturesDir();
   RP_SKIP_UNLESS(fixtures, "shared fixtures");
-  const auto& [workers, c] = GetParam();
+  const auto& [workers, c, backend] = GetParam();
   const std::string model = *fixtures + "/models/tinystories-656k";
   auto configAt = [&](const std::string& out) {
     std::vector<std::string> sets{"model.path=" + model,     "data.path=" + *fixtures + "/text/tinyshakespeare.txt",
@@ -95,7 +108,7 @@ TEST_P(InProcPipeline, EqualsTheSingleProcessTrainer) {
     train::Trainer probe(reference);  // the trainable tensors' names
     for (const auto& [name, param] : probe.trainable()) names.push_back(name);
   }
-  const ThreadRun run = runOnThreads(configAt(test::scratchDir() + "/pipeline"), workers, names);
+  const ThreadRun run = runOnThreads(configAt(test::scratchDir() + "/pipeline"), workers, backend, names);
   ASSERT_EQ(run.metrics.size(), 5u);
   const test::PipelineResult result{run.metrics, [&](const std::string& name) { return run.weights.at(name); }};
   if (c.async) {
@@ -105,13 +118,18 @@ TEST_P(InProcPipeline, EqualsTheSingleProcessTrainer) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Workers, InProcPipeline,
-    ::testing::Combine(::testing::Values(1, 2, 3, 4),
-                       ::testing::Values(Case{"auto", {}}, Case{"replanned", {"pipeline.replan_every=2"}},
-                                         Case{"layer_recompute", {"pipeline.recompute=layer"}},
-                                         Case{"async", {}, true})),
-    [](const auto& info) { return fmt::format("w{}_{}", std::get<0>(info.param), std::get<1>(info.param).name); });
+INSTANTIATE_TEST_SUITE_P(Workers, InProcPipeline,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4),
+                                            ::testing::Values(Case{"auto", {}},
+                                                              Case{"replanned", {"pipeline.replan_every=2"}},
+                                                              Case{"layer_recompute", {"pipeline.recompute=layer"}},
+                                                              Case{"async", {}, true}),
+                                            ::testing::Values(Tensors::kHostStaged, Tensors::kInProcess)),
+                         [](const auto& info) {
+                           return fmt::format(
+                               "w{}_{}_{}", std::get<0>(info.param), std::get<1>(info.param).name,
+                               std::get<2>(info.param) == Tensors::kHostStaged ? "host_staged" : "inproc_tensors");
+                         });
 
 }  // namespace
 }  // namespace rp::engine

@@ -7,13 +7,13 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/copy_engine.h"
+#include "device/cpu/cpu_worker.h"
 
-namespace rp::engine {
+namespace rp::device {
 namespace {
 
-TEST(CopyEngine, UrgentCopiesOvertakeQueuedWeightChunks) {
-  CopyEngine engine(/*chunkBytes=*/4);
+TEST(CpuWorker, UrgentCopiesOvertakeQueuedWeightChunks) {
+  CpuWorker engine(WorkerOptions{/*chunkBytes=*/4});
   std::mutex mutex;
   std::condition_variable cv;
   bool release = false;
@@ -26,8 +26,8 @@ TEST(CopyEngine, UrgentCopiesOvertakeQueuedWeightChunks) {
   });
   std::vector<std::uint8_t> src(14), dst(14, 0), urgentSrc(3, 7), urgentDst(3, 0);
   std::iota(src.begin(), src.end(), 1);
-  auto weights = engine.newTicket();
-  engine.copyWeights(weights, dst.data(), src.data(), src.size());  // chunks of 4, 4, 4, 2
+  Ticket weights;
+  engine.copyBulk(weights, dst.data(), src.data(), src.size());  // chunks of 4, 4, 4, 2
   {
     // The copy thread is busy with the first weight chunk; three more are queued.
     std::unique_lock<std::mutex> lock(mutex);
@@ -49,4 +49,4 @@ TEST(CopyEngine, UrgentCopiesOvertakeQueuedWeightChunks) {
 }
 
 }  // namespace
-}  // namespace rp::engine
+}  // namespace rp::device

@@ -1,0 +1,77 @@
+#include "device/cpu/cpu_worker.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace rp::device {
+
+CpuWorker::CpuWorker(const WorkerOptions& options) : chunkBytes_(std::max<std::size_t>(options.chunkBytes, 1)) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+CpuWorker::~CpuWorker() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+std::string CpuWorker::describe() const {
+  return fmt::format("cpu (host memory, a copy thread, bulk chunks of {:.1f} MB)",
+                     static_cast<double>(chunkBytes_) / 1e6);
+}
+
+void CpuWorker::enqueue(bool urgent, Item item) {
+  item.ticket.add();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    (urgent ? urgent_ : bulk_).push_back(std::move(item));
+  }
+  cv_.notify_all();
+}
+
+Ticket CpuWorker::copyUrgent(void* dst, const void* src, std::size_t bytes) {
+  Ticket t;
+  enqueue(true, {dst, src, bytes, t});
+  return t;
+}
+
+void CpuWorker::copyBulk(Ticket& ticket, void* dst, const void* src, std::size_t bytes) {
+  auto* d = static_cast<std::uint8_t*>(dst);
+  const auto* s = static_cast<const std::uint8_t*>(src);
+  for (std::size_t off = 0; off < bytes || (bytes == 0 && off == 0); off += chunkBytes_) {
+    enqueue(false, {d + off, s + off, std::min(chunkBytes_, bytes - off), ticket});
+    if (bytes == 0) break;
+  }
+}
+
+void CpuWorker::loop() {
+  while (true) {
+    Item item;
+    bool urgent = false;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [&] { return stop_ || !urgent_.empty() || !bulk_.empty(); });
+      if (urgent_.empty() && bulk_.empty()) return;  // stop requested and drained
+      urgent = !urgent_.empty();
+      auto& queue = urgent ? urgent_ : bulk_;
+      item = std::move(queue.front());
+      queue.pop_front();
+    }
+    std::exception_ptr error;
+    try {
+      if (observer_) observer_(urgent, item.bytes);
+      if (item.bytes > 0) std::memcpy(item.dst, item.src, item.bytes);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    item.ticket.complete(error);
+  }
+}
+
+}  // namespace rp::device

@@ -1,0 +1,52 @@
+// The CPU backend's worker (docs/schedule.md, "Transfers"): its memory is host memory and its copy stream is
+// emulated by one copy thread with two queues. Urgent copies always run before any queued bulk copy; bulk
+// copies are split into chunks of at most `chunkBytes`, so an urgent copy waits for at most one chunk — the
+// reference's rule that weight prefetch never delays critical-path activations.
+// Thread-safety: submit from the worker's main thread; the copies run on the copy thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "device/worker.h"
+
+namespace rp::device {
+
+class CpuWorker : public Worker {
+ public:
+  explicit CpuWorker(const WorkerOptions& options);
+  ~CpuWorker() override;
+  CpuWorker(const CpuWorker&) = delete;
+  CpuWorker& operator=(const CpuWorker&) = delete;
+
+  std::string describe() const override;
+  Ticket copyUrgent(void* dst, const void* src, std::size_t bytes) override;
+  void copyBulk(Ticket& ticket, void* dst, const void* src, std::size_t bytes) override;
+
+  // Test hook: every copy first calls this with (urgent, bytes).
+  void setObserver(std::function<void(bool, std::size_t)> observer) { observer_ = std::move(observer); }
+
+ private:
+  struct Item {
+    void* dst;
+    const void* src;
+    std::size_t bytes;
+    Ticket ticket;
+  };
+  void loop();
+  void enqueue(bool urgent, Item item);
+
+  std::size_t chunkBytes_;
+  std::function<void(bool, std::size_t)> observer_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Item> urgent_, bulk_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace rp::device

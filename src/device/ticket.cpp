@@ -1,0 +1,42 @@
+#include <condition_variable>
+#include <mutex>
+
+#include "device/worker.h"
+
+namespace rp::device {
+
+struct Ticket::State {
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::size_t pending = 0;
+  std::exception_ptr error;
+};
+
+Ticket::Ticket() : state_(std::make_shared<State>()) {}
+
+bool Ticket::done() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->pending == 0;
+}
+
+void Ticket::wait() const {
+  std::unique_lock<std::mutex> lock(state_->mutex);
+  state_->cv.wait(lock, [&] { return state_->pending == 0; });
+  if (state_->error) std::rethrow_exception(state_->error);
+}
+
+void Ticket::add() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  ++state_->pending;
+}
+
+void Ticket::complete(std::exception_ptr error) const {
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    if (error && !state_->error) state_->error = error;
+    --state_->pending;
+  }
+  state_->cv.notify_all();
+}
+
+}  // namespace rp::device

@@ -1,0 +1,51 @@
+// The device seam (docs/architecture.md, "Backends"): a Worker is the device one rank computes on, as the
+// engine sees it — copies between host memory (the node store) and worker memory on a queue where urgent
+// copies (activations, activation gradients, gradient downloads) go ahead of bulk ones (weight uploads, in
+// chunks), each submission completing a Ticket the engine waits on before it moves a fence. One folder per
+// backend (cpu/, cuda/); registry.cpp is the only file that knows which are compiled. Torch-free.
+#pragma once
+
+#include <cstddef>
+#include <exception>
+#include <memory>
+#include <string>
+
+#include "device/device.h"
+
+namespace rp::device {
+
+// Completion of work submitted to a worker: done() polls, wait() blocks and rethrows the first error.
+// Backends add pending pieces and complete them, from any thread. Copies of a Ticket share its state.
+class Ticket {
+ public:
+  Ticket();  // nothing pending: done
+  bool done() const;
+  void wait() const;
+  // Backend side.
+  void add() const;
+  void complete(std::exception_ptr error = nullptr) const;
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+struct WorkerOptions {
+  std::size_t chunkBytes = 64u << 20;  // bulk copies go in pieces of at most this (pipeline.upload_chunk_mb)
+};
+
+// Thread-safety: submissions from the rank's main thread; tickets may be waited on from any thread.
+class Worker {
+ public:
+  virtual ~Worker() = default;
+  virtual std::string describe() const = 0;
+  // Copies `bytes` from `src` to `dst` ahead of every queued bulk copy.
+  virtual Ticket copyUrgent(void* dst, const void* src, std::size_t bytes) = 0;
+  // Queues a copy of `bytes` as chunks of at most chunkBytes, behind urgent copies; adds to `ticket`.
+  virtual void copyBulk(Ticket& ticket, void* dst, const void* src, std::size_t bytes) = 0;
+};
+
+// The worker of `backend` (registry.cpp); an InputError naming the backend where this build lacks it.
+std::unique_ptr<Worker> makeWorker(Backend backend, const WorkerOptions& options);
+
+}  // namespace rp::device

@@ -1,0 +1,67 @@
+// The tensor plane (docs/protocol.md, "Tensor plane"): activations and activation gradients between the stage
+// jobs of one node's pipeline, apart from the control plane. A tensor is named by (step, layer, microbatch,
+// kind) — the input of `layer`, or the loss's gradient with respect to it — and, once put, any job ordered
+// after the put may get it (the next job, and the backward job that recomputes from a saved stage input).
+// Readiness (job k of a step has put what microbatch m hands on) orders puts and gets across workers.
+// Backends, one folder each: host/ (host-staged: a node-shared arena + readiness on the control channel) and
+// inproc/ (threads as ranks: a shared map). A device-direct backend (NCCL, CUDA IPC) is one more folder.
+// Thread-safety: one channel per rank, used by its main thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "control/channel.h"
+#include "device/worker.h"
+#include "memory/node_store.h"
+
+namespace rp::transport {
+
+enum class TensorKind { kActivation, kGradient };
+
+struct TensorId {
+  std::int64_t step = 0;
+  int layer = 0;  // 1..L-1: the input of this layer (the output of layer - 1)
+  int microbatch = 0;
+  TensorKind kind = TensorKind::kActivation;
+};
+
+class TensorChannel {
+ public:
+  virtual ~TensorChannel() = default;
+  // Makes `bytes` of worker memory at `src` tensor `id`; `src` may be reused when put returns.
+  virtual void put(const TensorId& id, const void* src, std::size_t bytes) = 0;
+  // Copies tensor `id` into worker memory at `dst` (ahead of queued weight copies).
+  virtual void get(const TensorId& id, void* dst, std::size_t bytes) = 0;
+  // Tells `to` (the next job's worker) that `ready.job` has put everything microbatch `ready.microbatch`
+  // hands on; never blocks on the peer.
+  virtual void signal(int to, const control::StageReady& ready) = 0;
+  // Waits for `expected` from `from` under the stall policy (a PeerError naming the peer, with describePeer()).
+  virtual void await(int from, const control::StageReady& expected,
+                     const std::function<std::string()>& describePeer) = 0;
+};
+
+// What a backend is built from, at the same point on every rank of the node (collective over `node`).
+struct TensorChannelContext {
+  control::ControlChannel& node;  // readiness messages; collectives to set up
+  device::Worker& worker;         // copies between worker and host memory
+  memory::NodeMemoryFactory nodeMemory;
+  control::StallPolicy stall;
+  int layers = 0;  // L: tensors exist for layers 1..L-1
+  int microbatches = 0;
+  std::size_t tensorBytes = 0;  // of every activation and activation gradient
+};
+
+using TensorChannelFactory = std::function<std::unique_ptr<TensorChannel>(const TensorChannelContext&)>;
+
+// The backends, one line each (defined in their folders). hostStaged: every rank of a node, processes or
+// threads. inProcess: threads as ranks only; the ranks that share `hub` share its tensors.
+std::unique_ptr<TensorChannel> hostStaged(const TensorChannelContext& context);
+class InProcTensorHub;
+TensorChannelFactory inProcess(std::shared_ptr<InProcTensorHub> hub);
+std::shared_ptr<InProcTensorHub> newInProcTensorHub();
+
+}  // namespace rp::transport
