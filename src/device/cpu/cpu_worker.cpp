@@ -22,22 +22,32 @@ CpuWorker::~CpuWorker() {
 }
 
 std::string CpuWorker::describe() const {
-  return fmt::format("cpu (host memory, a copy thread, bulk chunks of {:.1f} MB)",
+  return fmt::format("cpu (host memory; urgent copies inline, bulk copies on a copy thread in chunks of {:.1f} MB)",
                      static_cast<double>(chunkBytes_) / 1e6);
 }
 
-void CpuWorker::enqueue(bool urgent, Item item) {
+void CpuWorker::enqueue(Item item) {
   item.ticket.add();
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    (urgent ? urgent_ : bulk_).push_back(std::move(item));
+    bulk_.push_back(std::move(item));
   }
   cv_.notify_all();
 }
 
+// Host memory has no link to share: an urgent copy runs at once on the caller's thread, so it never waits
+// behind a bulk chunk (nor for a hop to the copy thread).
 Ticket CpuWorker::copyUrgent(void* dst, const void* src, std::size_t bytes) {
   Ticket t;
-  enqueue(true, {dst, src, bytes, t});
+  t.add();
+  std::exception_ptr error;
+  try {
+    if (observer_) observer_(true, bytes);
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  t.complete(error);
   return t;
 }
 
@@ -45,7 +55,7 @@ void CpuWorker::copyBulk(Ticket& ticket, void* dst, const void* src, std::size_t
   auto* d = static_cast<std::uint8_t*>(dst);
   const auto* s = static_cast<const std::uint8_t*>(src);
   for (std::size_t off = 0; off < bytes || (bytes == 0 && off == 0); off += chunkBytes_) {
-    enqueue(false, {d + off, s + off, std::min(chunkBytes_, bytes - off), ticket});
+    enqueue({d + off, s + off, std::min(chunkBytes_, bytes - off), ticket});
     if (bytes == 0) break;
   }
 }
@@ -53,19 +63,16 @@ void CpuWorker::copyBulk(Ticket& ticket, void* dst, const void* src, std::size_t
 void CpuWorker::loop() {
   while (true) {
     Item item;
-    bool urgent = false;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [&] { return stop_ || !urgent_.empty() || !bulk_.empty(); });
-      if (urgent_.empty() && bulk_.empty()) return;  // stop requested and drained
-      urgent = !urgent_.empty();
-      auto& queue = urgent ? urgent_ : bulk_;
-      item = std::move(queue.front());
-      queue.pop_front();
+      cv_.wait(lock, [&] { return stop_ || !bulk_.empty(); });
+      if (bulk_.empty()) return;  // stop requested and drained
+      item = std::move(bulk_.front());
+      bulk_.pop_front();
     }
     std::exception_ptr error;
     try {
-      if (observer_) observer_(urgent, item.bytes);
+      if (observer_) observer_(false, item.bytes);
       if (item.bytes > 0) std::memcpy(item.dst, item.src, item.bytes);
     } catch (...) {
       error = std::current_exception();

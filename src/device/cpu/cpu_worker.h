@@ -1,8 +1,9 @@
-// The CPU backend's worker (docs/schedule.md, "Transfers"): its memory is host memory and its copy stream is
-// emulated by one copy thread with two queues. Urgent copies always run before any queued bulk copy; bulk
-// copies are split into chunks of at most `chunkBytes`, so an urgent copy waits for at most one chunk — the
-// reference's rule that weight prefetch never delays critical-path activations.
-// Thread-safety: submit from the worker's main thread; the copies run on the copy thread.
+// The CPU backend's worker (docs/schedule.md, "Transfers"): its memory is host memory. Bulk copies (weight
+// uploads, prefetch) run on a copy thread in chunks of at most `chunkBytes`, overlapping compute; urgent
+// copies (activations, gradient downloads) run at once on the caller's thread, so they never wait behind a
+// bulk chunk — the reference's rule that weight prefetch never delays critical-path activations, with no
+// link to share.
+// Thread-safety: submit from the worker's main thread; bulk copies run on the copy thread.
 #pragma once
 
 #include <condition_variable>
@@ -38,13 +39,13 @@ class CpuWorker : public Worker {
     Ticket ticket;
   };
   void loop();
-  void enqueue(bool urgent, Item item);
+  void enqueue(Item item);
 
   std::size_t chunkBytes_;
   std::function<void(bool, std::size_t)> observer_;
   std::mutex mutex_;
   std::condition_variable cv_;
-  std::deque<Item> urgent_, bulk_;
+  std::deque<Item> bulk_;
   bool stop_ = false;
   std::thread thread_;
 };
