@@ -1,7 +1,8 @@
 // The device seam (docs/architecture.md, "Backends"): a Worker is the device one rank computes on, as the
-// engine sees it — copies between host memory (the node store) and worker memory on a queue where urgent
-// copies (activations, activation gradients, gradient downloads) go ahead of bulk ones (weight uploads, in
-// chunks), each submission completing a Ticket the engine waits on before it moves a fence. One folder per
+// engine sees it — the memory its replica lives in, and copies between host memory (the node store) and
+// worker memory on a queue where urgent copies (activations, activation gradients, gradient downloads) go
+// ahead of bulk ones (weight uploads, in chunks), each submission completing a Ticket the engine waits on
+// before it moves a fence. One folder per
 // backend (cpu/, cuda/); registry.cpp is the only file that knows which are compiled. Torch-free.
 #pragma once
 
@@ -34,11 +35,25 @@ struct WorkerOptions {
   std::size_t chunkBytes = 64u << 20;  // bulk copies go in pieces of at most this (pipeline.upload_chunk_mb)
 };
 
+// While alive, the compute the thread submits (LibTorch ops) runs on the worker's compute stream (a CUDA
+// backend: a stream guard; the CPU backend computes on the calling thread and needs nothing).
+class ComputeScope {
+ public:
+  virtual ~ComputeScope() = default;
+};
+
 // Thread-safety: submissions from the rank's main thread; tickets may be waited on from any thread.
 class Worker {
  public:
   virtual ~Worker() = default;
   virtual std::string describe() const = 0;
+  // `bytes` of zero-filled worker memory, 64-byte aligned, for the replica; freed when the last holder lets go.
+  virtual std::shared_ptr<void> allocate(std::size_t bytes) = 0;
+  // Makes the worker's compute stream current for the calling thread until the scope ends.
+  virtual std::unique_ptr<ComputeScope> enterCompute() = 0;
+  // Completes when the compute submitted so far has finished (the event a download waits for before it reads
+  // gradients; CPU: at once, compute is synchronous).
+  virtual Ticket computeDone() = 0;
   // Copies `bytes` from `src` to `dst` ahead of every queued bulk copy.
   virtual Ticket copyUrgent(void* dst, const void* src, std::size_t bytes) = 0;
   // Queues a copy of `bytes` as chunks of at most chunkBytes, behind urgent copies; adds to `ticket`.

@@ -45,6 +45,20 @@ PipelineModel::PipelineModel(std::shared_ptr<model::CausalLM> model, const std::
     add({"model.embed_tokens.weight", model_->embedding().weight}, L - 1, fullFineTune);
 }
 
+void PipelineModel::placeIn(device::Worker& worker) {
+  torch::NoGradGuard noGrad;
+  for (auto& t : tensors_) {
+    const auto bytes = static_cast<std::size_t>(t.local.nbytes());
+    std::shared_ptr<void> memory = worker.allocate(bytes);
+    // The storage holds the allocation: it lives as long as the tensor does.
+    torch::Tensor placed = torch::from_blob(
+        memory.get(), t.local.sizes(), [memory](void*) mutable { memory.reset(); }, t.local.options());
+    placed.copy_(t.local);
+    t.local.set_data(placed);
+    RP_CHECK(t.local.data_ptr() == placed.data_ptr(), "tensor {} was not moved into worker memory", t.name);
+  }
+}
+
 torch::Tensor PipelineModel::forward(int l, const torch::Tensor& x, const model::Batch& batch,
                                      const model::AttentionContext& ctx) {
   RP_CHECK(l >= 0 && l < layerCount() - 1, "layer {} is not a forward layer", l);

@@ -1,7 +1,7 @@
 // The model as the pipeline sees it: layers indexed 0 (embedding) .. L-1 (head with the loss), and every
 // tensor with the layers that use it (a tied embedding is used by layer 0 and by the head). A worker's
-// replica of this model is its "device" memory on the CPU backend: uploads copy the store's weights into
-// it, downloads copy its gradients out.
+// replica of this model lives in the worker's memory (placeIn): uploads copy the store's weights into it,
+// downloads copy its gradients out.
 // Thread-safety: one thread.
 #pragma once
 
@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "device/worker.h"
 #include "model/causal_lm.h"
 
 namespace rp::engine {
@@ -30,6 +31,9 @@ class PipelineModel {
   // Indices into tensors() used by layer l.
   const std::vector<int>& tensorsOfLayer(int l) const { return byLayer_.at(static_cast<std::size_t>(l)); }
   model::CausalLM& model() { return *model_; }
+  // Moves every tensor's storage into memory `worker` allocates (values kept); the modules see the new
+  // storage. Before training.
+  void placeIn(device::Worker& worker);
 
   // Layer l < L-1: layer 0 embeds batch.inputIds (x unused); the others are decoder layers.
   torch::Tensor forward(int l, const torch::Tensor& x, const model::Batch& batch, const model::AttentionContext& ctx);

@@ -55,7 +55,7 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
   if (threads > 0) torch::set_num_threads(static_cast<int>(threads));
   torch::manual_seed(static_cast<std::uint64_t>(c.train.seed));
 
-  // Every rank holds a replica (its device memory on the CPU backend) and the same data stream.
+  // Every rank holds a replica (moved into its worker's memory below) and the same data stream.
   std::shared_ptr<model::CausalLM> model = run::loadModelFor(c, torch::kFloat);
   std::vector<model::NamedTensor> adapters;
   if (c.lora.rank > 0)
@@ -102,6 +102,7 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
   worker_ =
       device::makeWorker(device::Backend::kCpu, {static_cast<std::size_t>(c.pipeline.uploadChunkMb * 1024 * 1024)});
   if (leader_) RP_LOG_INFO("pipeline: workers on {}", worker_->describe());
+  model_->placeIn(*worker_);  // the replica lives in worker memory
   if (id.nodeCount > 1) {
     // Ranks with the same local rank hold the same slices: they sum their nodes' gradients.
     crossNode_ = worldChannel_->split(id.localRank, id.node);

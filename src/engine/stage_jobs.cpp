@@ -96,6 +96,7 @@ void PipelineRuntime::download(std::int64_t step, const schedule::Range& layers)
   }
   trace::Timeline::Scope span(timeline_.get(), fmt::format("download {}-{}", layers.begin, layers.end - 1), "download",
                               0);
+  worker_->computeDone().wait();  // the job's backward has finished writing the gradients
   std::vector<int> done;
   std::vector<device::Ticket> copies;  // the worker's gradient copies: the fences move once they completed
   std::vector<torch::Tensor> sources;  // kept alive until then
@@ -147,6 +148,7 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
   const std::string what = trace::computeSpanName({schedule::jobKindName(job.kind), a, b - 1, mb, step + 1});
   activity_->set(rank_, 0, what);
   trace::Timeline::Scope compute(timeline_.get(), what, "compute", 0);
+  const auto stream = worker_->enterCompute();
   switch (job.kind) {
     case schedule::JobKind::kForward: {
       torch::NoGradGuard noGrad;

@@ -1,6 +1,8 @@
 // The emulated copy stream: weight uploads go in chunks, and an urgent (activation) copy runs before every
 // weight chunk still queued — the priority rule of the transfer engine.
+#include <algorithm>
 #include <condition_variable>
+#include <cstdint>
 #include <mutex>
 #include <numeric>
 #include <vector>
@@ -46,6 +48,19 @@ TEST(CpuWorker, UrgentCopiesOvertakeQueuedWeightChunks) {
   EXPECT_EQ(urgentDst, urgentSrc);
   const std::vector<std::pair<bool, std::size_t>> expected{{false, 4}, {true, 3}, {false, 4}, {false, 4}, {false, 2}};
   EXPECT_EQ(order, expected);
+}
+
+TEST(CpuWorker, AllocatesZeroedAlignedMemoryThatLivesWithItsHolders) {
+  CpuWorker worker(WorkerOptions{});
+  std::shared_ptr<void> memory = worker.allocate(1000);
+  ASSERT_NE(memory, nullptr);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(memory.get()) % 64, 0u);
+  const auto* bytes = static_cast<const std::uint8_t*>(memory.get());
+  EXPECT_EQ(std::count(bytes, bytes + 1000, 0), 1000);
+  std::shared_ptr<void> holder = memory;  // a second holder (a tensor's storage, in the engine)
+  memory.reset();
+  static_cast<std::uint8_t*>(holder.get())[999] = 7;  // still valid (ASan would report a use after free)
+  EXPECT_EQ(static_cast<std::uint8_t*>(holder.get())[999], 7);
 }
 
 }  // namespace

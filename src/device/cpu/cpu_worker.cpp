@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <new>
 
 #include <fmt/format.h>
 
@@ -24,6 +25,13 @@ CpuWorker::~CpuWorker() {
 std::string CpuWorker::describe() const {
   return fmt::format("cpu (host memory; urgent copies inline, bulk copies on a copy thread in chunks of {:.1f} MB)",
                      static_cast<double>(chunkBytes_) / 1e6);
+}
+
+std::shared_ptr<void> CpuWorker::allocate(std::size_t bytes) {
+  constexpr std::align_val_t kAlign{64};
+  void* memory = ::operator new(std::max<std::size_t>(bytes, 1), kAlign);
+  std::memset(memory, 0, bytes);
+  return std::shared_ptr<void>(memory, [](void* p) { ::operator delete(p, kAlign); });
 }
 
 void CpuWorker::enqueue(Item item) {

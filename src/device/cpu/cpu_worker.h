@@ -25,6 +25,9 @@ class CpuWorker : public Worker {
   CpuWorker& operator=(const CpuWorker&) = delete;
 
   std::string describe() const override;
+  std::shared_ptr<void> allocate(std::size_t bytes) override;
+  std::unique_ptr<ComputeScope> enterCompute() override { return std::make_unique<ComputeScope>(); }
+  Ticket computeDone() override { return Ticket(); }
   Ticket copyUrgent(void* dst, const void* src, std::size_t bytes) override;
   void copyBulk(Ticket& ticket, void* dst, const void* src, std::size_t bytes) override;
 
