@@ -33,7 +33,7 @@ void PipelineRuntime::upload(std::int64_t step, const schedule::Range& layers) {
   }
 }
 
-// The weights of every tensor the layers use, queued on the copy engine behind urgent activation copies.
+// The weights of every tensor the layers use, queued as bulk copies on the worker (behind urgent copies).
 void PipelineRuntime::queueWeights(device::Ticket& ticket, const schedule::Range& layers) {
   std::vector<int> queued;
   for (int l = layers.begin; l < layers.end; ++l) {
