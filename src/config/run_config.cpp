@@ -76,12 +76,6 @@ void checkPipelineRun(const RunConfig& c, int nodes) {
     RP_THROW(InputError, "{}: train.global_batch = {} must be a multiple of train.microbatches ({}) x nodes ({})",
              source, c.train.globalBatch, c.train.microbatches, nodes);
   }
-  if (c.model.dtype != Dtype::kFloat32) {
-    RP_THROW(InputError,
-             "{}: model.dtype = \"{}\": the pipeline runtime supports float32 for now (the single-process "
-             "trainer, with one rank, supports bfloat16 and float16)",
-             source, dtypeName(c.model.dtype));
-  }
   if (c.pipeline.schedule != PipelineSchedule::kRoundPipe && c.pipeline.plan != "auto") {
     RP_THROW(InputError, "{}: pipeline.plan must be \"auto\" with pipeline.schedule = \"{}\" (one stage per worker)",
              source, scheduleName(c.pipeline.schedule));

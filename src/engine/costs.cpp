@@ -14,11 +14,11 @@ LayerCosts estimateCosts(const PipelineModel& model, std::int64_t seq, std::int6
   const schedule::ModelShape shape = schedule::shapeOf(const_cast<PipelineModel&>(model).model().config());
   const int s = static_cast<int>(seq), r = static_cast<int>(rows);
   for (int l = 0; l < L; ++l) {
-    double params = 0.0, trainable = 0.0;
+    double params = 0.0, trainable = 0.0;  // bytes, in the model dtype
     for (int i : model.tensorsOfLayer(l)) {
       const auto& t = model.tensors()[static_cast<std::size_t>(i)];
-      params += static_cast<double>(t.local.numel());
-      if (t.trainable) trainable += static_cast<double>(t.local.numel());
+      params += static_cast<double>(t.local.nbytes());
+      if (t.trainable) trainable += static_cast<double>(t.local.nbytes());
     }
     double forward = 0.0;
     if (l == 0) {
@@ -30,8 +30,8 @@ LayerCosts estimateCosts(const PipelineModel& model, std::int64_t seq, std::int6
     }
     c.forward.push_back(forward / 1e9);
     c.backward.push_back(3.0 * forward / 1e9);  // recompute + backward (2x)
-    c.bytes.push_back(4.0 * params);
-    c.backwardBytes.push_back(4.0 * (params + trainable));
+    c.bytes.push_back(params);
+    c.backwardBytes.push_back(params + trainable);
   }
   return out;
 }

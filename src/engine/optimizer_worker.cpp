@@ -14,6 +14,45 @@
 namespace rp::engine {
 namespace {
 
+optim::ModelCopy modelCopyOf(c10::ScalarType dtype) {
+  if (dtype == c10::ScalarType::BFloat16) return optim::ModelCopy::kBFloat16;
+  if (dtype == c10::ScalarType::Half) return optim::ModelCopy::kFloat16;
+  RP_CHECK(dtype == c10::ScalarType::Float, "model dtype {} (expected float32, bfloat16 or float16)",
+           c10::toString(dtype));
+  return optim::ModelCopy::kNone;
+}
+
+// `n` elements of the model dtype at `src` widened into `dst` (or added to it).
+void widen(float* dst, const std::uint8_t* src, std::size_t n, c10::ScalarType dtype, bool add) {
+  if (dtype == c10::ScalarType::Float && !add) {
+    std::memcpy(dst, src, n * sizeof(float));
+    return;
+  }
+  for (std::size_t k = 0; k < n; ++k) {
+    float x;
+    if (dtype == c10::ScalarType::Float) {
+      std::memcpy(&x, src + k * 4, 4);
+    } else {
+      std::uint16_t bits;
+      std::memcpy(&bits, src + k * 2, 2);
+      x = dtype == c10::ScalarType::Half ? optim::fromHalf(bits) : optim::fromBFloat16(bits);
+    }
+    dst[k] = add ? dst[k] + x : x;
+  }
+}
+
+// `n` floats rounded to the model dtype into `dst` (LibTorch's rounding: optim/adamw.h).
+void narrowInto(std::uint8_t* dst, const float* src, std::size_t n, c10::ScalarType dtype) {
+  if (dtype == c10::ScalarType::Float) {
+    std::memcpy(dst, src, n * sizeof(float));
+    return;
+  }
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::uint16_t bits = dtype == c10::ScalarType::Half ? optim::toHalf(src[k]) : optim::toBFloat16(src[k]);
+    std::memcpy(dst + k * 2, &bits, 2);
+  }
+}
+
 std::pair<std::size_t, std::size_t> sliceOf(std::size_t n, int part, int parts) {
   const std::size_t p = static_cast<std::size_t>(parts), r = static_cast<std::size_t>(part);
   const std::size_t base = n / p, extra = n % p;
@@ -34,11 +73,22 @@ OptimizerWorker::OptimizerWorker(std::vector<OptimTensor> tensors, Fences& fence
       adamw_(options_.adamw, optim::bestAdamWKernel()) {
   adamw_.setThreads(options_.threads);
   if (options_.crossNode != nullptr) crossNode_ = options_.crossNode->duplicate();
+  // Sync bf16/fp16: the update writes the rounded weights in the same pass (async copies W_t before the
+  // update, so it cannot).
+  const optim::ModelCopy copy = modelCopyOf(options_.dtype);
+  fusedCopy_ = !options_.async && copy != optim::ModelCopy::kNone;
   for (auto& t : tensors_) {
     slices_.push_back(sliceOf(t.numel, rank_, ranks_));
     const auto [begin, end] = slices_.back();
     grads_.emplace_back(t.trainable ? end - begin : 0, 0.0f);
-    if (t.trainable) adamw_.add(t.name, t.master + begin, grads_.back().data(), end - begin);
+    if (!t.trainable) continue;
+    auto* weights = reinterpret_cast<std::uint16_t*>(t.weights) + begin;
+    adamw_.add(t.name, t.master + begin, grads_.back().data(), end - begin, fusedCopy_ ? weights : nullptr,
+               fusedCopy_ ? copy : optim::ModelCopy::kNone);
+  }
+  if (options_.lossScaling) {
+    scaler_ = std::make_unique<optim::LossScaler>(*options_.lossScaling);
+    startScale_ = scaler_->scale();
   }
   thread_ = std::thread([this] { loop(); });
 }
@@ -110,10 +160,48 @@ void OptimizerWorker::copyMasters(const Work& work, bool waitForUploads) {
     if (waitForUploads) {
       for (int l : tensor.layers) fences_.waitUploads(l, work.uploadsAfter[static_cast<std::size_t>(l)]);
     }
-    const auto [begin, end] = slices_[i];
-    std::memcpy(tensor.weights + begin, tensor.master + begin, (end - begin) * sizeof(float));
+    if (!fusedCopy_) copyMaster(i);
   }
   for (int l = 0; l < options_.layers; ++l) fences_.setCopied(l, rank_, t + 1);
+}
+
+void OptimizerWorker::copyMaster(std::size_t i) {
+  const auto& tensor = tensors_[i];
+  const auto [begin, end] = slices_[i];
+  narrowInto(tensor.weights + begin * c10::elementSize(options_.dtype), tensor.master + begin, end - begin,
+             options_.dtype);
+}
+
+bool OptimizerWorker::unscaleAndCheck(double scale) {
+  const float s = static_cast<float>(scale);
+  std::int32_t bad = 0;
+  for (auto& grad : grads_) {
+    for (float& g : grad) {
+      g /= s;
+      bad |= std::isfinite(g) ? 0 : 1;
+    }
+  }
+  node_->allreduce(&bad, 1, control::Reduce::kMax);
+  if (crossNode_) crossNode_->allreduce(&bad, 1, control::Reduce::kMax);
+  return bad == 0;
+}
+
+double OptimizerWorker::scaleAfter(std::int64_t step) {
+  if (step < scalerStart_) return startScale_;
+  return waitFor(step).lossScaleAfter;
+}
+
+double OptimizerWorker::lossScaleFor(std::int64_t step) {
+  if (!scaler_) return 1.0;
+  return scaleAfter(step - (options_.async ? 2 : 1));
+}
+
+void OptimizerWorker::restoreScaler(double scale, std::int64_t goodSteps, std::int64_t skippedSteps,
+                                    std::int64_t start) {
+  if (!scaler_) return;
+  scaler_->restore(scale, goodSteps, skippedSteps);
+  scalerStart_ = start;
+  startScale_ = scale;
 }
 
 OptimizerResult OptimizerWorker::runStep(const Work& work) {
@@ -140,15 +228,10 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
       if (!tensor.trainable) continue;
       const auto use = std::find(tensor.layers.begin(), tensor.layers.end(), l);
       if (use == tensor.layers.end()) continue;
-      const float* slot = tensor.slots[static_cast<std::size_t>(use - tensor.layers.begin())];
+      const std::uint8_t* slot = tensor.slots[static_cast<std::size_t>(use - tensor.layers.begin())];
       const auto [begin, end] = slices_[i];
-      auto& grad = grads_[i];
-      if (!started[i]) {
-        std::memcpy(grad.data(), slot + begin, (end - begin) * sizeof(float));
-        started[i] = true;
-      } else {
-        for (std::size_t k = 0; k < grad.size(); ++k) grad[k] += slot[begin + k];
-      }
+      widen(grads_[i].data(), slot + begin * c10::elementSize(options_.dtype), end - begin, options_.dtype, started[i]);
+      started[i] = true;
     }
     fences_.setConsumed(l, rank_, t + 1);
   }
@@ -161,17 +244,30 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
       if (!grad.empty()) crossNode_->allreduce(grad.data(), grad.size(), control::Reduce::kSum);
     }
   }
-  doing("AdamW");
-  trace::Timeline::Scope updateSpan(options_.timeline, fmt::format("AdamW step {}", t + 1), "optimizer", 1);
-  // The global norm: this rank's slices' sum of squares, summed over the node's ranks.
-  std::vector<optim::GradBuffer> buffers;
-  for (auto& grad : grads_) buffers.push_back({grad.data(), grad.size()});
-  double sumSq = optim::sumOfSquares(buffers);
-  node_->allreduce(&sumSq, 1, control::Reduce::kSum);
-  result.gradNorm = std::sqrt(sumSq);
-  optim::clipToNorm(buffers, result.gradNorm, options_.gradClip);
   result.lr = options_.schedule.at(t);
-  adamw_.step(result.lr);
+  if (scaler_) {
+    // The scale iteration t's gradients carry (lossScaleFor's rule); every rank agrees on a skip.
+    doing("unscale gradients");
+    result.lossScale = scaleAfter(t - (options_.async ? 2 : 1));
+    result.skipped = !scaler_->update(!unscaleAndCheck(result.lossScale));
+    result.lossScaleAfter = scaler_->scale();
+    if (result.skipped) {
+      result.gradNorm = std::nan("");
+      RP_LOG_DEBUG("step {}: non-finite gradients at loss scale {}: skipped", t + 1, result.lossScale);
+    }
+  }
+  if (!result.skipped) {
+    doing("AdamW");
+    trace::Timeline::Scope updateSpan(options_.timeline, fmt::format("AdamW step {}", t + 1), "optimizer", 1);
+    // The global norm: this rank's slices' sum of squares, summed over the node's ranks.
+    std::vector<optim::GradBuffer> buffers;
+    for (auto& grad : grads_) buffers.push_back({grad.data(), grad.size()});
+    double sumSq = optim::sumOfSquares(buffers);
+    node_->allreduce(&sumSq, 1, control::Reduce::kSum);
+    result.gradNorm = std::sqrt(sumSq);
+    optim::clipToNorm(buffers, result.gradNorm, options_.gradClip);
+    adamw_.step(result.lr);
+  }
   if (!options_.async) copyMasters(work, /*waitForUploads=*/false);  // the next iteration runs on W_{t+1}
 
   fences_.waitFusedDone(t + 1);
@@ -192,7 +288,17 @@ std::vector<checkpoint::Slice> OptimizerWorker::stateSlices(bool withWeights) {
     const auto offset = static_cast<std::int64_t>(begin), count = static_cast<std::int64_t>(end - begin);
     auto add = [&](checkpoint::Kind kind, float* data) { out.push_back({kind, t.name, t.shape, offset, count, data}); };
     add(checkpoint::Kind::kMaster, t.master + begin);
-    if (withWeights) add(checkpoint::Kind::kWeights, t.weights + begin);
+    if (withWeights) {
+      if (options_.dtype == c10::ScalarType::Float) {
+        add(checkpoint::Kind::kWeights, reinterpret_cast<float*>(t.weights) + begin);
+      } else {
+        stagedWeights_.resize(tensors_.size());
+        stagedWeights_[i].resize(end - begin);
+        widen(stagedWeights_[i].data(), t.weights + begin * c10::elementSize(options_.dtype), end - begin,
+              options_.dtype, false);
+        add(checkpoint::Kind::kWeights, stagedWeights_[i].data());
+      }
+    }
     add(checkpoint::Kind::kExpAvg, adamw_.expAvg(a).data());
     add(checkpoint::Kind::kExpAvgSq, adamw_.expAvgSq(a).data());
     if (options_.adamw.amsgrad) add(checkpoint::Kind::kMaxExpAvgSq, adamw_.maxExpAvgSq(a).data());
@@ -201,12 +307,27 @@ std::vector<checkpoint::Slice> OptimizerWorker::stateSlices(bool withWeights) {
   return out;
 }
 
+std::size_t OptimizerWorker::stateBytes() const {
+  std::size_t floats = 0;
+  for (const auto& g : grads_) floats += g.size();
+  for (std::size_t a = 0; a < adamw_.size(); ++a) {
+    floats += adamw_.expAvg(a).size() + adamw_.expAvgSq(a).size() + adamw_.maxExpAvgSq(a).size();
+  }
+  return floats * sizeof(float);
+}
+
+void OptimizerWorker::restoreStagedWeights() {
+  for (std::size_t i = 0; i < stagedWeights_.size(); ++i) {
+    if (stagedWeights_[i].empty()) continue;
+    narrowInto(tensors_[i].weights + slices_[i].first * c10::elementSize(options_.dtype), stagedWeights_[i].data(),
+               stagedWeights_[i].size(), options_.dtype);
+  }
+  stagedWeights_.clear();
+}
+
 void OptimizerWorker::publishMasters() {
   for (std::size_t i = 0; i < tensors_.size(); ++i) {
-    const auto& tensor = tensors_[i];
-    if (!tensor.trainable) continue;
-    const auto [begin, end] = slices_[i];
-    std::memcpy(tensor.weights + begin, tensor.master + begin, (end - begin) * sizeof(float));
+    if (tensors_[i].trainable) copyMaster(i);
   }
 }
 

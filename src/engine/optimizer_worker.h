@@ -3,6 +3,10 @@
 //   async: copy master -> weights (W_t, once the iteration's uploads are done), take the gradients layer by
 //          layer in reverse order as each layer's download lands, clip, update the master to W_{t+1};
 //   sync:  take the gradients, clip, update, then copy master -> weights (W_{t+1}).
+// Weights and gradient slots are in the model dtype (float32, bfloat16 or float16), masters and moments in
+// float32. fp16: the gradients are of the loss times the loss scale; every rank unscales its slices, and a
+// step with a non-finite gradient anywhere is skipped on every rank (the ranks agree by an all-reduce) and
+// the scale backs off (optim/loss_scaler.h).
 // Steps run in order on one thread; the main thread enqueues them and collects results.
 // Thread-safety: enqueue/wait/poll from one (the main) thread.
 #pragma once
@@ -19,11 +23,14 @@
 #include <thread>
 #include <vector>
 
+#include <c10/core/ScalarType.h>
+
 #include "checkpoint/slices.h"
 #include "control/channel.h"
 #include "engine/activity.h"
 #include "engine/fences.h"
 #include "optim/adamw.h"
+#include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "trace/timeline.h"
 
@@ -31,10 +38,10 @@ namespace rp::engine {
 
 struct OptimTensor {
   std::string name;
-  std::vector<int> layers;    // layers that use it
-  float* weights;             // what uploads read
-  float* master;              // fp32 master (trainable only)
-  std::vector<float*> slots;  // one gradient slot per layer in `layers` (trainable only)
+  std::vector<int> layers;           // layers that use it
+  std::uint8_t* weights;             // what uploads read, in the model dtype
+  float* master;                     // fp32 master (trainable only)
+  std::vector<std::uint8_t*> slots;  // one gradient slot per layer in `layers`, model dtype (trainable only)
   std::size_t numel;
   bool trainable;
   std::vector<std::int64_t> shape;  // for checkpoints
@@ -46,6 +53,8 @@ struct OptimizerOptions {
   optim::LrSchedule schedule;
   double gradClip = 0.0;
   bool async = true;
+  c10::ScalarType dtype = c10::ScalarType::Float;      // of the weights and gradient slots
+  std::optional<optim::LossScalerConfig> lossScaling;  // fp16
   int layers = 0;
   const double* losses[2] = {nullptr, nullptr};  // per-parity loss sums (rank 0 reads them)
   int microbatches = 0;
@@ -59,6 +68,9 @@ struct OptimizerResult {
   double gradNorm = 0.0;
   double lr = 0.0;
   double lossSum = 0.0;                            // the iteration's summed token loss
+  bool skipped = false;                            // fp16: a non-finite gradient; no update
+  double lossScale = 0.0;                          // fp16: the scale the iteration's gradients carry
+  double lossScaleAfter = 1.0;                     // fp16: the scale after this step's update
   std::chrono::steady_clock::time_point finished;  // when the step completed on this rank
 };
 
@@ -79,13 +91,26 @@ class OptimizerWorker {
   std::vector<OptimizerResult> poll();
   // Copies this rank's slice of every master into the weights (after the last step).
   void publishMasters();
+  // The loss scale iteration `step` multiplies its loss by: 1 unless fp16; then the scale after step
+  // step - 1 (sync) or step - 2 (async: the latest every rank knows when the iteration starts), waiting for
+  // that step if needed.
+  double lossScaleFor(std::int64_t step);
 
   // Checkpoints (docs/checkpoint-format.md): this rank's part of the state — the masters, the AdamW moments
-  // and, when `withWeights`, the weights of its slice of every trainable tensor — as slices pointing into the
-  // store and the optimizer. Only while the thread is idle (every enqueued step waited for).
+  // and, when `withWeights`, the weights of its slice of every trainable tensor — as float32 slices pointing
+  // into the store and the optimizer (bf16/fp16 weights: into a float32 staging copy; after reading a
+  // checkpoint into them, restoreStagedWeights() writes them back). Only while the thread is idle (every
+  // enqueued step waited for).
   std::vector<checkpoint::Slice> stateSlices(bool withWeights);
+  void restoreStagedWeights();
+  // This rank's optimizer state in its own memory: the float32 gradient slices and the AdamW moments.
+  std::size_t stateBytes() const;
   std::int64_t stepCount() const { return adamw_.stepCount(); }
   void restoreStepCount(std::int64_t steps) { adamw_.restoreStepCount(steps); }
+  // fp16 (else null): the scaler's state after the last step; restoreScaler sets it for a run resumed at
+  // step `start`.
+  const optim::LossScaler* scaler() const { return scaler_.get(); }
+  void restoreScaler(double scale, std::int64_t goodSteps, std::int64_t skippedSteps, std::int64_t start);
 
  private:
   void loop();
@@ -95,6 +120,12 @@ class OptimizerWorker {
   };
   OptimizerResult runStep(const Work& work);
   void copyMasters(const Work& work, bool waitForUploads);
+  // Master -> weights of tensor i's slice, rounded to the model dtype.
+  void copyMaster(std::size_t i);
+  // Unscales this rank's gradient slices; false if any rank's hold a non-finite value.
+  bool unscaleAndCheck(double scale);
+  // The scale after step `step` (< the thread's current step), or the starting scale before the first.
+  double scaleAfter(std::int64_t step);
 
   std::vector<OptimTensor> tensors_;
   Fences& fences_;
@@ -103,8 +134,13 @@ class OptimizerWorker {
   std::unique_ptr<control::ControlChannel> node_;       // a duplicate of the node's channel, for this thread
   std::unique_ptr<control::ControlChannel> crossNode_;  // a duplicate of options.crossNode, for this thread
   std::vector<std::pair<std::size_t, std::size_t>> slices_;
-  std::vector<std::vector<float>> grads_;  // this rank's slice of each trainable tensor's gradient
+  std::vector<std::vector<float>> grads_;          // this rank's slice of each trainable tensor's gradient
+  std::vector<std::vector<float>> stagedWeights_;  // checkpoints of bf16/fp16 weights, as float32
   optim::AdamW adamw_;
+  bool fusedCopy_ = false;  // sync bf16/fp16: AdamW writes the rounded weights in its pass
+  std::unique_ptr<optim::LossScaler> scaler_;
+  std::int64_t scalerStart_ = 0;  // the first step this scaler ran (the resumed step)
+  double startScale_ = 1.0;
 
   std::mutex mutex_;
   std::condition_variable cv_;

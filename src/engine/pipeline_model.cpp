@@ -21,6 +21,7 @@ int adapterDecoderLayer(const std::string& name) {
 
 PipelineModel::PipelineModel(std::shared_ptr<model::CausalLM> model, const std::vector<model::NamedTensor>& adapters)
     : model_(std::move(model)) {
+  RP_CHECK(!model_->allocated(), "the pipeline model is built unallocated (its stages are bound to slots)");
   const int L = layerCount();
   byLayer_.resize(static_cast<std::size_t>(L));
   const bool fullFineTune = adapters.empty();
@@ -45,18 +46,32 @@ PipelineModel::PipelineModel(std::shared_ptr<model::CausalLM> model, const std::
     add({"model.embed_tokens.weight", model_->embedding().weight}, L - 1, fullFineTune);
 }
 
-void PipelineModel::placeIn(device::Worker& worker) {
-  torch::NoGradGuard noGrad;
-  for (auto& t : tensors_) {
-    const auto bytes = static_cast<std::size_t>(t.local.nbytes());
-    std::shared_ptr<void> memory = worker.allocate(bytes);
-    // The storage holds the allocation: it lives as long as the tensor does.
-    torch::Tensor placed = torch::from_blob(
-        memory.get(), t.local.sizes(), [memory](void*) mutable { memory.reset(); }, t.local.options());
-    placed.copy_(t.local);
-    t.local.set_data(placed);
-    RP_CHECK(t.local.data_ptr() == placed.data_ptr(), "tensor {} was not moved into worker memory", t.name);
+std::vector<int> PipelineModel::tensorsOf(int begin, int end) const {
+  std::vector<int> out;
+  for (int l = begin; l < end; ++l) {
+    for (int i : tensorsOfLayer(l)) {
+      if (std::find(out.begin(), out.end(), i) == out.end()) out.push_back(i);
+    }
   }
+  return out;
+}
+
+std::size_t PipelineModel::bytes(int tensor) const {
+  return static_cast<std::size_t>(tensors_.at(static_cast<std::size_t>(tensor)).local.nbytes());
+}
+
+void PipelineModel::bind(int tensor, void* memory, std::shared_ptr<void> owner) {
+  torch::NoGradGuard noGrad;
+  auto& t = tensors_.at(static_cast<std::size_t>(tensor));
+  t.local.set_data(torch::from_blob(
+      memory, t.local.sizes(), [owner = std::move(owner)](void*) mutable { owner.reset(); },
+      torch::TensorOptions().dtype(t.local.scalar_type())));
+}
+
+void PipelineModel::unbind(int tensor) {
+  torch::NoGradGuard noGrad;
+  auto& t = tensors_.at(static_cast<std::size_t>(tensor));
+  t.local.set_data(model::newParameter(t.local.sizes(), {t.local.scalar_type(), /*allocate=*/false}));
 }
 
 torch::Tensor PipelineModel::forward(int l, const torch::Tensor& x, const model::Batch& batch,

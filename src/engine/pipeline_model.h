@@ -1,7 +1,8 @@
 // The model as the pipeline sees it: layers indexed 0 (embedding) .. L-1 (head with the loss), and every
-// tensor with the layers that use it (a tied embedding is used by layer 0 and by the head). A worker's
-// replica of this model lives in the worker's memory (placeIn): uploads copy the store's weights into it,
-// downloads copy its gradients out.
+// tensor with the layers that use it (a tied embedding is used by layer 0 and by the head). The model is
+// built unallocated: its tensors hold no memory until bound — to views of the worker's stage slots for the
+// stage a job runs (stage_slots.h; uploads copy the store's weights into them, downloads copy gradients out),
+// or to the node store's weights (loading, sampling).
 // Thread-safety: one thread.
 #pragma once
 
@@ -9,31 +10,35 @@
 #include <string>
 #include <vector>
 
-#include "device/worker.h"
 #include "model/causal_lm.h"
 
 namespace rp::engine {
 
 struct TensorEntry {
   std::string name;     // HF or PEFT name
-  torch::Tensor local;  // the replica's tensor
+  torch::Tensor local;  // the module's tensor: a placeholder, or bound to memory
   bool trainable = false;
   std::vector<int> layers;  // layers that use it, ascending
 };
 
 class PipelineModel {
  public:
-  // `adapters` are LoRA tensors (trainable; the base is then frozen) or empty for a full fine-tune.
+  // `model` is unallocated (CausalLM(..., allocate = false)); `adapters` are its LoRA tensors (trainable; the
+  // base is then frozen) or empty for a full fine-tune.
   PipelineModel(std::shared_ptr<model::CausalLM> model, const std::vector<model::NamedTensor>& adapters);
 
   int layerCount() const { return static_cast<int>(model_->numDecoderLayers()) + 2; }
   const std::vector<TensorEntry>& tensors() const { return tensors_; }
-  // Indices into tensors() used by layer l.
+  // Indices into tensors() used by layer l; by any layer of [begin, end), each once, in first-use order.
   const std::vector<int>& tensorsOfLayer(int l) const { return byLayer_.at(static_cast<std::size_t>(l)); }
+  std::vector<int> tensorsOf(int begin, int end) const;
   model::CausalLM& model() { return *model_; }
-  // Moves every tensor's storage into memory `worker` allocates (values kept); the modules see the new
-  // storage. Before training.
-  void placeIn(device::Worker& worker);
+  torch::ScalarType dtype() const { return model_->dtype(); }
+  std::size_t bytes(int tensor) const;  // of the tensor in the model dtype
+  // Points tensor `tensor` at `memory` (bytes(tensor) bytes; the values stay what the memory holds); `owner`
+  // keeps the memory alive while the tensor points there. unbind: back to a placeholder.
+  void bind(int tensor, void* memory, std::shared_ptr<void> owner = nullptr);
+  void unbind(int tensor);
 
   // Layer l < L-1: layer 0 embeds batch.inputIds (x unused); the others are decoder layers.
   torch::Tensor forward(int l, const torch::Tensor& x, const model::Batch& batch, const model::AttentionContext& ctx);

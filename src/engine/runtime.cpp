@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "common/fault.h"
 #include "common/log.h"
+#include "common/resident_memory.h"
 #include "control/channel.h"
 #include "engine/costs.h"
 #include "engine/regions.h"
@@ -23,6 +24,7 @@
 #include "run/setup.h"
 #include "schedule/plan_search.h"
 #include "trace/bubbles.h"
+#include "trace/memory_report.h"
 
 namespace rp::engine {
 
@@ -55,11 +57,13 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
   if (threads > 0) torch::set_num_threads(static_cast<int>(threads));
   torch::manual_seed(static_cast<std::uint64_t>(c.train.seed));
 
-  // Every rank holds a replica (moved into its worker's memory below) and the same data stream.
-  std::shared_ptr<model::CausalLM> model = run::loadModelFor(c, torch::kFloat);
+  // No rank holds a replica: the model's tensors are placeholders until a job binds its stage to a slot of
+  // the worker (Note [Stage slots]); local rank 0 writes the initial weights straight into the node store.
+  // Every rank reads the same data stream.
+  auto model = std::make_shared<model::CausalLM>(model::loadModelConfig(c.model.path), run::torchDtype(c.model.dtype),
+                                                 /*allocate=*/false);
   std::vector<model::NamedTensor> adapters;
-  if (c.lora.rank > 0)
-    adapters = model::attachLora(*model, {c.lora.rank, c.lora.alpha, c.lora.dropout, c.lora.targets});
+  if (c.lora.rank > 0) adapters = model::attachLora(*model, loraConfig());
   model_ = std::make_unique<PipelineModel>(model, adapters);
   tokenizer_ = std::make_unique<data::Tokenizer>(data::Tokenizer::fromFile(c.model.tokenizer));
   corpus_ = run::loadCorpusFor(c, model->config(), *tokenizer_);
@@ -102,7 +106,8 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
   worker_ =
       device::makeWorker(device::Backend::kCpu, {static_cast<std::size_t>(c.pipeline.uploadChunkMb * 1024 * 1024)});
   if (leader_) RP_LOG_INFO("pipeline: workers on {}", worker_->describe());
-  model_->placeIn(*worker_);  // the replica lives in worker memory
+  slots_ = std::make_unique<StageSlots>(*worker_);
+  slots_->fit(*model_, plan_);
   if (id.nodeCount > 1) {
     // Ranks with the same local rank hold the same slices: they sum their nodes' gradients.
     crossNode_ = worldChannel_->split(id.localRank, id.node);
@@ -133,12 +138,13 @@ void PipelineRuntime::buildStore() {
   timeline_ = std::make_unique<trace::Timeline>(
       worldRank_, trace::Timeline::Clock::time_point(trace::Timeline::Clock::duration(origin)));
   memory::StoreLayout layout;
-  for (const auto& t : model_->tensors()) {
-    const std::size_t bytes = static_cast<std::size_t>(t.local.numel()) * sizeof(float);
-    layout.add(weightRegion(t.name), bytes);
+  // Weights and gradient slots in the model dtype; masters in float32.
+  for (int i = 0; i < static_cast<int>(model_->tensors().size()); ++i) {
+    const auto& t = model_->tensors()[static_cast<std::size_t>(i)];
+    layout.add(weightRegion(t.name), model_->bytes(i));
     if (t.trainable) {
-      layout.add(masterRegion(t.name), bytes);
-      for (int l : t.layers) layout.add(gradRegion(t.name, l), bytes);
+      layout.add(masterRegion(t.name), static_cast<std::size_t>(t.local.numel()) * sizeof(float));
+      for (int l : t.layers) layout.add(gradRegion(t.name, l), model_->bytes(i));
     }
   }
   for (int parity = 0; parity < 2; ++parity) {
@@ -151,27 +157,20 @@ void PipelineRuntime::buildStore() {
   RP_LOG_DEBUG("node store ({}): {:.1f} MB", store_->describe(), static_cast<double>(store_->layout().total()) / 1e6);
   const std::size_t tensorBytes =
       static_cast<std::size_t>(rowsPerMicrobatch_ * c.train.seqLen * model_->model().config().hiddenSize) *
-      sizeof(float);
+      c10::elementSize(model_->dtype());
   tensors_ = tensorFactory_(
       {*channel_, *worker_, nodeMemory_, stallPolicy(), L, static_cast<int>(c.train.microbatches), tensorBytes});
   activity_ = std::make_unique<ActivityBoard>(store_->bytes("activity"), id.localSize);
   fences_ = std::make_unique<Fences>(store_->bytes("fences"), L, id.localSize, stallPolicy(), activity_.get());
 
-  // Local rank 0 publishes the initial weights and masters; every replica already holds the same values.
-  if (id.localRank == 0) {
-    torch::NoGradGuard noGrad;
-    for (const auto& t : model_->tensors()) {
-      storeTensor(weightRegion(t.name), t.local.sizes()).copy_(t.local);
-      if (t.trainable) storeTensor(masterRegion(t.name), t.local.sizes()).copy_(t.local);
-    }
-  }
+  if (id.localRank == 0) publishInitialWeights();
   channel_->barrier();  // the store is initialised
 
   std::vector<OptimTensor> tensors;
   for (const auto& t : model_->tensors()) {
     OptimTensor o{t.name,
                   t.layers,
-                  store_->floats(weightRegion(t.name)),
+                  store_->bytes(weightRegion(t.name)),
                   nullptr,
                   {},
                   static_cast<std::size_t>(t.local.numel()),
@@ -179,7 +178,7 @@ void PipelineRuntime::buildStore() {
                   t.local.sizes().vec()};
     if (t.trainable) {
       o.master = store_->floats(masterRegion(t.name));
-      for (int l : t.layers) o.slots.push_back(store_->floats(gradRegion(t.name, l)));
+      for (int l : t.layers) o.slots.push_back(store_->bytes(gradRegion(t.name, l)));
     }
     tensors.push_back(std::move(o));
   }
@@ -190,6 +189,10 @@ void PipelineRuntime::buildStore() {
   options.gradClip = c.train.gradClip;
   options.threads = static_cast<int>(c.optim.threads);
   options.async = c.optim.async;
+  options.dtype = model_->dtype();
+  if (model_->dtype() == torch::kHalf) {
+    options.lossScaling = optim::LossScalerConfig{c.precision.lossScale, 2.0, 0.5, c.precision.growthInterval};
+  }
   options.layers = L;
   options.losses[0] = store_->doubles(lossRegion(0));
   options.losses[1] = store_->doubles(lossRegion(1));
@@ -200,14 +203,41 @@ void PipelineRuntime::buildStore() {
   optimizer_ = std::make_unique<OptimizerWorker>(std::move(tensors), *fences_, std::move(options), *channel_);
 }
 
-torch::Tensor PipelineRuntime::storeTensor(const std::string& region, at::IntArrayRef shape) const {
-  return torch::from_blob(store_->floats(region), shape, torch::kFloat);
+model::LoraConfig PipelineRuntime::loraConfig() const {
+  const auto& c = config_;
+  return {c.lora.rank, c.lora.alpha, c.lora.dropout, c.lora.targets};
+}
+
+// Local rank 0 writes the initial weights straight into the store — the model's tensors bound to their
+// regions, drawing random numbers (model.init = random, LoRA) in the single-process trainer's order — then
+// the float32 masters.
+void PipelineRuntime::publishInitialWeights() {
+  torch::NoGradGuard noGrad;
+  bindToStore();
+  run::initModelFor(config_, model_->model());
+  if (config_.lora.rank > 0) model::resetLora(model_->model(), loraConfig());
+  for (const auto& t : model_->tensors()) {
+    if (t.trainable) storeTensor(masterRegion(t.name), t.local.sizes(), torch::kFloat).copy_(t.local);
+  }
+  for (int i = 0; i < static_cast<int>(model_->tensors().size()); ++i) model_->unbind(i);
+}
+
+void PipelineRuntime::bindToStore() {
+  for (int i = 0; i < static_cast<int>(model_->tensors().size()); ++i) {
+    model_->bind(i, store_->bytes(weightRegion(model_->tensors()[static_cast<std::size_t>(i)].name)));
+  }
+}
+
+torch::Tensor PipelineRuntime::storeTensor(const std::string& region, at::IntArrayRef shape,
+                                           torch::ScalarType dtype) const {
+  return torch::from_blob(store_->bytes(region), shape, dtype);
 }
 
 torch::Tensor PipelineRuntime::storeWeight(const std::string& name) const {
   for (const auto& t : model_->tensors()) {
-    if (t.name == name)
-      return storeTensor(t.trainable ? masterRegion(name) : weightRegion(name), t.local.sizes()).clone();
+    if (t.name != name) continue;
+    if (t.trainable) return storeTensor(masterRegion(name), t.local.sizes(), torch::kFloat).clone();
+    return storeTensor(weightRegion(name), t.local.sizes(), model_->dtype()).to(torch::kFloat);
   }
   RP_THROW(InputError, "no tensor named '{}' in the pipeline model", name);
 }
@@ -230,12 +260,14 @@ void PipelineRuntime::runStep(std::int64_t step, const coordinator::Directive& d
   for (std::int64_t mb = 0; mb < c.train.microbatches; ++mb) {
     const auto begin = static_cast<std::size_t>(mb * rowsPerMicrobatch_);
     data.batches.push_back(model::toBatch(rows, begin, begin + static_cast<std::size_t>(rowsPerMicrobatch_)));
-    data.contexts.push_back(model_->model().rotary().context(data.batches.back(), torch::kFloat));
+    data.contexts.push_back(model_->model().rotary().context(data.batches.back(), model_->dtype()));
   }
   if (directive.planChanged) {
     plan_ = directive.plan;
     setCheckpoints();
+    slots_->fit(*model_, plan_);
   }
+  lossScale_ = optimizer_->lossScaleFor(step);  // 1 unless fp16
   const schedule::DispatchTable& table = directive.table;
   const int L = model_->layerCount();
   forwardMs_.assign(static_cast<std::size_t>(L), 0.0);
@@ -276,31 +308,58 @@ std::function<std::string(int)> PipelineRuntime::describeWorldRank() const {
 }
 
 void PipelineRuntime::finishTrace() {
-  const std::filesystem::path dir = std::filesystem::path(config_.output.dir) / "trace";
+  const std::filesystem::path out(config_.output.dir);
+  const std::filesystem::path dir = out / "trace";
   std::filesystem::create_directories(dir);
   const std::string mine = (dir / fmt::format("rank{}.json", worldRank_)).string();
   std::ofstream(mine) << timeline_->toJson() << '\n';
   const trace::WorkerActivity a = trace::activityOf(timeline_->spans(), 0);
-  std::int64_t local[3] = {a.busyUs, a.firstUs, a.lastUs};
+  const ResidentMemory m = trainingMemory_.value_or(readResidentMemory());
+  std::int64_t local[9] = {a.busyUs,
+                           a.firstUs,
+                           a.lastUs,
+                           m.peakBytes,
+                           m.sharedBytes,
+                           m.fileBytes,
+                           m.anonBytes,
+                           static_cast<std::int64_t>(2 * slots_->slotBytes()),
+                           static_cast<std::int64_t>(optimizer_->stateBytes())};
   const auto parts = channel_->gather(local, sizeof(local), 0);
   if (!leader_) return;  // node 0 reports; its workers are world ranks 0..N-1
   std::vector<trace::WorkerActivity> workers;
+  std::vector<trace::RankMemory> memory;
   std::vector<std::string> files;
   for (int r = 0; r < workers_; ++r) {
-    std::int64_t theirs[3];
+    std::int64_t theirs[9];
     std::memcpy(theirs, parts[static_cast<std::size_t>(r)].data(), sizeof(theirs));
     workers.push_back({theirs[0], theirs[1], theirs[2]});
+    trace::RankMemory rm;
+    rm.rank = r;
+    rm.resident.peakBytes = theirs[3];
+    rm.resident.sharedBytes = theirs[4];
+    rm.resident.fileBytes = theirs[5];
+    rm.resident.anonBytes = theirs[6];
+    rm.slotBytes = theirs[7];
+    rm.optimizerBytes = theirs[8];
+    memory.push_back(rm);
     files.push_back((dir / fmt::format("rank{}.json", r)).string());
   }
-  const std::string merged = (std::filesystem::path(config_.output.dir) / "trace.json").string();
+  const std::string merged = (out / "trace.json").string();
   trace::mergeTraces(files, merged);
+  const auto storeBytes = static_cast<std::int64_t>(store_->layout().total());
   RP_LOG_INFO("bubble report ({} workers; timeline in {}):\n{}", workers_, merged,
               trace::bubbleReport(workers).table());
+  RP_LOG_INFO("memory report (node 0; {}):\n{}", (out / "memory.json").string(),
+              trace::memoryTable(memory, storeBytes));
+  trace::writeMemoryReport((out / "memory.json").string(), memory, storeBytes);
 }
 
+// Sampling (before and after training) reads the weights in place from the store, on the host.
 std::string PipelineRuntime::sample(const std::string& prompt) {
-  upload(-1, {0, model_->layerCount()});
-  return model::greedySample(model_->model(), *tokenizer_, prompt, config_.output.sampleTokens);
+  bindToStore();
+  std::string text = model::greedySample(model_->model(), *tokenizer_, prompt, config_.output.sampleTokens);
+  for (int i = 0; i < static_cast<int>(model_->tensors().size()); ++i) model_->unbind(i);
+  return text;
 }
 
 std::vector<trace::StepMetrics> PipelineRuntime::run() {
@@ -333,6 +392,8 @@ std::vector<trace::StepMetrics> PipelineRuntime::finished() {
     m.loss = r.lossSum / static_cast<double>(std::max<std::int64_t>(1, size.targets));
     m.lr = r.lr;
     m.gradNorm = r.gradNorm;
+    m.skipped = r.skipped;
+    if (r.lossScale > 0) m.lossScale = r.lossScale;
     m.tokens = size.tokens;
     m.targetTokens = size.targets;
     m.epoch = size.epoch;
@@ -347,6 +408,7 @@ std::vector<trace::StepMetrics> PipelineRuntime::finished() {
 void PipelineRuntime::drain(std::int64_t steps) {
   coordination_->finish(steps, describeWorldRank());
   if (steps > startStep_) optimizer_->waitFor(steps - 1);
+  trainingMemory_ = readResidentMemory();  // before the final checkpoint stages its copy of the state
 }
 
 void PipelineRuntime::finish() {

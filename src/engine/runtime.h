@@ -15,7 +15,10 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "checkpoint/saver.h"
+#include "common/resident_memory.h"
 #include "config/run_config.h"
 #include "control/channel.h"
 #include "coordinator/coordinator.h"
@@ -29,7 +32,9 @@
 #include "engine/optimizer_worker.h"
 #include "engine/parts.h"
 #include "engine/pipeline_model.h"
+#include "engine/stage_slots.h"
 #include "memory/node_store.h"
+#include "model/lora.h"
 #include "run/checkpointing.h"
 #include "run/loop.h"
 #include "schedule/dispatch.h"
@@ -90,15 +95,19 @@ class PipelineRuntime : public run::Executor {
   void upload(std::int64_t step, const schedule::Range& layers);
   void download(std::int64_t step, const schedule::Range& layers);
   void queueWeights(device::Ticket& ticket, const schedule::Range& layers);
+  model::LoraConfig loraConfig() const;
+  void publishInitialWeights();
+  void bindToStore();  // every tensor of the model onto its weights in the store
   // A tensor of the tensor plane into worker memory / out of it.
   torch::Tensor fetch(const transport::TensorId& id, at::IntArrayRef shape);
   void put(const transport::TensorId& id, const torch::Tensor& tensor);
   void prefetchNext(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table);
-  torch::Tensor storeTensor(const std::string& region, at::IntArrayRef shape) const;
+  torch::Tensor storeTensor(const std::string& region, at::IntArrayRef shape, torch::ScalarType dtype) const;
   // Writes this rank's trace, and on rank 0 the merged trace and the bubble report.
   void finishTrace();
   // Checkpoints (runtime_state.cpp): resuming from one.
   void restore(const run::Resume& resume);
+  nlohmann::json scalerJson() const;  // fp16: the loss scaler's state for the manifest (else null)
   std::function<std::string(int)> describeWorldRank() const;
   // Rank 0: the measured per-layer times and the last plan, for roundpipe_sim (docs/simulator.md).
   void writeProfile() const;
@@ -129,6 +138,8 @@ class PipelineRuntime : public run::Executor {
   std::unique_ptr<control::ControlChannel> crossNode_;       // same local rank on every node (gradient all-reduce)
   std::unique_ptr<coordinator::Coordination> coordination_;  // plan and dispatch table per iteration
   std::unique_ptr<device::Worker> worker_;                   // the device this rank computes on (its copies)
+  std::unique_ptr<StageSlots> slots_;                        // the worker memory its stages are bound to
+  int slot_ = 0;                                             // the slot of the job running now
   std::unique_ptr<transport::TensorChannel> tensors_;        // activations and gradients between stage jobs
   struct Prefetch {
     std::int64_t step, job;
@@ -138,8 +149,10 @@ class PipelineRuntime : public run::Executor {
   std::unique_ptr<ActivityBoard> activity_;
   std::unique_ptr<Fences> fences_;
   std::unique_ptr<OptimizerWorker> optimizer_;
-  std::vector<StepSize> stepSizes_;  // of steps startStep_, startStep_ + 1, ...
-  std::int64_t startStep_ = 0;       // > 0 when resumed
+  std::optional<ResidentMemory> trainingMemory_;  // at the end of training, for the memory report
+  double lossScale_ = 1.0;                        // the loss scale of this iteration (fp16)
+  std::vector<StepSize> stepSizes_;               // of steps startStep_, startStep_ + 1, ...
+  std::int64_t startStep_ = 0;                    // > 0 when resumed
   std::int64_t tokensSeen_ = 0, targetTokensSeen_ = 0;
   std::optional<std::chrono::steady_clock::time_point> lastFinished_;  // the previous step's end (rank 0)
   bool preempted_ = false;

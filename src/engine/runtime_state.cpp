@@ -55,7 +55,7 @@ std::optional<checkpoint::SaveJob> PipelineRuntime::snapshot(std::int64_t steps)
                              {"target_tokens_seen", targetTokensSeen_},
                              {"optimizer", run::optimizerJson(c, optimizer_->stepCount())},
                              {"lr_schedule", {{"kind", c.optim.schedule}, {"step", steps}}},
-                             {"loss_scaler", nullptr},
+                             {"loss_scaler", scalerJson()},
                              {"data_cursor", run::cursorJson(packer_->cursor())},
                              // Every rank draws the same random numbers (the pipeline has no dropout).
                              {"rng", json::array({{{"rank", 0}, {"torch_cpu", run::rngState()}}})},
@@ -67,6 +67,12 @@ std::optional<checkpoint::SaveJob> PipelineRuntime::snapshot(std::int64_t steps)
   return job;
 }
 
+json PipelineRuntime::scalerJson() const {
+  const optim::LossScaler* s = optimizer_->scaler();
+  if (s == nullptr) return nullptr;
+  return {{"scale", s->scale()}, {"good_steps", s->goodSteps()}, {"skipped_steps", s->skippedSteps()}};
+}
+
 void PipelineRuntime::restore(const run::Resume& r) {
   const auto& c = config_;
   bool savedWeights = false;
@@ -75,6 +81,7 @@ void PipelineRuntime::restore(const run::Resume& r) {
   // from weights = masters.
   const bool withWeights = c.optim.async && savedWeights;
   checkpoint::readSlices(r.dir, r.manifest, optimizer_->stateSlices(withWeights));
+  optimizer_->restoreStagedWeights();
   if (!withWeights) optimizer_->publishMasters();
   const json& t = r.manifest.training;
   try {
@@ -85,6 +92,11 @@ void PipelineRuntime::restore(const run::Resume& r) {
                                              run::cursorFromJson(t.at("data_cursor"), r.where()));
     run::restoreRng(t.at("rng").at(0).at("torch_cpu").get<std::string>(), r.where());
     coordination_->resumeAt(t.value("dispatch_counter", std::int64_t{0}), r.manifest.step);
+    if (optimizer_->scaler() != nullptr && !t.at("loss_scaler").is_null()) {
+      const json& s = t.at("loss_scaler");
+      optimizer_->restoreScaler(s.at("scale").get<double>(), s.at("good_steps").get<std::int64_t>(),
+                                s.at("skipped_steps").get<std::int64_t>(), r.manifest.step);
+    }
   } catch (const json::exception& e) {
     RP_THROW(InputError, "{}: the training state is incomplete: {}", r.where(), e.what());
   }

@@ -33,23 +33,18 @@ void PipelineRuntime::upload(std::int64_t step, const schedule::Range& layers) {
   }
 }
 
-// The weights of every tensor the layers use, queued as bulk copies on the worker (behind urgent copies).
+// The weights of every tensor the layers use, queued as bulk copies on the worker (behind urgent copies) into
+// the tensors' places in the slot they are bound to.
 void PipelineRuntime::queueWeights(device::Ticket& ticket, const schedule::Range& layers) {
-  std::vector<int> queued;
-  for (int l = layers.begin; l < layers.end; ++l) {
-    for (int i : model_->tensorsOfLayer(l)) {
-      if (std::find(queued.begin(), queued.end(), i) != queued.end()) continue;
-      queued.push_back(i);
-      const auto& t = model_->tensors()[static_cast<std::size_t>(i)];
-      worker_->copyBulk(ticket, t.local.data_ptr(), store_->bytes(weightRegion(t.name)),
-                        static_cast<std::size_t>(t.local.nbytes()));
-    }
+  for (int i : model_->tensorsOf(layers.begin, layers.end)) {
+    const auto& t = model_->tensors()[static_cast<std::size_t>(i)];
+    worker_->copyBulk(ticket, t.local.data_ptr(), store_->bytes(weightRegion(t.name)), model_->bytes(i));
   }
 }
 
 // A tensor of the tensor plane into worker memory (ahead of any queued weight copy), and out of it.
 torch::Tensor PipelineRuntime::fetch(const transport::TensorId& id, at::IntArrayRef shape) {
-  torch::Tensor local = torch::empty(shape, torch::kFloat);
+  torch::Tensor local = torch::empty(shape, model_->dtype());
   tensors_->get(id, local.data_ptr(), static_cast<std::size_t>(local.nbytes()));
   return local;
 }
@@ -59,9 +54,10 @@ void PipelineRuntime::put(const transport::TensorId& id, const torch::Tensor& te
   tensors_->put(id, t.data_ptr(), static_cast<std::size_t>(t.nbytes()));
 }
 
-// One-stage weight prefetch (Note [Prefetch]): while job k runs, queue the weights of this worker's next job
-// in the same iteration, if it uses none of job k's tensors (the replica is shared) and its weights are
-// already published. The job waits for the ticket instead of uploading.
+// One-stage weight prefetch (Note [Prefetch]): while job k runs, bind this worker's next job in the same
+// iteration to the other stage slot and queue its weights, if it uses none of job k's tensors (a tensor is
+// bound to one place at a time) and its weights are already published. The job waits for the ticket instead
+// of uploading.
 void PipelineRuntime::prefetchNext(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table) {
   const auto& current = table.jobs[static_cast<std::size_t>(k)].layers;
   for (std::size_t next = static_cast<std::size_t>(k) + 1; next < table.jobs.size(); ++next) {
@@ -79,6 +75,7 @@ void PipelineRuntime::prefetchNext(std::int64_t step, std::int64_t k, const sche
       if (!fences_->copiedByAll(l, step)) return;
     }
     prefetch_ = Prefetch{step, static_cast<std::int64_t>(next), device::Ticket()};
+    slots_->bind(*model_, layers, 1 - slot_);
     queueWeights(prefetch_->ticket, layers);
     return;
   }
@@ -111,7 +108,7 @@ void PipelineRuntime::download(std::int64_t step, const schedule::Range& layers)
         copies.push_back(
             worker_->copyUrgent(slot, sources.back().data_ptr(), static_cast<std::size_t>(sources.back().nbytes())));
       } else {
-        std::memset(slot, 0, static_cast<std::size_t>(t.local.nbytes()));
+        std::memset(slot, 0, model_->bytes(i));
       }
       done.push_back(i);
     }
@@ -181,7 +178,7 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
       for (int l = a; l < L - 1; ++l) x = timed(l, [&] { return model_->forward(l, x, batch, ctx); });
       const model::LossSum loss = timed(L - 1, [&] { return model_->loss(x, batch, config_.train.lossChunkTokens); });
       const auto start = std::chrono::steady_clock::now();
-      (loss.sum * norm).backward();
+      (loss.sum * (norm * lossScale_)).backward();  // fp16: the gradients of the scaled loss
       spread(msSince(start), a, L, proxyCosts_.layers.forward, backwardMs_);
       store_->doubles(lossRegion(step))[mb] = loss.sum.item<double>();
       if (a > 0) put({step, a, mb, transport::TensorKind::kGradient}, input.grad());
@@ -231,12 +228,14 @@ void PipelineRuntime::runJob(std::int64_t step, std::int64_t k, const schedule::
                               fmt::format("job {}: {} {}-{} (step {})", k, schedule::jobKindName(job.kind),
                                           job.layers.begin, job.layers.end - 1, step + 1),
                               "job", 2);
+  slot_ = 1 - slot_;  // consecutive jobs of a worker alternate between the two stage slots
   if (prefetch_ && prefetch_->step == step && prefetch_->job == k) {
     trace::Timeline::Scope wait(timeline_.get(), "wait: prefetched weights", "upload", 0);
     prefetch_->ticket.wait();
     prefetch_.reset();
     for (int l = job.layers.begin; l < job.layers.end; ++l) fences_->addUpload(l);
   } else {
+    slots_->bind(*model_, job.layers, slot_);
     upload(step, job.layers);
   }
   prefetchNext(step, k, table);
@@ -255,6 +254,7 @@ void PipelineRuntime::runOneFOneB(std::int64_t step, const schedule::DispatchTab
   }
   if (mine.empty()) return;
   const schedule::Range layers = table.jobs[static_cast<std::size_t>(mine.front())].layers;
+  slots_->bind(*model_, layers, slot_);
   upload(step, layers);
   model_->model().train();
   for (const auto& op : schedule::oneFOneBOrder(table, rank_, static_cast<int>(config_.train.microbatches))) {

@@ -4,16 +4,16 @@
 
 namespace rp::model {
 
-CausalLM::CausalLM(const ModelConfig& config, torch::ScalarType dtype)
-    : config_(config), dtype_(dtype), rotary_(config) {
-  embedding_ = register_module("embed_tokens", std::make_shared<Embedding>(config));
+CausalLM::CausalLM(const ModelConfig& config, torch::ScalarType dtype, bool allocate)
+    : config_(config), dtype_(dtype), allocated_(allocate), rotary_(config) {
+  const ParamOptions options{dtype, allocate};
+  embedding_ = register_module("embed_tokens", std::make_shared<Embedding>(config, options));
   auto list = register_module("layers", torch::nn::ModuleList());
   for (std::int64_t i = 0; i < config.numLayers; ++i) {
-    layers_.push_back(std::make_shared<DecoderLayer>(config, i));
+    layers_.push_back(std::make_shared<DecoderLayer>(config, i, options));
     list->push_back(layers_.back());
   }
-  head_ = register_module("head", std::make_shared<Head>(config, *embedding_));
-  to(dtype);
+  head_ = register_module("head", std::make_shared<Head>(config, *embedding_, options));
 }
 
 torch::Tensor CausalLM::hidden(const Batch& batch) {

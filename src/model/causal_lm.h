@@ -14,11 +14,13 @@ namespace rp::model {
 
 class CausalLM : public torch::nn::Module {
  public:
-  // Parameters are allocated (uninitialised) in `dtype`; load weights with loadHfWeights().
-  CausalLM(const ModelConfig& config, torch::ScalarType dtype);
+  // Parameters are allocated (uninitialised) in `dtype`; load weights with loadHfWeights(). With
+  // `allocate` false they are placeholders (layers.h, ParamOptions) bound to memory by the caller.
+  CausalLM(const ModelConfig& config, torch::ScalarType dtype, bool allocate = true);
 
   const ModelConfig& config() const { return config_; }
   torch::ScalarType dtype() const { return dtype_; }
+  bool allocated() const { return allocated_; }
   std::int64_t numDecoderLayers() const { return static_cast<std::int64_t>(layers_.size()); }
 
   Embedding& embedding() { return *embedding_; }
@@ -37,6 +39,7 @@ class CausalLM : public torch::nn::Module {
  private:
   ModelConfig config_;
   torch::ScalarType dtype_;
+  bool allocated_;
   Rotary rotary_;
   std::shared_ptr<Embedding> embedding_;
   std::vector<std::shared_ptr<DecoderLayer>> layers_;

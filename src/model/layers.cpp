@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "model/linear_cross_entropy.h"
 #include "model/lora.h"
 
 namespace rp::model {
@@ -42,6 +43,15 @@ torch::Tensor inverseFrequencies(const ModelConfig& c) {
 
 }  // namespace
 
+torch::Tensor newParameter(at::IntArrayRef sizes, const ParamOptions& options, std::optional<double> fill) {
+  const auto o = torch::TensorOptions().dtype(options.dtype);
+  if (!options.allocate) {
+    const std::vector<std::int64_t> strides(sizes.size(), 0);
+    return torch::empty({0}, o).set_(torch::empty({1}, o).storage(), 0, sizes, strides);
+  }
+  return fill ? torch::full(sizes, *fill, o) : torch::empty(sizes, o);
+}
+
 Batch causalBatch(const torch::Tensor& inputIds) {
   RP_CHECK(inputIds.dim() == 2, "inputIds must be [B, T], got {} dims", inputIds.dim());
   Batch batch;
@@ -71,8 +81,8 @@ AttentionContext Rotary::context(const Batch& batch, torch::ScalarType dtype) co
   return ctx;
 }
 
-RmsNorm::RmsNorm(std::int64_t dim, double eps) : eps_(eps) {
-  weight = register_parameter("weight", torch::ones({dim}));
+RmsNorm::RmsNorm(std::int64_t dim, double eps, const ParamOptions& options) : eps_(eps) {
+  weight = register_parameter("weight", newParameter({dim}, options, 1.0));
 }
 
 torch::Tensor RmsNorm::forward(const torch::Tensor& x) const {
@@ -81,9 +91,9 @@ torch::Tensor RmsNorm::forward(const torch::Tensor& x) const {
   return weight * normed.to(x.scalar_type());
 }
 
-Projection::Projection(std::int64_t in, std::int64_t out, bool withBias) {
-  weight = register_parameter("weight", torch::empty({out, in}));
-  if (withBias) bias = register_parameter("bias", torch::zeros({out}));
+Projection::Projection(std::int64_t in, std::int64_t out, bool withBias, const ParamOptions& options) {
+  weight = register_parameter("weight", newParameter({out, in}, options));
+  if (withBias) bias = register_parameter("bias", newParameter({out}, options, 0.0));
 }
 
 torch::Tensor Projection::forward(const torch::Tensor& x) const {
@@ -104,14 +114,19 @@ void appendProjection(std::vector<NamedTensor>& out, const std::string& name, co
 }
 }  // namespace
 
-Attention::Attention(const ModelConfig& c) : numHeads_(c.numHeads), numKvHeads_(c.numKvHeads), headDim_(c.headDim) {
-  q_ = register_module("q_proj", std::make_shared<Projection>(c.hiddenSize, c.numHeads * c.headDim, c.attentionBias));
-  k_ = register_module("k_proj", std::make_shared<Projection>(c.hiddenSize, c.numKvHeads * c.headDim, c.attentionBias));
-  v_ = register_module("v_proj", std::make_shared<Projection>(c.hiddenSize, c.numKvHeads * c.headDim, c.attentionBias));
-  o_ = register_module("o_proj", std::make_shared<Projection>(c.numHeads * c.headDim, c.hiddenSize, c.attentionBias));
+Attention::Attention(const ModelConfig& c, const ParamOptions& o)
+    : numHeads_(c.numHeads), numKvHeads_(c.numKvHeads), headDim_(c.headDim) {
+  q_ =
+      register_module("q_proj", std::make_shared<Projection>(c.hiddenSize, c.numHeads * c.headDim, c.attentionBias, o));
+  k_ = register_module("k_proj",
+                       std::make_shared<Projection>(c.hiddenSize, c.numKvHeads * c.headDim, c.attentionBias, o));
+  v_ = register_module("v_proj",
+                       std::make_shared<Projection>(c.hiddenSize, c.numKvHeads * c.headDim, c.attentionBias, o));
+  o_ =
+      register_module("o_proj", std::make_shared<Projection>(c.numHeads * c.headDim, c.hiddenSize, c.attentionBias, o));
   if (c.qkNorm) {
-    qNorm_ = register_module("q_norm", std::make_shared<RmsNorm>(c.headDim, c.rmsNormEps));
-    kNorm_ = register_module("k_norm", std::make_shared<RmsNorm>(c.headDim, c.rmsNormEps));
+    qNorm_ = register_module("q_norm", std::make_shared<RmsNorm>(c.headDim, c.rmsNormEps, o));
+    kNorm_ = register_module("k_norm", std::make_shared<RmsNorm>(c.headDim, c.rmsNormEps, o));
   }
 }
 
@@ -163,10 +178,10 @@ std::vector<NamedTensor> Attention::hfParameters(const std::string& prefix) cons
   return out;
 }
 
-Mlp::Mlp(const ModelConfig& c) {
-  gate_ = register_module("gate_proj", std::make_shared<Projection>(c.hiddenSize, c.intermediateSize, c.mlpBias));
-  up_ = register_module("up_proj", std::make_shared<Projection>(c.hiddenSize, c.intermediateSize, c.mlpBias));
-  down_ = register_module("down_proj", std::make_shared<Projection>(c.intermediateSize, c.hiddenSize, c.mlpBias));
+Mlp::Mlp(const ModelConfig& c, const ParamOptions& o) {
+  gate_ = register_module("gate_proj", std::make_shared<Projection>(c.hiddenSize, c.intermediateSize, c.mlpBias, o));
+  up_ = register_module("up_proj", std::make_shared<Projection>(c.hiddenSize, c.intermediateSize, c.mlpBias, o));
+  down_ = register_module("down_proj", std::make_shared<Projection>(c.intermediateSize, c.hiddenSize, c.mlpBias, o));
 }
 
 torch::Tensor Mlp::forward(const torch::Tensor& x) const {
@@ -188,12 +203,12 @@ std::vector<NamedTensor> Mlp::hfParameters(const std::string& prefix) const {
   return out;
 }
 
-DecoderLayer::DecoderLayer(const ModelConfig& c, std::int64_t index) : index_(index) {
-  inputNorm_ = register_module("input_layernorm", std::make_shared<RmsNorm>(c.hiddenSize, c.rmsNormEps));
-  attention_ = register_module("self_attn", std::make_shared<Attention>(c));
+DecoderLayer::DecoderLayer(const ModelConfig& c, std::int64_t index, const ParamOptions& o) : index_(index) {
+  inputNorm_ = register_module("input_layernorm", std::make_shared<RmsNorm>(c.hiddenSize, c.rmsNormEps, o));
+  attention_ = register_module("self_attn", std::make_shared<Attention>(c, o));
   postAttentionNorm_ =
-      register_module("post_attention_layernorm", std::make_shared<RmsNorm>(c.hiddenSize, c.rmsNormEps));
-  mlp_ = register_module("mlp", std::make_shared<Mlp>(c));
+      register_module("post_attention_layernorm", std::make_shared<RmsNorm>(c.hiddenSize, c.rmsNormEps, o));
+  mlp_ = register_module("mlp", std::make_shared<Mlp>(c, o));
 }
 
 torch::Tensor DecoderLayer::forward(const torch::Tensor& hidden, const AttentionContext& ctx) const {
@@ -221,8 +236,8 @@ std::string DecoderLayer::projectionPath(const std::string& target) const {
   return fmt::format("model.layers.{}.{}.{}_proj", index_, attention ? "self_attn" : "mlp", target);
 }
 
-Embedding::Embedding(const ModelConfig& c) {
-  weight = register_parameter("weight", torch::empty({c.vocabSize, c.hiddenSize}));
+Embedding::Embedding(const ModelConfig& c, const ParamOptions& o) {
+  weight = register_parameter("weight", newParameter({c.vocabSize, c.hiddenSize}, o));
 }
 
 torch::Tensor Embedding::forward(const torch::Tensor& inputIds) const {
@@ -233,12 +248,12 @@ std::vector<NamedTensor> Embedding::hfParameters() const {
   return {{"model.embed_tokens.weight", weight}};
 }
 
-Head::Head(const ModelConfig& c, const Embedding& embedding) : tied_(c.tieWordEmbeddings) {
-  norm_ = register_module("norm", std::make_shared<RmsNorm>(c.hiddenSize, c.rmsNormEps));
+Head::Head(const ModelConfig& c, const Embedding& embedding, const ParamOptions& o) : tied_(c.tieWordEmbeddings) {
+  norm_ = register_module("norm", std::make_shared<RmsNorm>(c.hiddenSize, c.rmsNormEps, o));
   if (tied_) {
     weight_ = embedding.weight;  // shared storage and autograd leaf: gradients from both uses add up
   } else {
-    weight_ = register_parameter("lm_head", torch::empty({c.vocabSize, c.hiddenSize}));
+    weight_ = register_parameter("lm_head", newParameter({c.vocabSize, c.hiddenSize}, o));
   }
 }
 
@@ -250,18 +265,9 @@ LossSum Head::loss(const torch::Tensor& hidden, const torch::Tensor& targets, st
   const auto flatHidden = hidden.reshape({-1, hidden.size(-1)});
   const auto flatTargets = targets.reshape({-1});
   const auto rows = flatHidden.size(0);
-  const auto chunk = chunkTokens > 0 ? chunkTokens : std::max<std::int64_t>(rows, 1);
+  const auto chunk = chunkTokens > 0 ? chunkTokens : autoChunkRows(rows, weight_.size(1), weight_.size(0));
   LossSum out;
-  out.sum = torch::zeros({}, torch::kFloat);
-  for (std::int64_t start = 0; start < rows; start += chunk) {
-    const auto len = std::min(chunk, rows - start);
-    const auto t = flatTargets.narrow(0, start, len);
-    const auto logitsChunk = logits(flatHidden.narrow(0, start, len)).to(torch::kFloat);
-    out.sum = out.sum +
-              torch::nn::functional::cross_entropy(
-                  logitsChunk, t,
-                  torch::nn::functional::CrossEntropyFuncOptions().ignore_index(kIgnoreIndex).reduction(torch::kSum));
-  }
+  out.sum = linearCrossEntropy(norm_->forward(flatHidden), weight_, flatTargets, chunk, kIgnoreIndex);
   out.tokens = flatTargets.ne(kIgnoreIndex).sum().item<std::int64_t>();
   return out;
 }

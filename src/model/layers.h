@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,6 +38,17 @@ struct AttentionContext {
   torch::Tensor mask;  // undefined (plain causal) or bool [B, 1, T, T], true = may attend
 };
 
+// How a model's parameters are created: allocated in `dtype` (uninitialised; norms start at one, biases at
+// zero), or, unallocated, as placeholders of the right shape and dtype over one element of storage, which the
+// caller binds to real memory (Tensor::set_data) before use — the pipeline's workers hold no model of their
+// own, only the stages they run (engine/stage_slots.h).
+struct ParamOptions {
+  torch::ScalarType dtype = torch::kFloat;
+  bool allocate = true;
+};
+// A parameter tensor of `sizes` under `options`, filled with `fill` when allocated and a fill is given.
+torch::Tensor newParameter(at::IntArrayRef sizes, const ParamOptions& options, std::optional<double> fill = {});
+
 // Rotary position embedding frequencies (default, linear and llama3 scaling as transformers computes them).
 class Rotary {
  public:
@@ -49,7 +61,7 @@ class Rotary {
 
 class RmsNorm : public torch::nn::Module {
  public:
-  RmsNorm(std::int64_t dim, double eps);
+  RmsNorm(std::int64_t dim, double eps, const ParamOptions& options);
   torch::Tensor forward(const torch::Tensor& x) const;
   torch::Tensor weight;
 
@@ -62,7 +74,7 @@ class LoraAdapter;
 // y = x W^T (+ b) (+ LoRA delta); weights stored as [out, in] like nn.Linear.
 class Projection : public torch::nn::Module {
  public:
-  Projection(std::int64_t in, std::int64_t out, bool bias);
+  Projection(std::int64_t in, std::int64_t out, bool bias, const ParamOptions& options);
   torch::Tensor forward(const torch::Tensor& x) const;
   std::int64_t inFeatures() const { return weight.size(1); }
   std::int64_t outFeatures() const { return weight.size(0); }
@@ -78,7 +90,7 @@ class Projection : public torch::nn::Module {
 
 class Attention : public torch::nn::Module {
  public:
-  explicit Attention(const ModelConfig& config);
+  Attention(const ModelConfig& config, const ParamOptions& options);
   torch::Tensor forward(const torch::Tensor& x, const AttentionContext& ctx) const;
   std::vector<NamedTensor> hfParameters(const std::string& prefix) const;
   // "q", "k", "v", "o"; nullptr for other names.
@@ -92,7 +104,7 @@ class Attention : public torch::nn::Module {
 
 class Mlp : public torch::nn::Module {
  public:
-  explicit Mlp(const ModelConfig& config);
+  Mlp(const ModelConfig& config, const ParamOptions& options);
   torch::Tensor forward(const torch::Tensor& x) const;
   std::vector<NamedTensor> hfParameters(const std::string& prefix) const;
   // "gate", "up", "down"; nullptr for other names.
@@ -104,7 +116,7 @@ class Mlp : public torch::nn::Module {
 
 class DecoderLayer : public torch::nn::Module {
  public:
-  DecoderLayer(const ModelConfig& config, std::int64_t index);
+  DecoderLayer(const ModelConfig& config, std::int64_t index, const ParamOptions& options);
   torch::Tensor forward(const torch::Tensor& hidden, const AttentionContext& ctx) const;
   std::vector<NamedTensor> hfParameters() const;
   std::int64_t index() const { return index_; }
@@ -123,7 +135,7 @@ class DecoderLayer : public torch::nn::Module {
 // Prefix layer: token ids -> hidden states.
 class Embedding : public torch::nn::Module {
  public:
-  explicit Embedding(const ModelConfig& config);
+  Embedding(const ModelConfig& config, const ParamOptions& options);
   torch::Tensor forward(const torch::Tensor& inputIds) const;
   std::vector<NamedTensor> hfParameters() const;
   torch::Tensor weight;  // [vocab, hidden]
@@ -139,10 +151,11 @@ struct LossSum {
 // embedding's tensor and hfParameters() leaves it to the Embedding (its owner).
 class Head : public torch::nn::Module {
  public:
-  Head(const ModelConfig& config, const Embedding& embedding);
+  Head(const ModelConfig& config, const Embedding& embedding, const ParamOptions& options);
   torch::Tensor logits(const torch::Tensor& hidden) const;  // [B, T, vocab] in the model dtype
-  // Cross-entropy in float32 over positions with a target, computed `chunkTokens` rows at a time so the
-  // full [B*T, vocab] logits never exist at once (0 = one chunk).
+  // Cross-entropy in float32 over positions with a target, streamed `chunkTokens` rows at a time
+  // (model/linear_cross_entropy.h: at most one chunk of logits exists, in the forward and the backward);
+  // 0 = auto (a chunk's logits about the size of the hidden states).
   LossSum loss(const torch::Tensor& hidden, const torch::Tensor& targets, std::int64_t chunkTokens = 0) const;
   std::vector<NamedTensor> hfParameters() const;
 

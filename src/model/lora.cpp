@@ -9,12 +9,19 @@
 
 namespace rp::model {
 
-LoraAdapter::LoraAdapter(std::int64_t in, std::int64_t out, const LoraConfig& config)
+LoraAdapter::LoraAdapter(std::int64_t in, std::int64_t out, const LoraConfig& config, const ParamOptions& options)
     : scaling_(config.alpha / static_cast<double>(config.rank)), dropout_(config.dropout) {
-  a = register_parameter("lora_A", torch::empty({config.rank, in}));
-  b = register_parameter("lora_B", torch::zeros({out, config.rank}));
+  a = register_parameter("lora_A", newParameter({config.rank, in}, options));
+  b = register_parameter("lora_B", newParameter({out, config.rank}, options));
+  if (options.allocate) reset();
+}
+
+void LoraAdapter::reset() {
   torch::NoGradGuard noGrad;
-  torch::nn::init::kaiming_uniform_(a, std::sqrt(5.0));
+  torch::Tensor a32 = torch::empty(a.sizes(), torch::kFloat);
+  torch::nn::init::kaiming_uniform_(a32, std::sqrt(5.0));
+  a.copy_(a32);
+  b.zero_();
 }
 
 torch::Tensor LoraAdapter::delta(const torch::Tensor& x) {
@@ -31,8 +38,8 @@ std::vector<NamedTensor> attachLora(CausalLM& model, const LoraConfig& config) {
     for (const auto& target : config.targets) {
       Projection* projection = layer.projection(target);
       if (projection == nullptr) RP_THROW(InputError, "lora.targets: unknown projection \"{}\"", target);
-      auto adapter = std::make_shared<LoraAdapter>(projection->inFeatures(), projection->outFeatures(), config);
-      adapter->to(model.dtype());
+      auto adapter = std::make_shared<LoraAdapter>(projection->inFeatures(), projection->outFeatures(), config,
+                                                   ParamOptions{model.dtype(), model.allocated()});
       projection->attach(adapter);
       const std::string path = "base_model.model." + layer.projectionPath(target);
       out.emplace_back(path + ".lora_A.weight", adapter->a);
@@ -40,6 +47,17 @@ std::vector<NamedTensor> attachLora(CausalLM& model, const LoraConfig& config) {
     }
   }
   return out;
+}
+
+void resetLora(CausalLM& model, const LoraConfig& config) {
+  for (std::int64_t i = 0; i < model.numDecoderLayers(); ++i) {
+    DecoderLayer& layer = model.decoderLayer(i);
+    for (const auto& target : config.targets) {
+      Projection* projection = layer.projection(target);
+      RP_CHECK(projection != nullptr && projection->adapter(), "no LoRA adapter on layer {} {}", i, target);
+      projection->adapter()->reset();
+    }
+  }
 }
 
 }  // namespace rp::model

@@ -21,8 +21,11 @@ struct LoraConfig {
 
 class LoraAdapter : public torch::nn::Module {
  public:
-  LoraAdapter(std::int64_t in, std::int64_t out, const LoraConfig& config);
+  // Initialised (reset()) when `options` allocate.
+  LoraAdapter(std::int64_t in, std::int64_t out, const LoraConfig& config, const ParamOptions& options);
   torch::Tensor delta(const torch::Tensor& x);
+  // A from Kaiming-uniform drawn in float32 (then rounded to the adapter's dtype), B zeros.
+  void reset();
   torch::Tensor a;  // [r, in]
   torch::Tensor b;  // [out, r]
 
@@ -34,8 +37,12 @@ class LoraAdapter : public torch::nn::Module {
 class CausalLM;
 
 // Attaches adapters to the targeted projections of every decoder layer (initialised from LibTorch's RNG,
-// which the caller seeds), freezes every base parameter and returns the adapter parameters under PEFT's
-// names ("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"), in layer order.
+// which the caller seeds; placeholders on an unallocated model), freezes every base parameter and returns the
+// adapter parameters under PEFT's names ("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"),
+// in layer order.
 std::vector<NamedTensor> attachLora(CausalLM& model, const LoraConfig& config);
+// Initialises the adapters attachLora(model, config) attached again, in its order (so from the same RNG state,
+// the same values).
+void resetLora(CausalLM& model, const LoraConfig& config);
 
 }  // namespace rp::model

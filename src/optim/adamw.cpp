@@ -65,6 +65,35 @@ std::uint16_t toBFloat16(float value) {
   return static_cast<std::uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
 }
 
+float fromBFloat16(std::uint16_t bits) {
+  const std::uint32_t wide = static_cast<std::uint32_t>(bits) << 16;
+  float out;
+  std::memcpy(&out, &wide, 4);
+  return out;
+}
+
+float fromHalf(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  std::uint32_t exponent = (h >> 10) & 0x1Fu, mantissa = h & 0x3FFu, bits;
+  if (exponent == 0x1F) {  // inf / NaN
+    bits = sign | 0x7F800000u | (mantissa << 13);
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    bits = sign;
+  } else {  // subnormal half: normalise
+    exponent = 127 - 15 + 1;
+    while ((mantissa & 0x400u) == 0) {
+      mantissa <<= 1;
+      --exponent;
+    }
+    bits = sign | (exponent << 23) | ((mantissa & 0x3FFu) << 13);
+  }
+  float out;
+  std::memcpy(&out, &bits, 4);
+  return out;
+}
+
 // F. Giesen's float_to_half_fast3_rtne: exact round-to-nearest-even with the FPU doing the subnormal case.
 std::uint16_t toHalf(float value) {
   std::uint32_t f;

@@ -58,6 +58,9 @@ void adamwScalar(const AdamWStepScalars& s, bool amsgrad, const AdamWSlice& slic
 // float -> bfloat16 / IEEE half, round to nearest even (NaN -> quiet NaN), as LibTorch converts.
 std::uint16_t toBFloat16(float value);
 std::uint16_t toHalf(float value);
+// The exact widening back to float (every bfloat16 / half value is a float).
+float fromBFloat16(std::uint16_t bits);
+float fromHalf(std::uint16_t bits);
 
 // AdamW over registered fp32 tensors. Owns the moments; parameters and gradients stay where they are.
 class AdamW {
@@ -83,6 +86,7 @@ class AdamW {
   std::vector<float>& expAvg(std::size_t i) { return params_[i].expAvg; }
   std::vector<float>& expAvgSq(std::size_t i) { return params_[i].expAvgSq; }
   std::vector<float>& maxExpAvgSq(std::size_t i) { return params_[i].maxExpAvgSq; }
+  const std::vector<float>& maxExpAvgSq(std::size_t i) const { return params_[i].maxExpAvgSq; }
   void restoreStepCount(std::int64_t steps) { step_ = steps; }
 
  private:

@@ -7,6 +7,7 @@
 #include "checkpoint/directory.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/resident_memory.h"
 #include "run/checkpointing.h"
 #include "run/preemption.h"
 #include "run/setup.h"
@@ -39,8 +40,9 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
         writers->channel);
   }
   auto report = [&] {
-    for (const trace::StepMetrics& m : executor.finished()) {
+    for (trace::StepMetrics& m : executor.finished()) {
       if (!reports) continue;
+      m.peakResidentMb = static_cast<double>(readResidentMemory().peakBytes) / 1e6;
       if (!std::isfinite(m.loss)) {
         RP_THROW(Error, "step {}: loss is {} (diverged); lower optim.lr or check the data", m.step, m.loss);
       }

@@ -9,13 +9,32 @@
 
 namespace rp::run {
 
+torch::ScalarType torchDtype(config::Dtype dtype) {
+  switch (dtype) {
+    case config::Dtype::kBFloat16:
+      return torch::kBFloat16;
+    case config::Dtype::kFloat16:
+      return torch::kHalf;
+    case config::Dtype::kFloat32:
+      break;
+  }
+  return torch::kFloat;
+}
+
 std::shared_ptr<model::CausalLM> loadModelFor(const config::RunConfig& c, torch::ScalarType dtype) {
-  if (!c.model.randomInit) return model::loadHfModel(c.model.path, dtype);
   auto model = std::make_shared<model::CausalLM>(model::loadModelConfig(c.model.path), dtype);
-  model::initRandom(*model);
-  RP_LOG_INFO("{}: model.init = random: training from scratch (initializer_range {})", c.model.path,
-              model->config().initializerRange);
+  initModelFor(c, *model);
   return model;
+}
+
+void initModelFor(const config::RunConfig& c, model::CausalLM& model) {
+  if (!c.model.randomInit) {
+    model::loadHfWeights(model, c.model.path);
+    return;
+  }
+  model::initRandom(model);
+  RP_LOG_INFO("{}: model.init = random: training from scratch (initializer_range {})", c.model.path,
+              model.config().initializerRange);
 }
 
 data::TokenizedCorpus loadCorpusFor(const config::RunConfig& c, const model::ModelConfig& model,

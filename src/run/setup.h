@@ -10,8 +10,13 @@
 
 namespace rp::run {
 
+// model.dtype as a LibTorch dtype.
+torch::ScalarType torchDtype(config::Dtype dtype);
+
 // model.init = pretrained: the checkpoint's weights; random: transformers' initialisation (seeded by the caller).
 std::shared_ptr<model::CausalLM> loadModelFor(const config::RunConfig& config, torch::ScalarType dtype);
+// The same into the parameters of an existing model (bound to memory; the pipeline: the node store).
+void initModelFor(const config::RunConfig& config, model::CausalLM& model);
 
 // data.* with the model's BOS/EOS ids.
 data::TokenizedCorpus loadCorpusFor(const config::RunConfig& config, const model::ModelConfig& model,

@@ -45,6 +45,7 @@ void MetricsWriter::write(const StepMetrics& m) {
                    {"epoch", m.epoch}};
   if (m.lossScale) j["loss_scale"] = *m.lossScale;
   if (m.skipped) j["skipped"] = true;
+  if (m.peakResidentMb) j["peak_rss_mb"] = *m.peakResidentMb;
   out_ << j.dump() << '\n';
   out_.flush();
   if (!out_) RP_THROW(SystemError, "{}: write failed at step {} (disk full?)", path_, m.step);

@@ -19,8 +19,9 @@ struct StepMetrics {
   double tokensPerSecond = 0.0;
   double stepTimeSeconds = 0.0;
   std::int64_t epoch = 0;
-  std::optional<double> lossScale;  // fp16 runs
-  bool skipped = false;             // fp16 overflow: no update
+  std::optional<double> lossScale;       // fp16 runs
+  bool skipped = false;                  // fp16 overflow: no update
+  std::optional<double> peakResidentMb;  // the reporting process's resident peak so far (docs/metrics.md)
 };
 
 class MetricsWriter {

@@ -19,23 +19,8 @@
 #include "run/setup.h"
 
 namespace rp::train {
-namespace {
 
-torch::ScalarType torchDtype(config::Dtype dtype) {
-  switch (dtype) {
-    case config::Dtype::kBFloat16:
-      return torch::kBFloat16;
-    case config::Dtype::kFloat16:
-      return torch::kHalf;
-    case config::Dtype::kFloat32:
-      break;
-  }
-  return torch::kFloat;
-}
-
-}  // namespace
-
-Trainer::Trainer(config::RunConfig config) : config_(std::move(config)), dtype_(torchDtype(config_.model.dtype)) {
+Trainer::Trainer(config::RunConfig config) : config_(std::move(config)), dtype_(run::torchDtype(config_.model.dtype)) {
   const auto& c = config_;
   const long threads = c.train.threads > 0 ? c.train.threads : env::getInt(env::kNumThreads);
   if (threads > 0) torch::set_num_threads(static_cast<int>(threads));

@@ -65,6 +65,8 @@ class Trainer : public run::Executor {
   // Trainable parameters (HF or PEFT names) and their fp32 gradient slots, in the same order.
   const std::vector<model::NamedTensor>& trainable() const { return trainable_; }
   const std::vector<torch::Tensor>& gradSlots() const { return slots_; }
+  // Their float32 masters (the parameters themselves in a float32 run).
+  const std::vector<torch::Tensor>& masters() const { return masters_; }
 
  private:
   config::RunConfig config_;

@@ -123,6 +123,24 @@ TEST(AdamWKernels, ModelCopyRoundsLikeLibTorch) {
   EXPECT_EQ(toBFloat16(std::nanf("")), 0x7FC0);
 }
 
+// Widening every one of the 65536 bit patterns gives LibTorch's float (NaNs stay NaN).
+TEST(AdamWKernels, WideningEqualsLibTorch) {
+  std::vector<std::uint16_t> all(65536);
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::uint16_t>(i);
+  for (const auto dtype : {torch::kBFloat16, torch::kHalf}) {
+    const torch::Tensor wide = torch::from_blob(all.data(), {65536}, dtype).to(torch::kFloat).contiguous();
+    const float* expected = wide.data_ptr<float>();
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      const float got = dtype == torch::kHalf ? fromHalf(all[i]) : fromBFloat16(all[i]);
+      if (std::isnan(expected[i])) {
+        ASSERT_TRUE(std::isnan(got)) << i;
+      } else {
+        ASSERT_EQ(std::memcmp(&got, &expected[i], 4), 0) << i << ": " << got << " vs " << expected[i];
+      }
+    }
+  }
+}
+
 TEST(AdamWKernels, ThreadsSplitTheWorkWithoutChangingABit) {
   const std::size_t n = 10007;
   Buffers a(n, 1), b(n, 1);

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "common/resident_memory.h"
 #include "model/causal_lm.h"
+#include "model/linear_cross_entropy.h"
 
 namespace rp::model {
 namespace {
@@ -86,20 +88,65 @@ TEST(ModelLayers, TiedHeadGradientIsSumOfBothUses) {
   EXPECT_TRUE(torch::allclose(tiedGrad, embedGrad + headGrad, 1e-5, 1e-6));
 }
 
-TEST(ModelLayers, ChunkedLossEqualsWholeLossAndGradients) {
-  CausalLM model(tinyConfig(Architecture::kQwen3, false), torch::kFloat);
-  randomize(model, 5);
-  auto batch = causalBatch(torch::randint(97, {2, 15}, torch::kInt64));
-  batch.targets.index_put_({0, 3}, kIgnoreIndex);
-  const auto hidden = model.hidden(batch).detach().requires_grad_(true);
-  const auto whole = model.head().loss(hidden, batch.targets, 0);
-  EXPECT_EQ(whole.tokens, 2 * 14 - 1);
-  const auto wholeGrad = torch::autograd::grad({whole.sum}, {hidden})[0];
-  const auto chunked = model.head().loss(hidden, batch.targets, 7);
-  EXPECT_EQ(chunked.tokens, whole.tokens);
-  EXPECT_TRUE(torch::allclose(chunked.sum, whole.sum, 1e-6, 1e-5));
-  const auto chunkedGrad = torch::autograd::grad({chunked.sum}, {hidden})[0];
-  EXPECT_TRUE(torch::allclose(chunkedGrad, wholeGrad, 1e-6, 1e-7));
+// The streamed loss against plain autograd over the full logits (linear, float32 cross-entropy): the same
+// loss and the same gradients for the hidden states and the head weight, whatever the chunking.
+TEST(ModelLayers, StreamedLossEqualsPlainCrossEntropyAndGradients) {
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    CausalLM model(tinyConfig(Architecture::kQwen3, false), dtype);
+    randomize(model, 5);
+    auto batch = causalBatch(torch::randint(97, {2, 15}, torch::kInt64));
+    batch.targets.index_put_({0, 3}, kIgnoreIndex);
+    torch::Tensor head;
+    for (auto& [n, p] : model.hfParameters()) {
+      if (n == "lm_head.weight") head = p;
+    }
+    const auto hidden = model.hidden(batch).detach().requires_grad_(true);
+    const auto plain = torch::nn::functional::cross_entropy(
+        model.head().logits(hidden).reshape({-1, 97}).to(torch::kFloat), batch.targets.reshape({-1}),
+        torch::nn::functional::CrossEntropyFuncOptions().ignore_index(kIgnoreIndex).reduction(torch::kSum));
+    const auto plainGrads = torch::autograd::grad({plain * 0.37}, {hidden, head});
+    // bf16: the plain path rounds the scaled logit gradient, the streamed one the unscaled and it sums the
+    // head weight's gradient over chunks in bf16 — a few roundings apart, so compared as a relative norm.
+    const double tol = dtype == torch::kFloat ? 1e-6 : 1e-2;
+    auto relative = [](const torch::Tensor& a, const torch::Tensor& b) {
+      const auto fa = a.to(torch::kFloat), fb = b.to(torch::kFloat);
+      return ((fa - fb).norm() / fb.norm()).item<double>();
+    };
+    for (const std::int64_t chunk : {0, 1, 7, 30, 1000}) {
+      const auto streamed = model.head().loss(hidden, batch.targets, chunk);
+      EXPECT_EQ(streamed.tokens, 2 * 14 - 1);
+      EXPECT_TRUE(torch::allclose(streamed.sum, plain, 1e-6, 1e-5)) << chunk << " " << dtype;
+      const auto grads = torch::autograd::grad({streamed.sum * 0.37}, {hidden, head});
+      EXPECT_LE(relative(grads[0], plainGrads[0]), tol) << "hidden, chunk " << chunk << " " << dtype;
+      EXPECT_LE(relative(grads[1], plainGrads[1]), tol) << "head weight, chunk " << chunk << " " << dtype;
+    }
+  }
+}
+
+// Forward and backward of the loss hold one chunk of logits at a time: the resident peak of a streamed
+// loss stays within a few chunks' logits, while one chunk over every token costs the full [tokens, vocab].
+TEST(ModelLayers, StreamedLossPeakIsBoundedByOneChunk) {
+  if (!resetResidentPeak()) GTEST_SKIP() << "the kernel does not let this process reset its resident peak";
+  torch::manual_seed(11);
+  const std::int64_t tokens = 2048, hidden = 64, vocab = 32000, chunk = 128;
+  const auto weight = (0.05 * torch::randn({vocab, hidden})).requires_grad_(true);
+  const auto targets = torch::randint(vocab, {tokens}, torch::kInt64);
+  auto peakOf = [&](std::int64_t rows) {
+    const auto h = torch::randn({tokens, hidden}).requires_grad_(true);
+    resetResidentPeak();
+    const std::int64_t before = readResidentMemory().bytes;
+    linearCrossEntropy(h, weight, targets, rows, kIgnoreIndex).backward();
+    const std::int64_t peak = readResidentMemory().peakBytes - before;
+    weight.mutable_grad().reset();
+    return peak;
+  };
+  const std::int64_t fullLogits = tokens * vocab * 4, chunkLogits = chunk * vocab * 4;
+  const std::int64_t weightBytes = vocab * hidden * 4;
+  const std::int64_t whole = peakOf(tokens);
+  const std::int64_t streamed = peakOf(chunk);
+  EXPECT_GE(whole, fullLogits) << "one chunk over every token holds the full logits";
+  EXPECT_LE(streamed, 6 * chunkLogits + 2 * weightBytes + (16 << 20))
+      << "streamed peak " << streamed / 1e6 << " MB; one chunk's logits are " << chunkLogits / 1e6 << " MB";
 }
 
 // Packed documents with restarted positions and segment ids give each document exactly the logits it

@@ -1,0 +1,40 @@
+// Note [Stage slots]: a worker holds no model of its own, only the stages it runs (RoundPipe's stateless
+// workers): two slots of worker memory — the running stage's and the prefetched one's — each as large as the
+// plan's largest stage (its distinct tensors in the model dtype, 64-byte aligned). A job binds the tensors of
+// its layers to views of one slot and uploads the store's weights into them; the next job of the worker
+// takes the other slot, so its weights can arrive while this one computes. Re-planning re-sizes the slots.
+// Gradients and activations are the compute's own (LibTorch's allocator), freed after each job.
+// Thread-safety: the rank's main thread.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "device/worker.h"
+#include "engine/pipeline_model.h"
+#include "schedule/plan.h"
+
+namespace rp::engine {
+
+class StageSlots {
+ public:
+  explicit StageSlots(device::Worker& worker) : worker_(worker) {}
+
+  // The bytes a stage over `layers` binds.
+  static std::size_t stageBytes(const PipelineModel& model, const schedule::Range& layers);
+  // The largest stage of `plan`.
+  static std::size_t largestStage(const PipelineModel& model, const schedule::Plan& plan);
+  // Makes each slot hold `plan`'s largest stage, allocating anew (and unbinding every tensor) when that size
+  // changed. Between jobs only.
+  void fit(PipelineModel& model, const schedule::Plan& plan);
+  // Binds the tensors of `layers` to views of slot `slot` (0 or 1).
+  void bind(PipelineModel& model, const schedule::Range& layers, int slot);
+  std::size_t slotBytes() const { return bytes_; }
+
+ private:
+  device::Worker& worker_;
+  std::size_t bytes_ = 0;
+  std::shared_ptr<void> slots_[2];
+};
+
+}  // namespace rp::engine
