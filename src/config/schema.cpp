@@ -30,7 +30,7 @@ const std::vector<KeySpec>& runSchema() {
       {"train.seed", Type::kInt, I(0), "seed for shuffling, LoRA init and dropout"},
       {"train.grad_clip", Type::kFloat, 1.0, "global gradient-norm clip (0 = off)"},
       {"train.loss_chunk_tokens", Type::kInt, I(0),
-       "LM-head/loss chunk in tokens (0 = auto: logits about the size of the hidden states)"},
+       "LM-head/loss chunk in tokens (0 = auto: logits about the size of the hidden states, >= 256 rows)"},
       {"train.threads", Type::kInt, I(0), "LibTorch intra-op threads (0 = RP_NUM_THREADS or LibTorch default)"},
 
       {"optim.lr", Type::kFloat, 1e-3, "peak learning rate"},

@@ -61,7 +61,8 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
 
 std::int64_t autoChunkRows(std::int64_t rows, std::int64_t hidden, std::int64_t vocab) {
   const std::int64_t ratio = std::max<std::int64_t>(1, (vocab + hidden - 1) / std::max<std::int64_t>(hidden, 1));
-  return std::max<std::int64_t>(1, (rows + ratio - 1) / ratio);
+  const std::int64_t byRatio = (rows + ratio - 1) / ratio;
+  return std::max<std::int64_t>(1, std::min(rows, std::max(byRatio, kMinAutoChunkRows)));
 }
 
 torch::Tensor linearCrossEntropy(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,

@@ -12,7 +12,9 @@
 namespace rp::model {
 
 // Rows of a chunk when `chunkTokens` is 0 (auto): the chunk's logits hold about as many elements as the
-// hidden states ([rows, hidden]), i.e. rows / ceil(vocab / hidden), at least 1.
+// hidden states ([rows, hidden]), i.e. rows / ceil(vocab / hidden), but at least kMinAutoChunkRows (smaller
+// matmuls waste the hardware: docs/benchmarks.md) and at most `rows`.
+inline constexpr std::int64_t kMinAutoChunkRows = 256;
 std::int64_t autoChunkRows(std::int64_t rows, std::int64_t hidden, std::int64_t vocab);
 
 // sum over rows with targets[i] != ignoreIndex of -log softmax(hidden[i] W^T)[targets[i]], in float32.

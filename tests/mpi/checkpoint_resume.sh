@@ -3,8 +3,8 @@
 #  1. resharding: a 4-worker run saved at step 3 resumes on 4, 2, 3 workers and on the single-process trainer;
 #     losses of steps 4..6 equal the uninterrupted run's (bitwise on 4 workers, 1e-6 relative otherwise), and
 #     so does the final state (every dataset's CRC-32 in the step-6 checkpoints) on the same workers;
-#  2. async mode resumes bitwise (the saved one-step-stale weights); so do LoRA and, with $RP_GOLDEN_DIR, the
-#     generated Qwen3 (full and LoRA);
+#  2. async mode resumes bitwise (the saved one-step-stale weights); so do async bfloat16, float16 with its loss
+#     scaler, LoRA and, with $RP_GOLDEN_DIR, the generated Qwen3 (full and LoRA);
 #  3. kill -9 of a rank at each point of a save: the next start resumes from the previous checkpoint (or the
 #     newer complete one), never from a partial one, and removes the partial directory;
 #  4. SIGUSR1 to mpirun: the run saves at the next step boundary and exits with code 3;
@@ -76,6 +76,24 @@ run "$work/a2" 2 --set optim.mode=async || fail "the async run failed"
 run "$work/ra2" 2 --set optim.mode=async --resume "$work/a2/checkpoints/step-00000003" || fail "async resume failed"
 same_losses "$work/a2" "$work/ra2" 4 0
 same_state "$work/a2" "$work/ra2"
+
+# Mixed precision: async bfloat16 (the bf16 one-step-stale weights saved as float32 and restored) and float16
+# with its loss scaler (the scale and its good-step count in the manifest): bitwise on the same workers.
+for prec in "bf16 --set model.dtype=bfloat16 --set optim.mode=async" \
+            "fp16 --set model.dtype=float16 --set optim.mode=sync --set precision.growth_interval=2"; do
+  read -r name flags <<<"$prec"
+  # shellcheck disable=SC2086
+  run "$work/$name" 2 $flags || { tail -20 "$work/$name.log"; fail "the $name run failed"; }
+  # shellcheck disable=SC2086
+  run "$work/r$name" 2 $flags --resume "$work/$name/checkpoints/step-00000003" || fail "$name resume failed"
+  same_losses "$work/$name" "$work/r$name" 4 0
+  same_state "$work/$name" "$work/r$name"
+  python3 - "$work/$name/metrics.jsonl" "$work/r$name/metrics.jsonl" <<'PY' || fail "$name: the loss scales differ"
+import json, sys
+a, b = ({j["step"]: j.get("loss_scale") for j in map(json.loads, open(p))} for p in sys.argv[1:3])
+assert all(a[s] == b[s] for s in (4, 5, 6)), (a, b)
+PY
+done
 
 # LoRA (adapters only; the base comes from model.path) and the generated Qwen3: bitwise on the same workers.
 run "$work/l2" 2 --set optim.mode=sync --set lora.rank=4 || fail "the LoRA run failed"
