@@ -13,7 +13,7 @@ struct ResidentMemory {
   std::int64_t bytes = 0;        // VmRSS
   std::int64_t anonBytes = 0;    // RssAnon: private memory (heap, LibTorch tensors, worker slots)
   std::int64_t fileBytes = 0;    // RssFile
-  std::int64_t sharedBytes = 0;  // RssShmem: POSIX shared memory (the node store between processes)
+  std::int64_t sharedBytes = 0;  // RssShmem: POSIX shared memory (the node store, the tensor arena)
   // The private peak: the peak less what is shared or file-backed now (those pages only grow in a run).
   std::int64_t privatePeakBytes() const;
 };

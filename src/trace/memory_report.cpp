@@ -18,14 +18,16 @@ double mb(std::int64_t bytes) {
 
 std::string memoryTable(const std::vector<RankMemory>& ranks, std::int64_t storeBytes) {
   std::string out = fmt::format("{:>4} {:>10} {:>12} {:>13} {:>10} {:>12} {:>14}\n", "rank", "peak MB", "private MB",
-                                "store MB", "files MB", "slots MB", "optimizer MB");
+                                "shared MB", "files MB", "slots MB", "optimizer MB");
   for (const auto& r : ranks) {
     out += fmt::format("{:>4} {:>10.1f} {:>12.1f} {:>13.1f} {:>10.1f} {:>12.1f} {:>14.1f}\n", r.rank,
                        mb(r.resident.peakBytes), mb(r.resident.privatePeakBytes()), mb(r.resident.sharedBytes),
                        mb(r.resident.fileBytes), mb(r.slotBytes), mb(r.optimizerBytes));
   }
-  out +=
-      fmt::format("node store {:.1f} MB, shared by the node's ranks (private = peak - store - files)", mb(storeBytes));
+  out += fmt::format(
+      "node store {:.1f} MB, shared by the node's ranks (private = peak - shared - files; shared: the store and the "
+      "tensor plane's arena)",
+      mb(storeBytes));
   return out;
 }
 
@@ -35,7 +37,7 @@ void writeMemoryReport(const std::string& path, const std::vector<RankMemory>& r
     rows.push_back({{"rank", r.rank},
                     {"peak_mb", mb(r.resident.peakBytes)},
                     {"private_peak_mb", mb(r.resident.privatePeakBytes())},
-                    {"store_mb", mb(r.resident.sharedBytes)},
+                    {"shared_mb", mb(r.resident.sharedBytes)},
                     {"files_mb", mb(r.resident.fileBytes)},
                     {"stage_slots_mb", mb(r.slotBytes)},
                     {"optimizer_mb", mb(r.optimizerBytes)}});
