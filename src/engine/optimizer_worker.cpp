@@ -10,17 +10,10 @@
 #include "common/log.h"
 #include "optim/adamw_simd.h"
 #include "optim/grad_clip.h"
+#include "run/setup.h"
 
 namespace rp::engine {
 namespace {
-
-optim::ModelCopy modelCopyOf(c10::ScalarType dtype) {
-  if (dtype == c10::ScalarType::BFloat16) return optim::ModelCopy::kBFloat16;
-  if (dtype == c10::ScalarType::Half) return optim::ModelCopy::kFloat16;
-  RP_CHECK(dtype == c10::ScalarType::Float, "model dtype {} (expected float32, bfloat16 or float16)",
-           c10::toString(dtype));
-  return optim::ModelCopy::kNone;
-}
 
 // `n` elements of the model dtype at `src` widened into `dst` (or added to it).
 void widen(float* dst, const std::uint8_t* src, std::size_t n, c10::ScalarType dtype, bool add) {
@@ -75,7 +68,7 @@ OptimizerWorker::OptimizerWorker(std::vector<OptimTensor> tensors, Fences& fence
   if (options_.crossNode != nullptr) crossNode_ = options_.crossNode->duplicate();
   // Sync bf16/fp16: the update writes the rounded weights in the same pass (async copies W_t before the
   // update, so it cannot).
-  const optim::ModelCopy copy = modelCopyOf(options_.dtype);
+  const optim::ModelCopy copy = run::modelCopyFor(options_.dtype);
   fusedCopy_ = !options_.async && copy != optim::ModelCopy::kNone;
   for (auto& t : tensors_) {
     slices_.push_back(sliceOf(t.numel, rank_, ranks_));

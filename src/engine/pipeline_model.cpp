@@ -68,10 +68,11 @@ void PipelineModel::bind(int tensor, void* memory, std::shared_ptr<void> owner) 
       torch::TensorOptions().dtype(t.local.scalar_type())));
 }
 
-void PipelineModel::unbind(int tensor) {
+void PipelineModel::unbindAll() {
   torch::NoGradGuard noGrad;
-  auto& t = tensors_.at(static_cast<std::size_t>(tensor));
-  t.local.set_data(model::newParameter(t.local.sizes(), {t.local.scalar_type(), /*allocate=*/false}));
+  for (auto& t : tensors_) {
+    t.local.set_data(model::newParameter(t.local.sizes(), {t.local.scalar_type(), /*allocate=*/false}));
+  }
 }
 
 torch::Tensor PipelineModel::forward(int l, const torch::Tensor& x, const model::Batch& batch,

@@ -36,9 +36,9 @@ class PipelineModel {
   torch::ScalarType dtype() const { return model_->dtype(); }
   std::size_t bytes(int tensor) const;  // of the tensor in the model dtype
   // Points tensor `tensor` at `memory` (bytes(tensor) bytes; the values stay what the memory holds); `owner`
-  // keeps the memory alive while the tensor points there. unbind: back to a placeholder.
+  // keeps the memory alive while the tensor points there. unbindAll: every tensor back to a placeholder.
   void bind(int tensor, void* memory, std::shared_ptr<void> owner = nullptr);
-  void unbind(int tensor);
+  void unbindAll();
 
   // Layer l < L-1: layer 0 embeds batch.inputIds (x unused); the others are decoder layers.
   torch::Tensor forward(int l, const torch::Tensor& x, const model::Batch& batch, const model::AttentionContext& ctx);

@@ -191,7 +191,7 @@ void PipelineRuntime::buildStore() {
   options.async = c.optim.async;
   options.dtype = model_->dtype();
   if (model_->dtype() == torch::kHalf) {
-    options.lossScaling = optim::LossScalerConfig{c.precision.lossScale, 2.0, 0.5, c.precision.growthInterval};
+    options.lossScaling = run::lossScalerFor(c);
   }
   options.layers = L;
   options.losses[0] = store_->doubles(lossRegion(0));
@@ -219,7 +219,7 @@ void PipelineRuntime::publishInitialWeights() {
   for (const auto& t : model_->tensors()) {
     if (t.trainable) storeTensor(masterRegion(t.name), t.local.sizes(), torch::kFloat).copy_(t.local);
   }
-  for (int i = 0; i < static_cast<int>(model_->tensors().size()); ++i) model_->unbind(i);
+  model_->unbindAll();
 }
 
 void PipelineRuntime::bindToStore() {
@@ -358,7 +358,7 @@ void PipelineRuntime::finishTrace() {
 std::string PipelineRuntime::sample(const std::string& prompt) {
   bindToStore();
   std::string text = model::greedySample(model_->model(), *tokenizer_, prompt, config_.output.sampleTokens);
-  for (int i = 0; i < static_cast<int>(model_->tensors().size()); ++i) model_->unbind(i);
+  model_->unbindAll();
   return text;
 }
 

@@ -32,7 +32,7 @@ std::size_t StageSlots::largestStage(const PipelineModel& model, const schedule:
 void StageSlots::fit(PipelineModel& model, const schedule::Plan& plan) {
   const std::size_t bytes = largestStage(model, plan);
   if (bytes == bytes_ && slots_[0]) return;
-  for (int i = 0; i < static_cast<int>(model.tensors().size()); ++i) model.unbind(i);
+  model.unbindAll();
   slots_[0].reset();
   slots_[1].reset();
   bytes_ = bytes;

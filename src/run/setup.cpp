@@ -21,6 +21,17 @@ torch::ScalarType torchDtype(config::Dtype dtype) {
   return torch::kFloat;
 }
 
+optim::ModelCopy modelCopyFor(torch::ScalarType dtype) {
+  if (dtype == torch::kBFloat16) return optim::ModelCopy::kBFloat16;
+  if (dtype == torch::kHalf) return optim::ModelCopy::kFloat16;
+  RP_CHECK(dtype == torch::kFloat, "model dtype {} (expected float32, bfloat16 or float16)", c10::toString(dtype));
+  return optim::ModelCopy::kNone;
+}
+
+optim::LossScalerConfig lossScalerFor(const config::RunConfig& c) {
+  return {c.precision.lossScale, 2.0, 0.5, c.precision.growthInterval};
+}
+
 std::shared_ptr<model::CausalLM> loadModelFor(const config::RunConfig& c, torch::ScalarType dtype) {
   auto model = std::make_shared<model::CausalLM>(model::loadModelConfig(c.model.path), dtype);
   initModelFor(c, *model);

@@ -7,11 +7,17 @@
 #include "data/corpus.h"
 #include "data/tokenizer.h"
 #include "model/causal_lm.h"
+#include "optim/adamw.h"
+#include "optim/loss_scaler.h"
 
 namespace rp::run {
 
 // model.dtype as a LibTorch dtype.
 torch::ScalarType torchDtype(config::Dtype dtype);
+// The model-dtype copy the AdamW kernels write for weights of `dtype` (kNone for float32).
+optim::ModelCopy modelCopyFor(torch::ScalarType dtype);
+// precision.* as the fp16 loss scaler's settings.
+optim::LossScalerConfig lossScalerFor(const config::RunConfig& config);
 
 // model.init = pretrained: the checkpoint's weights; random: transformers' initialisation (seeded by the caller).
 std::shared_ptr<model::CausalLM> loadModelFor(const config::RunConfig& config, torch::ScalarType dtype);

@@ -39,9 +39,7 @@ Trainer::Trainer(config::RunConfig config) : config_(std::move(config)), dtype_(
       optim::bestAdamWKernel());
   adamw_->setThreads(static_cast<int>(c.optim.threads));
   // bf16/fp16: the kernel writes the rounded model copy (the parameter itself) in the same pass.
-  const optim::ModelCopy copy = dtype_ == torch::kBFloat16 ? optim::ModelCopy::kBFloat16
-                                : dtype_ == torch::kHalf   ? optim::ModelCopy::kFloat16
-                                                           : optim::ModelCopy::kNone;
+  const optim::ModelCopy copy = run::modelCopyFor(dtype_);
   std::int64_t count = 0;
   for (auto& [name, param] : trainable_) {
     param.set_requires_grad(true);
@@ -59,8 +57,7 @@ Trainer::Trainer(config::RunConfig config) : config_(std::move(config)), dtype_(
   schedule_ = optim::LrSchedule{optim::parseScheduleKind(c.optim.schedule, "optim.schedule"), c.optim.lr,
                                 c.optim.warmupSteps, c.train.maxSteps, c.optim.minLrRatio};
   if (dtype_ == torch::kHalf) {
-    scaler_ = std::make_unique<optim::LossScaler>(
-        optim::LossScalerConfig{c.precision.lossScale, 2.0, 0.5, c.precision.growthInterval});
+    scaler_ = std::make_unique<optim::LossScaler>(run::lossScalerFor(c));
   }
 
   corpus_ = run::loadCorpusFor(c, model_->config(), *tokenizer_);

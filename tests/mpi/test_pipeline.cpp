@@ -57,18 +57,8 @@ void PrintTo(const Case& c, std::ostream* os) {
 class Equivalence : public ::testing::TestWithParam<Case> {};
 
 std::vector<std::string> baseConfig(const Case& c, const std::string& fixtures, const std::string& out) {
-  std::vector<std::string> sets{"model.path=" + c.model,
-                                "model.tokenizer=" + c.tokenizer,
-                                "data.path=" + fixtures + "/text/tinyshakespeare.txt",
-                                "train.seq_len=32",
-                                "train.global_batch=8",
-                                "train.microbatches=4",
-                                "train.max_steps=5",
-                                "train.threads=1",
-                                "optim.lr=3e-3",
-                                "optim.schedule=constant",
-                                "optim.mode=sync",
-                                "output.dir=" + out};
+  std::vector<std::string> sets = test::equivalenceSettings(c.model, c.tokenizer, fixtures, out);
+  sets.push_back("optim.mode=sync");
   sets.insert(sets.end(), c.extra.begin(), c.extra.end());
   return sets;
 }

@@ -10,6 +10,21 @@
 
 namespace rp::test {
 
+std::vector<std::string> equivalenceSettings(const std::string& model, const std::string& tokenizer,
+                                             const std::string& fixtures, const std::string& out) {
+  return {"model.path=" + model,
+          "model.tokenizer=" + tokenizer,
+          "data.path=" + fixtures + "/text/tinyshakespeare.txt",
+          "train.seq_len=32",
+          "train.global_batch=8",
+          "train.microbatches=4",
+          "train.max_steps=5",
+          "train.threads=1",
+          "optim.lr=3e-3",
+          "optim.schedule=constant",
+          "output.dir=" + out};
+}
+
 void expectEqualsTrainer(const config::RunConfig& config, const PipelineResult& pipeline, Tolerance tolerance) {
   train::Trainer reference(config);
   for (std::size_t s = 0; s < pipeline.metrics.size(); ++s) {

@@ -18,6 +18,11 @@ struct PipelineResult {
   std::function<torch::Tensor(const std::string&)> weight;  // the final weights by HF/PEFT name
 };
 
+// The equivalence runs' settings (5 steps of 4 microbatches of tiny-shakespeare, one thread, constant lr
+// 3e-3) for `model` with `tokenizer`, writing into `out`; the MPI and in-process tiers add their own.
+std::vector<std::string> equivalenceSettings(const std::string& model, const std::string& tokenizer,
+                                             const std::string& fixtures, const std::string& out);
+
 // Relative tolerances on the loss and grad norm, absolute on the final float32 masters.
 struct Tolerance {
   double loss = 1e-6;

@@ -117,18 +117,8 @@ TEST_P(InProcPipeline, EqualsTheSingleProcessTrainer) {
     init.push_back("model.init=random");
   }
   auto configAt = [&](const std::string& out) {
-    std::vector<std::string> sets{"model.path=" + model,
-                                  "model.tokenizer=" + tokenizer,
-                                  "data.path=" + *fixtures + "/text/tinyshakespeare.txt",
-                                  "train.seq_len=32",
-                                  "train.global_batch=8",
-                                  "train.microbatches=4",
-                                  "train.max_steps=5",
-                                  "train.threads=1",
-                                  "optim.lr=3e-3",
-                                  "optim.schedule=constant",
-                                  "pipeline.stall_timeout_s=60",
-                                  "output.dir=" + out};
+    std::vector<std::string> sets = test::equivalenceSettings(model, tokenizer, *fixtures, out);
+    sets.push_back("pipeline.stall_timeout_s=60");
     sets.push_back(c.async ? "optim.mode=async" : "optim.mode=sync");
     sets.insert(sets.end(), init.begin(), init.end());
     sets.insert(sets.end(), c.extra.begin(), c.extra.end());
