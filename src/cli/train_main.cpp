@@ -1,7 +1,7 @@
 // roundpipe_train --config run.toml [--set key=value ...] [--resume latest|<dir>]: fine-tune a Hugging Face
 // checkpoint.
-// One process: the single-process trainer. Under `mpirun -np N` (N > 1): the RoundPipe pipeline runtime
-// with N workers. docs/config.md lists the keys.
+// One process on the CPU: the single-process trainer. Under `mpirun -np N` (N > 1), or one process with a
+// GPU: the RoundPipe pipeline runtime with N workers. docs/config.md lists the keys.
 #include <cstdio>
 
 #include <torch/torch.h>
@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "config/run_config.h"
 #include "device/device.h"
+#include "device/placement.h"
 #include "engine/runtime.h"
 #include "run/preemption.h"
 #include "train/trainer.h"
@@ -44,9 +45,16 @@ int run(int argc, char** argv, const rp::MpiSession& session) {
   }
   if (printOnly) return rp::cli::kExitOk;
   rp::run::installPreemptionHandlers();  // SIGTERM/SIGUSR1: save at the next step boundary, exit 3
-  const auto devices = rp::device::probe();
-  if (leader) RP_LOG_INFO("backend {}: {}", rp::device::backendName(devices.backend), devices.reason);
+  // One process on the cpu backend: the single-process trainer. Otherwise the pipeline runtime, whose ranks
+  // each place themselves on a device and log it (one process with a GPU: one worker on it).
+  bool useTrainer = false;
   if (session.identity().size == 1) {
+    const auto placed = rp::device::place(
+        {config.pipeline.backend, 0, 1, static_cast<int>(config.pipeline.ranksPerGpu)}, rp::device::probe());
+    useTrainer = placed.backend == rp::device::Backend::kCpu;
+    if (useTrainer) RP_LOG_INFO("backend cpu ({}): the single-process trainer", placed.why);
+  }
+  if (useTrainer) {
     rp::train::Trainer trainer(std::move(config));
     if (!trainer.run()) return rp::cli::kExitPreempted;
   } else {

@@ -146,6 +146,12 @@ RunConfig buildRunConfig(Values v) {
   c.pipeline.memoryLimitGb = inRange(v, "pipeline.memory_limit_gb", 0.0, 1e9, false);
   c.pipeline.stallTimeoutSeconds = inRange(v, "pipeline.stall_timeout_s", 0.001, 1e9, false);
   c.pipeline.stallWarnSeconds = inRange(v, "pipeline.stall_warn_s", 0.001, 1e9, false);
+  c.pipeline.backend = parseEnum<device::BackendChoice>(v, "pipeline.backend",
+                                                        {{"auto", device::BackendChoice::kAuto},
+                                                         {"cpu", device::BackendChoice::kCpu},
+                                                         {"cuda", device::BackendChoice::kCuda}});
+  c.pipeline.ranksPerGpu = atLeast(v, "pipeline.ranks_per_gpu", 1);
+  c.pipeline.memoryReserveGb = inRange(v, "pipeline.memory_reserve_gb", 0.0, 1e6, false);
   c.precision.lossScale = inRange(v, "precision.loss_scale", 1.0, 1e30, false);
   c.precision.growthInterval = atLeast(v, "precision.growth_interval", 1);
 

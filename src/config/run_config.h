@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "config/values.h"
+#include "device/device.h"
 #include "schedule/plan_search.h"
 
 namespace rp::config {
@@ -55,6 +56,9 @@ struct RunConfig {
     double memoryLimitGb;
     double stallTimeoutSeconds;
     double stallWarnSeconds;  // warns first when below stallTimeoutSeconds
+    device::BackendChoice backend;
+    std::int64_t ranksPerGpu;
+    double memoryReserveGb;  // cuda: device memory left to the compute when the budget comes from the device
   } pipeline;
   struct Precision {
     double lossScale;

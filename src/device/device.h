@@ -7,6 +7,8 @@
 namespace rp::device {
 
 enum class Backend { kCpu, kCuda };
+// What a run asks for (pipeline.backend): auto = cuda where the probe found a GPU, else cpu.
+enum class BackendChoice { kAuto, kCpu, kCuda };
 
 struct Inventory {
   Backend backend = Backend::kCpu;

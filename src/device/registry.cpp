@@ -7,6 +7,7 @@
 
 #if RP_WITH_CUDA
 #include "device/cuda/cuda_probe.h"
+#include "device/cuda/cuda_worker.h"
 #endif
 
 namespace rp::device {
@@ -49,9 +50,13 @@ std::unique_ptr<Worker> makeWorker(Backend backend, const WorkerOptions& options
     case Backend::kCpu:
       return std::make_unique<CpuWorker>(options);
     case Backend::kCuda:
+#if RP_WITH_CUDA
+      return cuda::makeCudaWorker(options);
+#else
       break;
+#endif
   }
-  RP_THROW(InputError, "no {} worker in this build: the pipeline runs its workers on the cpu backend for now",
+  RP_THROW(InputError, "no {} worker in this build (configured with RP_WITH_CUDA=OFF): set pipeline.backend = \"cpu\"",
            backendName(backend));
 }
 

@@ -33,6 +33,19 @@ class Ticket {
 
 struct WorkerOptions {
   std::size_t chunkBytes = 64u << 20;  // bulk copies go in pieces of at most this (pipeline.upload_chunk_mb)
+  int deviceIndex = 0;                 // cuda: the device, as the CUDA runtime numbers the visible ones
+};
+
+// Where a worker's memory and compute are: the torch device of the tensors a job computes with.
+struct Placement {
+  Backend backend = Backend::kCpu;
+  int index = -1;  // the CUDA device; -1 on the CPU
+};
+
+// A point in the worker's compute order: everything submitted before it (CPU: the time it was taken).
+class ComputeMark {
+ public:
+  virtual ~ComputeMark() = default;
 };
 
 // While alive, the compute the thread submits (LibTorch ops) runs on the worker's compute stream (a CUDA
@@ -47,6 +60,7 @@ class Worker {
  public:
   virtual ~Worker() = default;
   virtual std::string describe() const = 0;
+  virtual Placement placement() const = 0;
   // `bytes` of zero-filled worker memory, 64-byte aligned, for the replica; freed when the last holder lets go.
   virtual std::shared_ptr<void> allocate(std::size_t bytes) = 0;
   // Makes the worker's compute stream current for the calling thread until the scope ends.
@@ -54,6 +68,19 @@ class Worker {
   // Completes when the compute submitted so far has finished (the event a download waits for before it reads
   // gradients; CPU: at once, compute is synchronous).
   virtual Ticket computeDone() = 0;
+  // A mark after the compute submitted so far, and the milliseconds of compute between two marks (waits
+  // until `to` has been reached): per-layer timings without stopping the compute to read a clock.
+  virtual std::shared_ptr<ComputeMark> mark() = 0;
+  virtual double elapsedMs(const ComputeMark& from, const ComputeMark& to) = 0;
+  // Registers host memory (the node store, the tensor arena) for direct copies while the handle lives;
+  // null where there is nothing to register (CPU) or registration failed — then copies still work, staged
+  // by the driver, and the backend has logged one warning naming `what` and why (docs/errors.md).
+  virtual std::shared_ptr<void> pinHost(void* memory, std::size_t bytes, const std::string& what) = 0;
+  // Worker memory free for stages now (CUDA: cudaMemGetInfo); 0 = host memory, no device budget.
+  virtual std::size_t freeMemory() = 0;
+  // The most worker memory the compute held at once since the last call (CUDA: the caching allocator's
+  // peak, then reset); 0 where not measured (CPU: the memory report measures the process).
+  virtual std::size_t takePeakComputeBytes() = 0;
   // Copies `bytes` from `src` to `dst` ahead of every queued bulk copy.
   virtual Ticket copyUrgent(void* dst, const void* src, std::size_t bytes) = 0;
   // Queues a copy of `bytes` as chunks of at most chunkBytes, behind urgent copies; adds to `ticket`.

@@ -60,12 +60,12 @@ std::size_t PipelineModel::bytes(int tensor) const {
   return static_cast<std::size_t>(tensors_.at(static_cast<std::size_t>(tensor)).local.nbytes());
 }
 
-void PipelineModel::bind(int tensor, void* memory, std::shared_ptr<void> owner) {
+void PipelineModel::bind(int tensor, void* memory, std::shared_ptr<void> owner, torch::Device device) {
   torch::NoGradGuard noGrad;
   auto& t = tensors_.at(static_cast<std::size_t>(tensor));
   t.local.set_data(torch::from_blob(
       memory, t.local.sizes(), [owner = std::move(owner)](void*) mutable { owner.reset(); },
-      torch::TensorOptions().dtype(t.local.scalar_type())));
+      torch::TensorOptions().dtype(t.local.scalar_type()).device(device)));
 }
 
 void PipelineModel::unbindAll() {

@@ -35,9 +35,10 @@ class PipelineModel {
   model::CausalLM& model() { return *model_; }
   torch::ScalarType dtype() const { return model_->dtype(); }
   std::size_t bytes(int tensor) const;  // of the tensor in the model dtype
-  // Points tensor `tensor` at `memory` (bytes(tensor) bytes; the values stay what the memory holds); `owner`
-  // keeps the memory alive while the tensor points there. unbindAll: every tensor back to a placeholder.
-  void bind(int tensor, void* memory, std::shared_ptr<void> owner = nullptr);
+  // Points tensor `tensor` at `memory` on `device` (bytes(tensor) bytes; the values stay what the memory
+  // holds); `owner` keeps the memory alive while the tensor points there. unbindAll: every tensor back to a
+  // placeholder.
+  void bind(int tensor, void* memory, std::shared_ptr<void> owner = nullptr, torch::Device device = torch::kCPU);
   void unbindAll();
 
   // Layer l < L-1: layer 0 embeds batch.inputIds (x unused); the others are decoder layers.

@@ -2,7 +2,6 @@
 // stage_jobs.cpp). Internal to engine/.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -33,10 +32,6 @@ inline void spread(double totalMs, int a, int b, const std::vector<double>& weig
     const double share = sum > 0 ? weights[static_cast<std::size_t>(l)] / sum : 1.0 / (b - a);
     into[static_cast<std::size_t>(l)] += totalMs * share;
   }
-}
-
-inline double msSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
 }  // namespace rp::engine::detail

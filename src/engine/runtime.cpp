@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <thread>
 
 #include <torch/torch.h>
@@ -16,6 +17,7 @@
 #include "common/log.h"
 #include "common/resident_memory.h"
 #include "control/channel.h"
+#include "device/placement.h"
 #include "engine/costs.h"
 #include "engine/regions.h"
 #include "model/batch.h"
@@ -72,6 +74,7 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
   uploadsAfter_.assign(static_cast<std::size_t>(model_->layerCount()), 0);
 
   const int L = model_->layerCount();
+  placeWorker();
   proxyCosts_ = estimateCosts(*model_, c.train.seqLen, rowsPerMicrobatch_);
   const LayerCosts& costs = proxyCosts_;
   const bool roundRobin = c.pipeline.schedule == config::PipelineSchedule::kRoundPipe;
@@ -80,7 +83,7 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
     plan_ = schedule::balancedBoundPlan(costs.layers, workers_);
   } else if (c.pipeline.plan == "auto") {
     plan_ = schedule::choosePlan(c.pipeline.planner, costs.layers, workers_, static_cast<int>(c.train.microbatches),
-                                 c.pipeline.memoryLimitGb * 1e9);
+                                 memoryBudget_);
   } else {
     plan_ = schedule::parsePlan(c.pipeline.plan, L, "pipeline.plan");
   }
@@ -98,15 +101,12 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
   co.nodes = id.nodeCount;
   co.roundRobin = roundRobin;
   co.replanEvery = c.pipeline.plan == "auto" ? c.pipeline.replanEvery : 0;
-  co.memoryLimitBytes = c.pipeline.memoryLimitGb * 1e9;
+  co.memoryLimitBytes = memoryBudget_;
   co.stall = stallPolicy();
   co.planner = c.pipeline.planner;
   co.microbatches = static_cast<int>(c.train.microbatches);
   coordination_ = std::make_unique<coordinator::Coordination>(*worldChannel_, co, plan_, costs.layers);
-  worker_ =
-      device::makeWorker(device::Backend::kCpu, {static_cast<std::size_t>(c.pipeline.uploadChunkMb * 1024 * 1024)});
-  if (leader_) RP_LOG_INFO("pipeline: workers on {}", worker_->describe());
-  slots_ = std::make_unique<StageSlots>(*worker_);
+  slots_ = std::make_unique<StageSlots>(*worker_, memoryBudget_);
   slots_->fit(*model_, plan_);
   if (id.nodeCount > 1) {
     // Ranks with the same local rank hold the same slices: they sum their nodes' gradients.
@@ -119,6 +119,39 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
 PipelineRuntime::~PipelineRuntime() {
   if (prefetch_) prefetch_->ticket.wait();  // never free memory the copy thread still writes
   optimizer_.reset();                       // joins the thread that uses the store and its channels
+}
+
+// The device this rank computes on (pipeline.backend, device/placement.h) and the per-worker memory budget
+// the partitioner packs stages by: pipeline.memory_limit_gb, or on cuda the device's free memory less
+// pipeline.memory_reserve_gb, the least over every rank (rank 0 plans for all of them).
+void PipelineRuntime::placeWorker() {
+  const auto& c = config_;
+  const device::Placed placed = device::place(
+      {c.pipeline.backend, id_.localRank, id_.localSize, static_cast<int>(c.pipeline.ranksPerGpu)}, device::probe());
+  worker_ = device::makeWorker(placed.backend,
+                               {static_cast<std::size_t>(c.pipeline.uploadChunkMb * 1024 * 1024), placed.device});
+  device_ = torchDevice(worker_->placement());
+  const bool fromDevice = c.pipeline.memoryLimitGb == 0 && placed.backend == device::Backend::kCuda;
+  double budget = c.pipeline.memoryLimitGb * 1e9;
+  if (fromDevice) {
+    const double free = static_cast<double>(worker_->freeMemory());
+    budget = free - c.pipeline.memoryReserveGb * 1e9;
+    if (budget <= 0) {
+      RP_THROW(InputError,
+               "rank {}: {} has {:.2f} GB free, no more than pipeline.memory_reserve_gb = {}: free the GPU (other "
+               "processes on it?) or lower the reserve",
+               id_.rank, worker_->describe(), free / 1e9, c.pipeline.memoryReserveGb);
+    }
+  }
+  double least = fromDevice ? budget : std::numeric_limits<double>::infinity();
+  worldChannel_->allreduce(&least, 1, control::Reduce::kMin);
+  memoryBudget_ = std::isinf(least) ? c.pipeline.memoryLimitGb * 1e9 : least;
+  RP_LOG_INFO("rank {}: backend {} ({}); {}", id_.rank, device::backendName(placed.backend), placed.why,
+              worker_->describe());
+  if (leader_ && memoryBudget_ > 0) {
+    RP_LOG_INFO("pipeline: stages planned for {:.2f} GB of worker memory each ({})", memoryBudget_ / 1e9,
+                std::isinf(least) ? "pipeline.memory_limit_gb" : "the least free GPU memory less the reserve");
+  }
 }
 
 // Stage grain checkpoints the input of every backward stage; layer grain the input of every layer.
@@ -153,6 +186,7 @@ void PipelineRuntime::buildStore() {
   layout.add("fences", Fences::regionBytes(L, id.localSize));
   layout.add("activity", ActivityBoard::regionBytes(id.localSize));
   std::shared_ptr<memory::NodeMemory> memory = nodeMemory_(layout.total(), *channel_, "store");
+  storePin_ = worker_->pinHost(memory->data(), layout.total(), "node store");  // direct copies (cuda)
   store_ = std::make_unique<memory::NodeStore>(std::move(layout), std::move(memory));
   RP_LOG_DEBUG("node store ({}): {:.1f} MB", store_->describe(), static_cast<double>(store_->layout().total()) / 1e6);
   const std::size_t tensorBytes =
@@ -257,10 +291,15 @@ void PipelineRuntime::runStep(std::int64_t step, const coordinator::Directive& d
   stepSizes_.push_back({data.tokens, data.targets, packer_->cursor().epoch});
   tokensSeen_ += data.tokens;
   targetTokensSeen_ += data.targets;
-  for (std::int64_t mb = 0; mb < c.train.microbatches; ++mb) {
-    const auto begin = static_cast<std::size_t>(mb * rowsPerMicrobatch_);
-    data.batches.push_back(model::toBatch(rows, begin, begin + static_cast<std::size_t>(rowsPerMicrobatch_)));
-    data.contexts.push_back(model_->model().rotary().context(data.batches.back(), model_->dtype()));
+  {
+    const auto onWorker = worker_->enterCompute();  // the batches' copies in order with the jobs' compute
+    for (std::int64_t mb = 0; mb < c.train.microbatches; ++mb) {
+      const auto begin = static_cast<std::size_t>(mb * rowsPerMicrobatch_);
+      const model::Batch batch = model::toBatch(rows, begin, begin + static_cast<std::size_t>(rowsPerMicrobatch_));
+      const model::AttentionContext ctx = model_->model().rotary().context(batch, model_->dtype());
+      data.batches.push_back(model::toDevice(batch, device_));
+      data.contexts.push_back(model::toDevice(ctx, device_));
+    }
   }
   if (directive.planChanged) {
     plan_ = directive.plan;

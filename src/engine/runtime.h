@@ -84,6 +84,7 @@ class PipelineRuntime : public run::Executor {
   struct StepSize {
     std::int64_t tokens, targets, epoch;
   };
+  void placeWorker();
   void buildStore();
   void setCheckpoints();
   void runStep(std::int64_t step, const coordinator::Directive& directive);
@@ -102,6 +103,7 @@ class PipelineRuntime : public run::Executor {
   torch::Tensor fetch(const transport::TensorId& id, at::IntArrayRef shape);
   void put(const transport::TensorId& id, const torch::Tensor& tensor);
   void prefetchNext(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table);
+  void resolveTimings();
   torch::Tensor storeTensor(const std::string& region, at::IntArrayRef shape, torch::ScalarType dtype) const;
   // Writes this rank's trace, and on rank 0 the merged trace and the bubble report.
   void finishTrace();
@@ -126,11 +128,20 @@ class PipelineRuntime : public run::Executor {
   std::unique_ptr<data::Packer> packer_;
   std::unique_ptr<PipelineModel> model_;
   std::unique_ptr<memory::NodeStore> store_;
-  schedule::Plan plan_;           // this iteration's, from rank 0's directive
-  LayerCosts proxyCosts_;         // FLOP-proxy costs: split a backward stage's measured time over its layers
-  std::vector<bool> checkpoint_;  // layers whose input a forward stage saves (backward-stage starts)
+  std::shared_ptr<void> storePin_;  // the store registered with the worker's device (released before store_)
+  schedule::Plan plan_;             // this iteration's, from rank 0's directive
+  LayerCosts proxyCosts_;           // FLOP-proxy costs: split a backward stage's measured time over its layers
+  std::vector<bool> checkpoint_;    // layers whose input a forward stage saves (backward-stage starts)
   std::vector<double> forwardMs_, backwardMs_;  // this rank's per-layer times in the current iteration
-  std::vector<std::int64_t> uploadsAfter_;      // uploads of each layer up to the current iteration
+  // A span of compute between two marks on the worker: one layer's forward and/or backward time, or (several
+  // layers) a backward time spread over them by cost. Resolved at the end of each microbatch.
+  struct Timing {
+    std::shared_ptr<device::ComputeMark> from, to;
+    int begin, end;
+    bool forward, backward;
+  };
+  std::vector<Timing> timings_;
+  std::vector<std::int64_t> uploadsAfter_;  // uploads of each layer up to the current iteration
   std::int64_t rowsPerMicrobatch_ = 0;
   std::unique_ptr<trace::Timeline> timeline_;
   std::unique_ptr<control::ControlChannel> channel_;         // the node's workers: readiness messages, collectives
@@ -138,6 +149,8 @@ class PipelineRuntime : public run::Executor {
   std::unique_ptr<control::ControlChannel> crossNode_;       // same local rank on every node (gradient all-reduce)
   std::unique_ptr<coordinator::Coordination> coordination_;  // plan and dispatch table per iteration
   std::unique_ptr<device::Worker> worker_;                   // the device this rank computes on (its copies)
+  torch::Device device_ = torch::kCPU;                       // the worker's, for the tensors a job computes with
+  double memoryBudget_ = 0;                                  // per worker, for the partitioner (0 = unlimited)
   std::unique_ptr<StageSlots> slots_;                        // the worker memory its stages are bound to
   int slot_ = 0;                                             // the slot of the job running now
   std::unique_ptr<transport::TensorChannel> tensors_;        // activations and gradients between stage jobs

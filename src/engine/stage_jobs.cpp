@@ -1,7 +1,6 @@
 // The runtime's stage execution (docs/schedule.md, "Runtime"): uploads and downloads between the node
 // store and a worker's replica, one microbatch of a job, whole stage jobs, and 1F1B's interleaving.
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 
 #include <torch/torch.h>
@@ -44,7 +43,7 @@ void PipelineRuntime::queueWeights(device::Ticket& ticket, const schedule::Range
 
 // A tensor of the tensor plane into worker memory (ahead of any queued weight copy), and out of it.
 torch::Tensor PipelineRuntime::fetch(const transport::TensorId& id, at::IntArrayRef shape) {
-  torch::Tensor local = torch::empty(shape, model_->dtype());
+  torch::Tensor local = torch::empty(shape, torch::TensorOptions().dtype(model_->dtype()).device(device_));
   tensors_->get(id, local.data_ptr(), static_cast<std::size_t>(local.nbytes()));
   return local;
 }
@@ -153,9 +152,9 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
       for (int l = a; l < b; ++l) {
         if (l > a && checkpoint_[static_cast<std::size_t>(l)])
           put({step, l, mb, transport::TensorKind::kActivation}, x);
-        const auto start = std::chrono::steady_clock::now();
+        const auto start = worker_->mark();
         x = model_->forward(l, x, batch, ctx);
-        forwardMs_[static_cast<std::size_t>(l)] += msSince(start);
+        timings_.push_back({start, worker_->mark(), l, l + 1, /*forward=*/true, /*backward=*/false});
       }
       put({step, b, mb, transport::TensorKind::kActivation}, x);
       break;
@@ -168,18 +167,16 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
       // The fused stage's backward cost (what the partitioner packs it by) is its forward plus its share of
       // the backward pass.
       auto timed = [&](int l, auto&& fn) {
-        const auto start = std::chrono::steady_clock::now();
+        const auto start = worker_->mark();
         auto out = fn();
-        const double ms = msSince(start);
-        forwardMs_[static_cast<std::size_t>(l)] += ms;
-        backwardMs_[static_cast<std::size_t>(l)] += ms;
+        timings_.push_back({start, worker_->mark(), l, l + 1, /*forward=*/true, /*backward=*/true});
         return out;
       };
       for (int l = a; l < L - 1; ++l) x = timed(l, [&] { return model_->forward(l, x, batch, ctx); });
       const model::LossSum loss = timed(L - 1, [&] { return model_->loss(x, batch, config_.train.lossChunkTokens); });
-      const auto start = std::chrono::steady_clock::now();
+      const auto start = worker_->mark();
       (loss.sum * (norm * lossScale_)).backward();  // fp16: the gradients of the scaled loss
-      spread(msSince(start), a, L, proxyCosts_.layers.forward, backwardMs_);
+      timings_.push_back({start, worker_->mark(), a, L, /*forward=*/false, /*backward=*/true});
       store_->doubles(lossRegion(step))[mb] = loss.sum.item<double>();
       if (a > 0) put({step, a, mb, transport::TensorKind::kGradient}, input.grad());
       break;
@@ -190,14 +187,14 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
         // one layer's activations are alive.
         torch::Tensor grad = fetch({step, b, mb, transport::TensorKind::kGradient}, shape);
         for (int l = b - 1; l >= a; --l) {
-          const auto start = std::chrono::steady_clock::now();
+          const auto start = worker_->mark();
           torch::Tensor input =
               l == 0 ? torch::Tensor()
                      : fetch({step, l, mb, transport::TensorKind::kActivation}, shape).requires_grad_(true);
           torch::Tensor y = model_->forward(l, input, batch, ctx);
           if (y.requires_grad()) y.backward(grad);
           if (l > 0) grad = input.grad();
-          backwardMs_[static_cast<std::size_t>(l)] += msSince(start);
+          timings_.push_back({start, worker_->mark(), l, l + 1, /*forward=*/false, /*backward=*/true});
         }
         if (a > 0) put({step, a, mb, transport::TensorKind::kGradient}, grad);
         break;
@@ -206,11 +203,11 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
                                 ? torch::Tensor()
                                 : fetch({step, a, mb, transport::TensorKind::kActivation}, shape).requires_grad_(true);
       torch::Tensor x = input;
-      const auto start = std::chrono::steady_clock::now();
+      const auto start = worker_->mark();
       for (int l = a; l < b; ++l) x = model_->forward(l, x, batch, ctx);  // recompute (stage grain)
       // A stage of frozen layers over the token ids (LoRA: the embedding) has nothing to differentiate.
       if (x.requires_grad()) x.backward(fetch({step, b, mb, transport::TensorKind::kGradient}, shape));
-      spread(msSince(start), a, b, proxyCosts_.layers.forward, backwardMs_);
+      timings_.push_back({start, worker_->mark(), a, b, /*forward=*/false, /*backward=*/true});
       if (a > 0) put({step, a, mb, transport::TensorKind::kGradient}, input.grad());
       break;
     }
@@ -218,6 +215,19 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
   if (hasNext && nextWorker != rank_) {
     tensors_->signal(nextWorker, {control::kProtocolVersion, static_cast<std::uint32_t>(mb), step, k});
   }
+  resolveTimings();
+}
+
+// The compute spans of a microbatch, once its compute has been waited for (its last put or loss did): per-layer
+// times without stopping the compute at every layer. A span over several layers (a backward stage) is spread
+// over them in proportion to their predicted cost.
+void PipelineRuntime::resolveTimings() {
+  for (const auto& t : timings_) {
+    const double ms = worker_->elapsedMs(*t.from, *t.to);
+    if (t.forward) forwardMs_[static_cast<std::size_t>(t.begin)] += ms;
+    if (t.backward) spread(ms, t.begin, t.end, proxyCosts_.layers.forward, backwardMs_);
+  }
+  timings_.clear();
 }
 
 // A stage job (roundpipe, gpipe): upload, every microbatch back to back, download.

@@ -16,6 +16,13 @@ std::size_t aligned(std::size_t bytes) {
 
 }  // namespace
 
+torch::Device torchDevice(const device::Placement& placement) {
+  if (placement.backend == device::Backend::kCuda) {
+    return {torch::kCUDA, static_cast<c10::DeviceIndex>(placement.index)};
+  }
+  return torch::kCPU;
+}
+
 std::size_t StageSlots::stageBytes(const PipelineModel& model, const schedule::Range& layers) {
   std::size_t total = 0;
   for (int i : model.tensorsOf(layers.begin, layers.end)) total += aligned(model.bytes(i));
@@ -32,6 +39,19 @@ std::size_t StageSlots::largestStage(const PipelineModel& model, const schedule:
 void StageSlots::fit(PipelineModel& model, const schedule::Plan& plan) {
   const std::size_t bytes = largestStage(model, plan);
   if (bytes == bytes_ && slots_[0]) return;
+  if (budget_ > 0 && 2.0 * static_cast<double>(bytes) > budget_) {
+    schedule::Range largest = plan.fused;
+    for (const auto* ranges : {&plan.forward, &plan.backward}) {
+      for (const auto& r : *ranges) {
+        if (stageBytes(model, r) > stageBytes(model, largest)) largest = r;
+      }
+    }
+    RP_THROW(InputError,
+             "stage {}-{} needs {:.1f} MB of weights on its worker, twice that with the prefetched stage: more than "
+             "the {:.1f} MB budget (pipeline.memory_limit_gb, or the GPU's free memory less "
+             "pipeline.memory_reserve_gb): use pipeline.plan = \"auto\" or a plan with smaller stages",
+             largest.begin, largest.end - 1, static_cast<double>(bytes) / 1e6, budget_ / 1e6);
+  }
   model.unbindAll();
   slots_[0].reset();
   slots_[1].reset();
@@ -48,7 +68,7 @@ void StageSlots::bind(PipelineModel& model, const schedule::Range& layers, int s
   for (int i : model.tensorsOf(layers.begin, layers.end)) {
     RP_CHECK(offset + model.bytes(i) <= bytes_, "stage {}-{} does not fit its slot of {} bytes", layers.begin,
              layers.end - 1, bytes_);
-    model.bind(i, base + offset, slots_[slot]);
+    model.bind(i, base + offset, slots_[slot], torchDevice(worker_.placement()));
     offset += aligned(model.bytes(i));
   }
 }

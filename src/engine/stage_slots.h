@@ -16,16 +16,20 @@
 
 namespace rp::engine {
 
+// The torch device of a worker's tensors.
+torch::Device torchDevice(const device::Placement& placement);
+
 class StageSlots {
  public:
-  explicit StageSlots(device::Worker& worker) : worker_(worker) {}
+  // `budget`: bytes of worker memory per worker (0 = unlimited); both slots must fit in it.
+  StageSlots(device::Worker& worker, double budget = 0) : worker_(worker), budget_(budget) {}
 
   // The bytes a stage over `layers` binds.
   static std::size_t stageBytes(const PipelineModel& model, const schedule::Range& layers);
   // The largest stage of `plan`.
   static std::size_t largestStage(const PipelineModel& model, const schedule::Plan& plan);
   // Makes each slot hold `plan`'s largest stage, allocating anew (and unbinding every tensor) when that size
-  // changed. Between jobs only.
+  // changed. Between jobs only. An InputError naming the largest stage when two slots exceed the budget.
   void fit(PipelineModel& model, const schedule::Plan& plan);
   // Binds the tensors of `layers` to views of slot `slot` (0 or 1).
   void bind(PipelineModel& model, const schedule::Range& layers, int slot);
@@ -33,6 +37,7 @@ class StageSlots {
 
  private:
   device::Worker& worker_;
+  double budget_;
   std::size_t bytes_ = 0;
   std::shared_ptr<void> slots_[2];
 };

@@ -29,4 +29,19 @@ model::Batch toBatch(const std::vector<data::PackedRow>& rows, std::size_t begin
   return batch;
 }
 
+namespace {
+torch::Tensor onDevice(const torch::Tensor& t, torch::Device device) {
+  return t.defined() ? t.to(device) : t;
+}
+}  // namespace
+
+Batch toDevice(const Batch& b, torch::Device device) {
+  return {onDevice(b.inputIds, device), onDevice(b.positionIds, device), onDevice(b.segmentIds, device),
+          onDevice(b.targets, device)};
+}
+
+AttentionContext toDevice(const AttentionContext& c, torch::Device device) {
+  return {onDevice(c.cos, device), onDevice(c.sin, device), onDevice(c.mask, device)};
+}
+
 }  // namespace rp::model

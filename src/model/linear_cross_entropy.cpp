@@ -22,7 +22,7 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
                                const torch::Tensor& targets, std::int64_t chunk, std::int64_t ignoreIndex,
                                bool wantHidden, bool wantWeight) {
     const auto rows = hidden.size(0);
-    torch::Tensor loss = torch::zeros({}, torch::kFloat);
+    torch::Tensor loss = torch::zeros({}, hidden.options().dtype(torch::kFloat));  // on the compute's device
     torch::Tensor gradHidden = wantHidden ? torch::empty_like(hidden) : torch::Tensor();
     torch::Tensor gradWeight = wantWeight ? torch::zeros_like(weight) : torch::Tensor();
     for (std::int64_t start = 0; start < rows; start += chunk) {

@@ -2,6 +2,7 @@
 # Failure paths with real processes: a rank killed with SIGKILL mid-step, a rank that throws, and a rank
 # that hangs (the stall inspector's case: a warning after 1 s, the abort after 3 s) must make the whole job exit non-zero
 # within 30 s with a message naming the rank, and leave no shared-memory segment behind. Usage: kill_rank.sh <roundpipe_train> <fixtures dir> <mpiexec> [mpiexec flags...]
+# RP_TEST_SETS: more space-separated key=value settings for every run (the GPU tier: pipeline.backend=cuda).
 set -uo pipefail
 train="$1"; fixtures="$2"; shift 2
 model="$fixtures/models/tinystories-656k"
@@ -9,13 +10,15 @@ if [[ ! -d "$model" ]]; then echo "SKIP: $model not found"; exit 0; fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 before=$(ls /dev/shm | grep -c '^roundpipe-' || true)
+extra=()
+for kv in ${RP_TEST_SETS:-}; do extra+=(--set "$kv"); done
 
 for fault in kill:1:2 throw:2:1 hang:1:2; do
   start=$(date +%s)
   RP_FAULT_INJECT="$fault" RP_NUM_THREADS=1 timeout 60 "$@" -n 3 "$train" --config /dev/null \
     --set "model.path=$model" --set "data.path=$fixtures/text/tinyshakespeare.txt" \
     --set train.seq_len=32 --set train.global_batch=6 --set train.microbatches=3 --set train.max_steps=5 \
-    --set "output.dir=$work/out" --set pipeline.stall_timeout_s=3 --set pipeline.stall_warn_s=1 >"$work/out.txt" 2>&1
+    --set "output.dir=$work/out" --set pipeline.stall_timeout_s=3 --set pipeline.stall_warn_s=1 "${extra[@]}" >"$work/out.txt" 2>&1
   code=$?
   elapsed=$(( $(date +%s) - start ))
   if [[ $code -eq 0 ]]; then echo "FAIL ($fault): the job exited 0"; cat "$work/out.txt"; exit 1; fi

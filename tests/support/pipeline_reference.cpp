@@ -22,6 +22,7 @@ std::vector<std::string> equivalenceSettings(const std::string& model, const std
           "train.threads=1",
           "optim.lr=3e-3",
           "optim.schedule=constant",
+          "pipeline.backend=cpu",  // the CPU tiers stay on the CPU on a GPU machine too (tests/gpu/ sets cuda)
           "output.dir=" + out};
 }
 

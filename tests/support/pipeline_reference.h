@@ -19,7 +19,8 @@ struct PipelineResult {
 };
 
 // The equivalence runs' settings (5 steps of 4 microbatches of tiny-shakespeare, one thread, constant lr
-// 3e-3) for `model` with `tokenizer`, writing into `out`; the MPI and in-process tiers add their own.
+// 3e-3, pipeline.backend = cpu) for `model` with `tokenizer`, writing into `out`; the MPI, in-process and GPU
+// tiers add their own (later settings win).
 std::vector<std::string> equivalenceSettings(const std::string& model, const std::string& tokenizer,
                                              const std::string& fixtures, const std::string& out);
 

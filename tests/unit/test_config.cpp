@@ -71,6 +71,20 @@ TEST(RunConfig, WrongTypesAndValues) {
   EXPECT_NE(errorOf(kMinimal, {"train.seq_len"}).find("--set 'train.seq_len': expected key=value"), std::string::npos);
 }
 
+TEST(RunConfig, BackendKeys) {
+  const auto config = loadRunConfig(writeToml(kMinimal), {});
+  EXPECT_EQ(config.pipeline.backend, device::BackendChoice::kAuto);
+  EXPECT_EQ(config.pipeline.ranksPerGpu, 1);
+  EXPECT_EQ(loadRunConfig(writeToml(kMinimal), {"pipeline.backend=cuda"}).pipeline.backend,
+            device::BackendChoice::kCuda);
+  EXPECT_NE(errorOf(kMinimal, {"pipeline.backend=gpu"})
+                .find("pipeline.backend = \"gpu\": expected one of \"auto\", \"cpu\", \"cuda\""),
+            std::string::npos)
+      << errorOf(kMinimal, {"pipeline.backend=gpu"});
+  EXPECT_NE(errorOf(kMinimal, {"pipeline.ranks_per_gpu=0"}).find("pipeline.ranks_per_gpu"), std::string::npos);
+  EXPECT_NE(errorOf(kMinimal, {"pipeline.memory_reserve_gb=-1"}).find("pipeline.memory_reserve_gb"), std::string::npos);
+}
+
 TEST(RunConfig, RequiredKeysAndSyntaxErrors) {
   EXPECT_NE(errorOf("[data]\npath = \"d\"\n").find("required key 'model.path' is missing"), std::string::npos);
   const auto syntax = errorOf("[model\npath = 1\n");

@@ -1,14 +1,19 @@
 // The emulated copy stream: weight uploads go in chunks, and an urgent (activation) copy runs before every
-// weight chunk still queued — the priority rule of the transfer engine.
+// weight chunk still queued — the priority rule of the transfer engine. The chunked queue itself is shared with
+// the CUDA backend, so its ordering and failure rules are tested here once.
 #include <algorithm>
 #include <condition_variable>
 #include <cstdint>
+#include <cstring>
 #include <mutex>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "common/error.h"
+#include "device/copy_queue.h"
 #include "device/cpu/cpu_worker.h"
 
 namespace rp::device {
@@ -61,6 +66,52 @@ TEST(CpuWorker, AllocatesZeroedAlignedMemoryThatLivesWithItsHolders) {
   memory.reset();
   static_cast<std::uint8_t*>(holder.get())[999] = 7;  // still valid (ASan would report a use after free)
   EXPECT_EQ(static_cast<std::uint8_t*>(holder.get())[999], 7);
+}
+
+// What the CUDA backend relies on: chunks in order, one at a time, a submission's `before` ahead of its first
+// chunk, and a failing `before` failing that submission only.
+TEST(ChunkedCopyQueue, RunsBeforeThenChunksInOrderAndConfinesAFailure) {
+  std::mutex mutex;
+  std::vector<std::string> events;
+  auto log = [&](std::string e) {
+    std::lock_guard<std::mutex> lock(mutex);
+    events.push_back(std::move(e));
+  };
+  std::vector<std::uint8_t> src(10), dst(10, 0), dst2(3, 0);
+  std::iota(src.begin(), src.end(), 1);
+  Ticket first, failed, third;
+  {
+    ChunkedCopyQueue queue(4, [&](void* d, const void* s, std::size_t n) {
+      log("chunk " + std::to_string(n));
+      std::memcpy(d, s, n);
+    });
+    queue.submit(first, dst.data(), src.data(), src.size(), [&] { log("before 1"); });
+    queue.submit(failed, dst2.data(), src.data(), 3, [&]() -> void {
+      log("before 2");
+      throw SystemError("cudaStreamWaitEvent failed");
+    });
+    queue.submit(third, dst2.data(), src.data(), 3);  // no `before`: unaffected by the failure above
+    first.wait();
+    EXPECT_THROW(failed.wait(), SystemError);
+    third.wait();
+  }
+  EXPECT_EQ(dst, src);
+  EXPECT_EQ(dst2, std::vector<std::uint8_t>(src.begin(), src.begin() + 3));
+  const std::vector<std::string> expected{"before 1", "chunk 4", "chunk 4", "chunk 2", "before 2", "chunk 3"};
+  EXPECT_EQ(events, expected);
+}
+
+TEST(ChunkedCopyQueue, AThreadThatCannotStartFailsEveryCopy) {
+  std::vector<std::uint8_t> src(8, 1), dst(8, 0);
+  Ticket t;
+  {
+    ChunkedCopyQueue queue(
+        4, [](void* d, const void* s, std::size_t n) { std::memcpy(d, s, n); },
+        [] { throw SystemError("cudaSetDevice on CUDA device 3 returned 101"); });
+    queue.submit(t, dst.data(), src.data(), src.size());
+    EXPECT_THROW(t.wait(), SystemError);
+  }
+  EXPECT_EQ(dst, std::vector<std::uint8_t>(8, 0));
 }
 
 }  // namespace

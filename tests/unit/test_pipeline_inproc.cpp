@@ -3,75 +3,23 @@
 // the engine's protocol (stage jobs, readiness, fences, the sharded optimizer, the coordinator, checkpoints)
 // is exercised in one process in seconds: W = 1..4 workers give the single-process trainer's losses, grad
 // norms and weights (tests/support/pipeline_reference.h, the references of the MPI tier too).
-#include <exception>
 #include <filesystem>
 #include <fstream>
-#include <map>
-#include <mutex>
-#include <thread>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "control/inproc/inproc_channel.h"
-#include "engine/runtime.h"
 #include "support/fixtures.h"
 #include "support/pipeline_reference.h"
+#include "support/thread_ranks.h"
 #include "train/trainer.h"
 
 namespace rp::engine {
 namespace {
 
-enum class Tensors { kHostStaged, kInProcess };  // the tensor-plane backend under test
-
-RuntimeParts threadParts(control::InProcHub& node, control::InProcHub& world, int rank,
-                         transport::TensorChannelFactory tensors) {
-  RuntimeParts parts;
-  parts.identity.rank = parts.identity.localRank = rank;
-  parts.identity.size = parts.identity.localSize = node.size();
-  parts.identity.hostname = "in-process";
-  parts.node = std::make_unique<control::InProcChannel>(node, rank);
-  parts.world = std::make_unique<control::InProcChannel>(world, rank);
-  parts.nodeMemory = memory::shareInProcess;
-  parts.tensors = std::move(tensors);
-  return parts;
-}
-
-struct ThreadRun {
-  std::vector<trace::StepMetrics> metrics;       // rank 0's
-  std::map<std::string, torch::Tensor> weights;  // rank 0's view of the final store
-};
-
-// Runs `config` on `workers` threads as ranks; a rank's error fails the test (after every thread ended).
-ThreadRun runOnThreads(const config::RunConfig& config, int workers, Tensors backend,
-                       const std::vector<std::string>& names) {
-  control::InProcHub node(workers), world(workers);
-  const transport::TensorChannelFactory tensors = backend == Tensors::kHostStaged
-                                                      ? transport::TensorChannelFactory(transport::hostStaged)
-                                                      : transport::inProcess(transport::newInProcTensorHub());
-  ThreadRun out;
-  std::mutex mutex;
-  std::vector<std::string> errors;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < workers; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        PipelineRuntime runtime(config, threadParts(node, world, r, tensors));
-        auto metrics = runtime.run();
-        if (r != 0) return;
-        out.metrics = std::move(metrics);
-        for (const auto& name : names) out.weights[name] = runtime.storeWeight(name);
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(mutex);
-        errors.push_back(fmt::format("rank {}: {}", r, e.what()));
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (const auto& e : errors) ADD_FAILURE() << e;
-  return out;
-}
+using test::TensorPlane;
+using test::ThreadRun;
 
 struct Case {
   std::string name;
@@ -86,10 +34,6 @@ void PrintTo(const Case& c, std::ostream* os) {
   *os << c.name;
 }
 
-void PrintTo(Tensors t, std::ostream* os) {
-  *os << (t == Tensors::kHostStaged ? "host-staged" : "in-process tensors");
-}
-
 // bf16/fp16 with tied embeddings: the pipeline sums the tied matrix's two gradients (the embedding's job and
 // the head's) in float32 where the trainer's autograd sums them in the model dtype, one rounding of 2^-9
 // apart; it moves a bf16 weight by an ulp now and then, which the following steps carry on. An untied model
@@ -98,7 +42,7 @@ constexpr test::Tolerance kTiedHalf{5e-3, 5e-3, 5e-2};
 // 2^21: the first steps' fp16 gradients overflow, the scale halves until they fit.
 constexpr const char* kOverflowingScale = "precision.loss_scale=2097152";
 
-class InProcPipeline : public ::testing::TestWithParam<std::tuple<int, Case, Tensors>> {};
+class InProcPipeline : public ::testing::TestWithParam<std::tuple<int, Case, TensorPlane>> {};
 
 TEST_P(InProcPipeline, EqualsTheSingleProcessTrainer) {
   const auto fixtures = test::fixturesDir();
@@ -130,7 +74,7 @@ TEST_P(InProcPipeline, EqualsTheSingleProcessTrainer) {
     train::Trainer probe(reference);  // the trainable tensors' names
     for (const auto& [name, param] : probe.trainable()) names.push_back(name);
   }
-  const ThreadRun run = runOnThreads(configAt(scratch + "/pipeline"), workers, backend, names);
+  const ThreadRun run = test::runOnThreads(configAt(scratch + "/pipeline"), workers, backend, names);
   ASSERT_EQ(run.metrics.size(), 5u);
   if (c.overflows) {
     int skipped = 0;
@@ -155,11 +99,28 @@ INSTANTIATE_TEST_SUITE_P(
                           Case{"lora", {"lora.rank=4"}}, Case{"bf16_tied", {"model.dtype=bfloat16"}, false, kTiedHalf},
                           Case{"bf16", {"model.dtype=bfloat16"}, false, {}, false, true},
                           Case{"fp16_overflow", {"model.dtype=float16", kOverflowingScale}, false, {}, true, true}),
-        ::testing::Values(Tensors::kHostStaged, Tensors::kInProcess)),
+        ::testing::Values(TensorPlane::kHostStaged, TensorPlane::kInProcess)),
     [](const auto& info) {
       return fmt::format("w{}_{}_{}", std::get<0>(info.param), std::get<1>(info.param).name,
-                         std::get<2>(info.param) == Tensors::kHostStaged ? "host_staged" : "inproc_tensors");
+                         std::get<2>(info.param) == TensorPlane::kHostStaged ? "host_staged" : "inproc_tensors");
     });
+
+// A plan whose largest stage (with its prefetched neighbour) exceeds the worker memory budget is an input
+// error naming the stage, its bytes and the budget, on every rank — not an allocation failure mid-run.
+TEST(InProcPipeline, AStageOverTheMemoryBudgetIsNamed) {
+  const auto fixtures = test::fixturesDir();
+  RP_SKIP_UNLESS(fixtures, "shared fixtures");
+  const std::string model = *fixtures + "/models/tinystories-656k";
+  std::vector<std::string> sets = test::equivalenceSettings(model, model, *fixtures, test::scratchDir() + "/out");
+  sets.push_back("pipeline.plan=1,1 | 1 | 1,1");     // fused: the last decoder layer and the head (1.8 MB)
+  sets.push_back("pipeline.memory_limit_gb=0.001");  // 1 MB
+  const ThreadRun run = test::runOnThreads(config::loadRunConfig("", sets), 2, TensorPlane::kHostStaged, {}, true);
+  ASSERT_EQ(run.errors.size(), 2u);
+  for (const auto& e : run.errors) {
+    EXPECT_NE(e.find("stage 2-3 needs"), std::string::npos) << e;
+    EXPECT_NE(e.find("MB budget (pipeline.memory_limit_gb"), std::string::npos) << e;
+  }
+}
 
 }  // namespace
 }  // namespace rp::engine

@@ -1,6 +1,7 @@
 #include "device/cpu/cpu_worker.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <new>
@@ -8,23 +9,25 @@
 #include <fmt/format.h>
 
 namespace rp::device {
+namespace {
 
-CpuWorker::CpuWorker(const WorkerOptions& options) : chunkBytes_(std::max<std::size_t>(options.chunkBytes, 1)) {
-  thread_ = std::thread([this] { loop(); });
-}
+struct TimeMark : ComputeMark {
+  std::chrono::steady_clock::time_point at = std::chrono::steady_clock::now();
+};
 
-CpuWorker::~CpuWorker() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  thread_.join();
-}
+}  // namespace
+
+CpuWorker::CpuWorker(const WorkerOptions& options)
+    : bulk_(options.chunkBytes, [this](void* dst, const void* src, std::size_t bytes) {
+        if (observer_) observer_(false, bytes);
+        std::memcpy(dst, src, bytes);
+      }) {}
+
+CpuWorker::~CpuWorker() = default;
 
 std::string CpuWorker::describe() const {
   return fmt::format("cpu (host memory; urgent copies inline, bulk copies on a copy thread in chunks of {:.1f} MB)",
-                     static_cast<double>(chunkBytes_) / 1e6);
+                     static_cast<double>(bulk_.chunkBytes()) / 1e6);
 }
 
 std::shared_ptr<void> CpuWorker::allocate(std::size_t bytes) {
@@ -34,13 +37,15 @@ std::shared_ptr<void> CpuWorker::allocate(std::size_t bytes) {
   return std::shared_ptr<void>(memory, [](void* p) { ::operator delete(p, kAlign); });
 }
 
-void CpuWorker::enqueue(Item item) {
-  item.ticket.add();
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    bulk_.push_back(std::move(item));
-  }
-  cv_.notify_all();
+// Compute is synchronous on the calling thread: a mark is the time it was taken.
+std::shared_ptr<ComputeMark> CpuWorker::mark() {
+  return std::make_shared<TimeMark>();
+}
+
+double CpuWorker::elapsedMs(const ComputeMark& from, const ComputeMark& to) {
+  return std::chrono::duration<double, std::milli>(static_cast<const TimeMark&>(to).at -
+                                                   static_cast<const TimeMark&>(from).at)
+      .count();
 }
 
 // Host memory has no link to share: an urgent copy runs at once on the caller's thread, so it never waits
@@ -60,33 +65,7 @@ Ticket CpuWorker::copyUrgent(void* dst, const void* src, std::size_t bytes) {
 }
 
 void CpuWorker::copyBulk(Ticket& ticket, void* dst, const void* src, std::size_t bytes) {
-  auto* d = static_cast<std::uint8_t*>(dst);
-  const auto* s = static_cast<const std::uint8_t*>(src);
-  for (std::size_t off = 0; off < bytes || (bytes == 0 && off == 0); off += chunkBytes_) {
-    enqueue({d + off, s + off, std::min(chunkBytes_, bytes - off), ticket});
-    if (bytes == 0) break;
-  }
-}
-
-void CpuWorker::loop() {
-  while (true) {
-    Item item;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [&] { return stop_ || !bulk_.empty(); });
-      if (bulk_.empty()) return;  // stop requested and drained
-      item = std::move(bulk_.front());
-      bulk_.pop_front();
-    }
-    std::exception_ptr error;
-    try {
-      if (observer_) observer_(false, item.bytes);
-      if (item.bytes > 0) std::memcpy(item.dst, item.src, item.bytes);
-    } catch (...) {
-      error = std::current_exception();
-    }
-    item.ticket.complete(error);
-  }
+  bulk_.submit(ticket, dst, src, bytes);
 }
 
 }  // namespace rp::device

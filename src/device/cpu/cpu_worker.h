@@ -4,15 +4,13 @@
 // bulk chunk — the reference's rule that weight prefetch never delays critical-path activations, with no
 // link to share.
 // Thread-safety: submit from the worker's main thread; bulk copies run on the copy thread.
+// (The queue's chunking and ordering is device/copy_queue.h, shared with the CUDA backend.)
 #pragma once
 
-#include <condition_variable>
 #include <cstddef>
-#include <deque>
 #include <functional>
-#include <mutex>
-#include <thread>
 
+#include "device/copy_queue.h"
 #include "device/worker.h"
 
 namespace rp::device {
@@ -21,13 +19,16 @@ class CpuWorker : public Worker {
  public:
   explicit CpuWorker(const WorkerOptions& options);
   ~CpuWorker() override;
-  CpuWorker(const CpuWorker&) = delete;
-  CpuWorker& operator=(const CpuWorker&) = delete;
-
   std::string describe() const override;
+  Placement placement() const override { return {}; }
   std::shared_ptr<void> allocate(std::size_t bytes) override;
   std::unique_ptr<ComputeScope> enterCompute() override { return std::make_unique<ComputeScope>(); }
   Ticket computeDone() override { return Ticket(); }
+  std::shared_ptr<ComputeMark> mark() override;
+  double elapsedMs(const ComputeMark& from, const ComputeMark& to) override;
+  std::shared_ptr<void> pinHost(void*, std::size_t, const std::string&) override { return nullptr; }
+  std::size_t freeMemory() override { return 0; }
+  std::size_t takePeakComputeBytes() override { return 0; }
   Ticket copyUrgent(void* dst, const void* src, std::size_t bytes) override;
   void copyBulk(Ticket& ticket, void* dst, const void* src, std::size_t bytes) override;
 
@@ -35,22 +36,8 @@ class CpuWorker : public Worker {
   void setObserver(std::function<void(bool, std::size_t)> observer) { observer_ = std::move(observer); }
 
  private:
-  struct Item {
-    void* dst;
-    const void* src;
-    std::size_t bytes;
-    Ticket ticket;
-  };
-  void loop();
-  void enqueue(Item item);
-
-  std::size_t chunkBytes_;
   std::function<void(bool, std::size_t)> observer_;
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<Item> bulk_;
-  bool stop_ = false;
-  std::thread thread_;
+  ChunkedCopyQueue bulk_;  // last: its thread calls observer_
 };
 
 }  // namespace rp::device

@@ -30,6 +30,7 @@ class HostStaged : public TensorChannel {
       }
     }
     auto memory = c.nodeMemory(layout.total(), c.node, "arena");
+    pin_ = c.worker.pinHost(memory->data(), layout.total(), "tensor arena");  // direct copies (cuda)
     arena_ = std::make_unique<memory::NodeStore>(std::move(layout), std::move(memory));
   }
 
@@ -55,6 +56,7 @@ class HostStaged : public TensorChannel {
   device::Worker& worker_;
   ControlReadiness readiness_;
   std::unique_ptr<memory::NodeStore> arena_;
+  std::shared_ptr<void> pin_;  // released before arena_
 };
 
 }  // namespace

@@ -1,0 +1,282 @@
+#include "device/cuda/cuda_worker.h"
+
+#include <sys/resource.h>
+
+#include <map>
+#include <mutex>
+
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "device/copy_queue.h"
+
+namespace rp::device::cuda {
+namespace {
+
+void check(cudaError_t err, const char* call, int device) {
+  if (err == cudaSuccess) return;
+  cudaGetLastError();  // clear a non-sticky error so the next call reports its own
+  RP_THROW(SystemError, "{} on CUDA device {} returned {} ({}: {})", call, device, static_cast<int>(err),
+           cudaGetErrorName(err), cudaGetErrorString(err));
+}
+
+// Completes `ticket` once `stream` reaches this point (the callback runs on a CUDA runtime thread and only
+// touches the ticket's mutex).
+void completeWhenReached(cudaStream_t stream, const Ticket& ticket, int device) {
+  ticket.add();
+  auto* held = new Ticket(ticket);
+  const cudaError_t err = cudaLaunchHostFunc(
+      stream,
+      [](void* p) {
+        auto* t = static_cast<Ticket*>(p);
+        t->complete();
+        delete t;
+      },
+      held);
+  if (err != cudaSuccess) {
+    delete held;
+    try {
+      check(err, "cudaLaunchHostFunc", device);
+    } catch (...) {
+      ticket.complete(std::current_exception());
+    }
+  }
+}
+
+// The caching allocator's statistics over all its pools: entry 0 (StatType::AGGREGATE, whose namespace moved
+// between LibTorch releases; the GPU machines build against their own).
+constexpr std::size_t kAggregate = 0;
+
+struct EventMark : ComputeMark {
+  cudaEvent_t event = nullptr;
+  ~EventMark() override {
+    if (event) cudaEventDestroy(event);
+  }
+};
+
+// Host ranges registered in this process, counted: threads-as-ranks register the same node store.
+struct PinRegistry {
+  std::mutex mutex;
+  std::map<void*, int> count;
+};
+PinRegistry& pins() {
+  static PinRegistry registry;
+  return registry;
+}
+
+std::string memlockLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_MEMLOCK, &limit) != 0) return "unknown";
+  if (limit.rlim_cur == RLIM_INFINITY) return "unlimited";
+  return fmt::format("{} KiB", static_cast<unsigned long long>(limit.rlim_cur) / 1024);
+}
+
+class CudaWorker : public Worker {
+ public:
+  explicit CudaWorker(const WorkerOptions& options)
+      : device_(options.deviceIndex),
+        bulkQueue_(
+            options.chunkBytes,
+            [this](void* dst, const void* src, std::size_t bytes) {
+              check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s_.bulk), "cudaMemcpyAsync (weights)", device_);
+              check(cudaStreamSynchronize(s_.bulk), "cudaStreamSynchronize (weights)", device_);
+            },
+            [this] { check(cudaSetDevice(device_), "cudaSetDevice", device_); }) {
+    s_.device = device_;
+    check(cudaSetDevice(device_), "cudaSetDevice", device_);
+    int least = 0, greatest = 0;
+    check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange", device_);
+    check(cudaStreamCreateWithPriority(&s_.compute, cudaStreamNonBlocking, least), "cudaStreamCreate (compute)",
+          device_);
+    check(cudaStreamCreateWithPriority(&s_.upload, cudaStreamNonBlocking, greatest), "cudaStreamCreate (upload)",
+          device_);
+    check(cudaStreamCreateWithPriority(&s_.download, cudaStreamNonBlocking, greatest), "cudaStreamCreate (download)",
+          device_);
+    check(cudaStreamCreateWithPriority(&s_.bulk, cudaStreamNonBlocking, least), "cudaStreamCreate (weights)", device_);
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties", device_);
+    name_ = prop.name;
+    totalBytes_ = prop.totalGlobalMem;
+    chunkBytes_ = bulkQueue_.chunkBytes();
+  }
+
+  ~CudaWorker() override {
+    // Then the queue's thread finishes its chunks, then the streams go.
+    cudaSetDevice(device_);
+    if (s_.compute) cudaStreamSynchronize(s_.compute);
+  }
+
+  std::string describe() const override {
+    return fmt::format(
+        "cuda:{} ({}, {:.1f} GB; compute on its own stream, activation copies on high-priority streams, weight "
+        "uploads in chunks of {:.1f} MB on a low-priority stream)",
+        device_, name_, static_cast<double>(totalBytes_) / 1e9, static_cast<double>(chunkBytes_) / 1e6);
+  }
+
+  Placement placement() const override { return {Backend::kCuda, device_}; }
+
+  std::shared_ptr<void> allocate(std::size_t bytes) override {
+    check(cudaSetDevice(device_), "cudaSetDevice", device_);
+    void* memory = nullptr;
+    const cudaError_t err = cudaMalloc(&memory, std::max<std::size_t>(bytes, 1));
+    if (err == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      std::size_t free = 0, total = 0;
+      cudaMemGetInfo(&free, &total);
+      RP_THROW(InputError,
+               "CUDA device {} cannot hold a stage slot of {:.1f} MB ({:.1f} MB free of {:.1f} MB): lower "
+               "pipeline.memory_limit_gb or raise pipeline.memory_reserve_gb so the planner makes smaller stages",
+               device_, static_cast<double>(bytes) / 1e6, static_cast<double>(free) / 1e6,
+               static_cast<double>(total) / 1e6);
+    }
+    check(err, "cudaMalloc", device_);
+    check(cudaMemsetAsync(memory, 0, bytes, s_.compute), "cudaMemsetAsync", device_);
+    check(cudaStreamSynchronize(s_.compute), "cudaStreamSynchronize", device_);
+    const int device = device_;
+    return std::shared_ptr<void>(memory, [device](void* p) {
+      cudaSetDevice(device);
+      cudaFree(p);
+    });
+  }
+
+  std::unique_ptr<ComputeScope> enterCompute() override {
+    struct Scope : ComputeScope {
+      explicit Scope(c10::cuda::CUDAStream s) : guard(s) {}
+      c10::cuda::CUDAStreamGuard guard;
+    };
+    return std::make_unique<Scope>(
+        c10::cuda::getStreamFromExternal(s_.compute, static_cast<c10::DeviceIndex>(device_)));
+  }
+
+  Ticket computeDone() override {
+    Ticket t;
+    completeWhenReached(s_.compute, t, device_);
+    return t;
+  }
+
+  std::shared_ptr<ComputeMark> mark() override {
+    auto m = std::make_shared<EventMark>();
+    check(cudaEventCreate(&m->event), "cudaEventCreate", device_);
+    check(cudaEventRecord(m->event, s_.compute), "cudaEventRecord", device_);
+    return m;
+  }
+
+  double elapsedMs(const ComputeMark& from, const ComputeMark& to) override {
+    const auto& a = static_cast<const EventMark&>(from);
+    const auto& b = static_cast<const EventMark&>(to);
+    check(cudaEventSynchronize(b.event), "cudaEventSynchronize", device_);
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, a.event, b.event), "cudaEventElapsedTime", device_);
+    return ms;
+  }
+
+  std::shared_ptr<void> pinHost(void* memory, std::size_t bytes, const std::string& what) override {
+    if (bytes == 0) return nullptr;
+    std::lock_guard<std::mutex> lock(pins().mutex);
+    auto& count = pins().count[memory];
+    if (count == 0) {
+      const cudaError_t err = cudaHostRegister(memory, bytes, cudaHostRegisterPortable);
+      if (err != cudaSuccess) {
+        cudaGetLastError();
+        pins().count.erase(memory);
+        RP_LOG_WARN(
+            "could not pin the {} ({:.1f} MB) for direct copies: cudaHostRegister returned {} ({}); the locked-memory "
+            "limit is {} (ulimit -l; raise it, e.g. 'ulimit -l unlimited' or LimitMEMLOCK in the job's limits). "
+            "Copies from and to it go through the driver's staging buffers instead, slower",
+            what, static_cast<double>(bytes) / 1e6, cudaGetErrorName(err), cudaGetErrorString(err), memlockLimit());
+        return nullptr;
+      }
+    }
+    ++count;
+    return std::shared_ptr<void>(memory, [](void* p) {
+      std::lock_guard<std::mutex> lock(pins().mutex);
+      auto it = pins().count.find(p);
+      if (it == pins().count.end()) return;
+      if (--it->second == 0) {
+        cudaHostUnregister(p);
+        pins().count.erase(it);
+      }
+    });
+  }
+
+  std::size_t freeMemory() override {
+    check(cudaSetDevice(device_), "cudaSetDevice", device_);
+    std::size_t free = 0, total = 0;
+    check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo", device_);
+    // What the caching allocator holds but does not use is free for stages too.
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device_));
+    const auto cached = stats.reserved_bytes[kAggregate].current - stats.allocated_bytes[kAggregate].current;
+    return free + static_cast<std::size_t>(std::max<std::int64_t>(0, cached));
+  }
+
+  std::size_t takePeakComputeBytes() override {
+    const auto index = static_cast<c10::DeviceIndex>(device_);
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
+    const auto peak = stats.allocated_bytes[kAggregate].peak;
+    c10::cuda::CUDACachingAllocator::resetPeakStats(index);
+    return static_cast<std::size_t>(std::max<std::int64_t>(0, peak));
+  }
+
+  // Activations and gradients: uploads (into device memory) on the upload stream, downloads on the download
+  // stream; either first waits for the compute submitted so far (it produced what a download reads, and may
+  // still read a block an upload reuses).
+  Ticket copyUrgent(void* dst, const void* src, std::size_t bytes) override {
+    Ticket t;
+    if (bytes == 0) return t;
+    cudaPointerAttributes attr{};
+    check(cudaPointerGetAttributes(&attr, dst), "cudaPointerGetAttributes", device_);
+    cudaStream_t stream = attr.type == cudaMemoryTypeDevice ? s_.upload : s_.download;
+    afterCompute(stream);
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync (urgent)", device_);
+    completeWhenReached(stream, t, device_);
+    return t;
+  }
+
+  // Weights: the queue's thread issues one chunk at a time on the low-priority stream, after the compute
+  // submitted before this call (the previous job may still read the slot being refilled).
+  void copyBulk(Ticket& ticket, void* dst, const void* src, std::size_t bytes) override {
+    auto event = std::make_shared<EventMark>();
+    check(cudaEventCreateWithFlags(&event->event, cudaEventDisableTiming), "cudaEventCreate", device_);
+    check(cudaEventRecord(event->event, s_.compute), "cudaEventRecord", device_);
+    bulkQueue_.submit(ticket, dst, src, bytes, [this, event] {
+      check(cudaStreamWaitEvent(s_.bulk, event->event, 0), "cudaStreamWaitEvent (weights)", device_);
+    });
+  }
+
+ private:
+  void afterCompute(cudaStream_t stream) {
+    if (!s_.order) check(cudaEventCreateWithFlags(&s_.order, cudaEventDisableTiming), "cudaEventCreate", device_);
+    check(cudaEventRecord(s_.order, s_.compute), "cudaEventRecord", device_);
+    check(cudaStreamWaitEvent(stream, s_.order, 0), "cudaStreamWaitEvent", device_);
+  }
+
+  const int device_;
+  std::string name_;
+  std::size_t totalBytes_ = 0, chunkBytes_ = 0;
+  struct Streams {
+    int device = 0;
+    cudaStream_t compute = nullptr, upload = nullptr, download = nullptr, bulk = nullptr;
+    cudaEvent_t order = nullptr;  // reused: a wait captures the event's state when it is issued
+    ~Streams() {
+      cudaSetDevice(device);
+      for (cudaStream_t s : {compute, upload, download, bulk}) {
+        if (s) cudaStreamDestroy(s);
+      }
+      if (order) cudaEventDestroy(order);
+    }
+  } s_;
+  ChunkedCopyQueue bulkQueue_;  // last: its thread uses the streams (and is joined before they go)
+};
+
+}  // namespace
+
+std::unique_ptr<Worker> makeCudaWorker(const WorkerOptions& options) {
+  return std::make_unique<CudaWorker>(options);
+}
+
+}  // namespace rp::device::cuda

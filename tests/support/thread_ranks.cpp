@@ -1,0 +1,61 @@
+#include "support/thread_ranks.h"
+
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "control/inproc/inproc_channel.h"
+#include "engine/runtime.h"
+
+namespace rp::test {
+namespace {
+
+engine::RuntimeParts threadParts(control::InProcHub& node, control::InProcHub& world, int rank,
+                                 transport::TensorChannelFactory tensors) {
+  engine::RuntimeParts parts;
+  parts.identity.rank = parts.identity.localRank = rank;
+  parts.identity.size = parts.identity.localSize = node.size();
+  parts.identity.hostname = "in-process";
+  parts.node = std::make_unique<control::InProcChannel>(node, rank);
+  parts.world = std::make_unique<control::InProcChannel>(world, rank);
+  parts.nodeMemory = memory::shareInProcess;
+  parts.tensors = std::move(tensors);
+  return parts;
+}
+
+}  // namespace
+
+ThreadRun runOnThreads(const config::RunConfig& config, int workers, TensorPlane plane,
+                       const std::vector<std::string>& names, bool failing) {
+  control::InProcHub node(workers), world(workers);
+  const transport::TensorChannelFactory tensors = plane == TensorPlane::kHostStaged
+                                                      ? transport::TensorChannelFactory(transport::hostStaged)
+                                                      : transport::inProcess(transport::newInProcTensorHub());
+  ThreadRun out;
+  std::mutex mutex;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < workers; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        engine::PipelineRuntime runtime(config, threadParts(node, world, r, tensors));
+        auto metrics = runtime.run();
+        if (r != 0) return;
+        out.metrics = std::move(metrics);
+        for (const auto& name : names) out.weights[name] = runtime.storeWeight(name);
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mutex);
+        out.errors.push_back(fmt::format("rank {}: {}", r, e.what()));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (!failing) {
+    for (const auto& e : out.errors) ADD_FAILURE() << e;
+  }
+  return out;
+}
+
+}  // namespace rp::test
