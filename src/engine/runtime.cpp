@@ -354,22 +354,23 @@ void PipelineRuntime::finishTrace() {
   std::ofstream(mine) << timeline_->toJson() << '\n';
   const trace::WorkerActivity a = trace::activityOf(timeline_->spans(), 0);
   const ResidentMemory m = trainingMemory_.value_or(readResidentMemory());
-  std::int64_t local[9] = {a.busyUs,
-                           a.firstUs,
-                           a.lastUs,
-                           m.peakBytes,
-                           m.sharedBytes,
-                           m.fileBytes,
-                           m.anonBytes,
-                           static_cast<std::int64_t>(2 * slots_->slotBytes()),
-                           static_cast<std::int64_t>(optimizer_->stateBytes())};
+  std::int64_t local[10] = {a.busyUs,
+                            a.firstUs,
+                            a.lastUs,
+                            m.peakBytes,
+                            m.sharedBytes,
+                            m.fileBytes,
+                            m.anonBytes,
+                            static_cast<std::int64_t>(2 * slots_->slotBytes()),
+                            static_cast<std::int64_t>(optimizer_->stateBytes()),
+                            static_cast<std::int64_t>(deviceJobPeak_)};
   const auto parts = channel_->gather(local, sizeof(local), 0);
   if (!leader_) return;  // node 0 reports; its workers are world ranks 0..N-1
   std::vector<trace::WorkerActivity> workers;
   std::vector<trace::RankMemory> memory;
   std::vector<std::string> files;
   for (int r = 0; r < workers_; ++r) {
-    std::int64_t theirs[9];
+    std::int64_t theirs[10];
     std::memcpy(theirs, parts[static_cast<std::size_t>(r)].data(), sizeof(theirs));
     workers.push_back({theirs[0], theirs[1], theirs[2]});
     trace::RankMemory rm;
@@ -380,6 +381,7 @@ void PipelineRuntime::finishTrace() {
     rm.resident.anonBytes = theirs[6];
     rm.slotBytes = theirs[7];
     rm.optimizerBytes = theirs[8];
+    rm.deviceJobPeakBytes = theirs[9];
     memory.push_back(rm);
     files.push_back((dir / fmt::format("rank{}.json", r)).string());
   }

@@ -151,9 +151,10 @@ class PipelineRuntime : public run::Executor {
   std::unique_ptr<device::Worker> worker_;                   // the device this rank computes on (its copies)
   torch::Device device_ = torch::kCPU;                       // the worker's, for the tensors a job computes with
   double memoryBudget_ = 0;                                  // per worker, for the partitioner (0 = unlimited)
-  std::unique_ptr<StageSlots> slots_;                        // the worker memory its stages are bound to
-  int slot_ = 0;                                             // the slot of the job running now
-  std::unique_ptr<transport::TensorChannel> tensors_;        // activations and gradients between stage jobs
+  std::size_t deviceJobPeak_ = 0;      // the most device memory one job's compute held (cuda; for the memory report)
+  std::unique_ptr<StageSlots> slots_;  // the worker memory its stages are bound to
+  int slot_ = 0;                       // the slot of the job running now
+  std::unique_ptr<transport::TensorChannel> tensors_;  // activations and gradients between stage jobs
   struct Prefetch {
     std::int64_t step, job;
     device::Ticket ticket;

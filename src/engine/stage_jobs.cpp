@@ -253,6 +253,7 @@ void PipelineRuntime::runJob(std::int64_t step, std::int64_t k, const schedule::
   for (int mb = 0; mb < config_.train.microbatches; ++mb) runMicrobatch(step, k, table, data, mb);
   if (job.kind != schedule::JobKind::kForward) download(step, job.layers);
   if (job.kind == schedule::JobKind::kFused) fences_->setFusedDone(step + 1);
+  deviceJobPeak_ = std::max(deviceJobPeak_, worker_->takePeakComputeBytes());  // the caching allocator's, per job
 }
 
 // 1F1B (weights bound: this worker owns one stage): upload once, then the worker's forward and backward
@@ -271,6 +272,7 @@ void PipelineRuntime::runOneFOneB(std::int64_t step, const schedule::DispatchTab
     runMicrobatch(step, op.job, table, data, op.microbatch);
   }
   download(step, layers);
+  deviceJobPeak_ = std::max(deviceJobPeak_, worker_->takePeakComputeBytes());
   for (std::int64_t k : mine) {
     if (table.jobs[static_cast<std::size_t>(k)].kind == schedule::JobKind::kFused) fences_->setFusedDone(step + 1);
   }

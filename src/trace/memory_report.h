@@ -16,8 +16,9 @@ namespace rp::trace {
 struct RankMemory {
   int rank = 0;
   ResidentMemory resident;
-  std::int64_t slotBytes = 0;       // the two stage slots of its worker
-  std::int64_t optimizerBytes = 0;  // its share of the optimizer state: float32 gradient slices, AdamW moments
+  std::int64_t slotBytes = 0;           // the two stage slots of its worker
+  std::int64_t optimizerBytes = 0;      // its share of the optimizer state: float32 gradient slices, AdamW moments
+  std::int64_t deviceJobPeakBytes = 0;  // GPU: the most any one stage job's compute allocated (0 on the CPU)
 };
 
 std::string memoryTable(const std::vector<RankMemory>& ranks, std::int64_t storeBytes);
