@@ -65,9 +65,6 @@ class Worker {
   virtual std::shared_ptr<void> allocate(std::size_t bytes) = 0;
   // Makes the worker's compute stream current for the calling thread until the scope ends.
   virtual std::unique_ptr<ComputeScope> enterCompute() = 0;
-  // Completes when the compute submitted so far has finished (the event a download waits for before it reads
-  // gradients; CPU: at once, compute is synchronous).
-  virtual Ticket computeDone() = 0;
   // A mark after the compute submitted so far, and the milliseconds of compute between two marks (waits
   // until `to` has been reached): per-layer timings without stopping the compute to read a clock.
   virtual std::shared_ptr<ComputeMark> mark() = 0;
@@ -81,7 +78,8 @@ class Worker {
   // The most worker memory the compute held at once since the last call (CUDA: the caching allocator's
   // peak, then reset); 0 where not measured (CPU: the memory report measures the process).
   virtual std::size_t takePeakComputeBytes() = 0;
-  // Copies `bytes` from `src` to `dst` ahead of every queued bulk copy.
+  // Copies `bytes` from `src` to `dst` ahead of every queued bulk copy, after the compute submitted so far
+  // (which may have produced `src`, or may still read a block `dst` reuses).
   virtual Ticket copyUrgent(void* dst, const void* src, std::size_t bytes) = 0;
   // Queues a copy of `bytes` as chunks of at most chunkBytes, behind urgent copies; adds to `ticket`.
   virtual void copyBulk(Ticket& ticket, void* dst, const void* src, std::size_t bytes) = 0;

@@ -92,32 +92,46 @@ void PipelineRuntime::download(std::int64_t step, const schedule::Range& layers)
   }
   trace::Timeline::Scope span(timeline_.get(), fmt::format("download {}-{}", layers.begin, layers.end - 1), "download",
                               0);
-  worker_->computeDone().wait();  // the job's backward has finished writing the gradients
-  std::vector<int> done;
-  std::vector<device::Ticket> copies;  // the worker's gradient copies: the fences move once they completed
-  std::vector<torch::Tensor> sources;  // kept alive until then
+  // Which slot each trainable tensor's gradient goes to: its first user's in this job (ascending layers).
+  struct Slot {
+    int layer, tensor;
+    bool gradient;  // else zeros: a later use of a tensor the first use already carries
+  };
+  std::vector<Slot> slots;
+  std::vector<int> seen;
   for (int l = layers.begin; l < layers.end; ++l) {
     for (int i : model_->tensorsOfLayer(l)) {
-      const auto& t = model_->tensors()[static_cast<std::size_t>(i)];
-      if (!t.trainable) continue;
-      std::uint8_t* slot = store_->bytes(gradRegion(t.name, l));
-      const bool first = std::find(done.begin(), done.end(), i) == done.end();
-      if (first && t.local.grad().defined()) {
-        sources.push_back(t.local.grad().contiguous());
-        copies.push_back(
-            worker_->copyUrgent(slot, sources.back().data_ptr(), static_cast<std::size_t>(sources.back().nbytes())));
-      } else {
-        std::memset(slot, 0, model_->bytes(i));
-      }
-      done.push_back(i);
+      if (!model_->tensors()[static_cast<std::size_t>(i)].trainable) continue;
+      const bool first = std::find(seen.begin(), seen.end(), i) == seen.end();
+      slots.push_back({l, i, first && model_->tensors()[static_cast<std::size_t>(i)].local.grad().defined()});
+      seen.push_back(i);
     }
   }
-  for (const auto& copy : copies) copy.wait();
-  for (int i : done) {
+  // Deepest layer first — the order the optimizer takes them in — each layer's fence moving as soon as its
+  // copies have landed, not when the whole stage's have. The copies wait on the device for the backward that
+  // wrote the gradients (Worker::copyUrgent's ordering), so the host does not.
+  const auto onWorker = worker_->enterCompute();
+  std::vector<torch::Tensor> sources;  // alive until their copies completed
+  std::vector<std::vector<device::Ticket>> copies(static_cast<std::size_t>(layers.end - layers.begin));
+  for (auto it = slots.rbegin(); it != slots.rend(); ++it) {
+    const auto& t = model_->tensors()[static_cast<std::size_t>(it->tensor)];
+    std::uint8_t* slot = store_->bytes(gradRegion(t.name, it->layer));
+    if (it->gradient) {
+      sources.push_back(t.local.grad().contiguous());
+      copies[static_cast<std::size_t>(it->layer - layers.begin)].push_back(
+          worker_->copyUrgent(slot, sources.back().data_ptr(), static_cast<std::size_t>(sources.back().nbytes())));
+    } else {
+      std::memset(slot, 0, model_->bytes(it->tensor));
+    }
+  }
+  for (int l = layers.end - 1; l >= layers.begin; --l) {
+    for (const auto& copy : copies[static_cast<std::size_t>(l - layers.begin)]) copy.wait();
+    fences_->addDownload(l);
+  }
+  for (int i : seen) {
     auto local = model_->tensors()[static_cast<std::size_t>(i)].local;
     if (local.grad().defined()) local.mutable_grad().reset();
   }
-  for (int l = layers.begin; l < layers.end; ++l) fences_->addDownload(l);
 }
 
 // One microbatch of job k: wait for job k-1's output of that microbatch, compute, tell job k+1's worker.

@@ -23,7 +23,6 @@ class CpuWorker : public Worker {
   Placement placement() const override { return {}; }
   std::shared_ptr<void> allocate(std::size_t bytes) override;
   std::unique_ptr<ComputeScope> enterCompute() override { return std::make_unique<ComputeScope>(); }
-  Ticket computeDone() override { return Ticket(); }
   std::shared_ptr<ComputeMark> mark() override;
   double elapsedMs(const ComputeMark& from, const ComputeMark& to) override;
   std::shared_ptr<void> pinHost(void*, std::size_t, const std::string&) override { return nullptr; }

@@ -153,12 +153,6 @@ class CudaWorker : public Worker {
         c10::cuda::getStreamFromExternal(s_.compute, static_cast<c10::DeviceIndex>(device_)));
   }
 
-  Ticket computeDone() override {
-    Ticket t;
-    completeWhenReached(s_.compute, t, device_);
-    return t;
-  }
-
   std::shared_ptr<ComputeMark> mark() override {
     auto m = std::make_shared<EventMark>();
     check(cudaEventCreate(&m->event), "cudaEventCreate", device_);
