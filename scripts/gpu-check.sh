@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The GPU tier on the machine it runs on: builds roundpipe against this machine's PyTorch (any CUDA-enabled
 # torch >= 2.6, from RP_PYTHON or the python3 on PATH) for this machine's GPU architecture, runs `ctest -L gpu`
-# and writes the results under $OUT (or out/gpu-check). Where the system lacks Open MPI, HDF5 or the other
+# and the GPU benchmarks, and writes the results under $OUT (or out/gpu-check). Where the system lacks Open MPI, HDF5 or the other
 # Debian dependencies, it unpacks the archive scripts/offline-bundle.sh made (RP_OFFLINE_BUNDLE, default
 # offline/roundpipe-deps.tar.gz) under a prefix and builds against that (docs/building.md). Without a GPU it is
-# a dry run: everything builds and the GPU tests skip themselves. Exit code = ctest's.
+# a dry run: everything builds and the GPU tests skip themselves. Exit code = ctest's (1 if a benchmark failed).
 # RP_USE_BUNDLE=1 uses the archive even where the system has the packages (to test the archive).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -92,4 +92,12 @@ set +e
 rc=${PIPESTATUS[0]}
 set -e
 say "ctest -L gpu exited $rc"
+
+# The GPU benchmarks (docs/benchmarks.md, G1 and G3), only where there is a GPU: never timed tests.
+if nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  say "benchmarks/gpu_throughput.sh (table in $out/gpu-throughput.txt)"
+  RP_BUILD_DIR="$build" "$root/benchmarks/gpu_throughput.sh" 2>&1 | tee "$out/gpu-throughput.txt" || rc=1
+else
+  say "no GPU: benchmarks/gpu_throughput.sh not run"
+fi
 exit "$rc"

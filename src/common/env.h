@@ -28,6 +28,11 @@ inline constexpr Var kGoldenDir{"RP_GOLDEN_DIR", "", "directory with golden file
 // Testing hook (common/fault.h, Note [Fault injection]); empty = off.
 inline constexpr Var kFaultInject{"RP_FAULT_INJECT", "", "testing: kill|throw|hang:<rank>:<step>[:<point>]"};
 
+// Benchmarks only (docs/benchmarks.md, G1): weights are never copied into the stage slots, so a run measures
+// the same compute without its uploads; its losses are meaningless.
+inline constexpr Var kBenchNoUploads{"RP_BENCH_NO_UPLOADS", "0",
+                                     "benchmarks: 1 = skip weight uploads (losses meaningless)"};
+
 // Node groups: 0 = ranks sharing memory (MPI_Comm_split_type SHARED); N > 0 = consecutive blocks of N
 // world ranks, so one host can stand in for several nodes in tests.
 inline constexpr Var kRanksPerNode{"RP_RANKS_PER_NODE", "0", "ranks per node group (0 = by shared memory)"};

@@ -107,6 +107,12 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
   co.microbatches = static_cast<int>(c.train.microbatches);
   coordination_ = std::make_unique<coordinator::Coordination>(*worldChannel_, co, plan_, costs.layers);
   slots_ = std::make_unique<StageSlots>(*worker_, memoryBudget_);
+  skipUploads_ = env::getInt(env::kBenchNoUploads) != 0;
+  if (skipUploads_ && leader_) {
+    RP_LOG_WARN(
+        "RP_BENCH_NO_UPLOADS=1: weights are not uploaded (a benchmark of the compute alone); the losses are "
+        "meaningless");
+  }
   slots_->fit(*model_, plan_);
   if (id.nodeCount > 1) {
     // Ranks with the same local rank hold the same slices: they sum their nodes' gradients.

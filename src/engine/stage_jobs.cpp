@@ -35,6 +35,7 @@ void PipelineRuntime::upload(std::int64_t step, const schedule::Range& layers) {
 // The weights of every tensor the layers use, queued as bulk copies on the worker (behind urgent copies) into
 // the tensors' places in the slot they are bound to.
 void PipelineRuntime::queueWeights(device::Ticket& ticket, const schedule::Range& layers) {
+  if (skipUploads_) return;
   for (int i : model_->tensorsOf(layers.begin, layers.end)) {
     const auto& t = model_->tensors()[static_cast<std::size_t>(i)];
     worker_->copyBulk(ticket, t.local.data_ptr(), store_->bytes(weightRegion(t.name)), model_->bytes(i));
