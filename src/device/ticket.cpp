@@ -10,6 +10,7 @@ struct Ticket::State {
   std::condition_variable cv;
   std::size_t pending = 0;
   std::exception_ptr error;
+  std::function<void()> healthCheck;
 };
 
 Ticket::Ticket() : state_(std::make_shared<State>()) {}
@@ -21,8 +22,19 @@ bool Ticket::done() const {
 
 void Ticket::wait() const {
   std::unique_lock<std::mutex> lock(state_->mutex);
-  state_->cv.wait(lock, [&] { return state_->pending == 0; });
+  while (!state_->cv.wait_for(lock, kHealthPeriod, [&] { return state_->pending == 0; })) {
+    if (!state_->healthCheck) continue;
+    const auto check = state_->healthCheck;
+    lock.unlock();
+    check();  // throws when the work can no longer complete
+    lock.lock();
+  }
   if (state_->error) std::rethrow_exception(state_->error);
+}
+
+void Ticket::setHealthCheck(std::function<void()> check) const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->healthCheck = std::move(check);
 }
 
 void Ticket::add() const {

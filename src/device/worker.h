@@ -6,8 +6,10 @@
 // backend (cpu/, cuda/); registry.cpp is the only file that knows which are compiled. Torch-free.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -17,14 +19,19 @@ namespace rp::device {
 
 // Completion of work submitted to a worker: done() polls, wait() blocks and rethrows the first error.
 // Backends add pending pieces and complete them, from any thread. Copies of a Ticket share its state.
+// A backend whose completions can stop arriving (a CUDA stream after a device fault runs no more callbacks)
+// sets a health check: wait() runs it every `kHealthPeriod` while it waits, and rethrows what it throws —
+// an error naming the fault, not a hang.
 class Ticket {
  public:
+  static constexpr std::chrono::milliseconds kHealthPeriod{500};
   Ticket();  // nothing pending: done
   bool done() const;
   void wait() const;
   // Backend side.
   void add() const;
   void complete(std::exception_ptr error = nullptr) const;
+  void setHealthCheck(std::function<void()> check) const;
 
  private:
   struct State;

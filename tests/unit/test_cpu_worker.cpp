@@ -8,6 +8,7 @@
 #include <mutex>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -99,6 +100,30 @@ TEST(ChunkedCopyQueue, RunsBeforeThenChunksInOrderAndConfinesAFailure) {
   EXPECT_EQ(dst2, std::vector<std::uint8_t>(src.begin(), src.begin() + 3));
   const std::vector<std::string> expected{"before 1", "chunk 4", "chunk 4", "chunk 2", "before 2", "chunk 3"};
   EXPECT_EQ(events, expected);
+}
+
+// A backend's completion that can never arrive (a CUDA stream after a device fault) surfaces through the
+// ticket's health check as an error, not as a wait forever; a healthy slow completion still just completes.
+TEST(Ticket, AWaitEndsWithTheHealthCheckError) {
+  Ticket stuck;
+  stuck.add();  // never completed
+  int checks = 0;
+  stuck.setHealthCheck([&] {
+    if (++checks == 2) throw SystemError("cudaStreamQuery on CUDA device 0 returned 700 (cudaErrorIllegalAddress)");
+  });
+  EXPECT_THROW(stuck.wait(), SystemError);
+  EXPECT_EQ(checks, 2);
+
+  Ticket slow;
+  slow.add();
+  slow.setHealthCheck([] {});
+  std::thread completer([&] {
+    std::this_thread::sleep_for(Ticket::kHealthPeriod * 3);
+    slow.complete();
+  });
+  slow.wait();
+  completer.join();
+  EXPECT_TRUE(slow.done());
 }
 
 TEST(ChunkedCopyQueue, AThreadThatCannotStartFailsEveryCopy) {

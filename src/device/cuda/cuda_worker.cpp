@@ -28,6 +28,12 @@ void check(cudaError_t err, const char* call, int device) {
 // Completes `ticket` once `stream` reaches this point (the callback runs on a CUDA runtime thread and only
 // touches the ticket's mutex).
 void completeWhenReached(cudaStream_t stream, const Ticket& ticket, int device) {
+  // A device fault stops the stream's callbacks: a waiter then learns it from the stream, not by hanging.
+  ticket.setHealthCheck([stream, device] {
+    const cudaError_t err = cudaStreamQuery(stream);
+    if (err != cudaSuccess && err != cudaErrorNotReady)
+      check(err, "cudaStreamQuery (a copy or compute in flight)", device);
+  });
   ticket.add();
   auto* held = new Ticket(ticket);
   const cudaError_t err = cudaLaunchHostFunc(
