@@ -97,6 +97,12 @@ say "ctest -L gpu exited $rc"
 if nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
   say "benchmarks/gpu_throughput.sh (table in $out/gpu-throughput.txt)"
   RP_BUILD_DIR="$build" "$root/benchmarks/gpu_throughput.sh" 2>&1 | tee "$out/gpu-throughput.txt" || rc=1
+  if [[ -d "$root/offline/wheels" ]] || "$python" -c "import roundpipe" 2>/dev/null; then
+    say "benchmarks/gpu_peer.sh: against the reference library (table in $out/gpu-peer.txt)"
+    RP_BUILD_DIR="$build" RP_PYTHON="$python" "$root/benchmarks/gpu_peer.sh" 2>&1 | tee "$out/gpu-peer.txt" || rc=1
+  else
+    say "no offline/wheels (benchmarks/peer_wheels.sh): the comparison with the reference library not run"
+  fi
 else
   say "no GPU: benchmarks/gpu_throughput.sh not run"
 fi

@@ -1,0 +1,71 @@
+"""G2's peer: the RoundPipe reference library (`roundpipe` 0.1.1 from PyPI, the paper's implementation) training
+a randomly initialised Hugging Face model of a config.json shape, as its own benchmark/train.py does: bf16
+weights, fp32 optimizer states (its CPU Adam), random token ids, M microbatches per step, async step. Prints one
+JSON line: tokens/s over the timed steps and the peak GPU memory. Run by benchmarks/gpu_peer.sh beside
+roundpipe_train at the same shape, batch, sequence length and microbatch count.
+
+Usage: python peer_roundpipe_ref.py --config benchmarks/configs/qwen3-1.7b-shape --batch 8 --seq 2048 \
+           --microbatches 8 [--lora-rank 16] [--warmup 3 --steps 5]
+"""
+import argparse
+import json
+import time
+
+import torch
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", required=True, help="directory with a Hugging Face config.json")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=2048)
+    ap.add_argument("--microbatches", type=int, default=8)
+    ap.add_argument("--lora-rank", type=int, default=0)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=5)
+    a = ap.parse_args()
+
+    import roundpipe
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(a.config)
+    config.use_cache = False
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.bfloat16, attn_implementation="sdpa")
+    if a.lora_rank > 0:
+        import peft
+
+        model = peft.get_peft_model(
+            model, peft.LoraConfig(r=a.lora_rank, lora_alpha=2 * a.lora_rank, target_modules="all-linear")
+        ).base_model.model
+    model = roundpipe.wrap_model_to_roundpipe(
+        model,
+        model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch=a.microbatches),
+        optim_dtype=torch.float32,
+    )
+    optim = roundpipe.optim.Adam(model.optim_parameters(), lr=1e-5)
+    ids = torch.randint(0, config.vocab_size, (a.batch, a.seq))
+
+    def step():
+        model.forward_backward(
+            input_kwargs={"input_ids": ids, "labels": ids, "return_logits": False},
+            loss_fn=lambda outputs, labels: outputs.loss / a.microbatches,
+        )
+        model.step(lambda: (optim.step(), optim.zero_grad()))
+
+    for _ in range(a.warmup):
+        step()
+    model.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    for _ in range(a.steps):
+        step()
+    model.synchronize()
+    elapsed = time.perf_counter() - start
+    peak = max(torch.cuda.max_memory_allocated(d) for d in range(torch.cuda.device_count()))
+    print(json.dumps({"peer": f"roundpipe {roundpipe.__version__}", "tokens_per_s": a.steps * a.batch * a.seq / elapsed,
+                      "peak_gpu_mb": peak / 1e6, "gpus": torch.cuda.device_count()}))
+
+
+if __name__ == "__main__":
+    main()
