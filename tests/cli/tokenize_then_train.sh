@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End to end through the executables: roundpipe_tokenize writes the pre-tokenized format, roundpipe_train
-# trains on it and writes metrics.jsonl; a bad config key exits with code 2 and names the key.
+# trains on it and writes metrics.jsonl; a bad config key exits with code 2 and names the key; without a GPU,
+# one process runs the single-process trainer and says so, and pipeline.backend = "cuda" is a clear error.
 # Usage: tokenize_then_train.sh <bin dir> <fixtures dir>
 set -euo pipefail
 bin="$1"
@@ -31,7 +32,7 @@ threads = 1
 [output]
 dir = "$work/out"
 TOML
-"$bin/roundpipe_train" --config "$work/run.toml"
+"$bin/roundpipe_train" --config "$work/run.toml" 2>&1 | tee "$work/train.txt"
 lines=$(wc -l <"$work/out/metrics.jsonl")
 [[ "$lines" -eq 3 ]] || { echo "expected 3 metrics records, got $lines"; exit 1; }
 
@@ -41,4 +42,15 @@ code=$?
 set -e
 [[ $code -eq 2 ]] || { echo "bad key: expected exit code 2, got $code: $out"; exit 1; }
 grep -q "unknown key 'train.seqlen' (did you mean 'train.seq_len'?)" <<<"$out" || { echo "message: $out"; exit 1; }
+
+if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  grep -q 'backend cpu (pipeline.backend = "auto" and .*): the single-process trainer' "$work/train.txt" \
+    || { echo "no line saying one process without a GPU runs the trainer, and why"; exit 1; }
+  set +e
+  out=$("$bin/roundpipe_train" --config "$work/run.toml" --set pipeline.backend=cuda 2>&1)
+  code=$?
+  set -e
+  [[ $code -eq 2 ]] || { echo "backend cuda without a GPU: expected exit code 2, got $code: $out"; exit 1; }
+  grep -q 'pipeline.backend = "cuda" but there is no usable GPU: ' <<<"$out" || { echo "message: $out"; exit 1; }
+fi
 echo "ok"
