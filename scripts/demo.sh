@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job on a built-in default: RoundPipe pipeline training with 2 worker processes under mpirun —
-# fine-tune the TinyStories-656K checkpoint (shared fixtures) on tiny-shakespeare on CPU, printing the plan,
+# fine-tune the TinyStories-656K checkpoint (shared fixtures) on tiny-shakespeare (on the GPUs where there are
+# any, else on CPU), printing the plan,
 # the loss going down and a sample before and after. Without the fixtures, train a small byte-level Llama
 # from scratch on Debian's fortunes instead. Extra arguments go to roundpipe_train
 # (e.g. --set train.max_steps=100); RP_DEMO_WORKERS sets the number of worker processes (default 2). The run's
@@ -20,6 +21,9 @@ launch=(mpirun -np "$workers" --bind-to none)
 if [[ $(id -u) -eq 0 ]]; then launch+=(--allow-run-as-root); fi
 if (( workers > $(nproc) )); then launch+=(--oversubscribe); fi
 common=(--set train.threads=1 --set "train.microbatches=$((workers + 2))" --set "train.global_batch=$((4 * (workers + 2)))")
+# Where there are GPUs but fewer than workers (a one-GPU box), the workers share them (docs/gpu.md).
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+if (( gpus > 0 && gpus < workers )); then common+=(--set "pipeline.ranks_per_gpu=$(( (workers + gpus - 1) / gpus ))"); fi
 
 if [[ -d "$fixtures/models/tinystories-656k" ]]; then
   config=configs/tiny-finetune.toml out=out/tiny-finetune

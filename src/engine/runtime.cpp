@@ -138,19 +138,20 @@ void PipelineRuntime::placeWorker() {
                                {static_cast<std::size_t>(c.pipeline.uploadChunkMb * 1024 * 1024), placed.device});
   device_ = torchDevice(worker_->placement());
   const bool fromDevice = c.pipeline.memoryLimitGb == 0 && placed.backend == device::Backend::kCuda;
-  double budget = c.pipeline.memoryLimitGb * 1e9;
-  if (fromDevice) {
-    const double free = static_cast<double>(worker_->freeMemory());
-    budget = free - c.pipeline.memoryReserveGb * 1e9;
-    if (budget <= 0) {
+  const double free = fromDevice ? static_cast<double>(worker_->freeMemory()) : 0.0;
+  double least = fromDevice ? free - c.pipeline.memoryReserveGb * 1e9 : std::numeric_limits<double>::infinity();
+  worldChannel_->allreduce(&least, 1, control::Reduce::kMin);  // every rank, before any of them may throw
+  if (least <= 0) {
+    if (fromDevice && free - c.pipeline.memoryReserveGb * 1e9 <= 0) {
       RP_THROW(InputError,
                "rank {}: {} has {:.2f} GB free, no more than pipeline.memory_reserve_gb = {}: free the GPU (other "
                "processes on it?) or lower the reserve",
                id_.rank, worker_->describe(), free / 1e9, c.pipeline.memoryReserveGb);
     }
+    RP_THROW(InputError,
+             "rank {}: another rank's GPU has no memory beyond pipeline.memory_reserve_gb (its error names it)",
+             id_.rank);
   }
-  double least = fromDevice ? budget : std::numeric_limits<double>::infinity();
-  worldChannel_->allreduce(&least, 1, control::Reduce::kMin);
   memoryBudget_ = std::isinf(least) ? c.pipeline.memoryLimitGb * 1e9 : least;
   RP_LOG_INFO("rank {}: backend {} ({}); {}", id_.rank, device::backendName(placed.backend), placed.why,
               worker_->describe());
