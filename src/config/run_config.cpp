@@ -83,7 +83,7 @@ void checkPipelineRun(const RunConfig& c, int nodes) {
   if (c.lora.rank > 0 && c.lora.dropout > 0) {
     RP_THROW(InputError,
              "{}: lora.dropout = {}: the pipeline runtime recomputes activations and does not yet replay "
-             "dropout's random state; use lora.dropout = 0 with more than one worker",
+             "dropout's random state; use lora.dropout = 0 with more than one worker or on a GPU",
              source, c.lora.dropout);
   }
 }
