@@ -151,6 +151,7 @@ class PipelineRuntime : public run::Executor {
   std::unique_ptr<device::Worker> worker_;                   // the device this rank computes on (its copies)
   torch::Device device_ = torch::kCPU;                       // the worker's, for the tensors a job computes with
   double memoryBudget_ = 0;                                  // per worker, for the partitioner (0 = unlimited)
+  bool downloadsPerLayer_ = false;     // this job downloads each layer in its last microbatch (layer grain)
   bool skipUploads_ = false;           // RP_BENCH_NO_UPLOADS: benchmarks of the compute without uploads
   std::size_t deviceJobPeak_ = 0;      // the most device memory one job's compute held (cuda; for the memory report)
   std::unique_ptr<StageSlots> slots_;  // the worker memory its stages are bound to

@@ -209,6 +209,9 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
           torch::Tensor y = model_->forward(l, input, batch, ctx);
           if (y.requires_grad()) y.backward(grad);
           if (l > 0) grad = input.grad();
+          // The job's last microbatch: layer l's gradients are final, so they go to the optimizer now, while
+          // the layers below are still back-propagated (Note [Layer fences]).
+          if (downloadsPerLayer_ && mb + 1 == config_.train.microbatches) download(step, {l, l + 1});
           timings_.push_back({start, worker_->mark(), l, l + 1, /*forward=*/false, /*backward=*/true});
         }
         if (a > 0) put({step, a, mb, transport::TensorKind::kGradient}, grad);
@@ -265,8 +268,16 @@ void PipelineRuntime::runJob(std::int64_t step, std::int64_t k, const schedule::
   }
   prefetchNext(step, k, table);
   model_->model().train();
+  // Layer-grain backward jobs download each layer as its last microbatch's backward finishes it, unless a
+  // tensor is used by two of the job's layers (its gradient is final only after both).
+  std::size_t uses = 0;
+  for (int l = job.layers.begin; l < job.layers.end; ++l) uses += model_->tensorsOfLayer(l).size();
+  downloadsPerLayer_ = job.kind == schedule::JobKind::kBackward &&
+                       config_.pipeline.recompute == config::Recompute::kLayer &&
+                       uses == model_->tensorsOf(job.layers.begin, job.layers.end).size();
   for (int mb = 0; mb < config_.train.microbatches; ++mb) runMicrobatch(step, k, table, data, mb);
-  if (job.kind != schedule::JobKind::kForward) download(step, job.layers);
+  if (job.kind != schedule::JobKind::kForward && !downloadsPerLayer_) download(step, job.layers);
+  downloadsPerLayer_ = false;
   if (job.kind == schedule::JobKind::kFused) fences_->setFusedDone(step + 1);
   deviceJobPeak_ = std::max(deviceJobPeak_, worker_->takePeakComputeBytes());  // the caching allocator's, per job
 }
