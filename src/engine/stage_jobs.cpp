@@ -209,10 +209,10 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
           torch::Tensor y = model_->forward(l, input, batch, ctx);
           if (y.requires_grad()) y.backward(grad);
           if (l > 0) grad = input.grad();
-          // The job's last microbatch: layer l's gradients are final, so they go to the optimizer now, while
-          // the layers below are still back-propagated (Note [Layer fences]).
-          if (downloadsPerLayer_ && mb + 1 == config_.train.microbatches) download(step, {l, l + 1});
           timings_.push_back({start, worker_->mark(), l, l + 1, /*forward=*/false, /*backward=*/true});
+          // The job's last microbatch: layer l's gradients are final, so they go to the optimizer now, while
+          // the layers below are still back-propagated (Note [Layer fences]). Not part of the layer's time.
+          if (downloadsPerLayer_ && mb + 1 == config_.train.microbatches) download(step, {l, l + 1});
         }
         if (a > 0) put({step, a, mb, transport::TensorKind::kGradient}, grad);
         break;

@@ -29,23 +29,21 @@ std::size_t StageSlots::stageBytes(const PipelineModel& model, const schedule::R
   return total;
 }
 
-std::size_t StageSlots::largestStage(const PipelineModel& model, const schedule::Plan& plan) {
-  std::size_t most = stageBytes(model, plan.fused);
-  for (const auto& r : plan.forward) most = std::max(most, stageBytes(model, r));
-  for (const auto& r : plan.backward) most = std::max(most, stageBytes(model, r));
-  return most;
+schedule::Range StageSlots::largestStage(const PipelineModel& model, const schedule::Plan& plan) {
+  schedule::Range largest = plan.fused;
+  for (const auto* ranges : {&plan.forward, &plan.backward}) {
+    for (const auto& r : *ranges) {
+      if (stageBytes(model, r) > stageBytes(model, largest)) largest = r;
+    }
+  }
+  return largest;
 }
 
 void StageSlots::fit(PipelineModel& model, const schedule::Plan& plan) {
-  const std::size_t bytes = largestStage(model, plan);
+  const schedule::Range largest = largestStage(model, plan);
+  const std::size_t bytes = stageBytes(model, largest);
   if (bytes == bytes_ && slots_[0]) return;
   if (budget_ > 0 && 2.0 * static_cast<double>(bytes) > budget_) {
-    schedule::Range largest = plan.fused;
-    for (const auto* ranges : {&plan.forward, &plan.backward}) {
-      for (const auto& r : *ranges) {
-        if (stageBytes(model, r) > stageBytes(model, largest)) largest = r;
-      }
-    }
     RP_THROW(InputError,
              "stage {}-{} needs {:.1f} MB of weights on its worker, twice that with the prefetched stage: more than "
              "the {:.1f} MB budget (pipeline.memory_limit_gb, or the GPU's free memory less "

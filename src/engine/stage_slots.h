@@ -26,8 +26,8 @@ class StageSlots {
 
   // The bytes a stage over `layers` binds.
   static std::size_t stageBytes(const PipelineModel& model, const schedule::Range& layers);
-  // The largest stage of `plan`.
-  static std::size_t largestStage(const PipelineModel& model, const schedule::Plan& plan);
+  // The largest stage of `plan` (in stageBytes).
+  static schedule::Range largestStage(const PipelineModel& model, const schedule::Plan& plan);
   // Makes each slot hold `plan`'s largest stage, allocating anew (and unbinding every tensor) when that size
   // changed. Between jobs only. An InputError naming the largest stage when two slots exceed the budget.
   void fit(PipelineModel& model, const schedule::Plan& plan);
