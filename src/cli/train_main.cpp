@@ -58,7 +58,8 @@ int run(int argc, char** argv, const rp::MpiSession& session) {
     rp::train::Trainer trainer(std::move(config));
     if (!trainer.run()) return rp::cli::kExitPreempted;
   } else {
-    rp::engine::PipelineRuntime runtime(std::move(config), rp::engine::mpiParts(session));
+    const auto channel = config.pipeline.tensorChannel;
+    rp::engine::PipelineRuntime runtime(std::move(config), rp::engine::mpiParts(session, channel));
     runtime.run();
     if (runtime.preempted()) return rp::cli::kExitPreempted;
   }

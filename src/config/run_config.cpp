@@ -152,6 +152,8 @@ RunConfig buildRunConfig(Values v) {
                                                          {"cuda", device::BackendChoice::kCuda}});
   c.pipeline.ranksPerGpu = atLeast(v, "pipeline.ranks_per_gpu", 1);
   c.pipeline.memoryReserveGb = inRange(v, "pipeline.memory_reserve_gb", 0.0, 1e6, false);
+  c.pipeline.tensorChannel = parseEnum<TensorChannelKind>(
+      v, "pipeline.tensor_channel", {{"host", TensorChannelKind::kHost}, {"direct", TensorChannelKind::kDirect}});
   c.precision.lossScale = inRange(v, "precision.loss_scale", 1.0, 1e30, false);
   c.precision.growthInterval = atLeast(v, "precision.growth_interval", 1);
 

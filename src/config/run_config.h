@@ -15,6 +15,7 @@ namespace rp::config {
 enum class Dtype { kFloat32, kBFloat16, kFloat16 };             // model.dtype
 enum class PipelineSchedule { kRoundPipe, kGPipe, kOneFOneB };  // pipeline.schedule
 enum class Recompute { kStage, kLayer };                        // pipeline.recompute
+enum class TensorChannelKind { kHost, kDirect };                // pipeline.tensor_channel
 const char* dtypeName(Dtype dtype);                             // "float32", "bfloat16", "float16"
 const char* scheduleName(PipelineSchedule schedule);            // "roundpipe", "gpipe", "1f1b"
 
@@ -59,6 +60,7 @@ struct RunConfig {
     device::BackendChoice backend;
     std::int64_t ranksPerGpu;
     double memoryReserveGb;  // cuda: device memory left to the compute when the budget comes from the device
+    TensorChannelKind tensorChannel;
   } pipeline;
   struct Precision {
     double lossScale;

@@ -62,6 +62,8 @@ const std::vector<KeySpec>& runSchema() {
       {"pipeline.ranks_per_gpu", Type::kInt, I(1), "cuda: ranks sharing one GPU (local rank r uses GPU r / this)"},
       {"pipeline.memory_reserve_gb", Type::kFloat, 2.0,
        "cuda: GPU memory kept for activations and the compute when the budget comes from the device"},
+      {"pipeline.tensor_channel", Type::kString, S("host"),
+       "host | direct: stage hand-offs through the host arena, or from GPU to GPU (CUDA IPC; needs peer access)"},
       {"pipeline.stall_timeout_s", Type::kFloat, 300.0, "a rank waiting longer than this for a peer aborts the job"},
       {"pipeline.stall_warn_s", Type::kFloat, 60.0,
        "a rank waiting longer than this logs the late rank and its last operation (if below the timeout)"},

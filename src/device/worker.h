@@ -62,6 +62,30 @@ class ComputeScope {
   virtual ~ComputeScope() = default;
 };
 
+// The device-direct tensor channel's hand-off buffers (docs/protocol.md, "Device-direct"): `slots` buffers of
+// one worker's memory that the node's other ranks open and copy from without a host round trip (CUDA: IPC
+// memory and one interprocess event per slot; CPU: a shared-memory segment).
+class HandoffRing {
+ public:
+  virtual ~HandoffRing() = default;
+  // What Worker::openRing takes on another rank of the node (bytes, not text).
+  virtual std::string handle() const = 0;
+  // Copies `bytes` of worker memory at `src` into `slot` after the compute submitted so far; `src` may be
+  // reused when it returns. A peer's read of the slot issued after this call sees these bytes.
+  virtual void write(int slot, const void* src, std::size_t bytes) = 0;
+  // Every peer has opened the ring: what made it openable by name goes (CPU: the segment's name).
+  virtual void opened() = 0;
+};
+
+// Another rank's HandoffRing, opened on this worker.
+class PeerRing {
+ public:
+  virtual ~PeerRing() = default;
+  // Copies `slot` into worker memory at `dst` once the owner's last write of it has landed (CUDA: the upload
+  // stream waits on the slot's event), after the compute submitted so far, ahead of bulk copies.
+  virtual Ticket read(int slot, void* dst, std::size_t bytes) = 0;
+};
+
 // Thread-safety: submissions from the rank's main thread; tickets may be waited on from any thread.
 class Worker {
  public:
@@ -90,6 +114,10 @@ class Worker {
   virtual Ticket copyUrgent(void* dst, const void* src, std::size_t bytes) = 0;
   // Queues a copy of `bytes` as chunks of at most chunkBytes, behind urgent copies; adds to `ticket`.
   virtual void copyBulk(Ticket& ticket, void* dst, const void* src, std::size_t bytes) = 0;
+  // Hand-off buffers other ranks of the node open (openRing, with the handle), and one of theirs opened here.
+  // Errors name the call and why (a SystemError; CUDA IPC needs the ranks' GPUs to reach each other).
+  virtual std::unique_ptr<HandoffRing> shareRing(int slots, std::size_t slotBytes) = 0;
+  virtual std::unique_ptr<PeerRing> openRing(const std::string& handle) = 0;
 };
 
 // The worker of `backend` (registry.cpp); an InputError naming the backend where this build lacks it.

@@ -4,13 +4,15 @@
 
 namespace rp::engine {
 
-RuntimeParts mpiParts(const MpiSession& session) {
+RuntimeParts mpiParts(const MpiSession& session, config::TensorChannelKind channel) {
   RuntimeParts parts;
   parts.identity = session.identity();
   parts.node = std::make_unique<control::MpiChannel>(session.node());
   parts.world = std::make_unique<control::MpiChannel>(session.world());
   parts.nodeMemory = memory::mapSharedMemory;
-  parts.tensors = transport::hostStaged;
+  parts.tensors = channel == config::TensorChannelKind::kDirect
+                      ? transport::TensorChannelFactory(transport::deviceDirect)
+                      : transport::TensorChannelFactory(transport::hostStaged);
   return parts;
 }
 

@@ -5,6 +5,7 @@
 
 #include <memory>
 
+#include "config/run_config.h"
 #include "control/channel.h"
 #include "memory/node_store.h"
 #include "transport/tensor_channel.h"
@@ -20,8 +21,8 @@ struct RuntimeParts {
   transport::TensorChannelFactory tensors;  // activations and their gradients between stage jobs
 };
 
-// Channels on the session's node and world communicators; POSIX shared memory for the node store; the
-// host-staged tensor plane.
-RuntimeParts mpiParts(const MpiSession& session);
+// Channels on the session's node and world communicators; POSIX shared memory for the node store; the tensor
+// plane `channel` names (pipeline.tensor_channel).
+RuntimeParts mpiParts(const MpiSession& session, config::TensorChannelKind channel);
 
 }  // namespace rp::engine

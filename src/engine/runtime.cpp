@@ -153,12 +153,30 @@ void PipelineRuntime::placeWorker() {
              id_.rank);
   }
   memoryBudget_ = std::isinf(least) ? c.pipeline.memoryLimitGb * 1e9 : least;
+  if (memoryBudget_ > 0 && c.pipeline.tensorChannel == config::TensorChannelKind::kDirect) {
+    // The device-direct channel's hand-off ring lives in worker memory beside the stage slots.
+    const double ring =
+        static_cast<double>(transport::deviceDirectBytes(static_cast<int>(c.train.microbatches), tensorBytes()));
+    memoryBudget_ -= ring;
+    if (memoryBudget_ <= 0) {
+      RP_THROW(InputError,
+               "rank {}: the device-direct hand-off ring ({:.1f} MB: 4 x {} microbatches x {:.1f} MB) leaves no worker "
+               "memory for stages; use pipeline.tensor_channel = \"host\" or fewer, smaller microbatches",
+               id_.rank, ring / 1e6, c.train.microbatches, static_cast<double>(tensorBytes()) / 1e6);
+    }
+  }
   RP_LOG_INFO("rank {}: backend {} ({}); {}", id_.rank, device::backendName(placed.backend), placed.why,
               worker_->describe());
   if (leader_ && memoryBudget_ > 0) {
     RP_LOG_INFO("pipeline: stages planned for {:.2f} GB of worker memory each ({})", memoryBudget_ / 1e9,
                 std::isinf(least) ? "pipeline.memory_limit_gb" : "the least free GPU memory less the reserve");
   }
+}
+
+// Bytes of one activation (or activation gradient) of one microbatch: what the tensor plane moves.
+std::size_t PipelineRuntime::tensorBytes() const {
+  return static_cast<std::size_t>(rowsPerMicrobatch_ * config_.train.seqLen * model_->model().config().hiddenSize) *
+         c10::elementSize(model_->dtype());
 }
 
 // Stage grain checkpoints the input of every backward stage; layer grain the input of every layer.
@@ -196,11 +214,8 @@ void PipelineRuntime::buildStore() {
   storePin_ = worker_->pinHost(memory->data(), layout.total(), "node store");  // direct copies (cuda)
   store_ = std::make_unique<memory::NodeStore>(std::move(layout), std::move(memory));
   RP_LOG_DEBUG("node store ({}): {:.1f} MB", store_->describe(), static_cast<double>(store_->layout().total()) / 1e6);
-  const std::size_t tensorBytes =
-      static_cast<std::size_t>(rowsPerMicrobatch_ * c.train.seqLen * model_->model().config().hiddenSize) *
-      c10::elementSize(model_->dtype());
   tensors_ = tensorFactory_(
-      {*channel_, *worker_, nodeMemory_, stallPolicy(), L, static_cast<int>(c.train.microbatches), tensorBytes});
+      {*channel_, *worker_, nodeMemory_, stallPolicy(), L, static_cast<int>(c.train.microbatches), tensorBytes()});
   activity_ = std::make_unique<ActivityBoard>(store_->bytes("activity"), id.localSize);
   fences_ = std::make_unique<Fences>(store_->bytes("fences"), L, id.localSize, stallPolicy(), activity_.get());
 

@@ -100,8 +100,9 @@ class PipelineRuntime : public run::Executor {
   void publishInitialWeights();
   void bindToStore();  // every tensor of the model onto its weights in the store
   // A tensor of the tensor plane into worker memory / out of it.
-  torch::Tensor fetch(const transport::TensorId& id, at::IntArrayRef shape);
-  void put(const transport::TensorId& id, const torch::Tensor& tensor);
+  std::size_t tensorBytes() const;
+  torch::Tensor fetch(const transport::TensorId& id, at::IntArrayRef shape, int writer);
+  void put(const transport::TensorId& id, const torch::Tensor& tensor, const transport::Readers& readers);
   void prefetchNext(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table);
   void resolveTimings();
   torch::Tensor storeTensor(const std::string& region, at::IntArrayRef shape, torch::ScalarType dtype) const;

@@ -42,16 +42,18 @@ void PipelineRuntime::queueWeights(device::Ticket& ticket, const schedule::Range
   }
 }
 
-// A tensor of the tensor plane into worker memory (ahead of any queued weight copy), and out of it.
-torch::Tensor PipelineRuntime::fetch(const transport::TensorId& id, at::IntArrayRef shape) {
+// A tensor of the tensor plane into worker memory (ahead of any queued weight copy) — `writer`'s hand-off or a
+// saved tensor (transport::kSaved) — and out of it, for `readers`.
+torch::Tensor PipelineRuntime::fetch(const transport::TensorId& id, at::IntArrayRef shape, int writer) {
   torch::Tensor local = torch::empty(shape, torch::TensorOptions().dtype(model_->dtype()).device(device_));
-  tensors_->get(id, local.data_ptr(), static_cast<std::size_t>(local.nbytes()));
+  tensors_->get(id, local.data_ptr(), static_cast<std::size_t>(local.nbytes()), writer);
   return local;
 }
 
-void PipelineRuntime::put(const transport::TensorId& id, const torch::Tensor& tensor) {
+void PipelineRuntime::put(const transport::TensorId& id, const torch::Tensor& tensor,
+                          const transport::Readers& readers) {
   const torch::Tensor t = tensor.contiguous();
-  tensors_->put(id, t.data_ptr(), static_cast<std::size_t>(t.nbytes()));
+  tensors_->put(id, t.data_ptr(), static_cast<std::size_t>(t.nbytes()), readers);
 }
 
 // One-stage weight prefetch (Note [Prefetch]): while job k runs, bind this worker's next job in the same
@@ -163,21 +165,24 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
   switch (job.kind) {
     case schedule::JobKind::kForward: {
       torch::NoGradGuard noGrad;
-      torch::Tensor x = a == 0 ? torch::Tensor() : fetch({step, a, mb, transport::TensorKind::kActivation}, shape);
+      torch::Tensor x =
+          a == 0 ? torch::Tensor() : fetch({step, a, mb, transport::TensorKind::kActivation}, shape, prevWorker);
       for (int l = a; l < b; ++l) {
         if (l > a && checkpoint_[static_cast<std::size_t>(l)])
-          put({step, l, mb, transport::TensorKind::kActivation}, x);
+          put({step, l, mb, transport::TensorKind::kActivation}, x, {-1, true});
         const auto start = worker_->mark();
         x = model_->forward(l, x, batch, ctx);
         timings_.push_back({start, worker_->mark(), l, l + 1, /*forward=*/true, /*backward=*/false});
       }
-      put({step, b, mb, transport::TensorKind::kActivation}, x);
+      // The next job's input, and a backward stage's saved input where one starts here.
+      put({step, b, mb, transport::TensorKind::kActivation}, x,
+          {nextWorker, b < L && checkpoint_[static_cast<std::size_t>(b)]});
       break;
     }
     case schedule::JobKind::kFused: {
-      torch::Tensor input = a == 0
-                                ? torch::Tensor()
-                                : fetch({step, a, mb, transport::TensorKind::kActivation}, shape).requires_grad_(true);
+      torch::Tensor input =
+          a == 0 ? torch::Tensor()
+                 : fetch({step, a, mb, transport::TensorKind::kActivation}, shape, prevWorker).requires_grad_(true);
       torch::Tensor x = input;
       // The fused stage's backward cost (what the partitioner packs it by) is its forward plus its share of
       // the backward pass.
@@ -193,19 +198,20 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
       (loss.sum * (norm * lossScale_)).backward();  // fp16: the gradients of the scaled loss
       timings_.push_back({start, worker_->mark(), a, L, /*forward=*/false, /*backward=*/true});
       store_->doubles(lossRegion(step))[mb] = loss.sum.item<double>();
-      if (a > 0) put({step, a, mb, transport::TensorKind::kGradient}, input.grad());
+      if (a > 0) put({step, a, mb, transport::TensorKind::kGradient}, input.grad(), {nextWorker, false});
       break;
     }
     case schedule::JobKind::kBackward: {
       if (config_.pipeline.recompute == config::Recompute::kLayer) {
         // Layer grain: recompute and back-propagate one layer at a time from its checkpointed input, so only
         // one layer's activations are alive.
-        torch::Tensor grad = fetch({step, b, mb, transport::TensorKind::kGradient}, shape);
+        torch::Tensor grad = fetch({step, b, mb, transport::TensorKind::kGradient}, shape, prevWorker);
         for (int l = b - 1; l >= a; --l) {
           const auto start = worker_->mark();
-          torch::Tensor input =
-              l == 0 ? torch::Tensor()
-                     : fetch({step, l, mb, transport::TensorKind::kActivation}, shape).requires_grad_(true);
+          torch::Tensor input = l == 0
+                                    ? torch::Tensor()
+                                    : fetch({step, l, mb, transport::TensorKind::kActivation}, shape, transport::kSaved)
+                                          .requires_grad_(true);
           torch::Tensor y = model_->forward(l, input, batch, ctx);
           if (y.requires_grad()) y.backward(grad);
           if (l > 0) grad = input.grad();
@@ -214,19 +220,20 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
           // the layers below are still back-propagated (Note [Layer fences]). Not part of the layer's time.
           if (downloadsPerLayer_ && mb + 1 == config_.train.microbatches) download(step, {l, l + 1});
         }
-        if (a > 0) put({step, a, mb, transport::TensorKind::kGradient}, grad);
+        if (a > 0) put({step, a, mb, transport::TensorKind::kGradient}, grad, {nextWorker, false});
         break;
       }
-      torch::Tensor input = a == 0
-                                ? torch::Tensor()
-                                : fetch({step, a, mb, transport::TensorKind::kActivation}, shape).requires_grad_(true);
+      torch::Tensor input =
+          a == 0
+              ? torch::Tensor()
+              : fetch({step, a, mb, transport::TensorKind::kActivation}, shape, transport::kSaved).requires_grad_(true);
       torch::Tensor x = input;
       const auto start = worker_->mark();
       for (int l = a; l < b; ++l) x = model_->forward(l, x, batch, ctx);  // recompute (stage grain)
       // A stage of frozen layers over the token ids (LoRA: the embedding) has nothing to differentiate.
-      if (x.requires_grad()) x.backward(fetch({step, b, mb, transport::TensorKind::kGradient}, shape));
+      if (x.requires_grad()) x.backward(fetch({step, b, mb, transport::TensorKind::kGradient}, shape, prevWorker));
       timings_.push_back({start, worker_->mark(), a, b, /*forward=*/false, /*backward=*/true});
-      if (a > 0) put({step, a, mb, transport::TensorKind::kGradient}, input.grad());
+      if (a > 0) put({step, a, mb, transport::TensorKind::kGradient}, input.grad(), {nextWorker, false});
       break;
     }
   }

@@ -3,8 +3,11 @@
 // kind) — the input of `layer`, or the loss's gradient with respect to it — and, once put, any job ordered
 // after the put may get it (the next job, and the backward job that recomputes from a saved stage input).
 // Readiness (job k of a step has put what microbatch m hands on) orders puts and gets across workers.
-// Backends, one folder each: host/ (host-staged: a node-shared arena + readiness on the control channel) and
-// inproc/ (threads as ranks: a shared map). A device-direct backend (NCCL, CUDA IPC) is one more folder.
+// A put names its readers: the next job's worker (a hand-off, read once by that job) and/or any later job (a
+// saved stage input, read by the backward job that recomputes from it); a get names the writer of a hand-off.
+// Backends, one folder each: host/ (host-staged: a node-shared arena + readiness on the control channel),
+// direct/ (device-direct: hand-offs through the producer's device ring, saved tensors in the host arena) and
+// inproc/ (threads as ranks: a shared map that checks every get against its put's readers).
 // Thread-safety: one channel per rank, used by its main thread.
 #pragma once
 
@@ -29,13 +32,21 @@ struct TensorId {
   TensorKind kind = TensorKind::kActivation;
 };
 
+// Who reads a put tensor.
+struct Readers {
+  int next = -1;       // the rank of the next job's worker, which reads it once (-1: none)
+  bool saved = false;  // any later job of the iteration may read it (a checkpointed stage input)
+};
+inline constexpr int kSaved = -1;  // get: the tensor was put with `saved`
+
 class TensorChannel {
  public:
   virtual ~TensorChannel() = default;
-  // Makes `bytes` of worker memory at `src` tensor `id`; `src` may be reused when put returns.
-  virtual void put(const TensorId& id, const void* src, std::size_t bytes) = 0;
-  // Copies tensor `id` into worker memory at `dst` (ahead of queued weight copies).
-  virtual void get(const TensorId& id, void* dst, std::size_t bytes) = 0;
+  // Makes `bytes` of worker memory at `src` tensor `id` for `readers`; `src` may be reused when put returns.
+  virtual void put(const TensorId& id, const void* src, std::size_t bytes, const Readers& readers) = 0;
+  // Copies tensor `id` — the hand-off `writer` put for this rank, or a saved tensor (kSaved) — into worker
+  // memory at `dst` (ahead of queued weight copies).
+  virtual void get(const TensorId& id, void* dst, std::size_t bytes, int writer) = 0;
   // Tells `to` (the next job's worker) that `ready.job` has put everything microbatch `ready.microbatch`
   // hands on; never blocks on the peer.
   virtual void signal(int to, const control::StageReady& ready) = 0;
@@ -58,8 +69,12 @@ struct TensorChannelContext {
 using TensorChannelFactory = std::function<std::unique_ptr<TensorChannel>(const TensorChannelContext&)>;
 
 // The backends, one line each (defined in their folders). hostStaged: every rank of a node, processes or
-// threads. inProcess: threads as ranks only; the ranks that share `hub` share its tensors.
+// threads. deviceDirect: the same, with hand-offs in worker memory (docs/protocol.md, "Device-direct").
+// inProcess: threads as ranks only; the ranks that share `hub` share its tensors.
 std::unique_ptr<TensorChannel> hostStaged(const TensorChannelContext& context);
+std::unique_ptr<TensorChannel> deviceDirect(const TensorChannelContext& context);
+// The worker memory deviceDirect's ring takes on each rank (the memory rule counts it).
+std::size_t deviceDirectBytes(int microbatches, std::size_t tensorBytes);
 class InProcTensorHub;
 TensorChannelFactory inProcess(std::shared_ptr<InProcTensorHub> hub);
 std::shared_ptr<InProcTensorHub> newInProcTensorHub();

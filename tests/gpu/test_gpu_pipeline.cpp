@@ -69,10 +69,10 @@ INSTANTIATE_TEST_SUITE_P(
                                          GpuCase{"layer_recompute", {"pipeline.recompute=layer"}, kFloat},
                                          GpuCase{"bf16", {"model.dtype=bfloat16"}, kHalf},
                                          GpuCase{"fp16", {"model.dtype=float16"}, kHalf}),
-                       ::testing::Values(TensorPlane::kHostStaged, TensorPlane::kInProcess)),
+                       ::testing::Values(TensorPlane::kHostStaged, TensorPlane::kInProcess, TensorPlane::kDirect)),
     [](const auto& info) {
       return fmt::format("w{}_{}_{}", std::get<0>(info.param), std::get<1>(info.param).name,
-                         std::get<2>(info.param) == TensorPlane::kHostStaged ? "host_staged" : "inproc_tensors");
+                         test::planeName(std::get<2>(info.param)));
     });
 
 }  // namespace

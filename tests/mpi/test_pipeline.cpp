@@ -1,9 +1,11 @@
 // The pipeline runtime under real mpiexec: with a fixed microbatch count, W workers give the per-step losses
 // of the single-process trainer (within 1e-6 relative) and its weights after 5 steps (within 1e-5). The same
 // references hold the in-process tier (tests/unit/test_pipeline_inproc.cpp).
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -60,6 +62,9 @@ std::vector<std::string> baseConfig(const Case& c, const std::string& fixtures, 
   std::vector<std::string> sets = test::equivalenceSettings(c.model, c.tokenizer, fixtures, out);
   sets.push_back("optim.mode=sync");
   sets.insert(sets.end(), c.extra.begin(), c.extra.end());
+  // The GPU tier reruns cases on the device (tests/gpu/pipeline_direct_gpu.sh): space-separated key=value.
+  std::istringstream more(std::getenv("RP_TEST_SETS") ? std::getenv("RP_TEST_SETS") : "");
+  for (std::string kv; more >> kv;) sets.push_back(kv);
   return sets;
 }
 
@@ -82,7 +87,9 @@ TEST_P(Equivalence, LossesAndWeightsEqualTheSingleProcessTrainer) {
   std::unique_ptr<PipelineRuntime> runtimePtr;
   std::vector<trace::StepMetrics> metrics;
   try {
-    runtimePtr = std::make_unique<PipelineRuntime>(config::loadRunConfig("", sets), mpiParts(session));
+    auto config = config::loadRunConfig("", sets);
+    const auto channel = config.pipeline.tensorChannel;
+    runtimePtr = std::make_unique<PipelineRuntime>(std::move(config), mpiParts(session, channel));
     metrics = runtimePtr->run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[rank %d] %s\n", worldRank(), e.what());
@@ -115,8 +122,9 @@ void expectEqualsDelayedUpdateReference(const Case& c, const std::string& fixtur
   std::unique_ptr<PipelineRuntime> runtime;
   std::vector<trace::StepMetrics> metrics;
   try {
-    runtime = std::make_unique<PipelineRuntime>(
-        config::loadRunConfig("", baseConfig(c, fixtures, freshScratch(c.name))), mpiParts(test::mpiSession()));
+    auto config = config::loadRunConfig("", baseConfig(c, fixtures, freshScratch(c.name)));
+    const auto channel = config.pipeline.tensorChannel;
+    runtime = std::make_unique<PipelineRuntime>(std::move(config), mpiParts(test::mpiSession(), channel));
     metrics = runtime->run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[rank %d] %s\n", worldRank(), e.what());
@@ -159,6 +167,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         Case{"tinystories_auto", "models/tinystories-656k", "", {}},
         Case{"tinystories_many_stages", "models/tinystories-656k", "", {"pipeline.plan=1,1 | 1 | 1,1"}},
+        Case{"tinystories_direct",
+             "models/tinystories-656k",
+             "",
+             {"pipeline.plan=1,1 | 1 | 1,1", "pipeline.tensor_channel=direct"}},
         Case{"tinystories_lora", "models/tinystories-656k", "", {"lora.rank=4", "pipeline.plan=2 | 1 | 1,1"}},
         Case{"qwen3_generated", "", "", {"pipeline.plan=2,1 | 1 | 1,1,1"}},
         Case{"qwen3_replanned", "", "", {"pipeline.replan_every=2"}},

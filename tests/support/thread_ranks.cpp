@@ -31,9 +31,10 @@ engine::RuntimeParts threadParts(control::InProcHub& node, control::InProcHub& w
 ThreadRun runOnThreads(const config::RunConfig& config, int workers, TensorPlane plane,
                        const std::vector<std::string>& names, bool failing) {
   control::InProcHub node(workers), world(workers);
-  const transport::TensorChannelFactory tensors = plane == TensorPlane::kHostStaged
-                                                      ? transport::TensorChannelFactory(transport::hostStaged)
-                                                      : transport::inProcess(transport::newInProcTensorHub());
+  const transport::TensorChannelFactory tensors =
+      plane == TensorPlane::kHostStaged ? transport::TensorChannelFactory(transport::hostStaged)
+      : plane == TensorPlane::kDirect   ? transport::TensorChannelFactory(transport::deviceDirect)
+                                        : transport::inProcess(transport::newInProcTensorHub());
   ThreadRun out;
   std::mutex mutex;
   std::vector<std::thread> threads;

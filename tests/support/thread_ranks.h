@@ -15,9 +15,20 @@
 
 namespace rp::test {
 
-enum class TensorPlane { kHostStaged, kInProcess };  // the tensor-plane backend under test
+enum class TensorPlane { kHostStaged, kInProcess, kDirect };  // the tensor-plane backend under test
+inline const char* planeName(TensorPlane plane) {
+  switch (plane) {
+    case TensorPlane::kHostStaged:
+      return "host_staged";
+    case TensorPlane::kInProcess:
+      return "inproc_tensors";
+    case TensorPlane::kDirect:
+      return "device_direct";
+  }
+  return "?";
+}
 inline void PrintTo(TensorPlane plane, std::ostream* os) {
-  *os << (plane == TensorPlane::kHostStaged ? "host-staged" : "in-process tensors");
+  *os << planeName(plane);
 }
 
 struct ThreadRun {

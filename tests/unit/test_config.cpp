@@ -83,6 +83,12 @@ TEST(RunConfig, BackendKeys) {
       << errorOf(kMinimal, {"pipeline.backend=gpu"});
   EXPECT_NE(errorOf(kMinimal, {"pipeline.ranks_per_gpu=0"}).find("pipeline.ranks_per_gpu"), std::string::npos);
   EXPECT_NE(errorOf(kMinimal, {"pipeline.memory_reserve_gb=-1"}).find("pipeline.memory_reserve_gb"), std::string::npos);
+  EXPECT_EQ(config.pipeline.tensorChannel, TensorChannelKind::kHost);
+  EXPECT_EQ(loadRunConfig(writeToml(kMinimal), {"pipeline.tensor_channel=direct"}).pipeline.tensorChannel,
+            TensorChannelKind::kDirect);
+  EXPECT_NE(errorOf(kMinimal, {"pipeline.tensor_channel=nccl"})
+                .find("pipeline.tensor_channel = \"nccl\": expected one of \"host\", \"direct\""),
+            std::string::npos);
 }
 
 TEST(RunConfig, RequiredKeysAndSyntaxErrors) {

@@ -99,10 +99,10 @@ INSTANTIATE_TEST_SUITE_P(
                           Case{"lora", {"lora.rank=4"}}, Case{"bf16_tied", {"model.dtype=bfloat16"}, false, kTiedHalf},
                           Case{"bf16", {"model.dtype=bfloat16"}, false, {}, false, true},
                           Case{"fp16_overflow", {"model.dtype=float16", kOverflowingScale}, false, {}, true, true}),
-        ::testing::Values(TensorPlane::kHostStaged, TensorPlane::kInProcess)),
+        ::testing::Values(TensorPlane::kHostStaged, TensorPlane::kInProcess, TensorPlane::kDirect)),
     [](const auto& info) {
       return fmt::format("w{}_{}_{}", std::get<0>(info.param), std::get<1>(info.param).name,
-                         std::get<2>(info.param) == TensorPlane::kHostStaged ? "host_staged" : "inproc_tensors");
+                         test::planeName(std::get<2>(info.param)));
     });
 
 // A plan whose largest stage (with its prefetched neighbour) exceeds the worker memory budget is an input

@@ -6,13 +6,83 @@
 #include <cstring>
 #include <new>
 
+#include <unistd.h>
+
+#include <atomic>
+#include <sstream>
+
 #include <fmt/format.h>
+
+#include "common/error.h"
+#include "memory/shm_segment.h"
 
 namespace rp::device {
 namespace {
 
 struct TimeMark : ComputeMark {
   std::chrono::steady_clock::time_point at = std::chrono::steady_clock::now();
+};
+
+// The CPU's hand-off ring: one shared-memory segment of `slots` slots. Copies are synchronous, so a write has
+// landed when it returns and a read needs no event.
+struct RingShape {
+  std::string name;
+  int slots = 0;
+  std::size_t slotBytes = 0;
+};
+
+std::string encode(const RingShape& shape) {
+  return fmt::format("{} {} {}", shape.name, shape.slots, shape.slotBytes);
+}
+
+RingShape decode(const std::string& handle) {
+  RingShape shape;
+  std::istringstream in(handle);
+  in >> shape.name >> shape.slots >> shape.slotBytes;
+  RP_CHECK(in && shape.slots > 0, "malformed CPU hand-off ring handle '{}'", handle);
+  return shape;
+}
+
+void checkSlot(const RingShape& shape, int slot, std::size_t bytes) {
+  RP_CHECK(slot >= 0 && slot < shape.slots && bytes <= shape.slotBytes,
+           "hand-off slot {} of {} bytes in ring {} ({} slots of {} bytes)", slot, bytes, shape.name, shape.slots,
+           shape.slotBytes);
+}
+
+class CpuRing : public HandoffRing {
+ public:
+  CpuRing(CpuWorker& worker, RingShape shape)
+      : worker_(worker),
+        shape_(std::move(shape)),
+        segment_(memory::ShmSegment::create(shape_.name, static_cast<std::size_t>(shape_.slots) * shape_.slotBytes)) {}
+  std::string handle() const override { return encode(shape_); }
+  void write(int slot, const void* src, std::size_t bytes) override {
+    checkSlot(shape_, slot, bytes);
+    worker_.copyUrgent(segment_.data() + static_cast<std::size_t>(slot) * shape_.slotBytes, src, bytes).wait();
+  }
+  void opened() override { segment_.unlink(); }
+
+ private:
+  CpuWorker& worker_;
+  RingShape shape_;
+  memory::ShmSegment segment_;
+};
+
+class CpuPeerRing : public PeerRing {
+ public:
+  CpuPeerRing(CpuWorker& worker, RingShape shape)
+      : worker_(worker),
+        shape_(std::move(shape)),
+        segment_(memory::ShmSegment::open(shape_.name, static_cast<std::size_t>(shape_.slots) * shape_.slotBytes)) {}
+  Ticket read(int slot, void* dst, std::size_t bytes) override {
+    checkSlot(shape_, slot, bytes);
+    return worker_.copyUrgent(dst, segment_.data() + static_cast<std::size_t>(slot) * shape_.slotBytes, bytes);
+  }
+
+ private:
+  CpuWorker& worker_;
+  RingShape shape_;
+  memory::ShmSegment segment_;
 };
 
 }  // namespace
@@ -66,6 +136,17 @@ Ticket CpuWorker::copyUrgent(void* dst, const void* src, std::size_t bytes) {
 
 void CpuWorker::copyBulk(Ticket& ticket, void* dst, const void* src, std::size_t bytes) {
   bulk_.submit(ticket, dst, src, bytes);
+}
+
+// Named by process and a per-process count: threads as ranks share a process.
+std::unique_ptr<HandoffRing> CpuWorker::shareRing(int slots, std::size_t slotBytes) {
+  static std::atomic<int> rings{0};
+  return std::make_unique<CpuRing>(
+      *this, RingShape{fmt::format("/rp-ring-{}-{}", ::getpid(), rings++), slots, std::max<std::size_t>(slotBytes, 1)});
+}
+
+std::unique_ptr<PeerRing> CpuWorker::openRing(const std::string& handle) {
+  return std::make_unique<CpuPeerRing>(*this, decode(handle));
 }
 
 }  // namespace rp::device

@@ -30,6 +30,8 @@ class CpuWorker : public Worker {
   std::size_t takePeakComputeBytes() override { return 0; }
   Ticket copyUrgent(void* dst, const void* src, std::size_t bytes) override;
   void copyBulk(Ticket& ticket, void* dst, const void* src, std::size_t bytes) override;
+  std::unique_ptr<HandoffRing> shareRing(int slots, std::size_t slotBytes) override;
+  std::unique_ptr<PeerRing> openRing(const std::string& handle) override;
 
   // Test hook: every copy first calls this with (urgent, bytes).
   void setObserver(std::function<void(bool, std::size_t)> observer) { observer_ = std::move(observer); }

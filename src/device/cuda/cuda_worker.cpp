@@ -14,45 +14,10 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "device/copy_queue.h"
+#include "device/cuda/cuda_common.h"
 
 namespace rp::device::cuda {
 namespace {
-
-void check(cudaError_t err, const char* call, int device) {
-  if (err == cudaSuccess) return;
-  cudaGetLastError();  // clear a non-sticky error so the next call reports its own
-  RP_THROW(SystemError, "{} on CUDA device {} returned {} ({}: {})", call, device, static_cast<int>(err),
-           cudaGetErrorName(err), cudaGetErrorString(err));
-}
-
-// Completes `ticket` once `stream` reaches this point (the callback runs on a CUDA runtime thread and only
-// touches the ticket's mutex).
-void completeWhenReached(cudaStream_t stream, const Ticket& ticket, int device) {
-  // A device fault stops the stream's callbacks: a waiter then learns it from the stream, not by hanging.
-  ticket.setHealthCheck([stream, device] {
-    const cudaError_t err = cudaStreamQuery(stream);
-    if (err != cudaSuccess && err != cudaErrorNotReady)
-      check(err, "cudaStreamQuery (a copy or compute in flight)", device);
-  });
-  ticket.add();
-  auto* held = new Ticket(ticket);
-  const cudaError_t err = cudaLaunchHostFunc(
-      stream,
-      [](void* p) {
-        auto* t = static_cast<Ticket*>(p);
-        t->complete();
-        delete t;
-      },
-      held);
-  if (err != cudaSuccess) {
-    delete held;
-    try {
-      check(err, "cudaLaunchHostFunc", device);
-    } catch (...) {
-      ticket.complete(std::current_exception());
-    }
-  }
-}
 
 // The caching allocator's statistics over all its pools: entry 0 (StatType::AGGREGATE, whose namespace moved
 // between LibTorch releases; the GPU machines build against their own).
@@ -248,7 +213,16 @@ class CudaWorker : public Worker {
     });
   }
 
+  std::unique_ptr<HandoffRing> shareRing(int slots, std::size_t slotBytes) override {
+    return shareCudaRing(ringStreams(), slots, slotBytes);
+  }
+  std::unique_ptr<PeerRing> openRing(const std::string& handle) override { return openCudaRing(ringStreams(), handle); }
+
  private:
+  RingStreams ringStreams() {
+    return {device_, s_.compute, s_.upload, [this](cudaStream_t stream) { afterCompute(stream); }};
+  }
+
   void afterCompute(cudaStream_t stream) {
     if (!s_.order) check(cudaEventCreateWithFlags(&s_.order, cudaEventDisableTiming), "cudaEventCreate", device_);
     check(cudaEventRecord(s_.order, s_.compute), "cudaEventRecord", device_);

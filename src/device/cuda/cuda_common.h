@@ -1,0 +1,30 @@
+// What the CUDA backend's files share (torch-free, internal to device/cuda/): error checks that name the call
+// and the device, tickets completed from a stream, and the streams a worker's hand-off rings copy on.
+#pragma once
+
+#include <functional>
+
+#include <cuda_runtime.h>
+
+#include "device/worker.h"
+
+namespace rp::device::cuda {
+
+// Throws SystemError naming `call`, the device and the CUDA error (and clears a non-sticky one).
+void check(cudaError_t err, const char* call, int device);
+
+// Completes `ticket` once `stream` reaches this point; a waiter learns of a device fault from the stream.
+void completeWhenReached(cudaStream_t stream, const Ticket& ticket, int device);
+
+// A worker's streams, as its hand-off rings see them.
+struct RingStreams {
+  int device = 0;
+  cudaStream_t compute = nullptr;                  // writes: ordered after the compute that produced the tensor
+  cudaStream_t upload = nullptr;                   // reads: the high-priority stream activation uploads use
+  std::function<void(cudaStream_t)> afterCompute;  // makes a stream wait for the compute submitted so far
+};
+
+std::unique_ptr<HandoffRing> shareCudaRing(const RingStreams& streams, int slots, std::size_t slotBytes);
+std::unique_ptr<PeerRing> openCudaRing(const RingStreams& streams, const std::string& handle);
+
+}  // namespace rp::device::cuda

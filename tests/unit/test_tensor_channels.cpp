@@ -1,0 +1,140 @@
+// The tensor plane's backends below the engine (docs/protocol.md, "Tensor plane"), with threads as the ranks
+// of one node: the device-direct backend hands a stage output to the next worker through the producer's ring
+// (not the host arena), keeps saved tensors in the arena, double-buffers by iteration parity; the in-process
+// backend refuses a get that does not match its put's readers (which is how the engine's equivalence tests
+// check that it names them).
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "control/inproc/inproc_channel.h"
+#include "device/cpu/cpu_worker.h"
+#include "transport/tensor_channel.h"
+
+namespace rp::transport {
+namespace {
+
+constexpr std::size_t kBytes = 64;
+constexpr int kMicrobatches = 2;
+
+std::vector<std::uint8_t> filled(std::uint8_t value) {
+  return std::vector<std::uint8_t>(kBytes, value);
+}
+
+// Runs `body(rank, channel)` on `ranks` threads, each with its own CPU worker and a channel `factory` built
+// collectively; returns the errors the ranks threw ("rank r: what").
+std::vector<std::string> onRanks(int ranks, const TensorChannelFactory& factory,
+                                 const std::function<void(int, TensorChannel&)>& body) {
+  control::InProcHub hub(ranks);
+  std::vector<std::string> errors;
+  std::mutex mutex;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        control::InProcChannel node(hub, r);
+        device::CpuWorker worker({});
+        auto channel = factory({node, worker, memory::shareInProcess, {60.0, 60.0}, 4, kMicrobatches, kBytes});
+        body(r, *channel);  // reads are complete when get returns: a ring may go while its peer lives on
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mutex);
+        errors.push_back("rank " + std::to_string(r) + ": " + e.what());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+control::StageReady ready(std::int64_t step, int mb) {
+  return {control::kProtocolVersion, static_cast<std::uint32_t>(mb), step, 0};
+}
+
+TEST(DeviceDirect, HandsOffThroughTheRingAndSavesThroughTheArena) {
+  std::vector<std::uint8_t> handOff, saved, handOffAsSaved;
+  const auto errors = onRanks(2, deviceDirect, [&](int rank, TensorChannel& channel) {
+    const TensorId out{0, 2, 1, TensorKind::kActivation}, checkpoint{0, 1, 1, TensorKind::kActivation};
+    if (rank == 0) {
+      channel.put(out, filled(7).data(), kBytes, {1, false});
+      channel.put(checkpoint, filled(9).data(), kBytes, {-1, true});
+      channel.signal(1, ready(0, 1));
+      return;
+    }
+    channel.await(0, ready(0, 1), [] { return std::string("rank 0"); });
+    handOff.resize(kBytes);
+    saved.resize(kBytes);
+    handOffAsSaved.resize(kBytes);
+    channel.get(out, handOff.data(), kBytes, 0);
+    channel.get(checkpoint, saved.data(), kBytes, kSaved);
+    channel.get(out, handOffAsSaved.data(), kBytes, kSaved);  // the arena never saw the hand-off
+  });
+  ASSERT_TRUE(errors.empty()) << errors.front();
+  EXPECT_EQ(handOff, filled(7));
+  EXPECT_EQ(saved, filled(9));
+  EXPECT_EQ(handOffAsSaved, filled(0));
+}
+
+// Iteration t+1's hand-off of a microbatch does not overwrite iteration t's (Note [Hand-off slots]), and a
+// hand-off marked saved as well is in both places.
+TEST(DeviceDirect, DoubleBuffersByIterationParity) {
+  std::vector<std::vector<std::uint8_t>> got(3, std::vector<std::uint8_t>(kBytes));
+  const auto errors = onRanks(2, deviceDirect, [&](int rank, TensorChannel& channel) {
+    const TensorId even{4, 1, 0, TensorKind::kGradient}, odd{5, 1, 0, TensorKind::kGradient};
+    if (rank == 1) {
+      channel.put(even, filled(1).data(), kBytes, {0, true});
+      channel.put(odd, filled(2).data(), kBytes, {0, false});
+      channel.signal(0, ready(5, 0));
+      return;
+    }
+    channel.await(1, ready(5, 0), [] { return std::string("rank 1"); });
+    channel.get(even, got[0].data(), kBytes, 1);
+    channel.get(odd, got[1].data(), kBytes, 1);
+    channel.get(even, got[2].data(), kBytes, kSaved);
+  });
+  ASSERT_TRUE(errors.empty()) << errors.front();
+  EXPECT_EQ(got[0], filled(1));
+  EXPECT_EQ(got[1], filled(2));
+  EXPECT_EQ(got[2], filled(1));
+}
+
+TEST(DeviceDirect, AHandOffOfTheWrongSizeIsNamed) {
+  const auto errors = onRanks(2, deviceDirect, [&](int rank, TensorChannel& channel) {
+    if (rank == 0) channel.put({0, 1, 0, TensorKind::kActivation}, filled(1).data(), kBytes / 2, {1, false});
+  });
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(
+      errors[0].find(
+          "rank 0: internal error: hand-off (layer 1, mb 0) of 32 bytes; the ring holds 2 microbatches of 64 bytes"),
+      std::string::npos)
+      << errors[0];
+}
+
+TEST(InProcTensors, AGetThatDoesNotMatchThePutsReadersIsRefused) {
+  const auto factory = inProcess(newInProcTensorHub());
+  const auto errors = onRanks(2, factory, [&](int rank, TensorChannel& channel) {
+    const TensorId out{0, 2, 0, TensorKind::kActivation};
+    std::vector<std::uint8_t> into(kBytes);
+    if (rank == 0) {
+      channel.put(out, filled(3).data(), kBytes, {1, false});
+      channel.signal(1, ready(0, 0));
+      return;
+    }
+    channel.await(0, ready(0, 0), [] { return std::string("rank 0"); });
+    channel.get(out, into.data(), kBytes, 0);  // as put: fine
+    EXPECT_EQ(into, filled(3));
+    channel.get(out, into.data(), kBytes, kSaved);
+  });
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(errors[0].find("rank 1: internal error: tensor (step 1, layer 2, mb 0) read by rank 1 as saved, but rank 0 "
+                           "put it for next 1"),
+            std::string::npos)
+      << errors[0];
+}
+
+}  // namespace
+}  // namespace rp::transport
