@@ -4,11 +4,13 @@
 # per-layer times (<output.dir>/profile.json) and its final plan go into roundpipe_sim; the predicted step
 # time and bubble ratio are compared with the measured ones (mean step time of steps 4..N; the bubble report).
 # Usage: benchmarks/calibrate_sim.sh [workers...] (default: 2 3)
+# RP_RECOMPUTE_AHEAD: pipeline.recompute_ahead of the runs and the simulator (default 1).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${RP_BUILD_DIR:-$root/build}"
 fixtures="${RP_FIXTURES_DIR:-$root/../shared/fixtures}"
 steps="${RP_BENCH_STEPS:-14}"
+ahead="${RP_RECOMPUTE_AHEAD:-1}"
 workers=("${@:-2 3}")
 read -r -a workers <<<"${workers[*]}"
 out="$(mktemp -d)"
@@ -28,11 +30,12 @@ for w in "${workers[@]}"; do
       --set "model.tokenizer=$root/configs/builtin-tiny" --set "data.path=$fixtures/text/tinyshakespeare.txt" \
       --set data.sample_by=document --set train.seq_len=128 --set "train.global_batch=$((2 * m))" \
       --set "train.microbatches=$m" --set "train.max_steps=$steps" --set train.threads=1 \
-      --set "optim.mode=$mode" --set pipeline.replan_every=0 --set "output.dir=$dir" --set output.log_every=1000 \
+      --set "optim.mode=$mode" --set pipeline.replan_every=0 --set "pipeline.recompute_ahead=$ahead" \
+      --set "output.dir=$dir" --set output.log_every=1000 \
       >"$dir.log" 2>&1
     plan=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['plan'])" "$dir/profile.json")
     "$build/src/cli/roundpipe_sim" --profile "$dir/profile.json" --workers "$w" --microbatches "$m" --rounds 1 \
-      --schedule roundpipe --plan "$plan" --json "$dir/sim.json" >/dev/null
+      --schedule roundpipe --plan "$plan" --recompute-ahead "$ahead" --json "$dir/sim.json" >/dev/null
     python3 - "$dir" "$w" "$mode" <<'PY'
 import json, re, statistics, sys
 d, w, mode = sys.argv[1:]

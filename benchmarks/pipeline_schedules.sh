@@ -4,11 +4,14 @@
 # ~3 decoder layers of compute), random init, byte tokens of tiny-shakespeare. Prints a table: tokens/s
 # (mean over steps 3..N), pipeline efficiency against the single-worker compute rate x W, and the bubble
 # ratio the runtime measured. Usage: benchmarks/pipeline_schedules.sh [workers...] (default: 2)
+# RP_BENCH_SETS: more space-separated key=value settings for every run (e.g. "pipeline.recompute_ahead=0").
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin="${RP_BUILD_DIR:-$root/build}/src/cli/roundpipe_train"
 fixtures="${RP_FIXTURES_DIR:-$root/../shared/fixtures}"
 steps="${RP_BENCH_STEPS:-12}"
+sets=()
+for kv in ${RP_BENCH_SETS:-}; do sets+=(--set "$kv"); done
 workers=("${@:-2}")
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
@@ -22,7 +25,8 @@ run() {  # run <name> <ranks> <microbatches> [--set ...]: prints "tok/s bubble%"
     --set model.init=random --set "model.tokenizer=$root/configs/builtin-tiny"
     --set "data.path=$fixtures/text/tinyshakespeare.txt" --set data.sample_by=document
     --set train.seq_len=128 --set "train.global_batch=$((2 * m))" --set "train.microbatches=$m"
-    --set "train.max_steps=$steps" --set train.threads=1 --set "output.dir=$dir" --set output.log_every=1000 "$@")
+    --set "train.max_steps=$steps" --set train.threads=1 --set "output.dir=$dir" --set output.log_every=1000
+    "${sets[@]}" "$@")
   if [[ $ranks -gt 1 ]]; then
     local extra=(); (( ranks > $(nproc) )) && extra=(--oversubscribe)
     "${launch[@]}" "${extra[@]}" -np "$ranks" "${cmd[@]}" >"$dir.log" 2>&1

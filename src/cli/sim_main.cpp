@@ -74,7 +74,9 @@ SimCosts loadProfile(const std::string& path, double hop) {
 
 // A run's Chrome trace (<output.dir>/trace.json): the compute spans "fwd|fused|bwd a-b mb k (step s)" of
 // steps >= 3 give every stage's mean time per microbatch and, with their layer ranges, the plan. A stage's
-// time is spread evenly over its layers; a backward stage's recompute is taken from the forward stages.
+// time is spread evenly over its layers; a backward stage's recompute is taken from the forward stages. A
+// recompute run ahead of the gradient ("recompute a-b", pipeline.recompute_ahead) is a span of its own, added
+// back to its backward stage's.
 struct TraceInput {
   SimCosts costs;
   Plan plan;
@@ -133,9 +135,13 @@ TraceInput loadTrace(const std::string& path, double hop) {
   for (const auto& [key, acc] : stages) {
     const auto& [kind, a, b] = key;
     if (kind != "bwd") continue;
-    double recompute = 0;
+    double recompute = 0, ahead = 0;
     for (int l = a; l <= b; ++l) recompute += t.costs.forward[static_cast<std::size_t>(l)];
-    spread(t.costs.backward, a, b, std::max(0.0, acc.sum / acc.n - recompute));
+    for (const auto& [other, part] : stages) {
+      if (std::get<0>(other) == "recompute" && std::get<1>(other) >= a && std::get<2>(other) <= b)
+        ahead += part.sum / part.n;
+    }
+    spread(t.costs.backward, a, b, std::max(0.0, acc.sum / acc.n + ahead - recompute));
     t.plan.backward.push_back({a, b + 1});
   }
   std::sort(t.plan.forward.begin(), t.plan.forward.end(), [](auto& x, auto& y) { return x.begin < y.begin; });
@@ -178,7 +184,9 @@ int run(int argc, char** argv) {
   app.add_option("--trace", tracePath,
                  "replay a RoundPipe run from its trace.json: its plan, workers, microbatches and stage times");
   app.add_option("--plan", plan, "RoundPipe plan \"F1,F2,...|fused|B1,...\" (default: the runtime's partitioner)");
-  app.add_option("--stages", stages, "baselines: decoder layers per stage (default: the runtime's balanced split)");
+  app.add_option("--stages", stages,
+                 "baselines: decoder layers per stage, workers x chunks of them for interleaved-1f1b (default: the "
+                 "runtime's balanced split)");
   app.add_option("--virtual", virtualStages, "interleaved-1f1b: model chunks per worker")->check(CLI::PositiveNumber);
   bool recompute = false;
   std::string hardwarePath, modelPath;
@@ -189,6 +197,11 @@ int run(int argc, char** argv) {
   app.add_option("--rows", rows, "GPU projection: sequences per microbatch");
   std::string planner = "reference";
   app.add_option("--planner", planner, "RoundPipe plan without --plan: reference (the partitioner) | search");
+  int ahead = 1;
+  app.add_option("--recompute-ahead", ahead,
+                 "RoundPipe: backward microbatches recomputed before their gradient arrives (pipeline.recompute_ahead; "
+                 "0 = after)")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--recompute-baselines", recompute,
                "baselines checkpoint activations as RoundPipe does (a recompute before every backward)");
   app.add_option("--json", jsonPath, "write the result as JSON");
@@ -243,21 +256,33 @@ int run(int argc, char** argv) {
     setup.rounds = rounds;
     setup.virtualStages = s == SimSchedule::kInterleaved ? virtualStages : 1;
     setup.recomputeBaselines = recompute;
+    setup.recomputeAhead = ahead;
     if (s == SimSchedule::kRoundPipe) {
       if (!plan.empty()) {
         setup.plan = parsePlan(plan, costs.layerCount(), "--plan");
       } else if (parsePlannerKind(planner, "--planner") == PlannerKind::kSearch) {
-        const SearchResult found = searchPlan(partitionerCosts(costs), workers, setup.microbatches, 0.0);
+        const SearchResult found = searchPlan(partitionerCosts(costs), {workers, setup.microbatches, 0.0, ahead});
         setup.plan = found.plan;
         std::cout << fmt::format(
             "plan search: {} candidates; reference {} -> {:.2f} per round; best {} -> {:.2f} per round ({:+.1f}%)\n",
             found.candidates, describe(found.reference), found.referenceMakespan, describe(found.plan), found.makespan,
             100 * (found.makespan / found.referenceMakespan - 1));
       } else {
-        setup.plan = choosePlan(PlannerKind::kReference, partitionerCosts(costs), workers, setup.microbatches, 0.0);
+        setup.plan =
+            choosePlan(PlannerKind::kReference, partitionerCosts(costs), {workers, setup.microbatches, 0.0, ahead});
       }
-    } else if (!stages.empty() && s != SimSchedule::kInterleaved) {
+    } else if (!stages.empty()) {
+      // Each baseline takes --stages when it lists that schedule's stage count (interleaving: workers x
+      // chunks); comparing all schedules, one whose count differs gets the balanced split, said so.
       setup.stageLayers = parseCounts(stages, "--stages");
+      const auto needed = static_cast<std::size_t>(workers * setup.virtualStages);
+      if (setup.stageLayers.size() != needed && schedules.size() > 1) {
+        std::cout << fmt::format(
+            "{}: --stages lists {} stages, it needs {} ({} workers x {} chunks): the balanced "
+            "split instead\n",
+            simScheduleName(s), setup.stageLayers.size(), needed, workers, setup.virtualStages);
+        setup.stageLayers = balancedStages(costs, workers * setup.virtualStages);
+      }
     } else {
       setup.stageLayers = balancedStages(costs, workers * setup.virtualStages);
     }

@@ -137,6 +137,7 @@ RunConfig buildRunConfig(Values v) {
                                                      {"1f1b", PipelineSchedule::kOneFOneB}});
   c.pipeline.recompute =
       parseEnum<Recompute>(v, "pipeline.recompute", {{"stage", Recompute::kStage}, {"layer", Recompute::kLayer}});
+  c.pipeline.recomputeAhead = atLeast(v, "pipeline.recompute_ahead", 0);
   c.pipeline.replanEvery = atLeast(v, "pipeline.replan_every", 0);
   c.pipeline.uploadChunkMb = inRange(v, "pipeline.upload_chunk_mb", 1e-6, 1e9, false);
   c.pipeline.plan = v.getString("pipeline.plan");

@@ -50,6 +50,7 @@ struct RunConfig {
   struct Pipeline {
     PipelineSchedule schedule;
     Recompute recompute;
+    std::int64_t recomputeAhead;  // backward microbatches recomputed before their gradient arrives
     std::int64_t replanEvery;
     double uploadChunkMb;
     std::string plan;               // "auto" or counts (schedule::parsePlan)

@@ -49,6 +49,8 @@ const std::vector<KeySpec>& runSchema() {
        "roundpipe | gpipe | 1f1b (baselines: weights bound to workers)"},
       {"pipeline.recompute", Type::kString, S("stage"),
        "stage | layer: backward recomputes a stage at once or layer by layer"},
+      {"pipeline.recompute_ahead", Type::kInt, I(1),
+       "backward microbatches whose recompute runs before their gradient arrives (0 = after it)"},
       {"pipeline.replan_every", Type::kInt, I(10), "re-partition from measured layer times every N steps (0 = never)"},
       {"pipeline.upload_chunk_mb", Type::kFloat, 256.0, "weight uploads are queued in chunks of at most this size"},
       {"pipeline.plan", Type::kString, S("auto"),

@@ -140,13 +140,14 @@ void Coordination::collect(std::int64_t step, const std::function<std::string(in
 void Coordination::replan(std::int64_t step) {
   if (!profile_.ready()) return;
   const schedule::LayerCosts measured = profile_.applyTo(proxy_);
-  const schedule::Plan candidate = schedule::choosePlan(options_.planner, measured, options_.workers,
-                                                        options_.microbatches, options_.memoryLimitBytes);
+  const schedule::PlanTarget target{options_.workers, options_.microbatches, options_.memoryLimitBytes,
+                                    options_.recomputeAhead};
+  const schedule::Plan candidate = schedule::choosePlan(options_.planner, measured, target);
   // The predicted relative gain of the candidate over the current plan, by the measure the planner optimises.
   double gain = 0;
   if (options_.planner == schedule::PlannerKind::kSearch) {
-    const double now = schedule::simulatedStep(measured, plan_, options_.workers, options_.microbatches);
-    gain = 1.0 - schedule::simulatedStep(measured, candidate, options_.workers, options_.microbatches) / now;
+    const double now = schedule::simulatedStep(measured, plan_, target);
+    gain = 1.0 - schedule::simulatedStep(measured, candidate, target) / now;
   } else {
     gain = 1.0 - schedule::planObjective(candidate, measured, options_.workers) /
                      schedule::planObjective(plan_, measured, options_.workers);

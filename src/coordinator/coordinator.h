@@ -27,6 +27,7 @@ struct CoordinationOptions {
   control::StallPolicy stall;    // for directives and timing reports
   schedule::PlannerKind planner = schedule::PlannerKind::kReference;  // how re-plans are chosen
   int microbatches = 1;                                               // per iteration, for the search
+  int recomputeAhead = 0;                                             // pipeline.recompute_ahead, for the planner
 };
 
 class Coordination {

@@ -7,7 +7,7 @@
 
 namespace rp::engine {
 
-LayerCosts estimateCosts(const PipelineModel& model, std::int64_t seq, std::int64_t rows) {
+LayerCosts estimateCosts(const PipelineModel& model, std::int64_t seq, std::int64_t rows, int recomputeAhead) {
   LayerCosts out;
   auto& c = out.layers;
   const int L = model.layerCount();
@@ -31,7 +31,12 @@ LayerCosts estimateCosts(const PipelineModel& model, std::int64_t seq, std::int6
     c.forward.push_back(forward / 1e9);
     c.backward.push_back(3.0 * forward / 1e9);  // recompute + backward (2x)
     c.bytes.push_back(params);
-    c.backwardBytes.push_back(params + trainable);
+    // A decoder layer's recomputed graph: ~34·s·b·h bytes in a 16-bit dtype (Korthikanti et al., "Reducing
+    // Activation Recomputation"), 17 elements per token and hidden unit; held `recomputeAhead` times.
+    const double graph = l > 0 && l < L - 1 ? 17.0 * static_cast<double>(seq * rows) * shape.hidden *
+                                                  static_cast<double>(c10::elementSize(model.dtype()))
+                                            : 0.0;
+    c.backwardBytes.push_back(params + trainable + recomputeAhead * graph);
   }
   return out;
 }

@@ -16,8 +16,9 @@ struct LayerCosts {
   schedule::LayerCosts layers;  // forward/backward in GFLOP per microbatch, bytes of weights (+ grads)
 };
 
-// A microbatch of `rows` sequences of `seq` tokens.
-LayerCosts estimateCosts(const PipelineModel& model, std::int64_t seq, std::int64_t rows);
+// A microbatch of `rows` sequences of `seq` tokens; `recomputeAhead` graphs a backward stage may hold beside
+// the one it back-propagates (pipeline.recompute_ahead) count in its memory.
+LayerCosts estimateCosts(const PipelineModel& model, std::int64_t seq, std::int64_t rows, int recomputeAhead);
 std::string describeStageCosts(const schedule::Plan& plan, const LayerCosts& costs);
 
 }  // namespace rp::engine

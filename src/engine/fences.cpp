@@ -14,10 +14,19 @@ namespace rp::engine {
 
 static_assert(std::atomic<std::int64_t>::is_always_lock_free, "fences need lock-free 64-bit atomics in shared memory");
 
-// Layout: uploads[L] | downloads[L] | copied[L*R] | consumed[L*R] | fusedDone
+// Layout: uploads[L] | downloads[L] | copied[L*R] | consumed[L*R] | fusedDone | fusedStarted
 std::size_t Fences::regionBytes(int layers, int ranks) {
-  return sizeof(std::atomic<std::int64_t>) * static_cast<std::size_t>(2 * layers + 2 * layers * ranks + 1);
+  return sizeof(std::atomic<std::int64_t>) * static_cast<std::size_t>(2 * layers + 2 * layers * ranks + 2);
 }
+
+namespace {
+// fusedStarted packs (step, microbatch + 1) so that it only grows; microbatches stay below 2^20.
+constexpr int kMicrobatchBits = 20;
+std::int64_t packStarted(std::int64_t step, int microbatch) {
+  RP_CHECK(microbatch >= -1 && microbatch + 1 < (1 << kMicrobatchBits), "microbatch {} out of range", microbatch);
+  return (step << kMicrobatchBits) + microbatch + 1;
+}
+}  // namespace
 
 Fences::Fences(void* memory, int layers, int ranks, control::StallPolicy stall, const ActivityBoard* board)
     : base_(static_cast<std::atomic<std::int64_t>*>(memory)),
@@ -45,6 +54,10 @@ void Fences::setConsumed(int l, int r, std::int64_t steps) {
 void Fences::setFusedDone(std::int64_t iterations) {
   at(static_cast<std::size_t>(2 * layers_ + 2 * layers_ * ranks_)).store(iterations, std::memory_order_release);
 }
+void Fences::setFusedStarted(std::int64_t step, int microbatch) {
+  at(static_cast<std::size_t>(2 * layers_ + 2 * layers_ * ranks_ + 1))
+      .store(packStarted(step, microbatch), std::memory_order_release);
+}
 
 void Fences::startAt(std::int64_t steps) {
   for (int l = 0; l < layers_; ++l) {
@@ -55,6 +68,7 @@ void Fences::startAt(std::int64_t steps) {
     }
   }
   setFusedDone(steps);
+  setFusedStarted(steps, -1);
 }
 
 void Fences::wait(std::size_t index, std::int64_t atLeast, const std::string& what, int lateRank) const {
@@ -102,6 +116,10 @@ void Fences::waitConsumedByAll(int l, std::int64_t n) const {
 }
 void Fences::waitFusedDone(std::int64_t n) const {
   wait(static_cast<std::size_t>(2 * layers_ + 2 * layers_ * ranks_), n, "the fused stage");
+}
+void Fences::waitFusedStarted(std::int64_t step, int microbatch) const {
+  wait(static_cast<std::size_t>(2 * layers_ + 2 * layers_ * ranks_ + 1), packStarted(step, microbatch),
+       fmt::format("the fused stage starting microbatch {} of step {} (packed)", microbatch, step + 1));
 }
 
 }  // namespace rp::engine

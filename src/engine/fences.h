@@ -6,6 +6,8 @@
 //   copied[l][r]    optimizer steps whose master->weights copy of layer l rank r's slice has finished
 //   consumed[l][r]  optimizer steps that took layer l's gradients out of the slots (rank r's slice)
 //   fusedDone       iterations whose fused stage finished every microbatch (losses written)
+//   fusedStarted    (step, microbatch) the fused stage last started, packed to grow: every stage input of that
+//                   microbatch a forward stage saves is in place (Note [Recompute ahead])
 #pragma once
 
 #include <atomic>
@@ -28,6 +30,7 @@ class Fences {
   void setCopied(int layer, int rank, std::int64_t steps);
   void setConsumed(int layer, int rank, std::int64_t steps);
   void setFusedDone(std::int64_t iterations);
+  void setFusedStarted(std::int64_t step, int microbatch);
   // A run resumed after `steps` iterations: the per-iteration counters (copies, downloads, consumption, fused
   // stage) start there, as if those iterations had run; uploads count from 0 (the runtime's counts are
   // relative to the start). Before any rank starts.
@@ -39,6 +42,7 @@ class Fences {
   bool copiedByAll(int layer, std::int64_t atLeast) const;        // the same, without waiting
   void waitConsumedByAll(int layer, std::int64_t atLeast) const;  // every rank's slice
   void waitFusedDone(std::int64_t atLeast) const;
+  void waitFusedStarted(std::int64_t step, int microbatch) const;
 
  private:
   std::atomic<std::int64_t>& at(std::size_t index) const;

@@ -75,15 +75,16 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
 
   const int L = model_->layerCount();
   placeWorker();
-  proxyCosts_ = estimateCosts(*model_, c.train.seqLen, rowsPerMicrobatch_);
+  proxyCosts_ = estimateCosts(*model_, c.train.seqLen, rowsPerMicrobatch_, static_cast<int>(c.pipeline.recomputeAhead));
   const LayerCosts& costs = proxyCosts_;
   const bool roundRobin = c.pipeline.schedule == config::PipelineSchedule::kRoundPipe;
   if (!roundRobin) {
     // Weights bound to workers: stage s on worker s, a contiguous partition balanced by the same costs.
     plan_ = schedule::balancedBoundPlan(costs.layers, workers_);
   } else if (c.pipeline.plan == "auto") {
-    plan_ = schedule::choosePlan(c.pipeline.planner, costs.layers, workers_, static_cast<int>(c.train.microbatches),
-                                 memoryBudget_);
+    plan_ = schedule::choosePlan(
+        c.pipeline.planner, costs.layers,
+        {workers_, static_cast<int>(c.train.microbatches), memoryBudget_, static_cast<int>(c.pipeline.recomputeAhead)});
   } else {
     plan_ = schedule::parsePlan(c.pipeline.plan, L, "pipeline.plan");
   }
@@ -105,6 +106,7 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
   co.stall = stallPolicy();
   co.planner = c.pipeline.planner;
   co.microbatches = static_cast<int>(c.train.microbatches);
+  co.recomputeAhead = static_cast<int>(c.pipeline.recomputeAhead);
   coordination_ = std::make_unique<coordinator::Coordination>(*worldChannel_, co, plan_, costs.layers);
   slots_ = std::make_unique<StageSlots>(*worker_, memoryBudget_);
   skipUploads_ = env::getInt(env::kBenchNoUploads) != 0;

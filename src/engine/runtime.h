@@ -89,8 +89,17 @@ class PipelineRuntime : public run::Executor {
   void setCheckpoints();
   void runStep(std::int64_t step, const coordinator::Directive& directive);
   void runJob(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table, const StepData& data);
+  // A backward job's microbatch recomputed from its saved input: the stage (layer grain: its deepest layer)
+  // forward with its graph, ready for the gradient (Note [Recompute ahead], stage_jobs.cpp).
+  struct Recomputed {
+    torch::Tensor input;   // the saved input, requiring its gradient (undefined for layer 0)
+    torch::Tensor output;  // the recomputed output
+  };
+  Recomputed recompute(std::int64_t step, int from, int to, const StepData& data, int mb);
+  Recomputed recomputeAhead(std::int64_t step, const schedule::Job& job, const StepData& data, int mb);
+  // `ahead`: a backward job's microbatch already recomputed (else it is recomputed after the gradient arrives).
   void runMicrobatch(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table, const StepData& data,
-                     int mb);
+                     int mb, Recomputed* ahead = nullptr);
   void runOneFOneB(std::int64_t step, const schedule::DispatchTable& table, const StepData& data);
   // step < 0: outside training (sampling), no fences.
   void upload(std::int64_t step, const schedule::Range& layers);

@@ -2,6 +2,7 @@
 // store and a worker's replica, one microbatch of a job, whole stage jobs, and 1F1B's interleaving.
 #include <algorithm>
 #include <cstring>
+#include <deque>
 
 #include <torch/torch.h>
 
@@ -139,7 +140,7 @@ void PipelineRuntime::download(std::int64_t step, const schedule::Range& layers)
 
 // One microbatch of job k: wait for job k-1's output of that microbatch, compute, tell job k+1's worker.
 void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table,
-                                    const StepData& data, int mb) {
+                                    const StepData& data, int mb, Recomputed* ahead) {
   const schedule::Job& job = table.jobs[static_cast<std::size_t>(k)];
   const int L = model_->layerCount();
   const auto H = model_->model().config().hiddenSize;
@@ -180,6 +181,7 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
       break;
     }
     case schedule::JobKind::kFused: {
+      fences_->setFusedStarted(step, mb);  // every stage input of mb is saved (Note [Recompute ahead])
       torch::Tensor input =
           a == 0 ? torch::Tensor()
                  : fetch({step, a, mb, transport::TensorKind::kActivation}, shape, prevWorker).requires_grad_(true);
@@ -208,13 +210,9 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
         torch::Tensor grad = fetch({step, b, mb, transport::TensorKind::kGradient}, shape, prevWorker);
         for (int l = b - 1; l >= a; --l) {
           const auto start = worker_->mark();
-          torch::Tensor input = l == 0
-                                    ? torch::Tensor()
-                                    : fetch({step, l, mb, transport::TensorKind::kActivation}, shape, transport::kSaved)
-                                          .requires_grad_(true);
-          torch::Tensor y = model_->forward(l, input, batch, ctx);
-          if (y.requires_grad()) y.backward(grad);
-          if (l > 0) grad = input.grad();
+          const Recomputed r = l == b - 1 && ahead ? std::move(*ahead) : recompute(step, l, l + 1, data, mb);
+          if (r.output.requires_grad()) r.output.backward(grad);
+          if (l > 0) grad = r.input.grad();
           timings_.push_back({start, worker_->mark(), l, l + 1, /*forward=*/false, /*backward=*/true});
           // The job's last microbatch: layer l's gradients are final, so they go to the optimizer now, while
           // the layers below are still back-propagated (Note [Layer fences]). Not part of the layer's time.
@@ -223,17 +221,14 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
         if (a > 0) put({step, a, mb, transport::TensorKind::kGradient}, grad, {nextWorker, false});
         break;
       }
-      torch::Tensor input =
-          a == 0
-              ? torch::Tensor()
-              : fetch({step, a, mb, transport::TensorKind::kActivation}, shape, transport::kSaved).requires_grad_(true);
-      torch::Tensor x = input;
       const auto start = worker_->mark();
-      for (int l = a; l < b; ++l) x = model_->forward(l, x, batch, ctx);  // recompute (stage grain)
+      const Recomputed r = ahead ? std::move(*ahead) : recompute(step, a, b, data, mb);  // stage grain
       // A stage of frozen layers over the token ids (LoRA: the embedding) has nothing to differentiate.
-      if (x.requires_grad()) x.backward(fetch({step, b, mb, transport::TensorKind::kGradient}, shape, prevWorker));
+      if (r.output.requires_grad()) {
+        r.output.backward(fetch({step, b, mb, transport::TensorKind::kGradient}, shape, prevWorker));
+      }
       timings_.push_back({start, worker_->mark(), a, b, /*forward=*/false, /*backward=*/true});
-      if (a > 0) put({step, a, mb, transport::TensorKind::kGradient}, input.grad(), {nextWorker, false});
+      if (a > 0) put({step, a, mb, transport::TensorKind::kGradient}, r.input.grad(), {nextWorker, false});
       break;
     }
   }
@@ -241,6 +236,54 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
     tensors_->signal(nextWorker, {control::kProtocolVersion, static_cast<std::uint32_t>(mb), step, k});
   }
   resolveTimings();
+}
+
+// Note [Recompute ahead]: a backward job's microbatch needs two things — its saved stage input (written in
+// the forward pass) for the recompute, and the gradient from the previous job for the backward proper. With
+// pipeline.recompute_ahead = R > 0 the job recomputes microbatches 0..R-1 first, then after the backward of m
+// the recompute of m+R, so a recompute runs while the worker would otherwise wait for a gradient; at most R
+// recomputed graphs are held beside the one being back-propagated. A saved input of microbatch m is in place
+// once the fused stage has started m (every forward stage put it before signalling the next), which the
+// fusedStarted fence publishes; that wait is the only new one, and the fused stage never waits on a backward
+// job, so it cannot deadlock. Losses and gradients are unchanged: the same ops on the same inputs.
+
+// Layers [from, to) of microbatch mb recomputed from the saved input of `from`, with their graph.
+PipelineRuntime::Recomputed PipelineRuntime::recompute(std::int64_t step, int from, int to, const StepData& data,
+                                                       int mb) {
+  const std::vector<std::int64_t> shape{rowsPerMicrobatch_, config_.train.seqLen, model_->model().config().hiddenSize};
+  const model::Batch& batch = data.batches[static_cast<std::size_t>(mb)];
+  const model::AttentionContext& ctx = data.contexts[static_cast<std::size_t>(mb)];
+  Recomputed r;
+  if (from > 0) {
+    r.input =
+        fetch({step, from, mb, transport::TensorKind::kActivation}, shape, transport::kSaved).requires_grad_(true);
+  }
+  r.output = r.input;
+  for (int l = from; l < to; ++l) r.output = model_->forward(l, r.output, batch, ctx);
+  return r;
+}
+
+// The recompute of a backward job's microbatch before its gradient arrives: the whole stage, or at layer
+// grain the deepest layer (the first the gradient meets). Timed as the stage's backward.
+PipelineRuntime::Recomputed PipelineRuntime::recomputeAhead(std::int64_t step, const schedule::Job& job,
+                                                            const StepData& data, int mb) {
+  const int a = config_.pipeline.recompute == config::Recompute::kLayer ? job.layers.end - 1 : job.layers.begin;
+  const int b = job.layers.end;
+  {
+    const std::string what = fmt::format("wait: saved inputs of mb {} (step {})", mb, step + 1);
+    activity_->set(rank_, 0, what);
+    trace::Timeline::Scope wait(timeline_.get(), what, "wait", 0);
+    fences_->waitFusedStarted(step, mb);
+  }
+  const std::string what = trace::computeSpanName({"recompute", a, b - 1, mb, step + 1});
+  activity_->set(rank_, 0, what);
+  trace::Timeline::Scope compute(timeline_.get(), what, "compute", 0);
+  const auto stream = worker_->enterCompute();
+  const auto start = worker_->mark();
+  Recomputed r = recompute(step, a, b, data, mb);
+  timings_.push_back({start, worker_->mark(), a, b, /*forward=*/false, /*backward=*/true});
+  resolveTimings();
+  return r;
 }
 
 // The compute spans of a microbatch, once its compute has been waited for (its last put or loss did): per-layer
@@ -282,7 +325,19 @@ void PipelineRuntime::runJob(std::int64_t step, std::int64_t k, const schedule::
   downloadsPerLayer_ = job.kind == schedule::JobKind::kBackward &&
                        config_.pipeline.recompute == config::Recompute::kLayer &&
                        uses == model_->tensorsOf(job.layers.begin, job.layers.end).size();
-  for (int mb = 0; mb < config_.train.microbatches; ++mb) runMicrobatch(step, k, table, data, mb);
+  const int M = static_cast<int>(config_.train.microbatches);
+  const int ahead = job.kind == schedule::JobKind::kBackward ? static_cast<int>(config_.pipeline.recomputeAhead) : 0;
+  if (ahead == 0) {
+    for (int mb = 0; mb < M; ++mb) runMicrobatch(step, k, table, data, mb);
+  } else {
+    std::deque<Recomputed> recomputed;  // Note [Recompute ahead]: microbatches mb..mb+ahead-1
+    for (int next = 0, mb = 0; mb < M; ++mb) {
+      for (; next < std::min(M, mb + ahead); ++next) recomputed.push_back(recomputeAhead(step, job, data, next));
+      Recomputed r = std::move(recomputed.front());
+      recomputed.pop_front();
+      runMicrobatch(step, k, table, data, mb, &r);
+    }
+  }
   if (job.kind != schedule::JobKind::kForward && !downloadsPerLayer_) download(step, job.layers);
   downloadsPerLayer_ = false;
   if (job.kind == schedule::JobKind::kFused) fences_->setFusedDone(step + 1);

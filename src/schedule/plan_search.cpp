@@ -28,20 +28,29 @@ SimCosts simCosts(const LayerCosts& c) {
 
 }  // namespace
 
-double simulatedStep(const LayerCosts& c, const Plan& plan, int workers, int microbatches) {
+double simulatedStep(const LayerCosts& c, const Plan& plan, const PlanTarget& target) {
   SimSetup setup;
   setup.schedule = SimSchedule::kRoundPipe;
-  setup.workers = workers;
-  setup.microbatches = microbatches;
+  setup.workers = target.workers;
+  setup.microbatches = target.microbatches;
   setup.rounds = 2;  // a second round shows how jobs of consecutive iterations interleave
   setup.plan = plan;
+  setup.recomputeAhead = target.recomputeAhead;
   return simulate(setup, simCosts(c)).makespan / 2.0;
 }
 
-SearchResult searchPlan(const LayerCosts& c, int workers, int microbatches, double memoryLimit) {
+namespace {
+PartitionOptions partitionOptions(const PlanTarget& target) {
+  return {.minStages = target.workers, .memoryLimit = target.memoryLimit};
+}
+}  // namespace
+
+SearchResult searchPlan(const LayerCosts& c, const PlanTarget& target) {
   const int L = static_cast<int>(c.forward.size());
-  auto makespan = [&](const Plan& p) { return simulatedStep(c, p, workers, microbatches); };
-  const PartitionOptions options{.minStages = workers, .memoryLimit = memoryLimit};
+  const int workers = target.workers;
+  const double memoryLimit = target.memoryLimit;
+  auto makespan = [&](const Plan& p) { return simulatedStep(c, p, target); };
+  const PartitionOptions options = partitionOptions(target);
   SearchResult r;
   r.reference = partition(c, options).plan;
   r.referenceMakespan = makespan(r.reference);
@@ -83,9 +92,9 @@ PlannerKind parsePlannerKind(const std::string& name, const std::string& what) {
   RP_THROW(InputError, "{} = \"{}\": expected \"reference\" or \"search\"", what, name);
 }
 
-Plan choosePlan(PlannerKind planner, const LayerCosts& costs, int workers, int microbatches, double memoryLimit) {
-  if (planner == PlannerKind::kSearch) return searchPlan(costs, workers, microbatches, memoryLimit).plan;
-  return partition(costs, {.minStages = workers, .memoryLimit = memoryLimit}).plan;
+Plan choosePlan(PlannerKind planner, const LayerCosts& costs, const PlanTarget& target) {
+  if (planner == PlannerKind::kSearch) return searchPlan(costs, target).plan;
+  return partition(costs, partitionOptions(target)).plan;
 }
 
 }  // namespace rp::schedule

@@ -19,20 +19,26 @@ struct SearchResult {
   int candidates = 0;            // plans simulated
 };
 
-// `costs` as the partitioner takes them (backward = recompute + backward); microbatches per round; stages
-// must fit half of `memoryLimit` bytes (<= 0: unlimited), as in the partitioner.
-SearchResult searchPlan(const LayerCosts& costs, int workers, int microbatches, double memoryLimit);
+// What an automatic plan is chosen for.
+struct PlanTarget {
+  int workers = 1;
+  int microbatches = 1;      // per round (iteration)
+  double memoryLimit = 0.0;  // bytes per worker: every stage fits half of it, as in the partitioner; <= 0 = unlimited
+  int recomputeAhead = 0;    // pipeline.recompute_ahead: backward stages recompute before their gradient arrives
+};
+
+// `costs` as the partitioner takes them (backward = recompute + backward).
+SearchResult searchPlan(const LayerCosts& costs, const PlanTarget& target);
 
 // How an automatic plan is chosen (pipeline.planner, roundpipe_sim --planner).
 enum class PlannerKind { kReference, kSearch };
 // "reference" | "search"; anything else is an InputError naming `what` (the option).
 PlannerKind parsePlannerKind(const std::string& name, const std::string& what);
 
-// The automatic plan for `costs`: the reference partitioner's, or the plan search's best. Arguments as
-// searchPlan's.
-Plan choosePlan(PlannerKind planner, const LayerCosts& costs, int workers, int microbatches, double memoryLimit);
+// The automatic plan for `costs`: the reference partitioner's, or the plan search's best.
+Plan choosePlan(PlannerKind planner, const LayerCosts& costs, const PlanTarget& target);
 
 // The simulated step time (two rounds) of one plan on these costs.
-double simulatedStep(const LayerCosts& costs, const Plan& plan, int workers, int microbatches);
+double simulatedStep(const LayerCosts& costs, const Plan& plan, const PlanTarget& target);
 
 }  // namespace rp::schedule

@@ -13,14 +13,17 @@ namespace {
 
 struct Builder {
   std::vector<SimOp> ops;
-  std::vector<int> dep;                 // the op that must finish first (-1 = none)
+  std::vector<int> dep;                 // the op that must finish (or, depStart, start) first (-1 = none)
+  std::vector<bool> depStart;           // a recompute ahead: its saved input exists once the fused op started
   std::vector<std::vector<int>> order;  // per worker, op indices in execution order
   std::vector<double> duration;
   std::vector<int> warmup;  // per worker: forwards before the forward->backward switch (-1 = none)
 
-  int add(int worker, int mb, int stage, bool backward, double time, int after, std::string label) {
+  int add(int worker, int mb, int stage, bool backward, double time, int after, std::string label,
+          bool afterStart = false) {
     ops.push_back({worker, mb, stage, backward, 0, 0, std::move(label)});
     dep.push_back(after);
+    depStart.push_back(afterStart);
     duration.push_back(time);
     order[static_cast<std::size_t>(worker)].push_back(static_cast<int>(ops.size()) - 1);
     return static_cast<int>(ops.size()) - 1;
@@ -33,31 +36,53 @@ double sum(const std::vector<double>& v, int a, int b) {
   return s;
 }
 
-// RoundPipe: each round is one runtime iteration's dispatch (the counter continues across rounds).
+// RoundPipe: each round is one runtime iteration's dispatch (the counter continues across rounds). A backward
+// job with recompute ahead R runs, in the runtime's order, the recompute of microbatches 0..R-1, then for each
+// m the backward of m followed by the recompute of m+R (Note [Recompute ahead], src/engine/stage_jobs.cpp).
 void buildRoundPipe(const SimSetup& s, const SimCosts& c, Builder& b) {
   validate(s.plan, c.layerCount(), "simulator plan");
+  if (s.recomputeAhead < 0) RP_THROW(InputError, "simulator: recompute ahead {} is negative", s.recomputeAhead);
+  const auto M = static_cast<std::size_t>(s.microbatches);
   std::int64_t counter = 0;
   for (int round = 0; round < s.rounds; ++round) {
     const DispatchTable table = dispatch(s.plan, s.workers, counter);
     counter = table.counterEnd;
-    std::vector<int> previous(static_cast<std::size_t>(s.microbatches), -1);
+    std::vector<int> previous(M, -1), fused(M, -1);
     for (std::size_t k = 0; k < table.jobs.size(); ++k) {
       const Job& job = table.jobs[k];
       const int a = job.layers.begin, e = job.layers.end;
       // Forward: the layers' forward. Fused: forward, the head's loss, backward. Backward: recompute + backward.
-      const double compute =
-          job.kind == JobKind::kForward ? sum(c.forward, a, e) : sum(c.forward, a, e) + sum(c.backward, a, e);
+      const double recompute = job.kind == JobKind::kForward ? 0.0 : sum(c.forward, a, e);
+      const double backward = job.kind == JobKind::kForward ? 0.0 : sum(c.backward, a, e);
+      const double compute = job.kind == JobKind::kForward ? sum(c.forward, a, e) : recompute + backward;
       const double transfer = c.weightTransfer.empty()
                                   ? 0.0
                                   : sum(c.weightTransfer, a, e) * (job.kind == JobKind::kForward ? 1.0 : 2.0) /
                                         static_cast<double>(s.microbatches);
       const double time = std::max(compute, transfer);
       const char* kind = job.kind == JobKind::kForward ? "F" : job.kind == JobKind::kFused ? "T" : "B";
-      for (int m = 0; m < s.microbatches; ++m) {
-        const int mb = round * s.microbatches + m;
-        previous[static_cast<std::size_t>(m)] =
-            b.add(job.worker, mb, static_cast<int>(k), job.kind != JobKind::kForward, time,
-                  previous[static_cast<std::size_t>(m)], fmt::format("{}{} mb{}", kind, job.stage, mb));
+      auto mbOf = [&](std::size_t m) { return round * s.microbatches + static_cast<int>(m); };
+      if (job.kind != JobKind::kBackward || s.recomputeAhead == 0) {
+        for (std::size_t m = 0; m < M; ++m) {
+          previous[m] = b.add(job.worker, mbOf(m), static_cast<int>(k), job.kind != JobKind::kForward, time,
+                              previous[m], fmt::format("{}{} mb{}", kind, job.stage, mbOf(m)));
+          if (job.kind == JobKind::kFused) fused[m] = previous[m];
+        }
+        continue;
+      }
+      // A transfer-bound job stretches both parts alike.
+      const double stretch = compute > 0 ? time / compute : 1.0;
+      const double recomputeTime = recompute * stretch, backwardTime = compute > 0 ? backward * stretch : time;
+      auto addRecompute = [&](std::size_t m) {
+        b.add(job.worker, mbOf(m), static_cast<int>(k), true, recomputeTime, fused[m],
+              fmt::format("R{} mb{}", job.stage, mbOf(m)), /*afterStart=*/true);
+      };
+      const auto ahead = static_cast<std::size_t>(s.recomputeAhead);
+      for (std::size_t m = 0; m < std::min(ahead, M); ++m) addRecompute(m);
+      for (std::size_t m = 0; m < M; ++m) {
+        previous[m] = b.add(job.worker, mbOf(m), static_cast<int>(k), true, backwardTime, previous[m],
+                            fmt::format("{}{} mb{}", kind, job.stage, mbOf(m)));
+        if (m + ahead < M) addRecompute(m + ahead);
       }
     }
   }
@@ -263,7 +288,9 @@ SimResult simulate(const SimSetup& s, const SimCosts& c) {
         const int d = b.dep[i];
         if (d >= 0 && !done[static_cast<std::size_t>(d)]) break;
         double ready = 0.0;
-        if (d >= 0) {
+        if (d >= 0 && b.depStart[i]) {
+          ready = b.ops[static_cast<std::size_t>(d)].start;  // a saved input: no hop on the critical path
+        } else if (d >= 0) {
           const SimOp& before = b.ops[static_cast<std::size_t>(d)];
           const bool hop = before.worker != w;
           ready = before.end + (hop ? c.hop : 0.0);
@@ -302,9 +329,17 @@ SimResult simulate(const SimSetup& s, const SimCosts& c) {
       st.busy += op.end - op.start;
       if (k > 0) gaps += op.start - b.ops[static_cast<std::size_t>(list[k - 1])].end;
     }
-    // Switch: the gaps between the last warm-up forward and the first backward (schedules that have one).
+    // Switch: the gaps between the last warm-up forward and the first backward (schedules that have one);
+    // RoundPipe: the gap wherever a forward job's operation is followed by a backward or fused job's (once a
+    // round on each worker).
     const int warm = b.warmup.empty() ? -1 : b.warmup[static_cast<std::size_t>(w)];
-    if (warm > 0) {
+    if (s.schedule == SimSchedule::kRoundPipe) {
+      for (std::size_t k = 1; k < list.size(); ++k) {
+        const SimOp& before = b.ops[static_cast<std::size_t>(list[k - 1])];
+        const SimOp& op = b.ops[static_cast<std::size_t>(list[k])];
+        if (!before.backward && op.backward) st.switchIdle += op.start - before.end;
+      }
+    } else if (warm > 0) {
       std::size_t firstBackward = 0;
       while (firstBackward < list.size() && !b.ops[static_cast<std::size_t>(list[firstBackward])].backward)
         ++firstBackward;

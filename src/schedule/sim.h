@@ -2,7 +2,9 @@
 // the runtime's own planner and dispatch (schedule::dispatch), the baselines from their textbook orders;
 // every operation runs one stage for one microbatch on one worker, in each worker's fixed order, as soon as
 // its predecessor stage of the same microbatch is done (plus one hop of transfer time when that ran on
-// another worker) and the worker is free.
+// another worker) and the worker is free. With recompute ahead (RoundPipe), a backward job's microbatch is
+// two operations: its recompute, which may start once the fused stage has started that microbatch (its saved
+// input exists), and its backward, which waits for the predecessor as any operation does.
 #pragma once
 
 #include <cstdint>
@@ -42,17 +44,21 @@ struct SimSetup {
   std::vector<int> stageLayers;     // baselines: decoder layers per stage (embedding to the first, head to the last)
   int virtualStages = 1;            // interleaved 1F1B: model chunks per worker
   bool recomputeBaselines = false;  // baselines checkpoint activations too: each backward adds a forward
+  int recomputeAhead = 0;           // RoundPipe: backward microbatches recomputed before their gradient arrives
 };
 
 struct SimOp {
   int worker;
   int microbatch;
   int stage;      // RoundPipe: job index within its round; baselines: pipeline stage (chunk) index
-  bool backward;  // a backward (or fused) operation
+  bool backward;  // a backward (or fused) operation, or a backward job's recompute
   double start, end;
   std::string label;
 };
 
+// Idle time of one worker: before its first operation (fill), at the switch from forward to backward work
+// (baselines: after the warm-up forwards; RoundPipe: between a round's last forward job and first backward or
+// fused job), after its last (drain), and the rest between operations (intra).
 struct WorkerStats {
   double busy = 0, fill = 0, switchIdle = 0, drain = 0, intra = 0;
 };

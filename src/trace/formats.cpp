@@ -23,7 +23,7 @@ std::optional<ComputeSpan> parseComputeSpanName(const std::string& name) {
     return std::nullopt;
   }
   const std::string k = kind;
-  if (k != "fwd" && k != "fused" && k != "bwd") return std::nullopt;
+  if (k != "fwd" && k != "fused" && k != "bwd" && k != "recompute") return std::nullopt;
   return ComputeSpan{k, first, last, mb, step};
 }
 

@@ -33,6 +33,25 @@ PY
 "$sim" --trace "$work/trace.json" --schedule roundpipe >"$work/t.txt" || fail "--trace failed"
 grep -q "plan fwd 0-1 | fused 2-2 | bwd 0-1" "$work/t.txt" || { cat "$work/t.txt"; fail "the trace's plan was not recovered"; }
 grep -q "makespan 6.000" "$work/t.txt" || { cat "$work/t.txt"; fail "wrong replay of the trace"; }
+# The same run with its backward recompute traced apart (pipeline.recompute_ahead): "recompute 0-1" 1 ms and
+# "bwd 0-1" 1 ms add up to the same stage, so the same replay.
+sed -e 's/"bwd 0-1 mb \([01]\) (step \([34]\))", "cat": "compute", "ph": "X", "pid": 0, "tid": 0, "ts": 0, "dur": 2000}/"bwd 0-1 mb \1 (step \2)", "cat": "compute", "ph": "X", "pid": 0, "tid": 0, "ts": 0, "dur": 1000}, {"name": "recompute 0-1 mb \1 (step \2)", "cat": "compute", "ph": "X", "pid": 0, "tid": 0, "ts": 0, "dur": 1000}/g' \
+  "$work/trace.json" >"$work/trace-ahead.json"
+grep -q '"recompute 0-1 mb 1 (step 4)"' "$work/trace-ahead.json" || fail "test setup: no recompute spans"
+"$sim" --trace "$work/trace-ahead.json" --schedule roundpipe >"$work/ta.txt" || fail "--trace with recompute spans failed"
+grep -q "makespan 6.000" "$work/ta.txt" || { cat "$work/ta.txt"; fail "recompute spans not added back to their stage"; }
+# --stages for interleaved-1f1b: workers x chunks counts, honoured (not the balanced split); a wrong count is
+# an error naming what it needs.
+"$sim" --schedule interleaved-1f1b --workers 2 --virtual 2 --layers 6 --microbatches 2 >"$work/i0.txt" ||
+  fail "interleaved-1f1b failed"
+"$sim" --schedule interleaved-1f1b --workers 2 --virtual 2 --layers 6 --microbatches 2 --stages 3,1,1,1 \
+  >"$work/i1.txt" || fail "interleaved-1f1b with --stages failed"
+[[ "$(grep -o 'makespan [0-9.]*' "$work/i0.txt")" != "$(grep -o 'makespan [0-9.]*' "$work/i1.txt")" ]] ||
+  fail "--stages 3,1,1,1 gave the balanced split's makespan"
+"$sim" --schedule interleaved-1f1b --workers 2 --virtual 2 --layers 6 --stages 3,3 >"$work/i2.txt" 2>&1
+code=$?
+[[ $code -eq 2 ]] || fail "a wrong --stages count exited $code, expected 2"
+grep -q 'needs 4 stages (2 workers x 2 chunks), got 2' "$work/i2.txt" || { cat "$work/i2.txt"; fail "unclear error"; }
 "$sim" --schedule zigzag >"$work/bad.txt" 2>&1
 code=$?
 [[ $code -eq 2 ]] || fail "a bad --schedule exited $code, expected 2"

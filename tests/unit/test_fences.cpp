@@ -51,6 +51,22 @@ TEST(Fences, CountersAccumulateUploadsAndDownloads) {
   EXPECT_NO_THROW(fences.waitDownloads(1, 1));
 }
 
+// Recompute ahead waits for the fused stage to have started a microbatch: later microbatches and later steps
+// count as started, earlier ones do not; a resumed run starts before microbatch 0 of its first step.
+TEST(Fences, FusedStartedOrdersByStepThenMicrobatch) {
+  Store store(2, 1);
+  Fences fences(store.fenceBytes.data(), 2, 1, {0.05, 0.05});
+  fences.startAt(7);
+  EXPECT_THROW(fences.waitFusedStarted(7, 0), control::PeerError);
+  fences.setFusedStarted(7, 3);
+  EXPECT_NO_THROW(fences.waitFusedStarted(7, 3));
+  EXPECT_NO_THROW(fences.waitFusedStarted(6, 15));
+  EXPECT_THROW(fences.waitFusedStarted(7, 4), control::PeerError);
+  fences.setFusedStarted(8, 0);
+  EXPECT_NO_THROW(fences.waitFusedStarted(7, 1000));
+  EXPECT_THROW(fences.waitFusedStarted(8, 1), control::PeerError);
+}
+
 TEST(Fences, AStallNamesTheLateRankAndItsLastOperation) {
   Store store(2, 2);
   ActivityBoard board(store.boardBytes.data(), 2);

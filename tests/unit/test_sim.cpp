@@ -108,6 +108,72 @@ TEST(Simulator, RoundPipeDispatchesRoundsRoundRobinFromTheRuntimesPlanner) {
   EXPECT_NE(simJson(s, r).find("\"bubble_ratio\""), std::string::npos);
 }
 
+// Recompute ahead, 2 workers, 2 microbatches, hop 0.5; layers: embedding (free), a decoder layer (fwd 1, bwd 2),
+// the head (fwd 1, bwd 2); plan F [0,2) on w0, fused [2,3) on w1, B [0,2) on w0 (recompute 1 + backward 2).
+//   T mb0 [1.5,4.5], T mb1 [4.5,7.5] (w1) either way.
+//   R = 0, w0: F [0,1] [1,2], B mb0 [5,8] (T mb0 + hop), B mb1 [8,11]: makespan 11, switch 3.
+//   R = 1, w0: F [0,1] [1,2], R mb0 [2,3] (T mb0 started at 1.5), B mb0 [5,7], R mb1 [7,8], B mb1 [8,10]:
+//   makespan 10, switch 0; the same busy time, hops and exposed hops.
+TEST(Simulator, RecomputeAheadOverlapsTheWaitForTheGradientOnTwoWorkers) {
+  SimSetup s;
+  s.schedule = SimSchedule::kRoundPipe;
+  s.workers = 2;
+  s.microbatches = 2;
+  s.plan = planFromCounts({2}, 0, {2}, 3);
+  SimCosts c;
+  c.forward = {0.0, 1.0, 1.0};
+  c.backward = {0.0, 2.0, 2.0};
+  c.hop = 0.5;
+  const SimResult before = simulate(s, c);
+  EXPECT_DOUBLE_EQ(before.makespan, 11.0);
+  EXPECT_DOUBLE_EQ(before.workers[0].switchIdle, 3.0);
+  s.recomputeAhead = 1;
+  const SimResult after = simulate(s, c);
+  EXPECT_DOUBLE_EQ(after.makespan, 10.0);
+  EXPECT_DOUBLE_EQ(after.workers[0].switchIdle, 0.0);
+  EXPECT_DOUBLE_EQ(after.workers[0].busy, before.workers[0].busy);
+  EXPECT_DOUBLE_EQ(after.commTotal, 2.0);
+  EXPECT_DOUBLE_EQ(after.commExposed, 1.0);
+  EXPECT_DOUBLE_EQ(before.commExposed, 1.0);
+  std::vector<std::pair<double, double>> w0;
+  for (const auto& op : after.ops) {
+    if (op.worker == 0) w0.emplace_back(op.start, op.end);
+  }
+  const std::vector<std::pair<double, double>> expected{{0, 1}, {1, 2}, {2, 3}, {5, 7}, {7, 8}, {8, 10}};
+  EXPECT_EQ(w0, expected);
+  s.recomputeAhead = -1;
+  EXPECT_THROW(simulate(s, c), InputError);
+}
+
+// Recompute ahead, 3 workers, 2 microbatches, no hops; layers: embedding (free), two decoder layers and the
+// head, each fwd 1, bwd 2. Plan F [0,3) on w0 (2 per mb), fused [3,4) on w1 (3), B [2,3) on w2, B [0,2) on w0
+// (each recompute 1 + backward 2).
+//   R = 0: T [2,5] [5,8]; w2 B [5,8] [8,11]; w0 B [8,11] [11,14]: makespan 14, w0's switch 4.
+//   R = 1: w2 R [2,3] B [5,7] R [7,8] B [8,10]; w0 F [0,2] [2,4] R [4,5] B [7,9] R [9,10] B [10,12]: makespan 12.
+TEST(Simulator, RecomputeAheadShortensABackwardChainOnThreeWorkers) {
+  SimSetup s;
+  s.schedule = SimSchedule::kRoundPipe;
+  s.workers = 3;
+  s.microbatches = 2;
+  s.plan = planFromCounts({3}, 0, {1, 2}, 4);
+  SimCosts c;
+  c.forward = {0.0, 1.0, 1.0, 1.0};
+  c.backward = {0.0, 2.0, 2.0, 2.0};
+  const SimResult before = simulate(s, c);
+  EXPECT_DOUBLE_EQ(before.makespan, 14.0);
+  EXPECT_DOUBLE_EQ(before.workers[0].switchIdle, 4.0);
+  s.recomputeAhead = 1;
+  const SimResult after = simulate(s, c);
+  EXPECT_DOUBLE_EQ(after.makespan, 12.0);
+  EXPECT_DOUBLE_EQ(after.workers[0].switchIdle, 0.0);
+  std::vector<std::pair<double, double>> w2;
+  for (const auto& op : after.ops) {
+    if (op.worker == 2) w2.emplace_back(op.start, op.end);
+  }
+  const std::vector<std::pair<double, double>> expected{{2, 3}, {5, 7}, {7, 8}, {8, 10}};
+  EXPECT_EQ(w2, expected);
+}
+
 // The search considers the reference partitioner's plan, so it is never worse in simulation; on a head
 // worth 3 layers with 4 workers it finds a plan the greedy partitioner misses.
 TEST(PlanSearch, NeverWorseThanTheReferenceAndBetterWhenTheGreedyMisses) {
@@ -119,14 +185,14 @@ TEST(PlanSearch, NeverWorseThanTheReferenceAndBetterWhenTheGreedyMisses) {
     c.bytes.push_back(1.0);
     c.backwardBytes.push_back(2.0);
   }
-  const SearchResult r = searchPlan(c, 4, 5, 0.0);
+  const SearchResult r = searchPlan(c, {4, 5});
   EXPECT_EQ(r.reference, partition(c, {4, 1.1, 0.0}).plan);
-  EXPECT_DOUBLE_EQ(r.referenceMakespan, simulatedStep(c, r.reference, 4, 5));
-  EXPECT_DOUBLE_EQ(r.makespan, simulatedStep(c, r.plan, 4, 5));
+  EXPECT_DOUBLE_EQ(r.referenceMakespan, simulatedStep(c, r.reference, {4, 5}));
+  EXPECT_DOUBLE_EQ(r.makespan, simulatedStep(c, r.plan, {4, 5}));
   EXPECT_LT(r.makespan, 0.98 * r.referenceMakespan) << describe(r.reference) << " vs " << describe(r.plan);
   EXPECT_GT(r.candidates, 100);
   // A memory limit the candidates must respect: no stage above half of it.
-  const SearchResult capped = searchPlan(c, 4, 5, 12.0);
+  const SearchResult capped = searchPlan(c, {4, 5, 12.0});
   for (const auto& st : capped.plan.backward) EXPECT_LE(2.0 * st.size(), 6.0) << describe(capped.plan);
 }
 

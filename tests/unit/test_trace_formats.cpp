@@ -12,8 +12,8 @@ namespace rp::trace {
 namespace {
 
 TEST(ComputeSpanName, RoundTrips) {
-  for (const ComputeSpan& s :
-       {ComputeSpan{"fwd", 0, 2, 1, 3}, ComputeSpan{"fused", 5, 7, 0, 1}, ComputeSpan{"bwd", 3, 4, 15, 12345678901}}) {
+  for (const ComputeSpan& s : {ComputeSpan{"fwd", 0, 2, 1, 3}, ComputeSpan{"fused", 5, 7, 0, 1},
+                               ComputeSpan{"bwd", 3, 4, 15, 12345678901}, ComputeSpan{"recompute", 3, 4, 2, 7}}) {
     const std::string name = computeSpanName(s);
     const auto back = parseComputeSpanName(name);
     ASSERT_TRUE(back.has_value()) << name;
