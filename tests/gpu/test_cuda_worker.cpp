@@ -1,6 +1,6 @@
 // The CUDA worker on a real device: its memory, the urgent/bulk copy paths with the priority rule (an
 // activation-sized copy issued behind >= 1 GiB of queued weight chunks completes before them), host
-// registration, compute marks and the memory numbers the planner reads.
+// registration, compute marks, the memory numbers the planner reads and the hand-off rings.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -9,6 +9,7 @@
 #include <numeric>
 #include <vector>
 
+#include "common/error.h"
 #include "device/worker.h"
 #include "gpu_skip.h"
 
@@ -48,6 +49,34 @@ TEST(CudaWorker, AllocatesZeroedDeviceMemory) {
   std::vector<std::uint8_t> back(4096, 1);
   worker->copyUrgent(back.data(), memory.get(), back.size()).wait();
   EXPECT_EQ(std::count(back.begin(), back.end(), 0), 4096);
+}
+
+// A hand-off ring (the device-direct tensor channel): a producer writes a slot on its compute stream, a consumer
+// worker opens the ring by its handle and reads the slot after the slot's event; each slot holds its own
+// bytes. Both workers in one process, so the consumer reads the owner's pointer and events (across processes:
+// gpu.pipeline_direct).
+TEST(CudaWorker, HandoffRingSlotsRoundTripToAnotherWorker) {
+  RP_SKIP_WITHOUT_GPU();
+  auto producer = cudaWorker();
+  auto consumer = cudaWorker();
+  const std::size_t n = 1 << 20;
+  auto ring = producer->shareRing(2, n);
+  auto peer = consumer->openRing(ring->handle());
+  auto src = producer->allocate(n);
+  auto dst = consumer->allocate(n);
+  for (int slot = 0; slot < 2; ++slot) {
+    std::vector<std::uint8_t> host(n, static_cast<std::uint8_t>(10 + slot));
+    producer->copyUrgent(src.get(), host.data(), n).wait();
+    ring->write(slot, src.get(), n);
+  }
+  for (int slot = 1; slot >= 0; --slot) {
+    std::vector<std::uint8_t> back(n, 0);
+    peer->read(slot, dst.get(), n).wait();
+    consumer->copyUrgent(back.data(), dst.get(), n).wait();
+    EXPECT_EQ(std::count(back.begin(), back.end(), static_cast<std::uint8_t>(10 + slot)), static_cast<long>(n))
+        << "slot " << slot;
+  }
+  EXPECT_THROW(peer->read(2, dst.get(), n), InternalError);
 }
 
 // The priority rule: weights go one chunk at a time, so an urgent copy issued behind 1 GiB of queued weight
