@@ -14,7 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-COLORS = {"fwd": "#457b9d", "fused": "#f4a261", "bwd": "#2a9d8f"}
+COLORS = {"fwd": "#457b9d", "fused": "#f4a261", "bwd": "#2a9d8f", "recompute": "#8ab17d"}
 
 
 def kind(name):
@@ -63,12 +63,14 @@ def main():
     simulated = sim_json(sim, ["--profile", os.path.join(run, "profile.json"), "--workers", str(w), "--microbatches",
                                str(m), "--rounds", "2", "--schedule", "roundpipe", "--plan", profile["plan"]])
     sim_ops = [(o["worker"], o["start"], o["end"],
-                "fused" if o["label"].startswith("T") else ("bwd" if o["backward"] else "fwd")) for o in simulated["ops"]]
+                "fused" if o["label"].startswith("T") else "recompute" if o["label"].startswith("R")
+                else ("bwd" if o["backward"] else "fwd")) for o in simulated["ops"]]
     fig, axes = plt.subplots(2, 1, figsize=(11, 4.2), sharex=True)
     gantt(axes[0], real, w, f"measured: steps 4-5 of a {w}-worker CPU run (compute spans)")
     gantt(axes[1], sim_ops, w, f"simulated from the run's profile: 2 rounds, bubble {100 * simulated['bubble_ratio']:.1f}%")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
-    fig.legend(handles, ["forward", "fused (head + loss)", "recompute + backward"], loc="upper right", fontsize=8)
+    fig.legend(handles, ["forward", "fused (head + loss)", "backward (+ recompute when not ahead)", "recompute ahead"],
+               loc="upper right", fontsize=8)
     fig.tight_layout()
     fig.savefig(os.path.join(out, "gantt_real_vs_sim.png"), dpi=110)
 

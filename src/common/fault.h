@@ -2,7 +2,9 @@
 // <point> of (0-based) step <step>: action "kill" SIGKILLs the process, "throw" throws, "hang" stops forever.
 // Points: "step" (the default: the start of a training step), "save-shard" (a writer's shard is on disk,
 // before rank 0 learns of it), "save-manifest" (rank 0: the manifest is written, the directory not yet
-// renamed), "save-rename" (rank 0: renamed, the `latest` pointer not yet updated). For the failure tests.
+// renamed), "save-rename" (rank 0: renamed, the `latest` pointer not yet updated), "open-ring" (the
+// device-direct tensor channel's set-up opening a peer's ring; <rank> is the node rank, <step> 0). For the
+// failure tests.
 #pragma once
 
 #include <cstdint>

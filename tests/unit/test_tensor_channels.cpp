@@ -3,6 +3,8 @@
 // (not the host arena), keeps saved tensors in the arena, double-buffers by iteration parity; the in-process
 // backend refuses a get that does not match its put's readers (which is how the engine's equivalence tests
 // check that it names them).
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -112,6 +114,27 @@ TEST(DeviceDirect, AHandOffOfTheWrongSizeIsNamed) {
           "rank 0: internal error: hand-off (layer 1, mb 0) of 32 bytes; the ring holds 2 microbatches of 64 bytes"),
       std::string::npos)
       << errors[0];
+}
+
+// A rank that cannot open a peer's ring (CUDA IPC refused, here an injected fault) fails naming why; every other
+// rank fails naming it, and none is left waiting in the set-up.
+TEST(DeviceDirect, ASetUpFailureOnOneRankEndsEveryRankNamingIt) {
+  ASSERT_EQ(::setenv("RP_FAULT_INJECT", "throw:1:0:open-ring", 1), 0);
+  auto errors = onRanks(3, deviceDirect, [](int, TensorChannel&) {});
+  ::unsetenv("RP_FAULT_INJECT");
+  ASSERT_EQ(errors.size(), 3u);
+  std::sort(errors.begin(), errors.end());
+  EXPECT_NE(errors[0].find("rank 0: rank 0: the device-direct tensor channel could not be set up on rank 1 (its error "
+                           "names why)"),
+            std::string::npos)
+      << errors[0];
+  EXPECT_NE(errors[1].find("rank 1: rank 1: the device-direct tensor channel could not be set up: opening rank 0's "
+                           "ring: fault injection: rank 1 fails at step 0 (open-ring)"),
+            std::string::npos)
+      << errors[1];
+  EXPECT_NE(errors[2].find("rank 2: rank 2: the device-direct tensor channel could not be set up on rank 1"),
+            std::string::npos)
+      << errors[2];
 }
 
 TEST(InProcTensors, AGetThatDoesNotMatchThePutsReadersIsRefused) {

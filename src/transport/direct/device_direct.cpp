@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "common/fault.h"
 #include "transport/tensor_channel.h"
 
 namespace rp::transport {
@@ -47,6 +48,7 @@ class DeviceDirect : public TensorChannel {
       if (size > 0) c.node.broadcast(handle.data(), size, r);
       if (r == rank_ || size == 0 || !error.empty()) continue;
       try {
+        fault::maybeInject(rank_, 0, "open-ring");
         peers_[static_cast<std::size_t>(r)] = worker_.openRing(handle);
       } catch (const std::exception& e) {
         error = fmt::format("opening rank {}'s ring: {}", r, e.what());
