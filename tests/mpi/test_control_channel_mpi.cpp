@@ -24,6 +24,11 @@ TEST(MpiConformance, MismatchIsProtocolError) {
   test::conformanceMismatchIsProtocolError(channel);
 }
 
+TEST(MpiConformance, ShortDeadlinesLoseNothing) {
+  MpiChannel channel(MPI_COMM_WORLD);
+  test::conformanceShortDeadlinesLoseNothing(channel);
+}
+
 TEST(MpiConformance, Collectives) {
   MpiChannel channel(MPI_COMM_WORLD);
   test::conformanceCollectives(channel);

@@ -35,6 +35,10 @@ TEST_P(InProcConformance, MismatchIsProtocolError) {
   onThreadsAsRanks(GetParam(), test::conformanceMismatchIsProtocolError);
 }
 
+TEST_P(InProcConformance, ShortDeadlinesLoseNothing) {
+  onThreadsAsRanks(GetParam(), test::conformanceShortDeadlinesLoseNothing);
+}
+
 TEST_P(InProcConformance, Collectives) {
   onThreadsAsRanks(GetParam(), test::conformanceCollectives);
 }

@@ -62,9 +62,14 @@ bool MpiChannel::receive(int from, Tag tag, void* data, std::size_t bytes, Deadl
     checkMpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test(control)");
     if (done) return true;
     if (std::chrono::steady_clock::now() > deadline) {
-      MPI_Cancel(&request);
-      MPI_Request_free(&request);
-      return false;
+      // The message may have matched since the last test: then the cancel fails and the receive completes —
+      // deliver it, or the caller's retry would read the next message and this one would be lost.
+      checkMpi(MPI_Cancel(&request), "MPI_Cancel(control)");
+      MPI_Status status;
+      checkMpi(MPI_Wait(&request, &status), "MPI_Wait(control, cancelled receive)");
+      int cancelled = 0;
+      checkMpi(MPI_Test_cancelled(&status, &cancelled), "MPI_Test_cancelled(control)");
+      return cancelled == 0;
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(200));
