@@ -175,10 +175,14 @@ void PipelineRuntime::placeWorker() {
   }
 }
 
-// Bytes of one activation (or activation gradient) of one microbatch: what the tensor plane moves.
+// One microbatch's hidden states (or their gradient) and its bytes: what the tensor plane moves.
+std::vector<std::int64_t> PipelineRuntime::activationShape() const {
+  return {rowsPerMicrobatch_, config_.train.seqLen, model_->model().config().hiddenSize};
+}
 std::size_t PipelineRuntime::tensorBytes() const {
-  return static_cast<std::size_t>(rowsPerMicrobatch_ * config_.train.seqLen * model_->model().config().hiddenSize) *
-         c10::elementSize(model_->dtype());
+  std::size_t elements = 1;
+  for (std::int64_t d : activationShape()) elements *= static_cast<std::size_t>(d);
+  return elements * c10::elementSize(model_->dtype());
 }
 
 // Stage grain checkpoints the input of every backward stage; layer grain the input of every layer.

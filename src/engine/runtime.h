@@ -109,6 +109,7 @@ class PipelineRuntime : public run::Executor {
   void publishInitialWeights();
   void bindToStore();  // every tensor of the model onto its weights in the store
   // A tensor of the tensor plane into worker memory / out of it.
+  std::vector<std::int64_t> activationShape() const;
   std::size_t tensorBytes() const;
   torch::Tensor fetch(const transport::TensorId& id, at::IntArrayRef shape, int writer);
   void put(const transport::TensorId& id, const torch::Tensor& tensor, const transport::Readers& readers);

@@ -143,8 +143,7 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
                                     const StepData& data, int mb, Recomputed* ahead) {
   const schedule::Job& job = table.jobs[static_cast<std::size_t>(k)];
   const int L = model_->layerCount();
-  const auto H = model_->model().config().hiddenSize;
-  const std::vector<std::int64_t> shape{rowsPerMicrobatch_, config_.train.seqLen, H};
+  const std::vector<std::int64_t> shape = activationShape();
   const bool hasPrev = k > 0, hasNext = k + 1 < static_cast<std::int64_t>(table.jobs.size());
   const int prevWorker = hasPrev ? table.jobs[static_cast<std::size_t>(k - 1)].worker : -1;
   const int nextWorker = hasNext ? table.jobs[static_cast<std::size_t>(k + 1)].worker : -1;
@@ -250,7 +249,7 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
 // Layers [from, to) of microbatch mb recomputed from the saved input of `from`, with their graph.
 PipelineRuntime::Recomputed PipelineRuntime::recompute(std::int64_t step, int from, int to, const StepData& data,
                                                        int mb) {
-  const std::vector<std::int64_t> shape{rowsPerMicrobatch_, config_.train.seqLen, model_->model().config().hiddenSize};
+  const std::vector<std::int64_t> shape = activationShape();
   const model::Batch& batch = data.batches[static_cast<std::size_t>(mb)];
   const model::AttentionContext& ctx = data.contexts[static_cast<std::size_t>(mb)];
   Recomputed r;

@@ -108,6 +108,16 @@ TEST(Simulator, RoundPipeDispatchesRoundsRoundRobinFromTheRuntimesPlanner) {
   EXPECT_NE(simJson(s, r).find("\"bubble_ratio\""), std::string::npos);
 }
 
+// (start, end) of every operation of `worker`, in its order.
+using Intervals = std::vector<std::pair<double, double>>;
+Intervals intervalsOf(const SimResult& r, int worker) {
+  Intervals out;
+  for (const auto& op : r.ops) {
+    if (op.worker == worker) out.emplace_back(op.start, op.end);
+  }
+  return out;
+}
+
 // Recompute ahead, 2 workers, 2 microbatches, hop 0.5; layers: embedding (free), a decoder layer (fwd 1, bwd 2),
 // the head (fwd 1, bwd 2); plan F [0,2) on w0, fused [2,3) on w1, B [0,2) on w0 (recompute 1 + backward 2).
 //   T mb0 [1.5,4.5], T mb1 [4.5,7.5] (w1) either way.
@@ -135,12 +145,8 @@ TEST(Simulator, RecomputeAheadOverlapsTheWaitForTheGradientOnTwoWorkers) {
   EXPECT_DOUBLE_EQ(after.commTotal, 2.0);
   EXPECT_DOUBLE_EQ(after.commExposed, 1.0);
   EXPECT_DOUBLE_EQ(before.commExposed, 1.0);
-  std::vector<std::pair<double, double>> w0;
-  for (const auto& op : after.ops) {
-    if (op.worker == 0) w0.emplace_back(op.start, op.end);
-  }
-  const std::vector<std::pair<double, double>> expected{{0, 1}, {1, 2}, {2, 3}, {5, 7}, {7, 8}, {8, 10}};
-  EXPECT_EQ(w0, expected);
+  const Intervals expected{{0, 1}, {1, 2}, {2, 3}, {5, 7}, {7, 8}, {8, 10}};
+  EXPECT_EQ(intervalsOf(after, 0), expected);
   s.recomputeAhead = -1;
   EXPECT_THROW(simulate(s, c), InputError);
 }
@@ -166,12 +172,8 @@ TEST(Simulator, RecomputeAheadShortensABackwardChainOnThreeWorkers) {
   const SimResult after = simulate(s, c);
   EXPECT_DOUBLE_EQ(after.makespan, 12.0);
   EXPECT_DOUBLE_EQ(after.workers[0].switchIdle, 0.0);
-  std::vector<std::pair<double, double>> w2;
-  for (const auto& op : after.ops) {
-    if (op.worker == 2) w2.emplace_back(op.start, op.end);
-  }
-  const std::vector<std::pair<double, double>> expected{{2, 3}, {5, 7}, {7, 8}, {8, 10}};
-  EXPECT_EQ(w2, expected);
+  const Intervals expected{{2, 3}, {5, 7}, {7, 8}, {8, 10}};
+  EXPECT_EQ(intervalsOf(after, 2), expected);
 }
 
 // The search considers the reference partitioner's plan, so it is never worse in simulation; on a head

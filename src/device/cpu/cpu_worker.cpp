@@ -43,10 +43,16 @@ RingShape decode(const std::string& handle) {
   return shape;
 }
 
-void checkSlot(const RingShape& shape, int slot, std::size_t bytes) {
+std::size_t ringBytes(const RingShape& shape) {
+  return static_cast<std::size_t>(shape.slots) * shape.slotBytes;
+}
+
+// Where `slot` starts in the ring's segment, for `bytes` of it.
+std::uint8_t* slotAt(const memory::ShmSegment& segment, const RingShape& shape, int slot, std::size_t bytes) {
   RP_CHECK(slot >= 0 && slot < shape.slots && bytes <= shape.slotBytes,
            "hand-off slot {} of {} bytes in ring {} ({} slots of {} bytes)", slot, bytes, shape.name, shape.slots,
            shape.slotBytes);
+  return segment.data() + static_cast<std::size_t>(slot) * shape.slotBytes;
 }
 
 class CpuRing : public HandoffRing {
@@ -54,11 +60,10 @@ class CpuRing : public HandoffRing {
   CpuRing(CpuWorker& worker, RingShape shape)
       : worker_(worker),
         shape_(std::move(shape)),
-        segment_(memory::ShmSegment::create(shape_.name, static_cast<std::size_t>(shape_.slots) * shape_.slotBytes)) {}
+        segment_(memory::ShmSegment::create(shape_.name, ringBytes(shape_))) {}
   std::string handle() const override { return encode(shape_); }
   void write(int slot, const void* src, std::size_t bytes) override {
-    checkSlot(shape_, slot, bytes);
-    worker_.copyUrgent(segment_.data() + static_cast<std::size_t>(slot) * shape_.slotBytes, src, bytes).wait();
+    worker_.copyUrgent(slotAt(segment_, shape_, slot, bytes), src, bytes).wait();
   }
   void opened() override { segment_.unlink(); }
 
@@ -71,12 +76,9 @@ class CpuRing : public HandoffRing {
 class CpuPeerRing : public PeerRing {
  public:
   CpuPeerRing(CpuWorker& worker, RingShape shape)
-      : worker_(worker),
-        shape_(std::move(shape)),
-        segment_(memory::ShmSegment::open(shape_.name, static_cast<std::size_t>(shape_.slots) * shape_.slotBytes)) {}
+      : worker_(worker), shape_(std::move(shape)), segment_(memory::ShmSegment::open(shape_.name, ringBytes(shape_))) {}
   Ticket read(int slot, void* dst, std::size_t bytes) override {
-    checkSlot(shape_, slot, bytes);
-    return worker_.copyUrgent(dst, segment_.data() + static_cast<std::size_t>(slot) * shape_.slotBytes, bytes);
+    return worker_.copyUrgent(dst, slotAt(segment_, shape_, slot, bytes), bytes);
   }
 
  private:
