@@ -19,13 +19,9 @@ int run(int argc, char** argv) {
   app.add_option("--output", output, "output directory")->required();
   app.add_option("--dtype", options.dtype, "float32 | bfloat16 | float16 (default: the run's model.dtype)");
   app.add_option("--max-shard-gb", maxShardGb, "largest safetensors file (a tensor is never split)")
-      ->check(CLI::PositiveNumber);
+      ->check(rp::cli::positiveNumber());
   app.add_flag("--adapter", options.adapter, "LoRA runs: write a PEFT adapter instead of the merged model");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (const auto code = rp::cli::parseCommandLine(app, argc, argv)) return *code;
   options.maxShardBytes = maxShardGb * 1e9;
   std::filesystem::path dir(checkpoint);
   if (!std::filesystem::exists(dir / "manifest.json")) dir = rp::checkpoint::CheckpointDir(dir).resolve("latest");

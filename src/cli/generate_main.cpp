@@ -64,15 +64,11 @@ int run(int argc, char** argv) {
   app.add_option("--model", modelDir, "Hugging Face model directory (config.json, *.safetensors, tokenizer.json)")
       ->required();
   app.add_option("--prompt", prompt, "prompt text");
-  app.add_option("--max-new-tokens", maxNew, "tokens to generate")->check(CLI::PositiveNumber);
+  app.add_option("--max-new-tokens", maxNew, "tokens to generate")->check(rp::cli::wholeAtLeast(1));
   app.add_option("--loss-text", lossText, "text file to report the model's mean next-token loss on");
   app.add_option("--dtype", dtypeName, "compute dtype: float32 | bfloat16");
   app.add_option("--threads", threads, "LibTorch intra-op threads (0 = RP_NUM_THREADS or LibTorch default)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (const auto code = rp::cli::parseCommandLine(app, argc, argv)) return *code;
   if (threads == 0) threads = static_cast<int>(rp::env::getInt(rp::env::kNumThreads));
   if (threads > 0) torch::set_num_threads(threads);
   const auto dtype = parseDtype(dtypeName);

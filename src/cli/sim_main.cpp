@@ -170,10 +170,10 @@ int run(int argc, char** argv) {
   int workers = 8, microbatches = 0, rounds = 1, layers = 28, virtualStages = 2;
   double fwd = 1.0, bwd = 2.0, headFwd = 3.0, headBwd = 6.0, hop = 0.0;
   app.add_option("--schedule", schedule, "roundpipe | gpipe | 1f1b | interleaved-1f1b | all");
-  app.add_option("--workers", workers, "workers (GPUs)")->check(CLI::PositiveNumber);
+  app.add_option("--workers", workers, "workers (GPUs)")->check(rp::cli::wholeAtLeast(1));
   app.add_option("--microbatches", microbatches, "microbatches per round (default: workers)");
   app.add_option("--rounds", rounds, "rounds per step (RoundPipe; the baselines run microbatches x rounds)");
-  app.add_option("--layers", layers, "decoder layers")->check(CLI::PositiveNumber);
+  app.add_option("--layers", layers, "decoder layers")->check(rp::cli::wholeAtLeast(1));
   app.add_option("--fwd", fwd, "forward time of one decoder layer for one microbatch");
   app.add_option("--bwd", bwd, "backward time of one decoder layer for one microbatch (without recompute)");
   app.add_option("--head-fwd", headFwd, "LM head + loss forward time per microbatch");
@@ -187,7 +187,8 @@ int run(int argc, char** argv) {
   app.add_option("--stages", stages,
                  "baselines: decoder layers per stage, workers x chunks of them for interleaved-1f1b (default: the "
                  "runtime's balanced split)");
-  app.add_option("--virtual", virtualStages, "interleaved-1f1b: model chunks per worker")->check(CLI::PositiveNumber);
+  app.add_option("--virtual", virtualStages, "interleaved-1f1b: model chunks per worker")
+      ->check(rp::cli::wholeAtLeast(1));
   bool recompute = false;
   std::string hardwarePath, modelPath;
   int seq = 2048, rows = 1;
@@ -201,16 +202,12 @@ int run(int argc, char** argv) {
   app.add_option("--recompute-ahead", ahead,
                  "RoundPipe: backward microbatches recomputed before their gradient arrives (pipeline.recompute_ahead; "
                  "0 = after)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(rp::cli::wholeAtLeast(0));
   app.add_flag("--recompute-baselines", recompute,
                "baselines checkpoint activations as RoundPipe does (a recompute before every backward)");
   app.add_option("--json", jsonPath, "write the result as JSON");
   app.add_option("--svg", svgPath, "write a Gantt chart (SVG)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (const auto code = rp::cli::parseCommandLine(app, argc, argv)) return *code;
   const bool projecting = !hardwarePath.empty() || !modelPath.empty();
   if (projecting && (hardwarePath.empty() || modelPath.empty())) {
     RP_THROW(rp::InputError, "a GPU projection needs both --hardware and --model");

@@ -3,7 +3,6 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/run_main.h"
-#include "common/error.h"
 #include "common/log.h"
 #include "data/dataset.h"
 #include "model/config.h"
@@ -16,17 +15,16 @@ int run(int argc, char** argv) {
   std::string modelDir, output;
   app.add_option("--model", modelDir, "Hugging Face model directory (tokenizer.json and config.json)")->required();
   app.add_option("--output", output, "output directory")->required();
-  app.add_option("--format", options.format, "text | jsonl | alpaca | sharegpt");
-  app.add_option("--sample-by", options.sampleBy, "text: line | paragraph | document");
-  app.add_option("--template", options.chatTemplate, "alpaca/sharegpt: auto | chatml | llama3");
+  app.add_option("--format", options.format, "text | jsonl | alpaca | sharegpt")
+      ->check(CLI::IsMember({"text", "jsonl", "alpaca", "sharegpt"}));
+  app.add_option("--sample-by", options.sampleBy, "text: line | paragraph | document")
+      ->check(CLI::IsMember({"line", "paragraph", "document"}));
+  app.add_option("--template", options.chatTemplate, "alpaca/sharegpt: auto | chatml | llama3")
+      ->check(CLI::IsMember({"auto", "chatml", "llama3"}));
   app.add_flag("--skip-bad-records", options.skipBadRecords, "skip (and count) bad records instead of failing");
   app.add_option("inputs", options.paths, "dataset files")->required();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  if (options.format == "tokenized") RP_THROW(rp::InputError, "--format tokenized: the input is already tokenized");
+  if (const auto code = rp::cli::parseCommandLine(app, argc, argv)) return *code;
+  options.names = {"--format", "--template", "the input files", "--skip-bad-records"};
   const auto config = rp::model::loadModelConfig(modelDir);
   options.bosId = static_cast<std::int32_t>(config.bosTokenId);
   options.eosId = static_cast<std::int32_t>(config.eosTokenId);

@@ -31,11 +31,7 @@ int run(int argc, char** argv, const rp::MpiSession& session) {
       "--resume", resume,
       "continue from a checkpoint: latest, auto (latest if there is one), a name in checkpoint.dir, or a directory");
   app.add_flag("--print-config", printOnly, "print the effective config and exit");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (const auto code = rp::cli::parseCommandLine(app, argc, argv)) return *code;
   const bool leader = session.identity().rank == 0;
   if (!resume.empty()) overrides.push_back("checkpoint.resume=" + resume);
   auto config = rp::config::loadRunConfig(configPath, overrides);

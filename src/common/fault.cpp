@@ -12,9 +12,9 @@
 
 namespace rp::fault {
 
-void maybeInject(int rank, std::int64_t step, const char* point) {
+bool maybeInject(int rank, std::int64_t step, const char* point) {
   const std::string spec = env::get(env::kFaultInject);
-  if (spec.empty()) return;
+  if (spec.empty()) return false;
   std::vector<std::string> parts;
   for (std::size_t at = 0;;) {
     const auto colon = spec.find(':', at);
@@ -22,12 +22,18 @@ void maybeInject(int rank, std::int64_t step, const char* point) {
     if (colon == std::string::npos) break;
     at = colon + 1;
   }
-  const bool known = !parts.empty() && (parts[0] == "kill" || parts[0] == "throw" || parts[0] == "hang");
+  const bool known =
+      !parts.empty() && (parts[0] == "kill" || parts[0] == "throw" || parts[0] == "hang" || parts[0] == "nan");
   if (!known || parts.size() < 3 || parts.size() > 4) {
-    RP_THROW(InputError, "{}='{}': expected kill|throw|hang:<rank>:<step>[:<point>]", env::kFaultInject.name, spec);
+    RP_THROW(InputError, "{}='{}': expected kill|throw|hang|nan:<rank>|*:<step>[:<point>]", env::kFaultInject.name,
+             spec);
   }
   const std::string where = parts.size() == 4 ? parts[3] : "step";
-  if (std::stoi(parts[1]) != rank || std::stoll(parts[2]) != step || where != point) return;
+  if ((parts[1] != "*" && std::stoi(parts[1]) != rank) || std::stoll(parts[2]) != step || where != point) return false;
+  if (parts[0] == "nan") {
+    RP_LOG_WARN("fault injection: rank {} makes its {} of step {} non-finite", rank, point, step);
+    return true;
+  }
   if (parts[0] == "kill") {
     RP_LOG_WARN("fault injection: rank {} kills itself at {} of step {}", rank, point, step);
     std::raise(SIGKILL);

@@ -16,19 +16,21 @@ std::string oneOf(const Values& v, const std::string& key, std::initializer_list
   }
   std::vector<std::string> quoted;
   for (const char* a : allowed) quoted.push_back(fmt::format("\"{}\"", a));
-  RP_THROW(InputError, "{}: {} = \"{}\": expected one of {}", v.source(), key, value, fmt::join(quoted, ", "));
+  RP_THROW(InputError, "{}: {} = \"{}\": expected one of {}", v.source({key.c_str()}), key, value,
+           fmt::join(quoted, ", "));
 }
 
 std::int64_t atLeast(const Values& v, const std::string& key, std::int64_t minimum) {
   const auto value = v.getInt(key);
-  if (value < minimum) RP_THROW(InputError, "{}: {} = {}: must be >= {}", v.source(), key, value, minimum);
+  if (value < minimum) RP_THROW(InputError, "{}: {} = {}: must be >= {}", v.source({key.c_str()}), key, value, minimum);
   return value;
 }
 
 double inRange(const Values& v, const std::string& key, double lo, double hi, bool hiOpen) {
   const double value = v.getFloat(key);
   if (value < lo || value > hi || (hiOpen && value == hi)) {
-    RP_THROW(InputError, "{}: {} = {}: must be in [{}, {}{}", v.source(), key, value, lo, hi, hiOpen ? ")" : "]");
+    RP_THROW(InputError, "{}: {} = {}: must be in [{}, {}{}", v.source({key.c_str()}), key, value, lo, hi,
+             hiOpen ? ")" : "]");
   }
   return value;
 }
@@ -41,7 +43,8 @@ Enum parseEnum(const Values& v, const std::string& key, std::initializer_list<st
     if (value == word) return e;
     quoted.push_back(fmt::format("\"{}\"", word));
   }
-  RP_THROW(InputError, "{}: {} = \"{}\": expected one of {}", v.source(), key, value, fmt::join(quoted, ", "));
+  RP_THROW(InputError, "{}: {} = \"{}\": expected one of {}", v.source({key.c_str()}), key, value,
+           fmt::join(quoted, ", "));
 }
 
 }  // namespace
@@ -71,20 +74,20 @@ const char* scheduleName(PipelineSchedule schedule) {
 }
 
 void checkPipelineRun(const RunConfig& c, int nodes) {
-  const std::string& source = c.values.source();
+  const Values& v = c.values;
   if (c.train.globalBatch % (c.train.microbatches * nodes) != 0) {
     RP_THROW(InputError, "{}: train.global_batch = {} must be a multiple of train.microbatches ({}) x nodes ({})",
-             source, c.train.globalBatch, c.train.microbatches, nodes);
+             v.source({"train.global_batch", "train.microbatches"}), c.train.globalBatch, c.train.microbatches, nodes);
   }
   if (c.pipeline.schedule != PipelineSchedule::kRoundPipe && c.pipeline.plan != "auto") {
     RP_THROW(InputError, "{}: pipeline.plan must be \"auto\" with pipeline.schedule = \"{}\" (one stage per worker)",
-             source, scheduleName(c.pipeline.schedule));
+             v.source({"pipeline.plan", "pipeline.schedule"}), scheduleName(c.pipeline.schedule));
   }
   if (c.lora.rank > 0 && c.lora.dropout > 0) {
     RP_THROW(InputError,
              "{}: lora.dropout = {}: the pipeline runtime recomputes activations and does not yet replay "
              "dropout's random state; use lora.dropout = 0 with more than one worker or on a GPU",
-             source, c.lora.dropout);
+             v.source({"lora.dropout"}), c.lora.dropout);
   }
 }
 
@@ -97,7 +100,8 @@ RunConfig buildRunConfig(Values v) {
   c.model.randomInit = oneOf(v, "model.init", {"pretrained", "random"}) == "random";
 
   c.data.paths = v.getStringList("data.path");
-  if (c.data.paths.empty()) RP_THROW(InputError, "{}: data.path is empty (expected at least one file)", v.source());
+  if (c.data.paths.empty())
+    RP_THROW(InputError, "{}: data.path is empty (expected at least one file)", v.source({"data.path"}));
   c.data.format = oneOf(v, "data.format", {"text", "jsonl", "alpaca", "sharegpt", "tokenized"});
   c.data.sampleBy = oneOf(v, "data.sample_by", {"line", "paragraph", "document"});
   c.data.chatTemplate = oneOf(v, "data.template", {"auto", "chatml", "llama3"});
@@ -109,13 +113,14 @@ RunConfig buildRunConfig(Values v) {
   c.train.globalBatch = atLeast(v, "train.global_batch", 1);
   c.train.microbatches = atLeast(v, "train.microbatches", 1);
   if (c.train.globalBatch % c.train.microbatches != 0) {
-    RP_THROW(InputError, "{}: train.global_batch = {} is not a multiple of train.microbatches = {}", v.source(),
-             c.train.globalBatch, c.train.microbatches);
+    RP_THROW(InputError, "{}: train.global_batch = {} is not a multiple of train.microbatches = {}",
+             v.source({"train.global_batch", "train.microbatches"}), c.train.globalBatch, c.train.microbatches);
   }
   c.train.maxSteps = atLeast(v, "train.max_steps", 1);
   c.train.epochs = atLeast(v, "train.epochs", 0);
   c.train.seed = v.getInt("train.seed");
   c.train.gradClip = inRange(v, "train.grad_clip", 0.0, 1e30, false);
+  c.train.maxConsecutiveSkips = atLeast(v, "train.max_consecutive_skips", 0);
   c.train.lossChunkTokens = atLeast(v, "train.loss_chunk_tokens", 0);
   c.train.threads = atLeast(v, "train.threads", 0);
 
@@ -165,12 +170,13 @@ RunConfig buildRunConfig(Values v) {
   static const std::vector<std::string> kTargets{"q", "k", "v", "o", "gate", "up", "down"};
   for (const auto& t : c.lora.targets) {
     if (std::find(kTargets.begin(), kTargets.end(), t) == kTargets.end()) {
-      RP_THROW(InputError, "{}: lora.targets contains \"{}\": expected any of q, k, v, o, gate, up, down", v.source(),
-               t);
+      RP_THROW(InputError, "{}: lora.targets contains \"{}\": expected any of q, k, v, o, gate, up, down",
+               v.source({"lora.targets"}), t);
     }
   }
   if (c.lora.rank > 0 && c.lora.targets.empty()) {
-    RP_THROW(InputError, "{}: lora.rank = {} but lora.targets is empty", v.source(), c.lora.rank);
+    RP_THROW(InputError, "{}: lora.rank = {} but lora.targets is empty", v.source({"lora.rank", "lora.targets"}),
+             c.lora.rank);
   }
 
   c.output.dir = v.getString("output.dir");

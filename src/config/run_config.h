@@ -37,6 +37,7 @@ struct RunConfig {
   } data;
   struct Train {
     std::int64_t seqLen, globalBatch, microbatches, maxSteps, epochs, seed, lossChunkTokens, threads;
+    std::int64_t maxConsecutiveSkips;  // 0 = never stop
     double gradClip;
   } train;
   struct Optim {

@@ -29,6 +29,8 @@ const std::vector<KeySpec>& runSchema() {
       {"train.epochs", Type::kInt, I(0), "stop after this many passes over the data (0 = no limit)"},
       {"train.seed", Type::kInt, I(0), "seed for shuffling, LoRA init and dropout"},
       {"train.grad_clip", Type::kFloat, 1.0, "global gradient-norm clip (0 = off)"},
+      {"train.max_consecutive_skips", Type::kInt, I(25),
+       "stop after this many steps in a row were skipped (non-finite loss or gradients; fp16 overflow); 0 = never"},
       {"train.loss_chunk_tokens", Type::kInt, I(0),
        "LM-head/loss chunk in tokens (0 = auto: logits about the size of the hidden states, >= 256 rows)"},
       {"train.threads", Type::kInt, I(0), "LibTorch intra-op threads (0 = RP_NUM_THREADS or LibTorch default)"},

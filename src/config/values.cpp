@@ -205,6 +205,17 @@ Values Values::load(const std::vector<KeySpec>& schema, const std::string& tomlP
   return values;
 }
 
+std::string Values::source(std::initializer_list<const char*> keys) const {
+  bool file = false, override = false;
+  for (const char* key : keys) {
+    const auto it = entries_.find(key);
+    RP_CHECK(it != entries_.end(), "config key '{}' is not in the schema", key);
+    (it->second.origin == Origin::kOverride ? override : file) = true;
+  }
+  if (file && override) return source_ + " and --set";
+  return override ? "--set" : source_;
+}
+
 const Values::Entry& Values::entry(const std::string& key, Type type) const {
   const auto it = entries_.find(key);
   RP_CHECK(it != entries_.end(), "config key '{}' is not in the schema", key);

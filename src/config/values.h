@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <variant>
@@ -41,7 +42,9 @@ class Values {
 
   // "key = value  # origin" lines, sorted by key, for printing the effective config.
   std::vector<std::string> describe() const;
-  const std::string& source() const { return source_; }
+  // Where the values of `keys` came from, for messages: "--set" for an override, else the TOML file (or
+  // "<defaults>"); several origins joined with " and ".
+  std::string source(std::initializer_list<const char*> keys) const;
 
  private:
   struct Entry {

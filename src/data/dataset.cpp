@@ -5,15 +5,16 @@
 
 namespace rp::data {
 
-ChatTemplate resolveChatTemplate(const std::string& name, const Tokenizer& tokenizer) {
+ChatTemplate resolveChatTemplate(const std::string& name, const Tokenizer& tokenizer, const OptionNames& names) {
   if (name == "chatml") return ChatTemplate::kChatML;
   if (name == "llama3") return ChatTemplate::kLlama3;
-  if (name != "auto") RP_THROW(InputError, "data.template = \"{}\": expected auto, chatml or llama3", name);
+  if (name != "auto") RP_THROW(InputError, "{} \"{}\": expected auto, chatml or llama3", names.chatTemplate, name);
   if (tokenizer.tokenId("<|im_start|>") >= 0) return ChatTemplate::kChatML;
   if (tokenizer.tokenId("<|start_header_id|>") >= 0) return ChatTemplate::kLlama3;
   RP_THROW(InputError,
-           "data.template = \"auto\": the tokenizer has neither <|im_start|> (ChatML) nor "
-           "<|start_header_id|> (Llama-3); set data.template explicitly");
+           "{} \"auto\": the tokenizer has neither <|im_start|> (ChatML) nor <|start_header_id|> (Llama-3); set "
+           "{} explicitly",
+           names.chatTemplate, names.chatTemplate);
 }
 
 TokenizedCorpus tokenizeSamples(const std::vector<Sample>& samples, const Tokenizer& tokenizer,
@@ -41,8 +42,8 @@ TokenizedCorpus tokenizeSamples(const std::vector<Sample>& samples, const Tokeni
 TokenizedCorpus loadDataset(const DatasetOptions& options, const Tokenizer& tokenizer) {
   if (options.format == "tokenized") {
     if (options.paths.size() != 1) {
-      RP_THROW(InputError, "data.format = \"tokenized\" takes one directory in data.path, got {}",
-               options.paths.size());
+      RP_THROW(InputError, "{} \"tokenized\" takes one directory in {}, got {}", options.names.format,
+               options.names.path, options.paths.size());
     }
     TokenizedCorpus corpus = loadCorpus(options.paths[0]);
     for (const auto id : corpus.tokens) {
@@ -57,14 +58,22 @@ TokenizedCorpus loadDataset(const DatasetOptions& options, const Tokenizer& toke
   read.format = options.format;
   read.sampleBy = options.sampleBy;
   read.skipBadRecords = options.skipBadRecords;
+  read.names = options.names;
   if (options.format == "alpaca" || options.format == "sharegpt") {
-    read.chatTemplate = resolveChatTemplate(options.chatTemplate, tokenizer);
+    read.chatTemplate = resolveChatTemplate(options.chatTemplate, tokenizer, options.names);
   }
   const ReadResult result = readSamples(options.paths, read);
   if (result.skipped > 0) {
     RP_LOG_WARN("skipped {} bad record(s); first: {}", result.skipped, result.firstSkipReason);
   }
   TokenizedCorpus corpus = tokenizeSamples(result.samples, tokenizer, options);
+  if (corpus.documentCount() == 0) {
+    RP_THROW(InputError, "{}: no samples to train on ({} format): every {} was empty{}", fmt::join(options.paths, ", "),
+             options.format, options.format == "text" ? "sample" : "record",
+             result.skipped > 0
+                 ? fmt::format(" or skipped ({} skipped; first: {})", result.skipped, result.firstSkipReason)
+                 : "");
+  }
   RP_LOG_INFO("dataset: {} samples, {} tokens from {} file(s)", corpus.documentCount(), corpus.tokens.size(),
               options.paths.size());
   return corpus;

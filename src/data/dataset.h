@@ -22,17 +22,19 @@ struct DatasetOptions {
   bool skipBadRecords = false;
   std::int32_t bosId = -1;  // from the model config; -1 = none
   std::int32_t eosId = -1;
+  OptionNames names;  // how messages name these options
 };
 
 // "auto" picks ChatML when the vocabulary has <|im_start|>, Llama-3 headers when it has
-// <|start_header_id|>; otherwise an InputError asks for data.template.
-ChatTemplate resolveChatTemplate(const std::string& name, const Tokenizer& tokenizer);
+// <|start_header_id|>; otherwise an InputError asks for the template option (`names.chatTemplate`).
+ChatTemplate resolveChatTemplate(const std::string& name, const Tokenizer& tokenizer, const OptionNames& names = {});
 
 // Tokenizes samples: each segment separately (so masks follow segment boundaries exactly); plain samples
 // get BOS/EOS as configured, chat samples carry their own. Empty samples are dropped.
 TokenizedCorpus tokenizeSamples(const std::vector<Sample>& samples, const Tokenizer& tokenizer,
                                 const DatasetOptions& options);
 
+// Throws InputError naming the files when they hold no sample (every record empty, or skipped).
 TokenizedCorpus loadDataset(const DatasetOptions& options, const Tokenizer& tokenizer);
 
 }  // namespace rp::data

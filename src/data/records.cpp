@@ -171,12 +171,12 @@ ReadResult readSamples(const std::vector<std::string>& paths, const ReadOptions&
         } else if (options.format == "sharegpt") {
           result.samples.push_back(fromShareGpt(record, options.chatTemplate));
         } else {
-          RP_THROW(InputError, "data.format \"{}\" cannot be read as records", options.format);
+          RP_THROW(InputError, "{} \"{}\" cannot be read as records", options.names.format, options.format);
         }
       } catch (const std::invalid_argument& e) {
         if (!options.skipBadRecords) {
-          RP_THROW(InputError, "{}:{}: bad {} record: {} (set data.on_bad_record = \"skip\" to skip such records)",
-                   path, where, options.format, e.what());
+          RP_THROW(InputError, "{}:{}: bad {} record: {} (to skip such records: {})", path, where, options.format,
+                   e.what(), options.names.skipBadRecords);
         }
         if (result.skipped++ == 0) result.firstSkipReason = fmt::format("{}:{}: {}", path, where, e.what());
       }

@@ -20,11 +20,21 @@ struct Sample {
 
 enum class ChatTemplate { kChatML, kLlama3 };
 
+// How the user spells the dataset options, for messages: run-config keys (roundpipe_train) or command-line
+// flags (roundpipe_tokenize).
+struct OptionNames {
+  std::string format = "data.format";
+  std::string chatTemplate = "data.template";
+  std::string path = "data.path";
+  std::string skipBadRecords = "data.on_bad_record = \"skip\"";
+};
+
 struct ReadOptions {
   std::string format = "text";         // text | jsonl | alpaca | sharegpt
   std::string sampleBy = "paragraph";  // text: line | paragraph | document
   ChatTemplate chatTemplate = ChatTemplate::kChatML;
   bool skipBadRecords = false;
+  OptionNames names;
 };
 
 struct ReadResult {

@@ -65,4 +65,16 @@ std::string ActivityBoard::describeAll() const {
   return out;
 }
 
+std::string describeWorldRank(const ActivityBoard& board, const WorldIdentity& id, int worldRank) {
+  if (worldRank < 0 || worldRank >= static_cast<int>(id.places.size())) return fmt::format("rank {}", worldRank);
+  const RankPlace& p = id.places[static_cast<std::size_t>(worldRank)];
+  if (p.node == id.node) {
+    std::string text = board.describe(p.localRank);
+    // The board numbers the node's ranks locally; the reader knows world ranks.
+    if (p.localRank != worldRank) text.replace(0, text.find(':'), fmt::format("rank {}", worldRank));
+    return text;
+  }
+  return fmt::format("rank {} runs on node {} ({})", worldRank, p.node, p.host);
+}
+
 }  // namespace rp::engine

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "world/mpi_session.h"
+
 namespace rp::engine {
 
 class ActivityBoard {
@@ -30,5 +32,9 @@ class ActivityBoard {
   Slot* slots_;
   int ranks_;
 };
+
+// A world rank for a stall or failure message: its last operations where it shares this node's board, else
+// where it runs ("rank 5 runs on node 1 (host b)").
+std::string describeWorldRank(const ActivityBoard& board, const WorldIdentity& id, int worldRank);
 
 }  // namespace rp::engine

@@ -249,6 +249,12 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
       RP_LOG_DEBUG("step {}: non-finite gradients at loss scale {}: skipped", t + 1, result.lossScale);
     }
   }
+  // The step's loss: every microbatch's is in (the fused stage ran before the backward stages whose
+  // gradients were just taken), so this wait does not delay the update.
+  fences_.waitFusedDone(t + 1);
+  const double* losses = options_.losses[t % 2];
+  for (int mb = 0; mb < options_.microbatches; ++mb) result.lossSum += losses[mb];
+  if (crossNode_) crossNode_->allreduce(&result.lossSum, 1, control::Reduce::kSum);
   if (!result.skipped) {
     doing("AdamW");
     trace::Timeline::Scope updateSpan(options_.timeline, fmt::format("AdamW step {}", t + 1), "optimizer", 1);
@@ -258,15 +264,14 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
     double sumSq = optim::sumOfSquares(buffers);
     node_->allreduce(&sumSq, 1, control::Reduce::kSum);
     result.gradNorm = std::sqrt(sumSq);
-    optim::clipToNorm(buffers, result.gradNorm, options_.gradClip);
-    adamw_.step(result.lr);
+    // A diverged step (non-finite loss or norm) is skipped by every rank alike: both are all-reduced.
+    result.skipped = !std::isfinite(result.gradNorm) || !std::isfinite(result.lossSum);
+    if (!result.skipped) {
+      optim::clipToNorm(buffers, result.gradNorm, options_.gradClip);
+      adamw_.step(result.lr);
+    }
   }
   if (!options_.async) copyMasters(work, /*waitForUploads=*/false);  // the next iteration runs on W_{t+1}
-
-  fences_.waitFusedDone(t + 1);
-  const double* losses = options_.losses[t % 2];
-  for (int mb = 0; mb < options_.microbatches; ++mb) result.lossSum += losses[mb];
-  if (crossNode_) crossNode_->allreduce(&result.lossSum, 1, control::Reduce::kSum);
   result.finished = std::chrono::steady_clock::now();
   return result;
 }

@@ -6,7 +6,9 @@
 // Weights and gradient slots are in the model dtype (float32, bfloat16 or float16), masters and moments in
 // float32. fp16: the gradients are of the loss times the loss scale; every rank unscales its slices, and a
 // step with a non-finite gradient anywhere is skipped on every rank (the ranks agree by an all-reduce) and
-// the scale backs off (optim/loss_scaler.h).
+// the scale backs off (optim/loss_scaler.h). Any dtype: a step whose loss or global gradient norm is not
+// finite (a diverged step) is skipped on every rank alike (both values are all-reduced); run::runLoop warns
+// and stops after train.max_consecutive_skips in a row.
 // Steps run in order on one thread; the main thread enqueues them and collects results.
 // Thread-safety: enqueue/wait/poll from one (the main) thread.
 #pragma once
@@ -68,7 +70,7 @@ struct OptimizerResult {
   double gradNorm = 0.0;
   double lr = 0.0;
   double lossSum = 0.0;                            // the iteration's summed token loss
-  bool skipped = false;                            // fp16: a non-finite gradient; no update
+  bool skipped = false;                            // no update: fp16 overflow, or a non-finite loss or norm
   double lossScale = 0.0;                          // fp16: the scale the iteration's gradients carry
   double lossScaleAfter = 1.0;                     // fp16: the scale after this step's update
   std::chrono::steady_clock::time_point finished;  // when the step completed on this rank

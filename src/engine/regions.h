@@ -24,13 +24,19 @@ inline std::string masterRegion(const std::string& name) {
 inline std::string lossRegion(std::int64_t step) {
   return fmt::format("loss/{}", step % 2);
 }
+// Per-layer times of an iteration: negative = not measured by this rank (the coordinator then takes the
+// other ranks' measurements, or keeps its estimate).
+inline constexpr double kNotMeasured = -1.0;
+inline void addMs(double& slot, double ms) {
+  slot = (slot < 0 ? 0.0 : slot) + ms;
+}
 // Splits `totalMs` over layers [a, b) in proportion to `weights` and adds it to `into`.
 inline void spread(double totalMs, int a, int b, const std::vector<double>& weights, std::vector<double>& into) {
   double sum = 0.0;
   for (int l = a; l < b; ++l) sum += weights[static_cast<std::size_t>(l)];
   for (int l = a; l < b; ++l) {
     const double share = sum > 0 ? weights[static_cast<std::size_t>(l)] / sum : 1.0 / (b - a);
-    into[static_cast<std::size_t>(l)] += totalMs * share;
+    addMs(into[static_cast<std::size_t>(l)], totalMs * share);
   }
 }
 

@@ -69,6 +69,7 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
   model_ = std::make_unique<PipelineModel>(model, adapters);
   tokenizer_ = std::make_unique<data::Tokenizer>(data::Tokenizer::fromFile(c.model.tokenizer));
   corpus_ = run::loadCorpusFor(c, model->config(), *tokenizer_);
+  identity_ = run::runIdentity(c, corpus_);
   packer_ = std::make_unique<data::Packer>(corpus_, c.train.seqLen, static_cast<std::uint64_t>(c.train.seed));
   rowsPerMicrobatch_ = c.train.globalBatch / id.nodeCount / c.train.microbatches;
   uploadsAfter_.assign(static_cast<std::size_t>(model_->layerCount()), 0);
@@ -96,6 +97,13 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
         id.nodeCount, config::scheduleName(c.pipeline.schedule), workers_, c.train.microbatches, rowsPerMicrobatch_,
         c.optim.async ? "async" : "sync", schedule::describe(plan_), plan_.stageCount());
     RP_LOG_INFO("pipeline: predicted stage costs (GFLOP per microbatch) {}", describeStageCosts(plan_, costs));
+    if (roundRobin && plan_.stageCount() < workers_) {
+      RP_LOG_WARN(
+          "pipeline: {} workers per node but the plan has {} stages: each iteration leaves {} worker(s) idle; "
+          "run fewer ranks per node (this model's {} layers, embedding and head included, split into at most "
+          "{} stages: pipeline.plan)",
+          workers_, plan_.stageCount(), workers_ - plan_.stageCount(), L, 2 * L - 1);
+    }
   }
   coordinator::CoordinationOptions co;
   co.workers = workers_;
@@ -121,7 +129,7 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
     crossNode_ = worldChannel_->split(id.localRank, id.node);
   }
   buildStore();
-  if (const auto resume = run::openResume(c)) restore(*resume);
+  if (const auto resume = run::openResume(c, identity_)) restore(*resume);
 }
 
 PipelineRuntime::~PipelineRuntime() {
@@ -337,8 +345,8 @@ void PipelineRuntime::runStep(std::int64_t step, const coordinator::Directive& d
   lossScale_ = optimizer_->lossScaleFor(step);  // 1 unless fp16
   const schedule::DispatchTable& table = directive.table;
   const int L = model_->layerCount();
-  forwardMs_.assign(static_cast<std::size_t>(L), 0.0);
-  backwardMs_.assign(static_cast<std::size_t>(L), 0.0);
+  forwardMs_.assign(static_cast<std::size_t>(L), kNotMeasured);
+  backwardMs_.assign(static_cast<std::size_t>(L), kNotMeasured);
   const bool oneFOneB = c.pipeline.schedule == config::PipelineSchedule::kOneFOneB;
   // Uploads this iteration makes of each layer: by its forward and its backward job, once if it is in the
   // fused stage, once in 1F1B (the worker keeps its stage for both directions).
@@ -354,8 +362,9 @@ void PipelineRuntime::runStep(std::int64_t step, const coordinator::Directive& d
   }
   // This rank's per-layer timings of the iteration, for the partitioner (averaged per microbatch).
   for (int l = 0; l < L; ++l) {
-    forwardMs_[static_cast<std::size_t>(l)] /= static_cast<double>(c.train.microbatches);
-    backwardMs_[static_cast<std::size_t>(l)] /= static_cast<double>(c.train.microbatches);
+    for (auto* ms : {&forwardMs_[static_cast<std::size_t>(l)], &backwardMs_[static_cast<std::size_t>(l)]}) {
+      if (*ms >= 0) *ms /= static_cast<double>(c.train.microbatches);
+    }
   }
   coordination_->report(step, forwardMs_, backwardMs_);
   optimizer_->enqueue(step, uploadsAfter_);
@@ -369,9 +378,7 @@ control::StallPolicy PipelineRuntime::stallPolicy() const {
 
 // For stall messages: what a world rank was last doing (known for the ranks of this node).
 std::function<std::string(int)> PipelineRuntime::describeWorldRank() const {
-  return [this](int r) {
-    return id_.nodeCount == 1 ? activity_->describe(r) : fmt::format("rank {} runs on another node", r);
-  };
+  return [this](int r) { return engine::describeWorldRank(*activity_, id_, r); };
 }
 
 void PipelineRuntime::finishTrace() {

@@ -136,6 +136,7 @@ class PipelineRuntime : public run::Executor {
   transport::TensorChannelFactory tensorFactory_;
   std::unique_ptr<data::Tokenizer> tokenizer_;
   data::TokenizedCorpus corpus_;
+  nlohmann::json identity_;  // the dataset and batch shape, as checkpoints record them (run::runIdentity)
   std::unique_ptr<data::Packer> packer_;
   std::unique_ptr<PipelineModel> model_;
   std::unique_ptr<memory::NodeStore> store_;

@@ -50,19 +50,19 @@ std::optional<checkpoint::SaveJob> PipelineRuntime::snapshot(std::int64_t steps)
     job.slices.push_back(std::move(staged));
   }
   if (leader_) {
-    job.manifest = run::describeRun(c);
-    job.manifest.training = {{"tokens_seen", tokensSeen_},
-                             {"target_tokens_seen", targetTokensSeen_},
-                             {"optimizer", run::optimizerJson(c, optimizer_->stepCount())},
-                             {"lr_schedule", {{"kind", c.optim.schedule}, {"step", steps}}},
-                             {"loss_scaler", scalerJson()},
-                             {"data_cursor", run::cursorJson(packer_->cursor())},
-                             // Every rank draws the same random numbers (the pipeline has no dropout).
-                             {"rng", json::array({{{"rank", 0}, {"torch_cpu", run::rngState()}}})},
-                             {"optim_mode", c.optim.async ? "async" : "sync"},
-                             {"workers", workers_},
-                             {"nodes", id_.nodeCount},
-                             {"dispatch_counter", coordination_->counter()}};
+    job.manifest = run::describeRun(c, identity_);
+    job.manifest.training.update(json{{"tokens_seen", tokensSeen_},
+                                      {"target_tokens_seen", targetTokensSeen_},
+                                      {"optimizer", run::optimizerJson(c, optimizer_->stepCount())},
+                                      {"lr_schedule", {{"kind", c.optim.schedule}, {"step", steps}}},
+                                      {"loss_scaler", scalerJson()},
+                                      {"data_cursor", run::cursorJson(packer_->cursor())},
+                                      // Every rank draws the same random numbers (the pipeline has no dropout).
+                                      {"rng", json::array({{{"rank", 0}, {"torch_cpu", run::rngState()}}})},
+                                      {"optim_mode", c.optim.async ? "async" : "sync"},
+                                      {"workers", workers_},
+                                      {"nodes", id_.nodeCount},
+                                      {"dispatch_counter", coordination_->counter()}});
   }
   return job;
 }

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <limits>
 
 #include <torch/torch.h>
 
+#include "common/fault.h"
 #include "control/channel.h"
 #include "engine/regions.h"
 #include "engine/runtime.h"
@@ -194,7 +196,8 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
         return out;
       };
       for (int l = a; l < L - 1; ++l) x = timed(l, [&] { return model_->forward(l, x, batch, ctx); });
-      const model::LossSum loss = timed(L - 1, [&] { return model_->loss(x, batch, config_.train.lossChunkTokens); });
+      model::LossSum loss = timed(L - 1, [&] { return model_->loss(x, batch, config_.train.lossChunkTokens); });
+      if (fault::maybeInject(worldRank_, step, "loss")) loss.sum = loss.sum * std::numeric_limits<double>::quiet_NaN();
       const auto start = worker_->mark();
       (loss.sum * (norm * lossScale_)).backward();  // fp16: the gradients of the scaled loss
       timings_.push_back({start, worker_->mark(), a, L, /*forward=*/false, /*backward=*/true});
@@ -291,7 +294,7 @@ PipelineRuntime::Recomputed PipelineRuntime::recomputeAhead(std::int64_t step, c
 void PipelineRuntime::resolveTimings() {
   for (const auto& t : timings_) {
     const double ms = worker_->elapsedMs(*t.from, *t.to);
-    if (t.forward) forwardMs_[static_cast<std::size_t>(t.begin)] += ms;
+    if (t.forward) addMs(forwardMs_[static_cast<std::size_t>(t.begin)], ms);
     if (t.backward) spread(ms, t.begin, t.end, proxyCosts_.layers.forward, backwardMs_);
   }
   timings_.clear();

@@ -30,7 +30,7 @@ Target targetFor(const std::string& dtype, const std::string& where) {
   if (dtype == "float32") return {torch::kFloat, safetensors::DType::kF32, "float32"};
   if (dtype == "bfloat16") return {torch::kBFloat16, safetensors::DType::kBF16, "bfloat16"};
   if (dtype == "float16") return {torch::kHalf, safetensors::DType::kF16, "float16"};
-  RP_THROW(InputError, "{}: dtype '{}': expected float32, bfloat16 or float16", where, dtype);
+  RP_THROW(InputError, "{} '{}': expected float32, bfloat16 or float16", where, dtype);
 }
 
 // Every tensor's masters from the checkpoint, whole, in fp32.
@@ -105,7 +105,8 @@ std::string projectionName(const std::string& target) {
 void exportCheckpoint(const fs::path& dir, const fs::path& out, const ExportOptions& options) {
   const checkpoint::Manifest m = checkpoint::readManifest(dir);
   const std::string where = (dir / "manifest.json").string();
-  const Target target = targetFor(options.dtype.empty() ? m.model.value("dtype", "float32") : options.dtype, where);
+  const Target target = options.dtype.empty() ? targetFor(m.model.value("dtype", "float32"), where + ": model.dtype")
+                                              : targetFor(options.dtype, "--dtype");
   const fs::path base = m.model.value("path", ""), tokenizer = m.model.value("tokenizer", m.model.value("path", ""));
   std::error_code ec;
   fs::create_directories(out, ec);
@@ -165,6 +166,9 @@ void exportCheckpoint(const fs::path& dir, const fs::path& out, const ExportOpti
     weights.erase("lm_head.weight");
   }
   json config = m.model.at("config");
+  // transformers 5.x reads "dtype" (and loads in it by default); 4.x reads "torch_dtype". The base's values
+  // would otherwise load the exported weights upcast.
+  config["dtype"] = target.name;
   config["torch_dtype"] = target.name;
   writeJson(out / "config.json", config);
   writeSharded(out, "model", weights, target, options.maxShardBytes);

@@ -65,9 +65,130 @@ json loraJson(const config::RunConfig& c) {
   return {{"rank", c.lora.rank}, {"alpha", c.lora.alpha}, {"dropout", c.lora.dropout}, {"targets", c.lora.targets}};
 }
 
+// 64-bit FNV-1a over words (one multiply per token keeps a billion-token corpus to about a second).
+class Fingerprint {
+ public:
+  template <typename T>
+  void add(const std::vector<T>& values) {
+    for (const T v : values) hash_ = (hash_ ^ static_cast<std::uint64_t>(v)) * 1099511628211ull;
+    hash_ = (hash_ ^ values.size()) * 1099511628211ull;
+  }
+  std::string hex() const { return fmt::format("{:016x}", hash_); }
+
+ private:
+  std::uint64_t hash_ = 14695981039346656037ull;
+};
+
+std::string quoted(const json& value) {
+  return value.is_string() ? fmt::format("\"{}\"", value.get<std::string>()) : value.dump();
+}
+
+constexpr const char* kNewData =
+    "resume with the checkpoint's setting, or to train on other data start a new run from the exported "
+    "checkpoint (roundpipe_export; model.path = the export)";
+
+// Refuses what would move the data position to other documents (a different tokenized corpus, or another
+// shuffle seed); names what changed. Moved files with the same contents are fine.
+void checkData(const json& saved, const json& mine, const std::string& where) {
+  if (saved.at("seed") != mine.at("seed")) {
+    RP_THROW(InputError, "{}: train.seed was {}, now {}: the data order depends on it; {}", where,
+             saved.at("seed").dump(), mine.at("seed").dump(), kNewData);
+  }
+  if (saved.at("fingerprint") == mine.at("fingerprint")) {
+    if (saved.at("path") != mine.at("path")) {
+      RP_LOG_INFO("{}: data.path is now {} (was {}); the tokenized data is the same", where, mine.at("path").dump(),
+                  saved.at("path").dump());
+    }
+    return;
+  }
+  std::string changed;
+  for (const char* field : {"path", "format", "sample_by", "template", "add_bos", "add_eos", "on_bad_record"}) {
+    if (saved.value(field, json()) != mine.at(field)) {
+      changed += fmt::format("{}data.{} {} -> {}", changed.empty() ? "" : ", ", field,
+                             quoted(saved.value(field, json())), quoted(mine.at(field)));
+    }
+  }
+  RP_THROW(InputError,
+           "{}: the tokenized dataset is not the checkpoint's ({} documents, {} tokens then; {} and {} now; {}): "
+           "its data position would point elsewhere; {}",
+           where, saved.at("documents").dump(), saved.at("tokens").dump(), mine.at("documents").dump(),
+           mine.at("tokens").dump(), changed.empty() ? "the files in data.path changed" : changed, kNewData);
+}
+
+// Warns once per setting that changes what the resumed run does from here on.
+void warnChanged(const std::string& where, const std::string& key, const json& saved, const json& now,
+                 const std::string& effect) {
+  if (saved.is_null() || saved == now) return;
+  RP_LOG_WARN("{}: {} was {} in the checkpoint's run, now {}: {}", where, key, quoted(saved), quoted(now), effect);
+}
+
+void checkRun(const checkpoint::Manifest& saved, const json& identity, const config::RunConfig& c,
+              const std::string& where) {
+  const json run = saved.training.value("run", json());
+  if (run.is_null()) {
+    RP_LOG_INFO("{}: saved before checkpoints recorded their dataset; the dataset is not checked", where);
+  } else {
+    checkData(run.at("data"), identity.at("data"), where);
+    const json& was = run.at("batch");
+    const json& now = identity.at("batch");
+    for (const char* field : {"seq_len", "global_batch"}) {
+      warnChanged(where, fmt::format("train.{}", field), was.value(field, json()), now.at(field),
+                  "the run goes on with the new batch shape (tokens per step change)");
+    }
+    warnChanged(where, "train.epochs", was.value("epochs", json()), now.at("epochs"), "the run stops at the new limit");
+    if (c.optim.schedule != "constant") {
+      warnChanged(where, "train.max_steps", was.value("max_steps", json()), now.at("max_steps"),
+                  fmt::format("the {} learning-rate schedule now ends at the new step", c.optim.schedule));
+    }
+  }
+  const json optimizer = saved.training.value("optimizer", json());
+  if (optimizer.is_null()) return;
+  const json mine = optimizerJson(c, 0);
+  if (optimizer.value("amsgrad", false) != c.optim.amsgrad) {
+    RP_THROW(InputError,
+             "{}: optim.amsgrad was {}, now {}: the optimizer state (the running maximum of the second moments) "
+             "does not carry over; resume with optim.amsgrad = {}",
+             where, optimizer.value("amsgrad", false), c.optim.amsgrad, optimizer.value("amsgrad", false));
+  }
+  for (const char* field : {"lr", "schedule", "warmup_steps", "min_lr_ratio"}) {
+    warnChanged(where, fmt::format("optim.{}", field), optimizer.value(field, json()), mine.at(field),
+                "the learning rate follows the new setting from the checkpoint's step on");
+  }
+  for (const char* field : {"beta1", "beta2", "eps", "weight_decay"}) {
+    warnChanged(where, fmt::format("optim.{}", field), optimizer.value(field, json()), mine.at(field),
+                "AdamW goes on from the saved moments with the new setting");
+  }
+}
+
 }  // namespace
 
-checkpoint::Manifest describeRun(const config::RunConfig& c) {
+json runIdentity(const config::RunConfig& c, const data::TokenizedCorpus& corpus) {
+  std::vector<std::string> paths;
+  for (const auto& p : c.data.paths) paths.push_back(std::filesystem::absolute(p).lexically_normal().string());
+  Fingerprint f;
+  f.add(corpus.tokens);
+  f.add(corpus.docOffsets);
+  f.add(corpus.trainMask);
+  return {{"data",
+           {{"path", paths},
+            {"format", c.data.format},
+            {"sample_by", c.data.sampleBy},
+            {"template", c.data.chatTemplate},
+            {"add_bos", c.data.addBos},
+            {"add_eos", c.data.addEos},
+            {"on_bad_record", c.data.skipBadRecords ? "skip" : "error"},
+            {"seed", c.train.seed},
+            {"documents", corpus.documentCount()},
+            {"tokens", corpus.tokens.size()},
+            {"fingerprint", f.hex()}}},
+          {"batch",
+           {{"seq_len", c.train.seqLen},
+            {"global_batch", c.train.globalBatch},
+            {"max_steps", c.train.maxSteps},
+            {"epochs", c.train.epochs}}}};
+}
+
+checkpoint::Manifest describeRun(const config::RunConfig& c, const json& identity) {
   checkpoint::Manifest m;
   const json modelConfig = readJsonFile(std::filesystem::path(c.model.path) / "config.json");
   m.model = {{"path", std::filesystem::absolute(c.model.path).string()},
@@ -77,6 +198,7 @@ checkpoint::Manifest describeRun(const config::RunConfig& c) {
              {"tokenizer", std::filesystem::absolute(c.model.tokenizer).string()},
              {"config", modelConfig}};
   m.lora = loraJson(c);
+  m.training = {{"run", identity}};
   std::ostringstream toml;
   for (const auto& line : c.values.describe()) toml << line << '\n';
   m.runConfig = toml.str();
@@ -92,6 +214,7 @@ json optimizerJson(const config::RunConfig& c, std::int64_t stepCount) {
           {"amsgrad", c.optim.amsgrad},
           {"schedule", c.optim.schedule},
           {"warmup_steps", c.optim.warmupSteps},
+          {"min_lr_ratio", c.optim.minLrRatio},
           {"step_count", stepCount}};
 }
 
@@ -141,7 +264,7 @@ void refuseForeignCheckpoints(const config::RunConfig& c) {
            c.checkpoint.dir, newest->filename().string());
 }
 
-std::optional<Resume> openResume(const config::RunConfig& c) {
+std::optional<Resume> openResume(const config::RunConfig& c, const json& identity) {
   if (c.checkpoint.resume.empty()) return std::nullopt;
   const checkpoint::CheckpointDir checkpoints(c.checkpoint.dir);
   Resume r;
@@ -156,7 +279,7 @@ std::optional<Resume> openResume(const config::RunConfig& c) {
     r.dir = checkpoints.resolve(c.checkpoint.resume);
   }
   r.manifest = checkpoint::readManifest(r.dir);
-  const checkpoint::Manifest mine = describeRun(c);
+  const checkpoint::Manifest mine = describeRun(c, identity);
   if (r.manifest.model.value("config", json()) != mine.model["config"]) {
     RP_THROW(InputError, "{}: the checkpoint was trained from a model whose config.json differs from {}'s", r.where(),
              c.model.path);
@@ -169,6 +292,7 @@ std::optional<Resume> openResume(const config::RunConfig& c) {
     RP_LOG_WARN("{}: saved with model.dtype = {}, resuming with {}", r.where(), r.manifest.model.value("dtype", ""),
                 config::dtypeName(c.model.dtype));
   }
+  checkRun(r.manifest, identity, c, r.where());
   RP_LOG_INFO("resuming from {} (step {})", r.dir.string(), r.manifest.step);
   return r;
 }

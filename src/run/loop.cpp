@@ -39,16 +39,36 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
                                  writers->worldRank},
         writers->channel);
   }
+  std::int64_t skippedInRow = 0;  // fp16 overflow skips count too (a loss scale that never recovers)
   auto report = [&] {
     for (trace::StepMetrics& m : executor.finished()) {
       if (!reports) continue;
       m.peakResidentMb = static_cast<double>(readResidentMemory().peakBytes) / 1e6;
-      if (!std::isfinite(m.loss)) {
-        RP_THROW(Error, "step {}: loss is {} (diverged); lower optim.lr or check the data", m.step, m.loss);
-      }
       metrics->write(m);
       progress->update(m);
       result.metrics.push_back(m);
+      if (!m.skipped) {
+        if (!std::isfinite(m.loss)) {  // the executors skip such a step; an update from it would poison the weights
+          RP_THROW(Error, "step {}: loss is {} (diverged); lower optim.lr or check the data", m.step, m.loss);
+        }
+        skippedInRow = 0;
+        continue;
+      }
+      ++skippedInRow;
+      if (!m.lossScale) {
+        RP_LOG_WARN("step {}: loss {}, gradient norm {}: not finite, the update is skipped on every rank", m.step,
+                    m.loss, m.gradNorm);
+      }
+      if (c.train.maxConsecutiveSkips > 0 && skippedInRow >= c.train.maxConsecutiveSkips) {
+        const std::int64_t first = m.step - skippedInRow + 1;
+        RP_THROW(Error,
+                 "{}: skipped {} step{} in a row ({}); stopping (train.max_consecutive_skips = {}): lower optim.lr "
+                 "or check the data, then --resume from the last checkpoint",
+                 first == m.step ? fmt::format("step {}", first) : fmt::format("steps {}-{}", first, m.step),
+                 skippedInRow, skippedInRow == 1 ? "" : "s",
+                 m.lossScale ? "fp16 overflow at every loss scale" : "non-finite loss or gradients",
+                 c.train.maxConsecutiveSkips);
+      }
     }
   };
   auto save = [&](std::int64_t steps) {
@@ -57,6 +77,10 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
   };
 
   std::int64_t steps = executor.startStep(), saved = steps;
+  if (reports && steps >= c.train.maxSteps) {
+    RP_LOG_WARN("the run is at step {} and train.max_steps = {}: nothing to train (raise train.max_steps to go on)",
+                steps, c.train.maxSteps);
+  }
   for (; steps < c.train.maxSteps; ++steps) {
     if (c.train.epochs > 0 && executor.epoch() >= c.train.epochs) {
       if (reports) RP_LOG_INFO("reached train.epochs = {} after {} steps", c.train.epochs, steps);

@@ -20,7 +20,7 @@ struct StepMetrics {
   double stepTimeSeconds = 0.0;
   std::int64_t epoch = 0;
   std::optional<double> lossScale;       // fp16 runs
-  bool skipped = false;                  // fp16 overflow: no update
+  bool skipped = false;                  // no update: fp16 overflow, or a non-finite loss or gradient norm
   std::optional<double> peakResidentMb;  // the reporting process's resident peak so far (docs/metrics.md)
 };
 

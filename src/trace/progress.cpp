@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "common/log.h"
@@ -17,16 +18,19 @@ Progress::~Progress() {
 
 void Progress::update(const StepMetrics& m) {
   elapsed_ += m.stepTimeSeconds;
-  const double eta = m.step > 0 ? elapsed_ / static_cast<double>(m.step) * static_cast<double>(total_ - m.step) : 0.0;
+  ++timed_;
+  const double eta =
+      elapsed_ / static_cast<double>(timed_) * static_cast<double>(std::max<std::int64_t>(0, total_ - m.step));
   const std::string line = fmt::format(
       "step {}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | ETA {}:{:02d}", m.step, total_, m.loss,
       m.lr, m.gradNorm, m.tokensPerSecond, static_cast<int>(eta) / 60, static_cast<int>(eta) % 60);
+  const char* skipped = !m.skipped ? "" : m.lossScale ? " (skipped: overflow)" : " (skipped: not finite)";
   if (interactive_) {
-    std::fprintf(stderr, "\r%s%s\033[K", line.c_str(), m.skipped ? " (skipped: overflow)" : "");
+    std::fprintf(stderr, "\r%s%s\033[K", line.c_str(), skipped);
     std::fflush(stderr);
     lineOpen_ = true;
   } else if (m.step == 1 || m.step % every_ == 0 || m.step == total_) {
-    RP_LOG_INFO("{}{}", line, m.skipped ? " (skipped: overflow)" : "");
+    RP_LOG_INFO("{}{}", line, skipped);
   }
 }
 

@@ -18,7 +18,8 @@ class Progress {
   std::int64_t total_;
   std::int64_t every_;
   bool interactive_;
-  double elapsed_ = 0.0;
+  double elapsed_ = 0.0;    // over the steps this process ran (a resumed run starts counting at its first)
+  std::int64_t timed_ = 0;  // steps in elapsed_
   bool lineOpen_ = false;
 };
 

@@ -4,12 +4,14 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <utility>
 
 #include <torch/torch.h>
 
 #include "common/env.h"
 #include "common/error.h"
+#include "common/fault.h"
 #include "common/log.h"
 #include "model/batch.h"
 #include "model/generate.h"
@@ -61,13 +63,14 @@ Trainer::Trainer(config::RunConfig config) : config_(std::move(config)), dtype_(
   }
 
   corpus_ = run::loadCorpusFor(c, model_->config(), *tokenizer_);
+  identity_ = run::runIdentity(c, corpus_);
   packer_ = std::make_unique<data::Packer>(corpus_, c.train.seqLen, static_cast<std::uint64_t>(c.train.seed));
   if (c.optim.async) {
     RP_LOG_INFO(
         "optim.mode = async: one worker has nothing to overlap the optimizer with, so this trainer "
         "steps synchronously; asynchrony applies with the pipeline runtime");
   }
-  if (const auto resume = run::openResume(c)) restore(*resume);
+  if (const auto resume = run::openResume(c, identity_)) restore(*resume);
 }
 
 GradientResult Trainer::computeGradients(const std::vector<data::PackedRow>& rows, std::int64_t microbatches,
@@ -126,7 +129,12 @@ trace::StepMetrics Trainer::applyStep(std::int64_t step, const GradientResult& g
       return m;
     }
   }
-  m.gradNorm = optim::clipGradNorm(buffers, config_.train.gradClip);
+  m.gradNorm = optim::globalGradNorm(buffers);
+  if (!std::isfinite(m.gradNorm) || !std::isfinite(m.loss)) {
+    m.skipped = true;  // a diverged step: no update (run::runLoop warns and counts)
+    return m;
+  }
+  optim::clipToNorm(buffers, m.gradNorm, config_.train.gradClip);
   adamw_->step(m.lr);  // also writes the bf16/fp16 parameters from the masters
   return m;
 }
@@ -140,7 +148,11 @@ bool Trainer::step(std::int64_t step, bool stop) {
   const auto& c = config_;
   const auto start = std::chrono::steady_clock::now();
   const auto rows = packer_->next(c.train.globalBatch);
-  const GradientResult grads = computeGradients(rows, c.train.microbatches, scaler_ ? scaler_->scale() : 1.0);
+  GradientResult grads = computeGradients(rows, c.train.microbatches, scaler_ ? scaler_->scale() : 1.0);
+  if (fault::maybeInject(0, step, "loss")) {  // as if the step diverged: a NaN loss and NaN gradients
+    grads.lossSum = std::numeric_limits<double>::quiet_NaN();
+    for (auto& slot : slots_) slot.fill_(std::numeric_limits<float>::quiet_NaN());
+  }
   trace::StepMetrics m = applyStep(step, grads);
   m.stepTimeSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   m.tokensPerSecond = static_cast<double>(m.tokens) / m.stepTimeSeconds;

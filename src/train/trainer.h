@@ -74,6 +74,7 @@ class Trainer : public run::Executor {
   std::shared_ptr<model::CausalLM> model_;
   std::unique_ptr<data::Tokenizer> tokenizer_;
   data::TokenizedCorpus corpus_;
+  nlohmann::json identity_;  // the dataset and batch shape, as checkpoints record them (run::runIdentity)
   std::unique_ptr<data::Packer> packer_;
   std::vector<model::NamedTensor> trainable_;
   std::vector<torch::Tensor> masters_;  // fp32; the parameter itself when the model is fp32

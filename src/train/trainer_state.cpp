@@ -50,20 +50,20 @@ std::optional<checkpoint::SaveJob> Trainer::snapshot(std::int64_t step) {
                             std::vector<float>(f.data_ptr<float>(), f.data_ptr<float>() + f.numel())});
     }
   }
-  job.manifest = run::describeRun(config_);
-  job.manifest.training = {{"tokens_seen", tokensSeen_},
-                           {"target_tokens_seen", targetTokensSeen_},
-                           {"optimizer", run::optimizerJson(config_, adamw_->stepCount())},
-                           {"lr_schedule", {{"kind", config_.optim.schedule}, {"step", step}}},
-                           {"loss_scaler", scaler_ ? json{{"scale", scaler_->scale()},
-                                                          {"good_steps", scaler_->goodSteps()},
-                                                          {"skipped_steps", scaler_->skippedSteps()}}
-                                                   : json(nullptr)},
-                           {"data_cursor", run::cursorJson(packer_->cursor())},
-                           {"rng", json::array({{{"rank", 0}, {"torch_cpu", run::rngState()}}})},
-                           {"optim_mode", "sync"},
-                           {"workers", 1},
-                           {"nodes", 1}};
+  job.manifest = run::describeRun(config_, identity_);
+  job.manifest.training.update(json{{"tokens_seen", tokensSeen_},
+                                    {"target_tokens_seen", targetTokensSeen_},
+                                    {"optimizer", run::optimizerJson(config_, adamw_->stepCount())},
+                                    {"lr_schedule", {{"kind", config_.optim.schedule}, {"step", step}}},
+                                    {"loss_scaler", scaler_ ? json{{"scale", scaler_->scale()},
+                                                                   {"good_steps", scaler_->goodSteps()},
+                                                                   {"skipped_steps", scaler_->skippedSteps()}}
+                                                            : json(nullptr)},
+                                    {"data_cursor", run::cursorJson(packer_->cursor())},
+                                    {"rng", json::array({{{"rank", 0}, {"torch_cpu", run::rngState()}}})},
+                                    {"optim_mode", "sync"},
+                                    {"workers", 1},
+                                    {"nodes", 1}});
   return job;
 }
 

@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <vector>
 
 #include "common/env.h"
 #include "common/error.h"
@@ -60,6 +62,21 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   std::array<char, 256> host{};
   ::gethostname(host.data(), host.size() - 1);
   identity_.hostname = host.data();
+
+  // Every rank's place, for messages that name where a late or failed rank runs.
+  constexpr int kHost = 64;
+  std::array<int, 2> mine{identity_.node, identity_.localRank};
+  std::vector<int> where(static_cast<std::size_t>(2 * identity_.size));
+  checkMpi(MPI_Allgather(mine.data(), 2, MPI_INT, where.data(), 2, MPI_INT, MPI_COMM_WORLD), "MPI_Allgather(places)");
+  std::array<char, kHost> myHost{};
+  std::copy_n(host.data(), kHost - 1, myHost.data());
+  std::vector<char> hosts(static_cast<std::size_t>(kHost * identity_.size));
+  checkMpi(MPI_Allgather(myHost.data(), kHost, MPI_CHAR, hosts.data(), kHost, MPI_CHAR, MPI_COMM_WORLD),
+           "MPI_Allgather(host names)");
+  for (int r = 0; r < identity_.size; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    identity_.places.push_back({where[2 * i], where[2 * i + 1], std::string(&hosts[kHost * i])});
+  }
   RP_LOG_DEBUG("MPI up: rank {}/{} on {} (node {}/{}, local rank {}/{})", identity_.rank, identity_.size,
                identity_.hostname, identity_.node, identity_.nodeCount, identity_.localRank, identity_.localSize);
 }

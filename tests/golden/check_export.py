@@ -1,7 +1,10 @@
 """Loads roundpipe_export's output with transformers (and PEFT) and compares the logits with roundpipe's own.
 
 Usage: check_export.py --ours ours.safetensors --model <exported dir> [--adapter <peft dir> --base <base dir>]
+                       [--low-precision <exported dir> --expect-dtype bfloat16]
 `ours.safetensors` holds input_ids [1, T] and the logits [1, T, V] roundpipe computed with the trained weights.
+--low-precision is loaded as a user would (no dtype argument: transformers takes the config's) and must come
+up in --expect-dtype, with logits within --low-tol.
 Exit code 0 when every comparison is within --tol (max |diff| / max |logit|).
 """
 import argparse
@@ -19,26 +22,35 @@ def main():
     p.add_argument("--adapter")
     p.add_argument("--base")
     p.add_argument("--tol", type=float, default=1e-5)
+    p.add_argument("--low-precision")
+    p.add_argument("--expect-dtype")
+    p.add_argument("--low-tol", type=float, default=5e-2)
     args = p.parse_args()
     ours = load_file(args.ours)
     ids, ref = ours["input_ids"], ours["logits"]
 
-    def compare(model, what):
+    def compare(model, what, tol):
         model.eval()
         with torch.no_grad():
             got = model(input_ids=ids).logits.float()
         rel = ((got - ref).abs().max() / ref.abs().max()).item()
-        print(f"{what}: max |diff| / max |logit| = {rel:.3g} (tol {args.tol:g})")
-        return rel <= args.tol
+        print(f"{what}: max |diff| / max |logit| = {rel:.3g} (tol {tol:g})")
+        return rel <= tol
 
     ok = True
     if args.model:
-        ok &= compare(AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32), "exported model")
+        ok &= compare(AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32), "exported model", args.tol)
     if args.adapter:
         from peft import PeftModel
 
         base = AutoModelForCausalLM.from_pretrained(args.base, dtype=torch.float32)
-        ok &= compare(PeftModel.from_pretrained(base, args.adapter), "PEFT adapter on its base")
+        ok &= compare(PeftModel.from_pretrained(base, args.adapter), "PEFT adapter on its base", args.tol)
+    if args.low_precision:
+        model = AutoModelForCausalLM.from_pretrained(args.low_precision)
+        dtypes = {p.dtype for p in model.parameters()}
+        print(f"{args.low_precision} loads as {sorted(str(d) for d in dtypes)} (expected {args.expect_dtype})")
+        ok &= dtypes == {getattr(torch, args.expect_dtype)}
+        ok &= compare(model, f"exported {args.expect_dtype} model", args.low_tol)
     sys.exit(0 if ok else 1)
 
 

@@ -3,9 +3,11 @@
 // adapter) is exported from its checkpoint and checked by tests/golden/check_export.py.
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "config/run_config.h"
@@ -60,6 +62,13 @@ TEST_P(ExportTest, TransformersAndPeftGiveOurLogits) {
     EXPECT_TRUE(fs::exists(out + "/peft/adapter_config.json"));
     command += fmt::format(" --adapter {}/peft --base {}", out, model);
   } else {
+    // A bfloat16 export loads in bfloat16 where the user passes no dtype (the base's config says float32).
+    exportCheckpoint(checkpoint, out + "/hf-bf16", {false, "bfloat16", 5e9});
+    command += fmt::format(" --low-precision {}/hf-bf16 --expect-dtype bfloat16", out);
+    std::ifstream in(out + "/hf-bf16/config.json");
+    const auto config = nlohmann::json::parse(in);
+    EXPECT_EQ(config.value("dtype", ""), "bfloat16") << "transformers 5.x reads dtype";
+    EXPECT_EQ(config.value("torch_dtype", ""), "bfloat16") << "transformers 4.x reads torch_dtype";
     EXPECT_TRUE(fs::exists(out + "/hf/model.safetensors.index.json")) << "expected a sharded export";
     int shards = 0;
     for (const auto& e : fs::directory_iterator(out + "/hf"))

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -13,6 +14,7 @@
 #include <mpi.h>
 #include <torch/torch.h>
 
+#include "common/env.h"
 #include "config/run_config.h"
 #include "engine/runtime.h"
 #include "mpi_test_session.h"
@@ -151,10 +153,32 @@ TEST(AsyncEquivalence, EqualsTheSingleProcessTrainerWithAOneStepDelayedUpdate) {
 // different float association, and Adam's 1/sqrt(v) amplifies last-bit differences where v is tiny. One loss
 // chunk per microbatch: a node's microbatches are half the reference's, so automatic chunks would split the
 // head's gradient differently — one more association.
-TEST(MultiNode, TwoNodesEqualTheSingleProcessTrainer) {
-  if (test::mpiSession().identity().nodeCount < 2) {
-    GTEST_SKIP() << "needs at least two node groups (run with RP_RANKS_PER_NODE)";
+// The node split RP_RANKS_PER_NODE asks for, or nullopt (skip) where the run does not ask for one.
+std::optional<int> requestedNodeSplit() {
+  const long perNode = env::getInt(env::kRanksPerNode);
+  if (perNode <= 0) return std::nullopt;
+  const auto& id = test::mpiSession().identity();
+  EXPECT_GE(id.nodeCount, 2) << "RP_RANKS_PER_NODE=" << perNode << " with " << id.size << " ranks";
+  return static_cast<int>(perNode);
+}
+
+// Every rank knows every rank's node, local rank and host (stall messages name where a late rank runs).
+TEST(MultiNode, EveryRankKnowsWhereEveryRankRuns) {
+  const auto perNode = requestedNodeSplit();
+  if (!perNode) GTEST_SKIP() << "no node split requested (run with RP_RANKS_PER_NODE)";
+  const auto& id = test::mpiSession().identity();
+  ASSERT_EQ(static_cast<int>(id.places.size()), id.size);
+  for (int r = 0; r < id.size; ++r) {
+    const RankPlace& p = id.places[static_cast<std::size_t>(r)];
+    EXPECT_EQ(p.node, r / *perNode) << "rank " << r;
+    EXPECT_EQ(p.localRank, r % *perNode) << "rank " << r;
+    EXPECT_EQ(p.host, id.hostname) << "rank " << r << " (one host)";
   }
+}
+
+TEST(MultiNode, TwoNodesEqualTheSingleProcessTrainer) {
+  if (!requestedNodeSplit()) GTEST_SKIP() << "no node split requested (run with RP_RANKS_PER_NODE)";
+  ASSERT_GE(test::mpiSession().identity().nodeCount, 2);
   const auto fixtures = test::fixturesDir();
   RP_SKIP_UNLESS(fixtures, "shared fixtures");
   const std::string model = *fixtures + "/models/tinystories-656k";

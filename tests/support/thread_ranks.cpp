@@ -19,6 +19,7 @@ engine::RuntimeParts threadParts(control::InProcHub& node, control::InProcHub& w
   parts.identity.rank = parts.identity.localRank = rank;
   parts.identity.size = parts.identity.localSize = node.size();
   parts.identity.hostname = "in-process";
+  for (int r = 0; r < node.size(); ++r) parts.identity.places.push_back({0, r, "in-process"});
   parts.node = std::make_unique<control::InProcChannel>(node, rank);
   parts.world = std::make_unique<control::InProcChannel>(world, rank);
   parts.nodeMemory = memory::shareInProcess;

@@ -123,7 +123,7 @@ TEST(Coordinator, NodesAverageTheirTimings) {
     for (int step = 0; step < 4; ++step) {
       coordination.begin(step);
       // Node 0's local rank 0 measures 1 ms for layer 0, node 1's 3 ms; local rank 1 measures nothing there.
-      std::vector<double> fwd(L, channel.rank() % 2 == 0 ? 1.0 + 2.0 * node : 0.0), bwd(L, 0.0);
+      std::vector<double> fwd(L, channel.rank() % 2 == 0 ? 1.0 + 2.0 * node : -1.0), bwd(L, -1.0);
       coordination.report(step, fwd, bwd);
     }
     if (channel.rank() == 0) forward0 = coordination.profile().forward(0);

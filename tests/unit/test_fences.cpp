@@ -9,6 +9,7 @@
 #include "control/channel.h"
 #include "engine/activity.h"
 #include "engine/fences.h"
+#include "engine/regions.h"
 
 namespace rp::engine {
 namespace {
@@ -85,6 +86,35 @@ TEST(Fences, AStallNamesTheLateRankAndItsLastOperation) {
     EXPECT_NE(what.find("rank 1: worker: fwd 0-1 mb 2 (step 5)"), std::string::npos) << what;
     EXPECT_NE(what.find("optimizer: AdamW (step 4)"), std::string::npos) << what;
   }
+}
+
+// A rank's per-layer times: layers it did not run stay "not measured" (not 0 ms, which the coordinator
+// would average in as a measurement); a backward span is spread over its layers by weight.
+TEST(LayerTimes, LayersARankDidNotRunStayNotMeasured) {
+  std::vector<double> ms(4, detail::kNotMeasured);
+  detail::addMs(ms[0], 2.0);
+  detail::addMs(ms[0], 1.0);
+  detail::spread(6.0, 1, 3, {1.0, 1.0, 2.0, 1.0}, ms);
+  EXPECT_EQ(ms[0], 3.0);
+  EXPECT_EQ(ms[1], 2.0);
+  EXPECT_EQ(ms[2], 4.0);
+  EXPECT_LT(ms[3], 0.0);
+}
+
+// Two nodes of two ranks laid out round-robin by the launcher (mpirun --map-by node): world ranks 0 and 2 on
+// node 0, 1 and 3 on node 1. Node 0 describes rank 2 from its own board (local rank 1), ranks 1 and 3 by host.
+TEST(ActivityBoard, DescribesAWorldRankFromItsNodesBoardOrByHost) {
+  Store store(1, 2);
+  ActivityBoard board(store.boardBytes.data(), 2);
+  board.set(1, 0, "bwd 3-5 mb 0 (step 2)");
+  WorldIdentity id;
+  id.rank = 0, id.size = 4, id.localSize = 2, id.node = 0, id.nodeCount = 2;
+  id.places = {{0, 0, "a"}, {1, 0, "b"}, {0, 1, "a"}, {1, 1, "b"}};
+  EXPECT_EQ(describeWorldRank(board, id, 2).rfind("rank 2: worker: bwd 3-5 mb 0 (step 2)", 0), 0u)
+      << describeWorldRank(board, id, 2);
+  EXPECT_EQ(describeWorldRank(board, id, 1), "rank 1 runs on node 1 (b)");
+  EXPECT_EQ(describeWorldRank(board, id, 3), "rank 3 runs on node 1 (b)");
+  EXPECT_EQ(describeWorldRank(board, id, 0).rfind("rank 0: worker: (nothing yet)", 0), 0u);
 }
 
 TEST(ActivityBoard, ConcurrentWritesNeverTear) {

@@ -98,8 +98,8 @@ INSTANTIATE_TEST_SUITE_P(
                           Case{"layer_recompute", {"pipeline.recompute=layer"}}, Case{"async", {}, true},
                           Case{"no_recompute_ahead", {"pipeline.recompute_ahead=0"}},
                           Case{"layer_recompute_ahead2", {"pipeline.recompute=layer", "pipeline.recompute_ahead=2"}},
-                          Case{"async_ahead2", {"pipeline.recompute_ahead=2"}, true},
-                          Case{"lora", {"lora.rank=4"}}, Case{"bf16_tied", {"model.dtype=bfloat16"}, false, kTiedHalf},
+                          Case{"async_ahead2", {"pipeline.recompute_ahead=2"}, true}, Case{"lora", {"lora.rank=4"}},
+                          Case{"bf16_tied", {"model.dtype=bfloat16"}, false, kTiedHalf},
                           Case{"bf16", {"model.dtype=bfloat16"}, false, {}, false, true},
                           Case{"fp16_overflow", {"model.dtype=float16", kOverflowingScale}, false, {}, true, true}),
         ::testing::Values(TensorPlane::kHostStaged, TensorPlane::kInProcess, TensorPlane::kDirect)),
@@ -123,6 +123,54 @@ TEST(InProcPipeline, AStageOverTheMemoryBudgetIsNamed) {
     EXPECT_NE(e.find("stage 2-3 needs"), std::string::npos) << e;
     EXPECT_NE(e.find("MB budget (pipeline.memory_limit_gb"), std::string::npos) << e;
   }
+}
+
+// A diverged step (fault injection: step 3's loss, hence its gradients, made NaN on whichever rank runs the
+// fused stage) is skipped by every rank alike, and the run goes on exactly as the single-process trainer
+// that skipped the same step: same losses and skip flags, same weights.
+TEST(InProcPipeline, ADivergedStepIsSkippedByEveryRankAsByTheTrainer) {
+  const auto fixtures = test::fixturesDir();
+  RP_SKIP_UNLESS(fixtures, "shared fixtures");
+  const std::string model = *fixtures + "/models/tinystories-656k";
+  ::setenv("RP_FAULT_INJECT", "nan:*:2:loss", 1);
+  for (int workers : {2, 3}) {
+    const std::string scratch = test::scratchDir();
+    auto configAt = [&](const std::string& out) {
+      std::vector<std::string> sets = test::equivalenceSettings(model, model, *fixtures, out);
+      sets.push_back("optim.mode=sync");
+      return config::loadRunConfig("", sets);
+    };
+    const auto reference = configAt(scratch + "/reference");
+    std::vector<std::string> names;
+    {
+      train::Trainer probe(reference);
+      for (const auto& [name, param] : probe.trainable()) names.push_back(name);
+    }
+    const ThreadRun run = test::runOnThreads(configAt(scratch + "/pipeline"), workers, TensorPlane::kHostStaged, names);
+    ASSERT_EQ(run.metrics.size(), 5u);
+    for (std::size_t s = 0; s < 5; ++s)
+      EXPECT_EQ(run.metrics[s].skipped, s == 2) << "W=" << workers << " step " << s + 1;
+    test::expectEqualsTrainer(reference, {run.metrics, [&](const std::string& n) { return run.weights.at(n); }}, {});
+  }
+  ::unsetenv("RP_FAULT_INJECT");
+}
+
+// More workers than the plan has stages trains, and says that workers sit idle and what to do about it.
+TEST(InProcPipeline, MoreWorkersThanStagesWarns) {
+  const auto fixtures = test::fixturesDir();
+  RP_SKIP_UNLESS(fixtures, "shared fixtures");
+  const std::string model = *fixtures + "/models/tinystories-656k";
+  std::vector<std::string> sets = test::equivalenceSettings(model, model, *fixtures, test::scratchDir() + "/out");
+  sets.push_back("pipeline.plan=2 | 1 | 2");  // 3 stages
+  sets.push_back("train.max_steps=1");
+  testing::internal::CaptureStderr();
+  const ThreadRun run = test::runOnThreads(config::loadRunConfig("", sets), 4, TensorPlane::kHostStaged, {});
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(run.metrics.size(), 1u);
+  EXPECT_NE(log.find("4 workers per node but the plan has 3 stages: each iteration leaves 1 worker(s) idle"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("split into at most 7 stages"), std::string::npos) << log;
 }
 
 }  // namespace

@@ -20,6 +20,8 @@ class ScriptedExecutor : public Executor {
   std::int64_t stepsPerEpoch = 0;  // 0: one endless epoch
   bool lateByOne = false;          // a step's metrics come after the next step ran (async optimizer)
   double lossAt3 = 1.0;
+  std::int64_t skipFrom = -1;  // steps from here on diverge: NaN loss, skipped (the executor's verdict)
+  std::int64_t skipTo = -1;    // ... up to here (exclusive; -1: to the end)
 
   std::vector<std::int64_t> ran, snapshots;
   std::vector<std::int64_t> drained;
@@ -38,6 +40,10 @@ class ScriptedExecutor : public Executor {
     trace::StepMetrics m;
     m.step = step + 1;
     m.loss = step == 3 ? lossAt3 : 1.0;
+    if (skipFrom >= 0 && step >= skipFrom && (skipTo < 0 || step < skipTo)) {
+      m.loss = std::numeric_limits<double>::quiet_NaN();
+      m.skipped = true;
+    }
     m.tokens = 10;
     m.stepTimeSeconds = 0.5;
     pending_.push_back(m);
@@ -116,6 +122,29 @@ TEST(RunLoop, AResumedRunContinuesFromItsStep) {
   EXPECT_EQ(e.snapshots, (std::vector<std::int64_t>{7}));
 }
 
+// The ETA of a resumed run: the time per step of the steps this run ran, times the steps left (not the time
+// since the resume spread over every step since 0).
+TEST(RunLoop, AResumedRunsEtaCountsItsOwnSteps) {
+  ScriptedExecutor e;
+  e.start = 10;  // 0.5 s per step; 119 steps left after step 11
+  testing::internal::CaptureStderr();
+  runLoop(configWith(test::scratchDir(), {"train.max_steps=130", "output.log_every=1"}), e);
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("step 11/130 "), std::string::npos) << log;
+  EXPECT_NE(log.find("ETA 0:59"), std::string::npos) << log;
+}
+
+TEST(RunLoop, AResumeAtMaxStepsSaysThereIsNothingToTrain) {
+  ScriptedExecutor e;
+  e.start = 7;
+  testing::internal::CaptureStderr();
+  runLoop(configWith(test::scratchDir(), {}), e);
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(e.ran.empty());
+  EXPECT_TRUE(e.snapshots.empty()) << "the checkpoint it resumed from is the last one";
+  EXPECT_NE(log.find("the run is at step 7 and train.max_steps = 7: nothing to train"), std::string::npos) << log;
+}
+
 TEST(RunLoop, StopsAtTheEpochLimit) {
   ScriptedExecutor e;
   e.stepsPerEpoch = 2;
@@ -132,6 +161,38 @@ TEST(RunLoop, StepsThatFinishLateAreAllReported) {
   ASSERT_EQ(r.metrics.size(), 7u);
   for (std::size_t i = 0; i < r.metrics.size(); ++i) EXPECT_EQ(r.metrics[i].step, static_cast<std::int64_t>(i) + 1);
   EXPECT_EQ(metricLines(out), 7);
+}
+
+// A diverged step the executor skipped is reported with a warning naming it, and the run goes on; a run of
+// train.max_consecutive_skips of them stops with the steps and what to do.
+TEST(RunLoop, SkippedStepsAreNamedAndTooManyInARowStopTheRun) {
+  ScriptedExecutor e;
+  e.skipFrom = 2;
+  e.skipTo = 4;
+  testing::internal::CaptureStderr();
+  const RunResult r = runLoop(configWith(test::scratchDir(), {"train.max_consecutive_skips=3"}), e);
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(r.outcome, Outcome::kCompleted);
+  ASSERT_EQ(r.metrics.size(), 7u);
+  EXPECT_TRUE(r.metrics[2].skipped && r.metrics[3].skipped && !r.metrics[4].skipped);
+  EXPECT_NE(log.find("step 3: loss nan, gradient norm 0: not finite, the update is skipped on every rank"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("step 4: loss nan"), std::string::npos) << log;
+
+  ScriptedExecutor diverged;
+  diverged.skipFrom = 1;
+  try {
+    runLoop(configWith(test::scratchDir(), {"train.max_consecutive_skips=3"}), diverged);
+    FAIL() << "three skipped steps in a row must stop the run";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what())
+                  .find("steps 2-4: skipped 3 steps in a row (non-finite loss or gradients); stopping "
+                        "(train.max_consecutive_skips = 3)"),
+              std::string::npos)
+        << error.what();
+  }
+  EXPECT_EQ(diverged.ran, (std::vector<std::int64_t>{0, 1, 2, 3}));
 }
 
 TEST(RunLoop, ANonFiniteLossStopsTheRunWithTheStep) {

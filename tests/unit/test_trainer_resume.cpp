@@ -124,6 +124,50 @@ TEST_P(ResumeErrors, ACheckpointOfAnotherSetupIsRefusedNamingTheManifest) {
   }
 }
 
+// A resume with a changed run config: what would move the data position to other documents, or does not fit
+// the optimizer state, is refused naming the manifest and the key; moved files with the same contents resume;
+// what changes the trajectory (lr, batch shape, the schedule's length) is named in a warning.
+TEST_P(ResumeErrors, AChangedRunConfigIsRefusedOrNamed) {
+  const std::string whole = root_ + "/whole";
+  Trainer a(configFor(whole, {"train.max_steps=3"}));
+  ASSERT_TRUE(a.run());
+  const std::string manifest = whole + "/checkpoints/step-00000003/manifest.json";
+  const std::string resume = "checkpoint.resume=" + whole + "/checkpoints/step-00000003";
+  auto refused = [&](const std::vector<std::string>& sets, const std::string& expected) {
+    std::vector<std::string> all{resume};
+    all.insert(all.end(), sets.begin(), sets.end());
+    try {
+      Trainer b(configFor(root_ + "/other", all));
+      ADD_FAILURE() << "expected an error for " << sets[0];
+    } catch (const InputError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(manifest + ": " + expected, 0), 0u) << e.what();
+    }
+  };
+  refused({"data.path=" + *fixtures_ + "/text/tinystories_sample.txt"},
+          "the tokenized dataset is not the checkpoint's (");
+  refused({"data.sample_by=line"}, "the tokenized dataset is not the checkpoint's (");
+  refused({"train.seed=7"}, "train.seed was 0, now 7: the data order depends on it");
+  refused({"optim.amsgrad=true"}, "optim.amsgrad was false, now true: the optimizer state");
+
+  // The same text under another name: the same tokens, so the data position holds.
+  const std::string moved = root_ + "/moved.txt";
+  std::filesystem::copy_file(*fixtures_ + "/text/tinyshakespeare.txt", moved);
+  testing::internal::CaptureStderr();
+  {
+    Trainer b(configFor(root_ + "/changed",
+                        {resume, "data.path=" + moved, "optim.lr=1e-3", "train.seq_len=48", "train.max_steps=5"}));
+    EXPECT_TRUE(b.run());
+  }
+  const std::string log = testing::internal::GetCapturedStderr();
+  for (const char* line :
+       {"data.path is now", "the tokenized data is the same", "optim.lr was 0.003 in the checkpoint's run, now 0.001",
+        "train.seq_len was 32 in the checkpoint's run, now 48",
+        "train.max_steps was 3 in the checkpoint's run, now 5: the cosine learning-rate schedule"}) {
+    EXPECT_NE(log.find(line), std::string::npos) << line << "\n" << log;
+  }
+  EXPECT_EQ(losses(root_ + "/changed").size(), 2u) << "steps 4 and 5 ran";
+}
+
 INSTANTIATE_TEST_SUITE_P(Runs, ResumeErrors, ::testing::Values(Case{"full", {}}),
                          [](const auto& info) { return std::string(info.param.name); });
 

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# What a user sees when they get something wrong, through the executables: usage errors exit with the
+# documented code 2 (not CLI11's own) and --help with 0; option checks speak plainly; a bad value is blamed
+# on where it came from (--set or the TOML file); dataset errors name the files and, from roundpipe_tokenize,
+# its own flags; roundpipe_export blames --dtype, not the checkpoint.
+# Usage: user_errors.sh <bin dir> <fixtures dir>
+set -uo pipefail
+bin="$1"
+fixtures="$2"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+export RP_NUM_THREADS=1
+
+# expect <code> <pattern> <command...>: runs it, checks the exit code and that the output matches.
+expect() {
+  local want="$1" pattern="$2"
+  shift 2
+  out=$("$@" 2>&1)
+  local code=$?
+  [[ $code -eq $want ]] || fail "$*: exit code $code, expected $want: $out"
+  grep -qE -- "$pattern" <<<"$out" || fail "$*: output does not match '$pattern': $out"
+  local longest
+  longest=$(awk '{ if (length($0) > n) n = length($0) } END { print n + 0 }' <<<"$out")
+  [[ $longest -lt 400 ]] || fail "$*: a line of $longest characters: $out"
+}
+
+for tool in roundpipe_train roundpipe_tokenize roundpipe_export roundpipe_generate roundpipe_sim; do
+  expect 2 "no-such-flag|is required|--help" "$bin/$tool" --no-such-flag
+  expect 0 "Usage" "$bin/$tool" --help
+done
+echo "ok: usage errors exit 2, --help exits 0"
+
+expect 2 "max-new-tokens: expected a whole number >= 1, got 0" \
+  "$bin/roundpipe_generate" --model "$work/none" --max-new-tokens 0
+expect 2 "workers: expected a whole number >= 1, got 0" "$bin/roundpipe_sim" --workers 0
+expect 2 "max-shard-gb: expected a number > 0, got -1" \
+  "$bin/roundpipe_export" --checkpoint "$work/none" --output "$work/x" --max-shard-gb -1
+echo "ok: option checks say what they expect"
+
+# A value is blamed on where it came from.
+cat >"$work/run.toml" <<TOML
+[model]
+path = "$work/none"
+[data]
+path = "$work/none.txt"
+[train]
+seq_len = 1
+microbatches = 4
+TOML
+expect 2 "^.*$work/run.toml: train.seq_len = 1: must be >= 2" "$bin/roundpipe_train" --config "$work/run.toml"
+expect 2 "--set: train.global_batch = 0: must be >= 1" \
+  "$bin/roundpipe_train" --config "$work/run.toml" --set train.seq_len=8 --set train.global_batch=0
+expect 2 "$work/run.toml and --set: train.global_batch = 6 is not a multiple of train.microbatches = 4" \
+  "$bin/roundpipe_train" --config "$work/run.toml" --set train.seq_len=8 --set train.global_batch=6
+echo "ok: config errors name --set or the file"
+
+model="$fixtures/models/tinystories-656k"
+if [[ ! -d "$model" ]]; then
+  echo "SKIP: $model not found (set RP_FIXTURES_DIR); the dataset and export checks need it"
+  exit 0
+fi
+
+# An empty dataset names its file.
+printf '\n\n   \n\n' >"$work/empty.txt"
+expect 2 "$work/empty.txt: no samples to train on" "$bin/roundpipe_train" --config /dev/null \
+  --set "model.path=$model" --set "data.path=$work/empty.txt" --set train.seq_len=16
+expect 2 "$work/empty.txt: no samples to train on" \
+  "$bin/roundpipe_tokenize" --model "$model" --output "$work/tok" "$work/empty.txt"
+
+# roundpipe_tokenize speaks of its own flags.
+printf '{"instruction": "Say hi", "output": "hi"}\n{"instruction": 3}\n' >"$work/alpaca.jsonl"
+expect 2 '--template "auto": the tokenizer has neither .* set --template explicitly' \
+  "$bin/roundpipe_tokenize" --model "$model" --output "$work/tok" --format alpaca "$work/alpaca.jsonl"
+expect 2 "alpaca.jsonl:line 2: bad alpaca record: .*to skip such records: --skip-bad-records" \
+  "$bin/roundpipe_tokenize" --model "$model" --output "$work/tok" --format alpaca --template chatml \
+  "$work/alpaca.jsonl"
+grep -q "data\." <<<"$out" && fail "roundpipe_tokenize suggests a config key: $out"
+expect 2 "sample-by: .*not in" \
+  "$bin/roundpipe_tokenize" --model "$model" --output "$work/tok" --sample-by sentence "$work/alpaca.jsonl"
+echo "ok: dataset errors name the files and roundpipe_tokenize's flags"
+
+# roundpipe_export blames --dtype for a bad --dtype.
+"$bin/roundpipe_train" --config /dev/null --set "model.path=$model" \
+  --set "data.path=$fixtures/text/tinyshakespeare.txt" --set train.seq_len=16 --set train.global_batch=2 \
+  --set train.max_steps=1 --set "output.dir=$work/out" >"$work/train.log" 2>&1 || { cat "$work/train.log"; fail "training"; }
+expect 2 "^.*--dtype 'int8': expected float32, bfloat16 or float16" \
+  "$bin/roundpipe_export" --checkpoint "$work/out/checkpoints" --output "$work/hf" --dtype int8
+grep -q "manifest.json" <<<"$out" && fail "export blames the manifest for --dtype: $out"
+echo "ok: roundpipe_export blames --dtype"
+
+# A diverged step (fault injection: step 2's loss made NaN) is skipped with a warning naming it; with
+# train.max_consecutive_skips = 1 the run stops there, naming the step and the key.
+diverge() {
+  RP_FAULT_INJECT=nan:0:1:loss "$bin/roundpipe_train" --config /dev/null --set "model.path=$model" \
+    --set "data.path=$fixtures/text/tinyshakespeare.txt" --set train.seq_len=16 --set train.global_batch=2 \
+    --set train.max_steps=3 "$@"
+}
+expect 0 "step 2: loss nan, gradient norm nan: not finite, the update is skipped on every rank" \
+  diverge --set "output.dir=$work/diverged"
+grep -q '"skipped":true' "$work/diverged/metrics.jsonl" || fail "metrics.jsonl does not mark the skipped step"
+expect 1 "step 2: skipped 1 step in a row \(non-finite loss or gradients\); stopping \(train.max_consecutive_skips = 1\)" \
+  diverge --set "output.dir=$work/stopped" --set train.max_consecutive_skips=1
+echo "ok: a diverged step is skipped and named; too many in a row stop the run"
