@@ -35,6 +35,27 @@ Coordination::Coordination(control::ControlChannel& channel, CoordinationOptions
   }
 }
 
+void Coordination::requestStop() {
+  if (stop_) return;
+  stop_ = true;
+  if (channel_.rank() == 0) return;
+  const std::int64_t rank = channel_.rank();
+  channel_.send(0, control::Tag::kStopRequest, &rank, sizeof(rank));
+}
+
+// Rank 0: stop requests that arrived from other ranks (without waiting for any).
+bool Coordination::stopRequested() {
+  bool requested = false;
+  for (int r = 1; r < channel_.size(); ++r) {
+    std::int64_t from = -1;
+    while (channel_.receive(r, control::Tag::kStopRequest, &from, sizeof(from), std::chrono::steady_clock::now())) {
+      if (!requested) RP_LOG_INFO("rank {} received a preemption signal: every rank stops at this step", r);
+      requested = true;
+    }
+  }
+  return requested;
+}
+
 Directive Coordination::begin(std::int64_t step, const std::function<std::string(int)>& describeRank) {
   if (channel_.rank() != 0) {
     std::int64_t words = -1;
@@ -68,6 +89,7 @@ Directive Coordination::begin(std::int64_t step, const std::function<std::string
     if (step - 2 >= collected_) collect(step - 2, describeRank);
     if (options_.replanEvery > 0 && step % options_.replanEvery == 0) replan(step);
   }
+  if (stopRequested()) stop_ = true;
   const Directive d = decide(step);
   const std::vector<std::int64_t> body = encode(d);
   const auto words = static_cast<std::int64_t>(body.size());
@@ -95,7 +117,9 @@ void Coordination::report(std::int64_t step, const std::vector<double>& forwardM
 }
 
 void Coordination::finish(std::int64_t steps, const std::function<std::string(int)>& describeRank) {
-  if (channel_.rank() != 0 || !collecting()) return;
+  if (channel_.rank() != 0) return;
+  stopRequested();  // a signal that came after the last directive: nothing left to stop, nothing left queued
+  if (!collecting()) return;
   while (collected_ < steps) collect(collected_, describeRank);
 }
 

@@ -44,8 +44,10 @@ class Coordination {
   // not measured by this rank). A no-op for the baselines (weights bound: nothing to re-plan).
   void report(std::int64_t step, const std::vector<double>& forwardMs, const std::vector<double>& backwardMs);
 
-  // Rank 0: the next directive tells every rank to stop before running its iteration (preemption).
-  void requestStop() { stop_ = true; }
+  // This rank received a preemption signal: rank 0's next directive tells every rank to stop before running
+  // its iteration. Another rank tells rank 0 (once, kStopRequest); rank 0 looks for such requests, without
+  // waiting, before each directive.
+  void requestStop();
 
   // Clean shutdown after iterations [0, steps): rank 0 takes every report still in flight, so no message of
   // this run is left for the next user of the channel.
@@ -69,6 +71,7 @@ class Coordination {
   void collect(std::int64_t step, const std::function<std::string(int)>& describeRank);
   void replan(std::int64_t step);
   Directive decide(std::int64_t step);
+  bool stopRequested();
 
   control::ControlChannel& channel_;
   CoordinationOptions options_;
@@ -79,7 +82,7 @@ class Coordination {
   std::int64_t counter_ = 0;                         // round-robin dispatch counter, continued across iterations
   std::int64_t collected_ = 0;                       // rank 0: iterations whose reports are folded into the profile
   bool changed_ = true;                              // the next directive carries a new plan
-  bool stop_ = false;                                // the next directive says stop
+  bool stop_ = false;                                // rank 0: the next directive says stop; else: rank 0 was told
   std::map<std::int64_t, std::vector<double>> own_;  // rank 0's reports not yet collected
 };
 

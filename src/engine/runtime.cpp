@@ -447,8 +447,8 @@ std::vector<trace::StepMetrics> PipelineRuntime::run() {
 bool PipelineRuntime::step(std::int64_t step, bool stop) {
   if (!lastFinished_) lastFinished_ = std::chrono::steady_clock::now();
   // Rank 0's plan and dispatch table for this iteration, or its order to stop (a preemption signal reached
-  // rank 0).
-  if (leader_ && stop) coordination_->requestStop();
+  // some rank: Coordination::requestStop).
+  if (stop) coordination_->requestStop();
   const auto directive = coordination_->begin(step, describeWorldRank());
   if (directive.stop) return false;
   runStep(step, directive);

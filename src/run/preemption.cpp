@@ -18,6 +18,7 @@ void installPreemptionHandlers() {
   action.sa_handler = onPreemption;
   sigemptyset(&action.sa_mask);
   sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);  // Ctrl-C of a single process (mpirun turns its own SIGINT into SIGTERM)
   sigaction(SIGUSR1, &action, nullptr);
 }
 

@@ -144,6 +144,42 @@ wait "$pid"; code=$?
 latest=$(cat "$dir/checkpoints/latest") || fail "no checkpoint after preemption"
 echo "ok: SIGUSR1 -> exit 3 with $latest"
 
+# 4b. SIGTERM to one rank other than 0 (not through mpirun): it tells rank 0, every rank stops at one step.
+dir="$work/pre_rank1"
+RP_NUM_THREADS=1 "${mpi[@]}" -n 2 "$train" --config /dev/null \
+  --set "model.path=$model" --set "data.path=$fixtures/text/tinyshakespeare.txt" \
+  --set train.seq_len=32 --set train.global_batch=12 --set train.microbatches=3 --set train.max_steps=100000 \
+  --set "output.dir=$dir" >"$dir.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do [[ -s "$dir/metrics.jsonl" ]] && break; sleep 0.1; done
+rank1=""
+for p in $(pgrep -f "output.dir=$dir"); do
+  tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && rank1=$p
+done
+[[ -n "$rank1" ]] || fail "cannot find rank 1's process"
+kill -TERM "$rank1"
+wait "$pid"; code=$?
+[[ $code -eq 3 ]] || { tail -20 "$dir.log"; fail "SIGTERM to rank 1: exit $code, expected 3"; }
+grep -q "rank 1 received a preemption signal: every rank stops at this step" "$dir.log" || fail "rank 0 did not say why"
+latest=$(cat "$dir/checkpoints/latest") || fail "no checkpoint after SIGTERM to rank 1"
+echo "ok: SIGTERM to rank 1 -> every rank stops, exit 3 with $latest"
+
+# 4c. SIGTERM to mpirun, steps of ~2 s: with odls_base_sigkill_timeout long enough the ranks save before
+# mpirun kills them; mpirun itself exits 1 after a signal of its own (docs/launch.md, "Signals").
+dir="$work/pre_mpirun"
+RP_NUM_THREADS=1 "${mpi[@]}" --mca odls_base_sigkill_timeout 20 -n 2 "$train" --config /dev/null \
+  --set "model.path=$model" --set "data.path=$fixtures/text/tinyshakespeare.txt" \
+  --set train.seq_len=256 --set train.global_batch=96 --set train.microbatches=3 --set train.max_steps=100000 \
+  --set "output.dir=$dir" >"$dir.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do [[ -s "$dir/metrics.jsonl" ]] && break; sleep 0.1; done
+kill -TERM "$pid"
+wait "$pid"; code=$?
+[[ $code -ne 0 ]] || fail "SIGTERM to mpirun: exit 0"
+grep -q "signal 15 received: saved the checkpoint of step" "$dir.log" || { tail -20 "$dir.log"; fail "SIGTERM to mpirun: no save"; }
+latest=$(cat "$dir/checkpoints/latest") || fail "no checkpoint after SIGTERM to mpirun"
+echo "ok: SIGTERM to mpirun -> the ranks saved $latest (mpirun exit $code)"
+
 # 5. roundpipe_export takes a checkpoints directory (its newest checkpoint) and writes a HF model directory.
 "$(dirname "$train")/roundpipe_export" --checkpoint "$dir/checkpoints" --output "$work/hf" --dtype bfloat16 \
   >"$work/export.log" 2>&1 || { cat "$work/export.log"; fail "roundpipe_export failed"; }

@@ -65,6 +65,29 @@ TEST(Coordinator, EveryRankRunsRankZerosTableTheCounterContinuesAndAStopReachesA
   }
 }
 
+// A preemption signal that reaches a rank other than 0 (SIGTERM to one process) stops every rank at the same
+// step: the rank tells rank 0, whose next directive (this step's, or the next one's if rank 0 already sent
+// it) says stop.
+TEST(Coordinator, AStopRequestedByAnotherRankReachesAllAtOneStep) {
+  const LayerCosts proxy = uniformLayerCosts(6, 3.0);
+  const Plan plan = schedule::partition(proxy, {3, 1.1, 0}).plan;
+  std::vector<int> stoppedAt(3, -1);
+  onThreadsAsRanks(3, [&](control::ControlChannel& channel) {
+    Coordination coordination(channel, {3, 1, true, 0, 0, {10.0, 10.0}}, plan, proxy);
+    int step = 0;
+    for (; step < 6; ++step) {
+      if (step == 1 && channel.rank() == 2) coordination.requestStop();
+      if (coordination.begin(step).stop) break;
+      coordination.report(step, std::vector<double>(8, 1.0), std::vector<double>(8, 2.0));
+    }
+    stoppedAt[static_cast<std::size_t>(channel.rank())] = step;
+    coordination.finish(step);
+  });
+  EXPECT_TRUE(stoppedAt[0] == 1 || stoppedAt[0] == 2) << stoppedAt[0];
+  EXPECT_EQ(stoppedAt[1], stoppedAt[0]);
+  EXPECT_EQ(stoppedAt[2], stoppedAt[0]);
+}
+
 TEST(Coordinator, BoundSchedulesGetTheSameTableEveryIteration) {
   const LayerCosts proxy = uniformLayerCosts(6, 3.0);
   const Plan plan = schedule::balancedBoundPlan(proxy, 2);
