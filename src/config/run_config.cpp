@@ -146,6 +146,7 @@ RunConfig buildRunConfig(Values v) {
   c.pipeline.replanEvery = atLeast(v, "pipeline.replan_every", 0);
   c.pipeline.uploadChunkMb = inRange(v, "pipeline.upload_chunk_mb", 1e-6, 1e9, false);
   c.pipeline.plan = v.getString("pipeline.plan");
+  c.pipeline.profile = v.getString("pipeline.profile");
   c.pipeline.planner = parseEnum<schedule::PlannerKind>(
       v, "pipeline.planner",
       {{"reference", schedule::PlannerKind::kReference}, {"search", schedule::PlannerKind::kSearch}});

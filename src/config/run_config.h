@@ -55,6 +55,7 @@ struct RunConfig {
     std::int64_t replanEvery;
     double uploadChunkMb;
     std::string plan;               // "auto" or counts (schedule::parsePlan)
+    std::string profile;            // a profile.json for the first automatic plan; empty = the FLOP proxy
     schedule::PlannerKind planner;  // for auto plans
     double memoryLimitGb;
     double stallTimeoutSeconds;

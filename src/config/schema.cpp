@@ -57,6 +57,9 @@ const std::vector<KeySpec>& runSchema() {
       {"pipeline.upload_chunk_mb", Type::kFloat, 256.0, "weight uploads are queued in chunks of at most this size"},
       {"pipeline.plan", Type::kString, S("auto"),
        "auto (the partitioner) or \"F1,F2,... | fused | B1,B2,...\" layer counts"},
+      {"pipeline.profile", Type::kString, S(""),
+       "automatic plans: start from the layer times of this profile.json (an earlier run's) instead of the FLOP "
+       "estimate"},
       {"pipeline.planner", Type::kString, S("reference"),
        "automatic plans: the reference partitioner, or the best simulated plan among more candidates (search)"},
       {"pipeline.memory_limit_gb", Type::kFloat, 0.0,

@@ -26,11 +26,32 @@
 #include "run/setup.h"
 #include "schedule/plan_search.h"
 #include "trace/bubbles.h"
+#include "trace/formats.h"
 #include "trace/memory_report.h"
 
 namespace rp::engine {
 
 using namespace detail;
+
+namespace {
+
+// The layer times the first plan is made from: the FLOP proxy's, or those of `profilePath` (pipeline.profile:
+// an earlier run's profile.json, or a hand-made one); the bytes are the proxy's either way.
+schedule::LayerCosts startingCosts(schedule::LayerCosts proxy, const std::string& profilePath) {
+  if (profilePath.empty()) return proxy;
+  const trace::LayerProfileFile p = trace::readLayerProfile(profilePath);
+  if (p.forwardMs.size() != proxy.forward.size()) {
+    RP_THROW(InputError,
+             "{}: pipeline.profile has times for {} layers; this model has {} (embedding and head included)",
+             profilePath, p.forwardMs.size(), proxy.forward.size());
+  }
+  proxy.forward = p.forwardMs;
+  proxy.backward = p.backwardMs;
+  RP_LOG_DEBUG("pipeline: the first plan uses the layer times of {}", profilePath);
+  return proxy;
+}
+
+}  // namespace
 
 PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
     : config_(std::move(config)),
@@ -78,13 +99,14 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
   placeWorker();
   proxyCosts_ = estimateCosts(*model_, c.train.seqLen, rowsPerMicrobatch_, static_cast<int>(c.pipeline.recomputeAhead));
   const LayerCosts& costs = proxyCosts_;
+  const schedule::LayerCosts planCosts = startingCosts(costs.layers, c.pipeline.profile);
   const bool roundRobin = c.pipeline.schedule == config::PipelineSchedule::kRoundPipe;
   if (!roundRobin) {
     // Weights bound to workers: stage s on worker s, a contiguous partition balanced by the same costs.
-    plan_ = schedule::balancedBoundPlan(costs.layers, workers_);
+    plan_ = schedule::balancedBoundPlan(planCosts, workers_);
   } else if (c.pipeline.plan == "auto") {
     plan_ = schedule::choosePlan(
-        c.pipeline.planner, costs.layers,
+        c.pipeline.planner, planCosts,
         {workers_, static_cast<int>(c.train.microbatches), memoryBudget_, static_cast<int>(c.pipeline.recomputeAhead)});
   } else {
     plan_ = schedule::parsePlan(c.pipeline.plan, L, "pipeline.plan");
@@ -115,7 +137,7 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
   co.planner = c.pipeline.planner;
   co.microbatches = static_cast<int>(c.train.microbatches);
   co.recomputeAhead = static_cast<int>(c.pipeline.recomputeAhead);
-  coordination_ = std::make_unique<coordinator::Coordination>(*worldChannel_, co, plan_, costs.layers);
+  coordination_ = std::make_unique<coordinator::Coordination>(*worldChannel_, co, plan_, planCosts);
   slots_ = std::make_unique<StageSlots>(*worker_, memoryBudget_);
   skipUploads_ = env::getInt(env::kBenchNoUploads) != 0;
   if (skipUploads_ && leader_) {

@@ -155,6 +155,23 @@ TEST(InProcPipeline, ADivergedStepIsSkippedByEveryRankAsByTheTrainer) {
   ::unsetenv("RP_FAULT_INJECT");
 }
 
+// pipeline.profile of another model (a layer count that differs) is named, with both counts, on every rank.
+TEST(InProcPipeline, AProfileOfAnotherModelIsNamed) {
+  const auto fixtures = test::fixturesDir();
+  RP_SKIP_UNLESS(fixtures, "shared fixtures");
+  const std::string model = *fixtures + "/models/tinystories-656k", scratch = test::scratchDir();
+  std::ofstream(scratch + "/profile.json") << R"({"forward_ms": [1, 1, 1], "backward_ms": [2, 2, 2]})";
+  std::vector<std::string> sets = test::equivalenceSettings(model, model, *fixtures, scratch + "/out");
+  sets.push_back("pipeline.profile=" + scratch + "/profile.json");
+  const ThreadRun run = test::runOnThreads(config::loadRunConfig("", sets), 2, TensorPlane::kHostStaged, {}, true);
+  ASSERT_EQ(run.errors.size(), 2u);
+  for (const auto& e : run.errors) {
+    EXPECT_NE(e.find(scratch + "/profile.json: pipeline.profile has times for 3 layers; this model has 4"),
+              std::string::npos)
+        << e;
+  }
+}
+
 // More workers than the plan has stages trains, and says that workers sit idle and what to do about it.
 TEST(InProcPipeline, MoreWorkersThanStagesWarns) {
   const auto fixtures = test::fixturesDir();

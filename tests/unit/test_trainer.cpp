@@ -100,25 +100,56 @@ TEST_F(TrainerTest, LoraTrainsAdaptersOnlyAndLowersLoss) {
   for (const auto& [name, t] : trainer.trainable()) EXPECT_NE(name.find("lora_"), std::string::npos) << name;
 }
 
+// bf16 parameters with float32 masters: each master exists apart from its parameter, the parameter is the
+// master rounded to bf16, and the masters keep what bf16 cannot hold (the small AdamW updates accumulate).
 TEST_F(TrainerTest, Bfloat16KeepsFp32MasterWeights) {
   Trainer trainer(configWith({"model.dtype=bfloat16", "train.max_steps=3"}));
   trainer.run();
   const auto m = metrics();
   ASSERT_EQ(m.size(), 3u);
   for (const auto& r : m) EXPECT_TRUE(std::isfinite(r.at("loss").get<double>()));
-  for (const auto& [name, p] : trainer.trainable()) EXPECT_EQ(p.scalar_type(), torch::kBFloat16) << name;
+  ASSERT_EQ(trainer.masters().size(), trainer.trainable().size());
+  std::int64_t finer = 0, elements = 0;
+  for (std::size_t i = 0; i < trainer.trainable().size(); ++i) {
+    const auto& [name, p] = trainer.trainable()[i];
+    const torch::Tensor& master = trainer.masters()[i];
+    EXPECT_EQ(p.scalar_type(), torch::kBFloat16) << name;
+    ASSERT_EQ(master.scalar_type(), torch::kFloat) << name;
+    EXPECT_EQ(master.sizes(), p.sizes()) << name;
+    EXPECT_NE(master.data_ptr(), p.data_ptr()) << name;
+    EXPECT_TRUE(torch::equal(master.to(torch::kBFloat16), p.detach())) << name << ": not the master rounded";
+    finer += master.ne(master.to(torch::kBFloat16).to(torch::kFloat)).sum().item<std::int64_t>();
+    elements += master.numel();
+  }
+  EXPECT_GT(finer, elements / 2) << "the masters hold no more than bf16 does";
 }
 
+// fp16 with a loss scale so large that the first steps overflow: those steps are skipped and the scale
+// follows torch.amp.GradScaler's rule (x0.5 on an overflow; x2 after precision.growth_interval good steps in
+// a row), step by step, until steps fit and train.
 TEST_F(TrainerTest, Float16UsesTheLossScaler) {
-  Trainer trainer(configWith({"model.dtype=float16", "train.max_steps=3", "precision.loss_scale=1024"}));
+  Trainer trainer(configWith(
+      {"model.dtype=float16", "train.max_steps=10", "precision.loss_scale=2097152", "precision.growth_interval=2"}));
   trainer.run();
   const auto m = metrics();
-  ASSERT_EQ(m.size(), 3u);
+  ASSERT_EQ(m.size(), 10u);
+  double scale = 2097152;
+  int good = 0, skipped = 0, grown = 0;
   for (const auto& r : m) {
     ASSERT_TRUE(r.contains("loss_scale"));
-    EXPECT_TRUE(std::isfinite(r.at("loss").get<double>()));
+    EXPECT_EQ(r.at("loss_scale").get<double>(), scale) << "step " << r.at("step");
+    if (r.value("skipped", false)) {
+      ++skipped;
+      scale /= 2, good = 0;
+    } else {
+      EXPECT_TRUE(std::isfinite(r.at("grad_norm").get<double>())) << "step " << r.at("step");
+      if (++good == 2) scale *= 2, good = 0, ++grown;
+    }
   }
-  EXPECT_EQ(m[0].at("loss_scale").get<double>(), 1024.0);
+  EXPECT_TRUE(m[0].value("skipped", false)) << "2^21 must overflow the first step";
+  EXPECT_GE(skipped, 1);
+  EXPECT_LT(skipped, 10) << "the scale never backed off far enough";
+  EXPECT_GE(grown, 1) << "no run of good steps grew the scale";
 }
 
 }  // namespace
