@@ -1,6 +1,7 @@
 #include "cli/run_main.h"
 
 #include <charconv>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <memory>
@@ -79,8 +80,14 @@ int runMpiMain(int* argc, char*** argv, const std::function<int(const MpiSession
           code) != 0)
     return code;
   if (guarded([&] { return body(*session); }, code) != 0 && session->identity().size > 1) {
-    RP_LOG_ERROR("rank {} failed; aborting all {} ranks", session->identity().rank, session->identity().size);
-    MPI_Abort(MPI_COMM_WORLD, code);
+    // Exit now, without MPI_Finalize (the others may be waiting on this rank): the launcher ends the job on
+    // a rank's non-zero exit (mpirun by default, srun --kill-on-bad-exit=1) and reports this rank and code.
+    // MPI_Abort would do the same with a help message that Open MPI 4.1 garbles ("ORTE_ERROR_LOG: Data
+    // unpack would read past end of buffer") after ours.
+    RP_LOG_ERROR("rank {} failed; ending the job of {} ranks (exit code {})", session->identity().rank,
+                 session->identity().size, code);
+    std::fflush(nullptr);
+    std::_Exit(code);
   }
   return code;
 }

@@ -33,8 +33,9 @@ CLI::Validator wholeAtLeast(std::int64_t minimum);
 CLI::Validator positiveNumber();
 
 // For executables that run under mpirun: starts the MPI session, runs `body`, and on an exception on any
-// rank prints it (with the rank) and aborts the whole job with MPI_Abort, so no rank hangs waiting for the
-// failed one. The job's exit code is the failing rank's.
+// rank prints it (with the rank) and exits that process at once with its code; the launcher ends the whole
+// job on it (mpirun's default; srun --kill-on-bad-exit=1), so no rank hangs waiting for the failed one.
+// The job's exit code is the failing rank's.
 int runMpiMain(int* argc, char*** argv, const std::function<int(const MpiSession&)>& body);
 
 }  // namespace rp::cli

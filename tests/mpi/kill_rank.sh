@@ -27,7 +27,19 @@ for fault in kill:1:2 throw:2:1 hang:1:2; do
   if [[ "$fault" == throw:* ]] && ! grep -q "fault injection: rank $rank fails at step" "$work/out.txt"; then
     echo "FAIL ($fault): the original message is missing"; cat "$work/out.txt"; exit 1
   fi
-  if ! grep -Eq "rank $rank|r$rank " "$work/out.txt"; then echo "FAIL ($fault): no message names rank $rank"; cat "$work/out.txt"; exit 1; fi
+  # Named by someone other than the failed rank itself: another rank's log line ("[ t r0 W] ... rank 1 ...")
+  # or the launcher's summary; a thrown error by its own final line and the launcher's exit code box.
+  others="r[^$rank ]"
+  case "$fault" in
+    kill:*) named="^\[ *[0-9.]+ $others [WE]\] .*rank $rank\b|mpirun noticed that process rank $rank " ;;
+    throw:*) named="r$rank E\] rank $rank failed; ending the job of 3 ranks \(exit code 1\)" ;;
+    hang:*) named="^\[ *[0-9.]+ $others E\] stalled: waited [0-9]+ s for rank $rank " ;;
+  esac
+  if ! grep -Eq "$named" "$work/out.txt"; then echo "FAIL ($fault): no message names rank $rank ($named)"; cat "$work/out.txt"; exit 1; fi
+  if [[ "$fault" == throw:* ]] && ! grep -Eq "Exit code: +1" "$work/out.txt"; then
+    echo "FAIL ($fault): the launcher does not report the failed rank's exit code"; cat "$work/out.txt"; exit 1
+  fi
+  if grep -q "ORTE_ERROR_LOG" "$work/out.txt"; then echo "FAIL ($fault): Open MPI's error noise"; cat "$work/out.txt"; exit 1; fi
   if [[ "$fault" == hang:* ]] && ! grep -q "stalled: .*" "$work/out.txt"; then
     echo "FAIL ($fault): no stall report"; cat "$work/out.txt"; exit 1
   fi
