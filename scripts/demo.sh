@@ -4,8 +4,9 @@
 # any, else on CPU), printing the plan,
 # the loss going down and a sample before and after. Without the fixtures, train a small byte-level Llama
 # from scratch on Debian's fortunes instead. Extra arguments go to roundpipe_train
-# (e.g. --set train.max_steps=100); RP_DEMO_WORKERS sets the number of worker processes (default 2). The run's
-# last checkpoint is exported as a Hugging Face model directory (<output dir>/hf).
+# (e.g. --set train.max_steps=100); RP_DEMO_WORKERS sets the number of worker processes (default 2), RP_DEMO_OUT
+# the output directory (default out/<config name>). The run's last checkpoint is exported as a Hugging Face
+# model directory (<output dir>/hf).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/bootstrap.sh"
@@ -17,8 +18,8 @@ workers="${RP_DEMO_WORKERS:-2}"
 cd "$root"
 
 # One compute thread per worker process; as root Open MPI needs explicit permission.
-# Ctrl-C: mpirun gives the ranks 10 s to save before it kills them (docs/launch.md, "Signals").
-launch=(mpirun -np "$workers" --bind-to none --mca odls_base_sigkill_timeout 10)
+# Ctrl-C: mpirun gives the ranks 5 s to save before it kills them (docs/launch.md, "Signals").
+launch=(mpirun -np "$workers" --bind-to none --mca odls_base_sigkill_timeout 5)
 if [[ $(id -u) -eq 0 ]]; then launch+=(--allow-run-as-root); fi
 if (( workers > $(nproc) )); then launch+=(--oversubscribe); fi
 common=(--set train.threads=1 --set "train.microbatches=$((workers + 2))" --set "train.global_batch=$((4 * (workers + 2)))")
@@ -27,13 +28,13 @@ gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
 if (( gpus > 0 && gpus < workers )); then common+=(--set "pipeline.ranks_per_gpu=$(( (workers + gpus - 1) / gpus ))"); fi
 
 if [[ -d "$fixtures/models/tinystories-656k" ]]; then
-  config=configs/tiny-finetune.toml out=out/tiny-finetune
+  config=configs/tiny-finetune.toml out="${RP_DEMO_OUT:-out/tiny-finetune}"
   rm -rf "$out"  # the demo's own output: each demo run starts over
   "${launch[@]}" "$bin" --config "$config" --set "model.path=$fixtures/models/tinystories-656k" \
     --set "data.path=$fixtures/text/tinyshakespeare.txt" --set "output.dir=$out" "${common[@]}" "$@"
 else
   echo "demo: $fixtures not found; training the built-in tiny model from scratch on fortunes" >&2
-  config=configs/builtin-fortunes.toml out=out/builtin-fortunes
+  config=configs/builtin-fortunes.toml out="${RP_DEMO_OUT:-out/builtin-fortunes}"
   rm -rf "$out"
   "${launch[@]}" "$bin" --config "$config" --set "output.dir=$out" "${common[@]}" "$@"
 fi

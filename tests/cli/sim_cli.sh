@@ -13,7 +13,27 @@ for s in gpipe 1f1b interleaved-1f1b roundpipe; do
   grep -q "^| $s |" "$work/out.txt" || fail "no summary row for $s"
   python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert 0 <= j['bubble_ratio'] < 1 and j['ops']" \
     "$work/r-$s.json" || fail "bad JSON for $s"
-  grep -q "<svg" "$work/g-$s.svg" || fail "no SVG for $s"
+  # The Gantt chart is well-formed SVG with one bar per operation of the JSON result, on its worker's row, from
+  # its start to its end on the time axis, titled with its label, and the header gives the makespan.
+  python3 - "$work/r-$s.json" "$work/g-$s.svg" <<'PY' || fail "the SVG for $s does not draw the schedule"
+import json, sys
+import xml.etree.ElementTree as ET
+result = json.load(open(sys.argv[1]))
+root = ET.parse(sys.argv[2]).getroot()
+ns = "{http://www.w3.org/2000/svg}"
+bars = root.findall(ns + "rect")
+ops = result["ops"]
+assert len(bars) == len(ops), (len(bars), len(ops))
+left, row, top, scale = 70.0, 28.0, 30.0, (1000.0 - 70.0 - 10.0) / result["makespan"]
+for bar, op in zip(bars, ops):
+    assert bar.find(ns + "title").text == op["label"], (bar.find(ns + "title").text, op["label"])
+    assert abs(float(bar.get("x")) - (left + op["start"] * scale)) < 0.01, (bar.attrib, op)
+    assert abs(float(bar.get("width")) - max(0.5, (op["end"] - op["start"]) * scale)) < 0.01, (bar.attrib, op)
+    assert abs(float(bar.get("y")) - (top + row * op["worker"])) < 0.01, (bar.attrib, op)
+header = root.findall(ns + "text")[0].text
+assert f"makespan {result['makespan']:.3f}" in header and f"{result['workers']} workers" in header, header
+assert max(op["end"] for op in ops) == result["makespan"], "the last bar does not end at the makespan"
+PY
 done
 printf '{"forward_ms": [0.1, 1, 1, 1, 3], "backward_ms": [0, 2, 2, 2, 6]}' >"$work/profile.json"
 "$sim" --profile "$work/profile.json" --workers 2 --schedule roundpipe >"$work/p.txt" || fail "--profile failed"

@@ -99,6 +99,9 @@ INSTANTIATE_TEST_SUITE_P(
                           Case{"no_recompute_ahead", {"pipeline.recompute_ahead=0"}},
                           Case{"layer_recompute_ahead2", {"pipeline.recompute=layer", "pipeline.recompute_ahead=2"}},
                           Case{"async_ahead2", {"pipeline.recompute_ahead=2"}, true}, Case{"lora", {"lora.rank=4"}},
+                          // Weight uploads in 50 KB chunks (a stage of this model is 0.3-1.8 MB): the copy
+                          // queue's chunked path, with activation copies going past it, gives the same weights.
+                          Case{"small_upload_chunks", {"pipeline.upload_chunk_mb=0.05"}},
                           Case{"bf16_tied", {"model.dtype=bfloat16"}, false, kTiedHalf},
                           Case{"bf16", {"model.dtype=bfloat16"}, false, {}, false, true},
                           Case{"fp16_overflow", {"model.dtype=float16", kOverflowingScale}, false, {}, true, true}),
