@@ -108,6 +108,16 @@ RunConfig buildRunConfig(Values v) {
   c.data.addBos = v.getBool("data.add_bos");
   c.data.addEos = v.getBool("data.add_eos");
   c.data.skipBadRecords = oneOf(v, "data.on_bad_record", {"error", "skip"}) == "skip";
+  c.data.evalPaths = v.getStringList("data.eval_path");
+  c.data.evalFraction = inRange(v, "data.eval_fraction", 0.0, 0.5, false);
+  if (!c.data.evalPaths.empty() && c.data.evalFraction > 0) {
+    RP_THROW(InputError,
+             "{}: data.eval_path and data.eval_fraction = {} both set: evaluate on files or on held-out "
+             "documents, not both",
+             v.source({"data.eval_path", "data.eval_fraction"}), c.data.evalFraction);
+  }
+  c.eval.every = atLeast(v, "eval.every", 0);
+  c.eval.maxRows = atLeast(v, "eval.max_rows", 1);
 
   c.train.seqLen = atLeast(v, "train.seq_len", 2);
   c.train.globalBatch = atLeast(v, "train.global_batch", 1);

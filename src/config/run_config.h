@@ -34,7 +34,13 @@ struct RunConfig {
     bool addBos = true;
     bool addEos = true;
     bool skipBadRecords = false;
+    std::vector<std::string> evalPaths;  // evaluation files (read like paths)
+    double evalFraction = 0.0;           // or this fraction of the documents held out
   } data;
+  struct Eval {
+    std::int64_t every = 0;  // 0 = at the end only
+    std::int64_t maxRows = 64;
+  } eval;
   struct Train {
     std::int64_t seqLen, globalBatch, microbatches, maxSteps, epochs, seed, lossChunkTokens, threads;
     std::int64_t maxConsecutiveSkips;  // 0 = never stop

@@ -21,6 +21,12 @@ const std::vector<KeySpec>& runSchema() {
       {"data.add_bos", Type::kBool, true, "prepend the tokenizer's BOS to every sample (when it has one)"},
       {"data.add_eos", Type::kBool, true, "append EOS to every plain-text sample"},
       {"data.on_bad_record", Type::kString, S("error"), "error | skip (skipped records are counted and reported)"},
+      {"data.eval_path", Type::kStringList, std::vector<std::string>{},
+       "evaluation files, read like data.path (eval loss every eval.every steps and at the end)"},
+      {"data.eval_fraction", Type::kFloat, 0.0,
+       "or hold out this fraction of data.path's documents for evaluation (0 = none; at most 0.5)"},
+      {"eval.every", Type::kInt, I(0), "evaluate every N steps (0 = at the end only), when there is evaluation data"},
+      {"eval.max_rows", Type::kInt, I(64), "evaluate on at most this many train.seq_len rows of the evaluation data"},
 
       {"train.seq_len", Type::kInt, I(256), "tokens per packed sequence"},
       {"train.global_batch", Type::kInt, I(8), "sequences per optimizer step"},

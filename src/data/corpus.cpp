@@ -1,8 +1,12 @@
 #include "data/corpus.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
+#include <random>
 
 #include <nlohmann/json.hpp>
 
@@ -108,6 +112,34 @@ TokenizedCorpus loadCorpus(const std::string& directory) {
     }
   }
   return corpus;
+}
+
+std::pair<TokenizedCorpus, TokenizedCorpus> holdOut(const TokenizedCorpus& corpus, double fraction,
+                                                    std::uint64_t seed) {
+  const std::size_t n = corpus.documentCount();
+  if (n < 2)
+    RP_THROW(InputError, "holding out documents for evaluation needs at least 2 documents, the data has {}", n);
+  const auto held =
+      std::clamp<std::size_t>(static_cast<std::size_t>(std::llround(fraction * static_cast<double>(n))), 1, n - 1);
+  // Fisher-Yates with mt19937_64, as the packer shuffles: the same on every platform.
+  std::vector<std::size_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 rng(seed ^ 0x5EEDE7A1u);
+  for (std::size_t i = n; i > 1; --i) std::swap(order[i - 1], order[static_cast<std::size_t>(rng() % i)]);
+  std::vector<bool> isHeld(n, false);
+  for (std::size_t i = 0; i < held; ++i) isHeld[order[i]] = true;
+  std::pair<TokenizedCorpus, TokenizedCorpus> out;
+  for (std::size_t d = 0; d < n; ++d) {
+    const auto doc = corpus.document(d);
+    std::vector<std::int32_t> ids(doc.begin(), doc.end());
+    std::vector<std::uint8_t> mask;
+    if (!corpus.trainMask.empty()) {
+      mask.assign(corpus.trainMask.begin() + static_cast<std::ptrdiff_t>(corpus.docOffsets[d]),
+                  corpus.trainMask.begin() + static_cast<std::ptrdiff_t>(corpus.docOffsets[d + 1]));
+    }
+    (isHeld[d] ? out.second : out.first).add(ids, mask);
+  }
+  return out;
 }
 
 }  // namespace rp::data

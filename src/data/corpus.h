@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace rp::data {
@@ -29,6 +30,10 @@ void saveCorpus(const TokenizedCorpus& corpus, const std::string& directory, con
                 std::int64_t vocabSize);
 // Loads and validates (sizes agree, offsets monotone, ids < vocab size); errors name the file.
 TokenizedCorpus loadCorpus(const std::string& directory);
+
+// Holds out round(fraction x documents) documents, chosen by a permutation seeded with `seed`, at least one
+// and leaving at least one: {the rest, in their order; the held-out ones, in their order}.
+std::pair<TokenizedCorpus, TokenizedCorpus> holdOut(const TokenizedCorpus& corpus, double fraction, std::uint64_t seed);
 
 inline constexpr int kCorpusFormatVersion = 1;
 

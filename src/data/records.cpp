@@ -71,15 +71,20 @@ Sample fromAlpaca(const json& r, ChatTemplate t) {
   return renderChat(messages, t);
 }
 
+// ShareGPT ("conversations": [{"from", "value"}]) or the OpenAI chat form ("messages": [{"role", "content"}]);
+// either key of a turn pair is accepted in either list.
 Sample fromShareGpt(const json& r, ChatTemplate t) {
-  const auto it = r.find("conversations");
+  auto it = r.find("conversations");
+  if (it == r.end()) it = r.find("messages");
   if (it == r.end() || !it->is_array() || it->empty())
-    throw std::invalid_argument("missing non-empty array 'conversations'");
+    throw std::invalid_argument("missing non-empty array 'conversations' (ShareGPT) or 'messages' (OpenAI)");
   std::vector<Message> messages;
   bool anyAssistant = false;
   for (const auto& turn : *it) {
     if (!turn.is_object()) throw std::invalid_argument("a conversation turn is not an object");
-    const std::string from = stringField(turn, "from");
+    const bool openAi = !turn.contains("from") && turn.contains("role");
+    const char* roleKey = openAi ? "role" : "from";
+    const std::string from = stringField(turn, roleKey);
     std::string role;
     if (from == "system")
       role = "system";
@@ -89,9 +94,9 @@ Sample fromShareGpt(const json& r, ChatTemplate t) {
       role = "assistant";
     else
       throw std::invalid_argument(
-          fmt::format("turn 'from' is \"{}\": expected system, human/user or gpt/assistant", from));
+          fmt::format("turn '{}' is \"{}\": expected system, human/user or gpt/assistant", roleKey, from));
     anyAssistant = anyAssistant || role == "assistant";
-    messages.push_back({role, stringField(turn, "value")});
+    messages.push_back({role, stringField(turn, openAi ? "content" : "value")});
   }
   if (!anyAssistant) throw std::invalid_argument("no assistant (gpt) turn: nothing to train on");
   return renderChat(messages, t);

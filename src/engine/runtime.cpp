@@ -23,6 +23,7 @@
 #include "model/batch.h"
 #include "model/generate.h"
 #include "model/lora.h"
+#include "run/evaluation.h"
 #include "run/setup.h"
 #include "schedule/plan_search.h"
 #include "trace/bubbles.h"
@@ -89,7 +90,9 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
   if (c.lora.rank > 0) adapters = model::attachLora(*model, loraConfig());
   model_ = std::make_unique<PipelineModel>(model, adapters);
   tokenizer_ = std::make_unique<data::Tokenizer>(data::Tokenizer::fromFile(c.model.tokenizer));
-  corpus_ = run::loadCorpusFor(c, model->config(), *tokenizer_);
+  run::Corpora corpora = run::loadCorporaFor(c, model->config(), *tokenizer_);
+  corpus_ = std::move(corpora.train);
+  evalRows_ = run::evalRows(c, corpora.eval);
   identity_ = run::runIdentity(c, corpus_);
   packer_ = std::make_unique<data::Packer>(corpus_, c.train.seqLen, static_cast<std::uint64_t>(c.train.seed));
   rowsPerMicrobatch_ = c.train.globalBatch / id.nodeCount / c.train.microbatches;
@@ -458,6 +461,32 @@ std::string PipelineRuntime::sample(const std::string& prompt) {
   std::string text = model::greedySample(model_->model(), *tokenizer_, prompt, config_.output.sampleTokens);
   model_->unbindAll();
   return text;
+}
+
+// After `steps` steps every rank's optimizer has written its slices of the masters W_steps into the node
+// store; rank 0 binds the model to them (cast to the model dtype where it is not float32) and evaluates on
+// the CPU, as sample() does, while the others go on to wait for its next directive.
+std::optional<run::EvalResult> PipelineRuntime::evaluate(std::int64_t steps) {
+  if (evalRows_.empty()) return std::nullopt;
+  if (steps > startStep_) optimizer_->waitFor(steps - 1);
+  channel_->barrier();
+  if (!leader_) return std::nullopt;
+  std::vector<torch::Tensor> cast;  // the masters in the model dtype, alive while bound
+  for (int i = 0; i < static_cast<int>(model_->tensors().size()); ++i) {
+    const auto& t = model_->tensors()[static_cast<std::size_t>(i)];
+    if (!t.trainable) {
+      model_->bind(i, store_->bytes(weightRegion(t.name)));
+      continue;
+    }
+    torch::Tensor master = storeTensor(masterRegion(t.name), t.local.sizes(), torch::kFloat);
+    if (model_->dtype() != torch::kFloat) master = cast.emplace_back(master.to(model_->dtype()));
+    model_->bind(i, master.data_ptr());
+  }
+  const auto& c = config_;
+  const run::EvalResult r =
+      run::evaluate(model_->model(), evalRows_, rowsPerMicrobatch_ * id_.nodeCount, c.train.lossChunkTokens);
+  model_->unbindAll();
+  return r;
 }
 
 std::vector<trace::StepMetrics> PipelineRuntime::run() {

@@ -68,6 +68,7 @@ class PipelineRuntime : public run::Executor {
   void drain(std::int64_t steps) override;
   void finish() override;
   std::string sample(const std::string& prompt) override;
+  std::optional<run::EvalResult> evaluate(std::int64_t steps) override;
 
   const schedule::Plan& plan() const { return plan_; }
   // A tensor's current weights in the store (a copy), by HF/PEFT name.
@@ -136,7 +137,8 @@ class PipelineRuntime : public run::Executor {
   transport::TensorChannelFactory tensorFactory_;
   std::unique_ptr<data::Tokenizer> tokenizer_;
   data::TokenizedCorpus corpus_;
-  nlohmann::json identity_;  // the dataset and batch shape, as checkpoints record them (run::runIdentity)
+  nlohmann::json identity_;                // the dataset and batch shape, as checkpoints record them (run::runIdentity)
+  std::vector<data::PackedRow> evalRows_;  // empty without evaluation data
   std::unique_ptr<data::Packer> packer_;
   std::unique_ptr<PipelineModel> model_;
   std::unique_ptr<memory::NodeStore> store_;

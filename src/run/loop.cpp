@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <memory>
 
 #include "checkpoint/directory.h"
@@ -9,6 +10,7 @@
 #include "common/log.h"
 #include "common/resident_memory.h"
 #include "run/checkpointing.h"
+#include "run/evaluation.h"
 #include "run/preemption.h"
 #include "run/setup.h"
 #include "trace/progress.h"
@@ -39,11 +41,25 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
                                  writers->worldRank},
         writers->channel);
   }
-  std::int64_t skippedInRow = 0;  // fp16 overflow skips count too (a loss scale that never recovers)
+  std::int64_t skippedInRow = 0;         // fp16 overflow skips count too (a loss scale that never recovers)
+  std::map<std::int64_t, double> evals;  // evaluation losses by step, until the step's metrics are written
+  std::int64_t evaluated = -1;           // the last step evaluated
+  auto evaluate = [&](std::int64_t steps) {
+    evaluated = steps;
+    const auto r = executor.evaluate(steps);
+    if (!r) return;
+    evals[steps] = r->loss;
+    RP_LOG_INFO("step {}: eval loss {:.4f} (perplexity {:.2f}) on {} tokens", steps, r->loss, std::exp(r->loss),
+                r->targetTokens);
+  };
   auto report = [&] {
     for (trace::StepMetrics& m : executor.finished()) {
       if (!reports) continue;
       m.peakResidentMb = static_cast<double>(readResidentMemory().peakBytes) / 1e6;
+      if (const auto e = evals.find(m.step); e != evals.end()) {
+        m.evalLoss = e->second;
+        evals.erase(e);
+      }
       metrics->write(m);
       progress->update(m);
       result.metrics.push_back(m);
@@ -91,6 +107,7 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
       result.outcome = Outcome::kPreempted;
       break;
     }
+    if (evalDue(c, steps + 1)) evaluate(steps + 1);
     report();
     if (c.checkpoint.every > 0 && (steps + 1) % c.checkpoint.every == 0) {
       save(steps + 1);
@@ -100,6 +117,8 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
     if (saver) saver->check();
   }
   executor.drain(steps);
+  // A run that ended early (train.epochs) is evaluated where it ended; a preempted one is not.
+  if (result.outcome == Outcome::kCompleted && steps > executor.startStep() && evaluated != steps) evaluate(steps);
   report();
   // The last step is always saved: it is what roundpipe_export and a later --resume start from.
   if (steps > saved) save(steps);

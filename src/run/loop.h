@@ -24,6 +24,12 @@ struct CheckpointWriters {
   int worldRank = 0;
 };
 
+// The evaluation loss of a model (run/evaluation.h).
+struct EvalResult {
+  double loss = 0.0;  // mean over the target tokens
+  std::int64_t targetTokens = 0;
+};
+
 class Executor {
  public:
   virtual ~Executor() = default;
@@ -52,6 +58,9 @@ class Executor {
   virtual void finish() = 0;
   // A greedy sample from the current weights (reporting rank only).
   virtual std::string sample(const std::string& prompt) = 0;
+  // The evaluation loss of the weights after `steps` steps (run/evaluation.h), on the reporting rank;
+  // nullopt elsewhere and without evaluation data. Every rank calls it at the same steps.
+  virtual std::optional<EvalResult> evaluate(std::int64_t steps) = 0;
 };
 
 enum class Outcome { kCompleted, kPreempted };

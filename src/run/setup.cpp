@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -48,8 +49,7 @@ void initModelFor(const config::RunConfig& c, model::CausalLM& model) {
               model.config().initializerRange);
 }
 
-data::TokenizedCorpus loadCorpusFor(const config::RunConfig& c, const model::ModelConfig& model,
-                                    const data::Tokenizer& tokenizer) {
+Corpora loadCorporaFor(const config::RunConfig& c, const model::ModelConfig& model, const data::Tokenizer& tokenizer) {
   data::DatasetOptions d;
   d.paths = c.data.paths;
   d.format = c.data.format;
@@ -60,7 +60,19 @@ data::TokenizedCorpus loadCorpusFor(const config::RunConfig& c, const model::Mod
   d.skipBadRecords = c.data.skipBadRecords;
   d.bosId = static_cast<std::int32_t>(model.bosTokenId);
   d.eosId = static_cast<std::int32_t>(model.eosTokenId);
-  return data::loadDataset(d, tokenizer);
+  Corpora out;
+  out.train = data::loadDataset(d, tokenizer);
+  if (c.data.evalFraction > 0) {
+    std::tie(out.train, out.eval) =
+        data::holdOut(out.train, c.data.evalFraction, static_cast<std::uint64_t>(c.train.seed));
+    RP_LOG_INFO("evaluation: {} of {} documents held out (data.eval_fraction = {})", out.eval.documentCount(),
+                out.eval.documentCount() + out.train.documentCount(), c.data.evalFraction);
+  } else if (!c.data.evalPaths.empty()) {
+    d.paths = c.data.evalPaths;
+    d.names.path = "data.eval_path";
+    out.eval = data::loadDataset(d, tokenizer);
+  }
+  return out;
 }
 
 void writeEffectiveConfig(const config::RunConfig& c) {

@@ -24,9 +24,13 @@ std::shared_ptr<model::CausalLM> loadModelFor(const config::RunConfig& config, t
 // The same into the parameters of an existing model (bound to memory; the pipeline: the node store).
 void initModelFor(const config::RunConfig& config, model::CausalLM& model);
 
-// data.* with the model's BOS/EOS ids.
-data::TokenizedCorpus loadCorpusFor(const config::RunConfig& config, const model::ModelConfig& model,
-                                    const data::Tokenizer& tokenizer);
+// data.* with the model's BOS/EOS ids: the training documents, and the evaluation documents (data.eval_path
+// read the same way, or data.eval_fraction of data.path's documents held out by train.seed; else empty).
+struct Corpora {
+  data::TokenizedCorpus train, eval;
+};
+Corpora loadCorporaFor(const config::RunConfig& config, const model::ModelConfig& model,
+                       const data::Tokenizer& tokenizer);
 
 // Creates output.dir and writes the effective config there (config.effective.toml); a failed write is a
 // SystemError naming the file.

@@ -1,6 +1,7 @@
 #include "trace/metrics.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -46,6 +47,10 @@ void MetricsWriter::write(const StepMetrics& m) {
   if (m.lossScale) j["loss_scale"] = *m.lossScale;
   if (m.skipped) j["skipped"] = true;
   if (m.peakResidentMb) j["peak_rss_mb"] = *m.peakResidentMb;
+  if (m.evalLoss) {
+    j["eval_loss"] = *m.evalLoss;
+    j["eval_ppl"] = std::exp(*m.evalLoss);
+  }
   out_ << j.dump() << '\n';
   out_.flush();
   if (!out_) RP_THROW(SystemError, "{}: write failed at step {} (disk full?)", path_, m.step);

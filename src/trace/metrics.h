@@ -22,6 +22,7 @@ struct StepMetrics {
   std::optional<double> lossScale;       // fp16 runs
   bool skipped = false;                  // no update: fp16 overflow, or a non-finite loss or gradient norm
   std::optional<double> peakResidentMb;  // the reporting process's resident peak so far (docs/metrics.md)
+  std::optional<double> evalLoss;        // the evaluation loss after this step, where evaluated
 };
 
 class MetricsWriter {

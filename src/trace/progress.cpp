@@ -21,15 +21,16 @@ void Progress::update(const StepMetrics& m) {
   ++timed_;
   const double eta =
       elapsed_ / static_cast<double>(timed_) * static_cast<double>(std::max<std::int64_t>(0, total_ - m.step));
-  const std::string line = fmt::format(
+  const std::string text = fmt::format(
       "step {}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | ETA {}:{:02d}", m.step, total_, m.loss,
       m.lr, m.gradNorm, m.tokensPerSecond, static_cast<int>(eta) / 60, static_cast<int>(eta) % 60);
   const char* skipped = !m.skipped ? "" : m.lossScale ? " (skipped: overflow)" : " (skipped: not finite)";
+  const std::string line = m.evalLoss ? fmt::format("{} | eval {:.4f}", text, *m.evalLoss) : text;
   if (interactive_) {
     std::fprintf(stderr, "\r%s%s\033[K", line.c_str(), skipped);
     std::fflush(stderr);
     lineOpen_ = true;
-  } else if (m.step == 1 || m.step % every_ == 0 || m.step == total_) {
+  } else if (m.step == 1 || m.step % every_ == 0 || m.step == total_ || m.evalLoss) {
     RP_LOG_INFO("{}{}", line, skipped);
   }
 }

@@ -18,6 +18,7 @@
 #include "model/lora.h"
 #include "optim/adamw_simd.h"
 #include "optim/grad_clip.h"
+#include "run/evaluation.h"
 #include "run/setup.h"
 
 namespace rp::train {
@@ -62,7 +63,9 @@ Trainer::Trainer(config::RunConfig config) : config_(std::move(config)), dtype_(
     scaler_ = std::make_unique<optim::LossScaler>(run::lossScalerFor(c));
   }
 
-  corpus_ = run::loadCorpusFor(c, model_->config(), *tokenizer_);
+  run::Corpora corpora = run::loadCorporaFor(c, model_->config(), *tokenizer_);
+  corpus_ = std::move(corpora.train);
+  evalRows_ = run::evalRows(c, corpora.eval);
   identity_ = run::runIdentity(c, corpus_);
   packer_ = std::make_unique<data::Packer>(corpus_, c.train.seqLen, static_cast<std::uint64_t>(c.train.seed));
   if (c.optim.async) {
@@ -141,6 +144,12 @@ trace::StepMetrics Trainer::applyStep(std::int64_t step, const GradientResult& g
 
 std::string Trainer::sample(const std::string& prompt) {
   return model::greedySample(*model_, *tokenizer_, prompt, config_.output.sampleTokens);
+}
+
+std::optional<run::EvalResult> Trainer::evaluate(std::int64_t) {
+  if (evalRows_.empty()) return std::nullopt;
+  const auto& c = config_;
+  return run::evaluate(*model_, evalRows_, c.train.globalBatch / c.train.microbatches, c.train.lossChunkTokens);
 }
 
 bool Trainer::step(std::int64_t step, bool stop) {

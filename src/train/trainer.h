@@ -52,6 +52,7 @@ class Trainer : public run::Executor {
   void drain(std::int64_t) override {}
   void finish() override {}
   std::string sample(const std::string& prompt) override;
+  std::optional<run::EvalResult> evaluate(std::int64_t steps) override;
 
   // Forward/backward of one step's rows split into `microbatches`; leaves d(mean token loss)/d(param)
   // in the fp32 gradient slots (multiplied by `lossScale`).
@@ -74,7 +75,8 @@ class Trainer : public run::Executor {
   std::shared_ptr<model::CausalLM> model_;
   std::unique_ptr<data::Tokenizer> tokenizer_;
   data::TokenizedCorpus corpus_;
-  nlohmann::json identity_;  // the dataset and batch shape, as checkpoints record them (run::runIdentity)
+  nlohmann::json identity_;                // the dataset and batch shape, as checkpoints record them (run::runIdentity)
+  std::vector<data::PackedRow> evalRows_;  // empty without evaluation data
   std::unique_ptr<data::Packer> packer_;
   std::vector<model::NamedTensor> trainable_;
   std::vector<torch::Tensor> masters_;  // fp32; the parameter itself when the model is fp32

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's first command, scripts/demo.sh, end to end (shortened to 40 steps): it trains with 2 worker
-# processes under mpirun, says which plan and backend it uses, prints a sample before and after, the loss goes
-# down, and it leaves a Hugging Face model directory. Usage: demo_script.sh <source dir> <build dir>
+# processes under mpirun, says which plan and backend it uses, prints a sample before and after, evaluates on
+# held-out text at the end, the loss goes down, and it leaves a Hugging Face model directory. Usage: demo_script.sh <source dir> <build dir>
 set -uo pipefail
 src="$1"; build="$2"
 work="$(mktemp -d)"
@@ -14,6 +14,7 @@ grep -q "pipeline: 1 node(s) x schedule roundpipe, 2 workers" "$work/demo.log" |
 grep -Eq "rank [01]: backend (cpu|cuda)" "$work/demo.log" || fail "no backend line"
 grep -q "^sample before: " "$work/demo.log" || fail "no sample before"
 grep -q "^sample after: " "$work/demo.log" || fail "no sample after"
+grep -Eq "step 40: eval loss [0-9.]+ \(perplexity" "$work/demo.log" || fail "no evaluation at the end"
 [[ $(wc -l <"$work/out/metrics.jsonl") -eq 40 ]] || fail "expected 40 metrics records"
 python3 - "$work/out/metrics.jsonl" <<'PY' || fail "the loss did not go down"
 import json, sys

@@ -40,6 +40,12 @@ void expectEqualsTrainer(const config::RunConfig& config, const PipelineResult& 
       EXPECT_FALSE(std::isfinite(p.loss)) << "step " << s + 1 << ": the trainer's loss is " << m.loss;
     }
     EXPECT_EQ(p.skipped, m.skipped) << "step " << s + 1;
+    // Where the pipeline evaluated, the trainer evaluates its weights after the same step.
+    if (p.evalLoss) {
+      const auto e = reference.evaluate(static_cast<std::int64_t>(s) + 1);
+      ASSERT_TRUE(e.has_value()) << "step " << s + 1 << ": the trainer has no evaluation data";
+      EXPECT_NEAR(*p.evalLoss, e->loss, tolerance.loss * e->loss) << "step " << s + 1;
+    }
     EXPECT_EQ(p.lossScale.has_value(), m.lossScale.has_value()) << "step " << s + 1;
     if (p.lossScale && m.lossScale) {
       EXPECT_EQ(*p.lossScale, *m.lossScale) << "step " << s + 1;

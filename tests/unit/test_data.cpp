@@ -96,6 +96,68 @@ TEST(Records, ShareGptLlama3AndRoleErrors) {
   EXPECT_TRUE(s[1].trainable);
 }
 
+// The OpenAI chat form ("messages": role/content) reads as the same conversation as ShareGPT's.
+TEST(Records, OpenAiMessagesReadAsShareGpt) {
+  const auto path = writeFile(
+      "m.jsonl",
+      R"({"conversations": [{"from": "system", "value": "S"}, {"from": "human", "value": "Q"}, {"from": "gpt", "value": "A"}]})"
+      "\n"
+      R"({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}]})"
+      "\n"
+      R"({"messages": [{"role": "tool", "content": "x"}]})"
+      "\n"
+      R"({"messages": []})"
+      "\n");
+  ReadOptions o;
+  o.format = "sharegpt";
+  o.skipBadRecords = true;
+  const auto r = readSamples({path}, o);
+  ASSERT_EQ(r.samples.size(), 2u);
+  ASSERT_EQ(r.samples[0].segments.size(), r.samples[1].segments.size());
+  for (std::size_t i = 0; i < r.samples[0].segments.size(); ++i) {
+    EXPECT_EQ(r.samples[1].segments[i].text, r.samples[0].segments[i].text);
+    EXPECT_EQ(r.samples[1].segments[i].trainable, r.samples[0].segments[i].trainable);
+  }
+  EXPECT_EQ(r.skipped, 2);
+  EXPECT_NE(r.firstSkipReason.find("line 3: turn 'role' is \"tool\": expected system, human/user or gpt/assistant"),
+            std::string::npos)
+      << r.firstSkipReason;
+  o.skipBadRecords = false;
+  const auto empty = writeFile("e.jsonl", R"({"messages": []})");
+  EXPECT_NE(errorOf([&] {
+              readSamples({empty}, o);
+            }).find("missing non-empty array 'conversations' (ShareGPT) or 'messages' (OpenAI)"),
+            std::string::npos);
+}
+
+// data.eval_fraction: a seeded choice of whole documents, disjoint from the rest and together all of them.
+TEST(Corpus, HoldOutSplitsWholeDocumentsBySeed) {
+  TokenizedCorpus c;
+  for (std::int32_t d = 0; d < 40; ++d) c.add({d, d, d}, {1, 0, 1});
+  const auto [train, held] = holdOut(c, 0.1, 7);
+  EXPECT_EQ(held.documentCount(), 4u);
+  EXPECT_EQ(train.documentCount(), 36u);
+  std::set<std::int32_t> seen;
+  for (const auto* part : {&train, &held}) {
+    for (std::size_t d = 0; d < part->documentCount(); ++d) {
+      const auto doc = part->document(d);
+      ASSERT_EQ(doc.size(), 3u);
+      EXPECT_TRUE(seen.insert(doc[0]).second) << "document " << doc[0] << " in both parts";
+    }
+    EXPECT_EQ(part->trainMask.size(), part->tokens.size()) << "the loss masks travel with their documents";
+  }
+  EXPECT_EQ(seen.size(), 40u);
+  const auto again = holdOut(c, 0.1, 7).second;
+  const auto other = holdOut(c, 0.1, 8).second;
+  EXPECT_EQ(again.tokens, held.tokens) << "the same seed holds out the same documents";
+  EXPECT_NE(other.tokens, held.tokens) << "another seed, other documents";
+  EXPECT_EQ(holdOut(c, 0.001, 1).second.documentCount(), 1u) << "at least one";
+  TokenizedCorpus one;
+  one.add({1, 2}, {});
+  EXPECT_NE(errorOf([&] { holdOut(one, 0.1, 1); }).find("needs at least 2 documents, the data has 1"),
+            std::string::npos);
+}
+
 TokenizedCorpus smallCorpus() {
   TokenizedCorpus c;
   c.add({1, 2, 3, 4, 5}, {});

@@ -102,6 +102,9 @@ INSTANTIATE_TEST_SUITE_P(
                           // Weight uploads in 50 KB chunks (a stage of this model is 0.3-1.8 MB): the copy
                           // queue's chunked path, with activation copies going past it, gives the same weights.
                           Case{"small_upload_chunks", {"pipeline.upload_chunk_mb=0.05"}},
+                          // Evaluation on 5% held-out documents after steps 2, 4 and 5: rank 0 on the masters
+                          // in the store equals the trainer on its weights.
+                          Case{"eval", {"data.eval_fraction=0.05", "eval.every=2", "eval.max_rows=8"}},
                           Case{"bf16_tied", {"model.dtype=bfloat16"}, false, kTiedHalf},
                           Case{"bf16", {"model.dtype=bfloat16"}, false, {}, false, true},
                           Case{"fp16_overflow", {"model.dtype=float16", kOverflowingScale}, false, {}, true, true}),

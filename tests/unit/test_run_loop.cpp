@@ -1,9 +1,11 @@
 // The shared step loop (run/loop.h) over a scripted executor: checkpoint cadence and the final save,
 // preemption, epochs, late-finishing steps, the divergence message.
+#include <cmath>
 #include <fstream>
 #include <limits>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "config/run_config.h"
@@ -65,6 +67,11 @@ class ScriptedExecutor : public Executor {
   void drain(std::int64_t steps) override { drained.push_back(steps); }
   void finish() override { ++finishes; }
   std::string sample(const std::string& prompt) override { return prompt; }
+  std::optional<EvalResult> evaluate(std::int64_t steps) override {
+    evaluatedAt.push_back(steps);
+    return EvalResult{0.5 + 0.01 * static_cast<double>(steps), 100};
+  }
+  std::vector<std::int64_t> evaluatedAt;
 
  private:
   std::vector<trace::StepMetrics> pending_;
@@ -145,12 +152,40 @@ TEST(RunLoop, AResumeAtMaxStepsSaysThereIsNothingToTrain) {
   EXPECT_NE(log.find("the run is at step 7 and train.max_steps = 7: nothing to train"), std::string::npos) << log;
 }
 
+// Evaluation every eval.every steps and at the last step; the loss goes into that step's metrics record
+// (eval_loss, eval_ppl) and its progress line, also when the step's metrics arrive a step late (async).
+TEST(RunLoop, EvaluatesEveryNStepsAndAtTheEnd) {
+  for (bool late : {false, true}) {
+    const std::string out = test::scratchDir();
+    ScriptedExecutor e;
+    e.lateByOne = late;
+    testing::internal::CaptureStderr();
+    runLoop(configWith(out, {"eval.every=3"}), e);
+    const std::string log = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(e.evaluatedAt, (std::vector<std::int64_t>{3, 6, 7}));
+    std::ifstream in(out + "/metrics.jsonl");
+    std::vector<std::int64_t> withEval;
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (!j.contains("eval_loss")) continue;
+      const auto step = j.at("step").get<std::int64_t>();
+      withEval.push_back(step);
+      EXPECT_DOUBLE_EQ(j.at("eval_loss").get<double>(), 0.5 + 0.01 * static_cast<double>(step));
+      EXPECT_NEAR(j.at("eval_ppl").get<double>(), std::exp(0.5 + 0.01 * static_cast<double>(step)), 1e-12);
+    }
+    EXPECT_EQ(withEval, (std::vector<std::int64_t>{3, 6, 7})) << "late=" << late;
+    EXPECT_NE(log.find("step 6: eval loss 0.5600 (perplexity 1.75) on 100 tokens"), std::string::npos) << log;
+    EXPECT_NE(log.find("| eval 0.5300"), std::string::npos) << log;
+  }
+}
+
 TEST(RunLoop, StopsAtTheEpochLimit) {
   ScriptedExecutor e;
   e.stepsPerEpoch = 2;
   runLoop(configWith(test::scratchDir(), {"train.epochs=2"}), e);
   EXPECT_EQ(e.ran, (std::vector<std::int64_t>{0, 1, 2, 3}));
   EXPECT_EQ(e.snapshots, (std::vector<std::int64_t>{4}));
+  EXPECT_EQ(e.evaluatedAt, (std::vector<std::int64_t>{4})) << "evaluated where the run ended";
 }
 
 TEST(RunLoop, StepsThatFinishLateAreAllReported) {
