@@ -192,6 +192,7 @@ RunConfig buildRunConfig(Values v) {
 
   c.output.dir = v.getString("output.dir");
   c.output.logEvery = atLeast(v, "output.log_every", 1);
+  c.output.peakTflops = inRange(v, "output.peak_tflops", 0.0, 1e9, false);
   c.output.samplePrompt = v.getString("output.sample_prompt");
   c.output.sampleTokens = atLeast(v, "output.sample_tokens", 1);
   c.checkpoint.dir = v.getString("checkpoint.dir");

@@ -85,6 +85,7 @@ struct RunConfig {
     std::int64_t logEvery;
     std::string samplePrompt;
     std::int64_t sampleTokens;
+    double peakTflops;  // the job's peak for MFU; 0 = the GPUs' table value
   } output;
   struct Checkpoint {
     std::string dir;  // defaults to <output.dir>/checkpoints

@@ -91,6 +91,9 @@ const std::vector<KeySpec>& runSchema() {
 
       {"output.dir", Type::kString, S("out"), "output directory (metrics.jsonl, config.effective.toml)"},
       {"output.log_every", Type::kInt, I(1), "print a log line every N steps"},
+      {"output.peak_tflops", Type::kFloat, 0.0,
+       "the whole job's peak TFLOP/s for MFU (0 = the GPUs' tensor peak from the table in docs/metrics.md; "
+       "CPU runs report no MFU unless set)"},
       {"output.sample_prompt", Type::kString, S(""), "prompt for a greedy sample before and after training"},
       {"output.sample_tokens", Type::kInt, I(48), "tokens in that sample"},
 

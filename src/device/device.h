@@ -26,4 +26,8 @@ std::string cudaSelfTest(int index);
 
 const char* backendName(Backend backend);
 
+// The dense bf16/fp16 tensor-core peak (TFLOP/s, fp32 accumulate) of a GPU by the name the CUDA runtime gives
+// it, from the vendors' data sheets; 0 for a device not in the table (docs/metrics.md lists it).
+double tensorPeakTflops(const std::string& deviceName);
+
 }  // namespace rp::device

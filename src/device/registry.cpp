@@ -1,6 +1,8 @@
 // The backend registry: the only file outside device/cuda/ that knows whether CUDA was compiled in.
 #include "device/device.h"
 
+#include <utility>
+
 #include "common/error.h"
 #include "device/cpu/cpu_worker.h"
 #include "device/worker.h"
@@ -14,6 +16,18 @@ namespace rp::device {
 
 const char* backendName(Backend backend) {
   return backend == Backend::kCuda ? "cuda" : "cpu";
+}
+
+double tensorPeakTflops(const std::string& name) {
+  // Longest names first where one contains another ("H100 PCIe" before "H100").
+  static const std::pair<const char*, double> kTable[] = {
+      {"H200", 989.4},    {"H100 PCIe", 756.0}, {"H100", 989.4},         {"A100", 312.0},     {"A800", 312.0},
+      {"L40S", 362.1},    {"L40", 181.0},       {"RTX 6000 Ada", 364.2}, {"RTX 4090", 165.2}, {"RTX 4080", 97.5},
+      {"RTX 3090", 71.0}, {"A6000", 154.8},     {"L4", 121.0},           {"A10", 125.0},      {"V100", 125.0}};
+  for (const auto& [key, tflops] : kTable) {
+    if (name.find(key) != std::string::npos) return tflops;
+  }
+  return 0.0;
 }
 
 Inventory probe() {

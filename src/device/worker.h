@@ -46,7 +46,8 @@ struct WorkerOptions {
 // Where a worker's memory and compute are: the torch device of the tensors a job computes with.
 struct Placement {
   Backend backend = Backend::kCpu;
-  int index = -1;  // the CUDA device; -1 on the CPU
+  int index = -1;    // the CUDA device; -1 on the CPU
+  std::string name;  // the device's name ("NVIDIA H100 80GB HBM3"); empty on the CPU
 };
 
 // A point in the worker's compute order: everything submitted before it (CPU: the time it was taken).

@@ -25,6 +25,7 @@
 #include "model/lora.h"
 #include "run/evaluation.h"
 #include "run/setup.h"
+#include "run/utilisation.h"
 #include "schedule/plan_search.h"
 #include "trace/bubbles.h"
 #include "trace/formats.h"
@@ -487,6 +488,17 @@ std::optional<run::EvalResult> PipelineRuntime::evaluate(std::int64_t steps) {
       run::evaluate(model_->model(), evalRows_, rowsPerMicrobatch_ * id_.nodeCount, c.train.lossChunkTokens);
   model_->unbindAll();
   return r;
+}
+
+double PipelineRuntime::modelFlopsPerStep() const {
+  return run::modelFlopsPerStep(config_, model_->model().config());
+}
+
+// Every node alike: its workers' GPUs (ranks sharing one count it once).
+double PipelineRuntime::peakFlops() const {
+  const int gpus =
+      (workers_ + static_cast<int>(config_.pipeline.ranksPerGpu) - 1) / static_cast<int>(config_.pipeline.ranksPerGpu);
+  return run::peakFlops(config_, worker_->placement().name, gpus * id_.nodeCount);
 }
 
 std::vector<trace::StepMetrics> PipelineRuntime::run() {

@@ -69,6 +69,8 @@ class PipelineRuntime : public run::Executor {
   void finish() override;
   std::string sample(const std::string& prompt) override;
   std::optional<run::EvalResult> evaluate(std::int64_t steps) override;
+  double modelFlopsPerStep() const override;
+  double peakFlops() const override;
 
   const schedule::Plan& plan() const { return plan_; }
   // A tensor's current weights in the store (a copy), by HF/PEFT name.

@@ -52,10 +52,15 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
     RP_LOG_INFO("step {}: eval loss {:.4f} (perplexity {:.2f}) on {} tokens", steps, r->loss, std::exp(r->loss),
                 r->targetTokens);
   };
+  const double stepFlops = executor.modelFlopsPerStep(), peak = executor.peakFlops();
   auto report = [&] {
     for (trace::StepMetrics& m : executor.finished()) {
       if (!reports) continue;
       m.peakResidentMb = static_cast<double>(readResidentMemory().peakBytes) / 1e6;
+      if (stepFlops > 0 && m.stepTimeSeconds > 0) {
+        m.modelTflops = stepFlops / m.stepTimeSeconds / 1e12;
+        if (peak > 0) m.mfu = stepFlops / m.stepTimeSeconds / peak;
+      }
       if (const auto e = evals.find(m.step); e != evals.end()) {
         m.evalLoss = e->second;
         evals.erase(e);

@@ -61,6 +61,9 @@ class Executor {
   // The evaluation loss of the weights after `steps` steps (run/evaluation.h), on the reporting rank;
   // nullopt elsewhere and without evaluation data. Every rank calls it at the same steps.
   virtual std::optional<EvalResult> evaluate(std::int64_t steps) = 0;
+  // Model FLOPs of one step (run/utilisation.h) and the job's peak FLOP/s; 0 where unknown.
+  virtual double modelFlopsPerStep() const = 0;
+  virtual double peakFlops() const = 0;
 };
 
 enum class Outcome { kCompleted, kPreempted };

@@ -23,6 +23,8 @@ struct StepMetrics {
   bool skipped = false;                  // no update: fp16 overflow, or a non-finite loss or gradient norm
   std::optional<double> peakResidentMb;  // the reporting process's resident peak so far (docs/metrics.md)
   std::optional<double> evalLoss;        // the evaluation loss after this step, where evaluated
+  std::optional<double> modelTflops;     // model FLOPs of the step / its time (the whole job), where known
+  std::optional<double> mfu;             // modelTflops / the job's peak, where the peak is known
 };
 
 class MetricsWriter {

@@ -25,7 +25,10 @@ void Progress::update(const StepMetrics& m) {
       "step {}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | ETA {}:{:02d}", m.step, total_, m.loss,
       m.lr, m.gradNorm, m.tokensPerSecond, static_cast<int>(eta) / 60, static_cast<int>(eta) % 60);
   const char* skipped = !m.skipped ? "" : m.lossScale ? " (skipped: overflow)" : " (skipped: not finite)";
-  const std::string line = m.evalLoss ? fmt::format("{} | eval {:.4f}", text, *m.evalLoss) : text;
+  std::string line = text;
+  if (m.modelTflops) line += fmt::format(" | {:.3g} TFLOP/s", *m.modelTflops);
+  if (m.mfu) line += fmt::format(" | MFU {:.1f}%", 100 * *m.mfu);
+  if (m.evalLoss) line += fmt::format(" | eval {:.4f}", *m.evalLoss);
   if (interactive_) {
     std::fprintf(stderr, "\r%s%s\033[K", line.c_str(), skipped);
     std::fflush(stderr);

@@ -20,6 +20,7 @@
 #include "optim/grad_clip.h"
 #include "run/evaluation.h"
 #include "run/setup.h"
+#include "run/utilisation.h"
 
 namespace rp::train {
 
@@ -150,6 +151,14 @@ std::optional<run::EvalResult> Trainer::evaluate(std::int64_t) {
   if (evalRows_.empty()) return std::nullopt;
   const auto& c = config_;
   return run::evaluate(*model_, evalRows_, c.train.globalBatch / c.train.microbatches, c.train.lossChunkTokens);
+}
+
+double Trainer::modelFlopsPerStep() const {
+  return run::modelFlopsPerStep(config_, model_->config());
+}
+
+double Trainer::peakFlops() const {
+  return run::peakFlops(config_, "", 1);  // the single-process trainer runs on the CPU
 }
 
 bool Trainer::step(std::int64_t step, bool stop) {

@@ -53,6 +53,8 @@ class Trainer : public run::Executor {
   void finish() override {}
   std::string sample(const std::string& prompt) override;
   std::optional<run::EvalResult> evaluate(std::int64_t steps) override;
+  double modelFlopsPerStep() const override;
+  double peakFlops() const override;
 
   // Forward/backward of one step's rows split into `microbatches`; leaves d(mean token loss)/d(param)
   // in the fp32 gradient slots (multiplied by `lossScale`).

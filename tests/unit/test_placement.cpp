@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "device/device.h"
 #include "device/placement.h"
 
 namespace rp::device {
@@ -24,6 +25,23 @@ std::string errorOf(const PlacementRequest& request, const Inventory& inventory)
     return e.what();
   }
   return "no error";
+}
+
+// The tensor peaks MFU is measured against, by the names the CUDA runtime reports (data-sheet values: dense
+// bf16/fp16 with fp32 accumulate).
+TEST(Placement, TensorPeakByTheCudaDeviceName) {
+  EXPECT_EQ(tensorPeakTflops("NVIDIA H100 80GB HBM3"), 989.4);
+  EXPECT_EQ(tensorPeakTflops("NVIDIA H100 PCIe"), 756.0);
+  EXPECT_EQ(tensorPeakTflops("NVIDIA H200"), 989.4);
+  EXPECT_EQ(tensorPeakTflops("NVIDIA GeForce RTX 4090"), 165.2);
+  EXPECT_EQ(tensorPeakTflops("NVIDIA GeForce RTX 3090"), 71.0);
+  EXPECT_EQ(tensorPeakTflops("NVIDIA A100-SXM4-80GB"), 312.0);
+  EXPECT_EQ(tensorPeakTflops("NVIDIA A10"), 125.0);
+  EXPECT_EQ(tensorPeakTflops("NVIDIA L40S"), 362.1);
+  EXPECT_EQ(tensorPeakTflops("NVIDIA L4"), 121.0);
+  EXPECT_EQ(tensorPeakTflops("Tesla V100-SXM2-32GB"), 125.0);
+  EXPECT_EQ(tensorPeakTflops("Some Future GPU"), 0.0) << "unknown: no MFU rather than a wrong one";
+  EXPECT_EQ(tensorPeakTflops(""), 0.0);
 }
 
 TEST(Placement, AutoTakesTheGpuWhereThereIsOneAndSaysWhyNot) {

@@ -72,6 +72,8 @@ class ScriptedExecutor : public Executor {
     return EvalResult{0.5 + 0.01 * static_cast<double>(steps), 100};
   }
   std::vector<std::int64_t> evaluatedAt;
+  double modelFlopsPerStep() const override { return 2e12; }  // 0.5 s per step: 4 TFLOP/s
+  double peakFlops() const override { return 16e12; }         // MFU 25%
 
  private:
   std::vector<trace::StepMetrics> pending_;
@@ -177,6 +179,24 @@ TEST(RunLoop, EvaluatesEveryNStepsAndAtTheEnd) {
     EXPECT_NE(log.find("step 6: eval loss 0.5600 (perplexity 1.75) on 100 tokens"), std::string::npos) << log;
     EXPECT_NE(log.find("| eval 0.5300"), std::string::npos) << log;
   }
+}
+
+// Model FLOPs per step over the step time, and over the job's peak: in every record and the progress line.
+TEST(RunLoop, ReportsModelFlopsAndMfu) {
+  const std::string out = test::scratchDir();
+  ScriptedExecutor e;
+  testing::internal::CaptureStderr();
+  runLoop(configWith(out, {}), e);
+  const std::string log = testing::internal::GetCapturedStderr();
+  std::ifstream in(out + "/metrics.jsonl");
+  int lines = 0;
+  for (std::string line; std::getline(in, line); ++lines) {
+    const auto j = nlohmann::json::parse(line);
+    EXPECT_DOUBLE_EQ(j.at("model_tflops").get<double>(), 4.0) << line;
+    EXPECT_DOUBLE_EQ(j.at("mfu").get<double>(), 0.25) << line;
+  }
+  EXPECT_EQ(lines, 7);
+  EXPECT_NE(log.find("| 4 TFLOP/s | MFU 25.0%"), std::string::npos) << log;
 }
 
 TEST(RunLoop, StopsAtTheEpochLimit) {

@@ -100,6 +100,29 @@ TEST_F(TrainerTest, LoraTrainsAdaptersOnlyAndLowersLoss) {
   for (const auto& [name, t] : trainer.trainable()) EXPECT_NE(name.find("lora_"), std::string::npos) << name;
 }
 
+// model_tflops is the step's model FLOPs over its time: against the standard estimate 6 x parameters x tokens
+// (Kaplan et al.), which leaves out attention's score and value products (about 2% of this model at 64
+// tokens); mfu is it over output.peak_tflops.
+TEST_F(TrainerTest, ReportsModelFlopsAgainstSixNAndMfuAgainstThePeak) {
+  Trainer trainer(configWith({"train.max_steps=2", "output.peak_tflops=0.5"}));
+  trainer.run();
+  const auto m = metrics();
+  ASSERT_EQ(m.size(), 2u);
+  const auto config = nlohmann::json::parse(std::ifstream(*fixtures_ + "/models/tinystories-656k/config.json"));
+  const double h = config.at("hidden_size"), i = config.at("intermediate_size"), v = config.at("vocab_size");
+  const double heads = config.at("num_attention_heads"), kv = config.at("num_key_value_heads");
+  const double layers = config.at("num_hidden_layers");
+  const double perLayer = 2 * h * h + 2 * h * (h / heads * kv) + 3 * h * i;  // q, o; k, v; gate, up, down
+  const double params = layers * perLayer + h * v;                           // and the LM head
+  const double sixN = 6 * params * 8 * 64;                                   // global_batch x seq_len tokens
+  for (const auto& r : m) {
+    const double flops = r.at("model_tflops").get<double>() * 1e12 * r.at("step_time_s").get<double>();
+    EXPECT_GT(flops, sixN) << "attention adds to 6N";
+    EXPECT_LT(flops, 1.03 * sixN);
+    EXPECT_NEAR(r.at("mfu").get<double>(), r.at("model_tflops").get<double>() / 0.5, 1e-12);
+  }
+}
+
 // bf16 parameters with float32 masters: each master exists apart from its parameter, the parameter is the
 // master rounded to bf16, and the masters keep what bf16 cannot hold (the small AdamW updates accumulate).
 TEST_F(TrainerTest, Bfloat16KeepsFp32MasterWeights) {

@@ -89,7 +89,7 @@ class CudaWorker : public Worker {
         device_, name_, static_cast<double>(totalBytes_) / 1e9, static_cast<double>(chunkBytes_) / 1e6);
   }
 
-  Placement placement() const override { return {Backend::kCuda, device_}; }
+  Placement placement() const override { return {Backend::kCuda, device_, name_}; }
 
   std::shared_ptr<void> allocate(std::size_t bytes) override {
     check(cudaSetDevice(device_), "cudaSetDevice", device_);
