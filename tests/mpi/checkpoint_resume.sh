@@ -130,14 +130,22 @@ for point in 1:4:save-shard 0:4:save-manifest 0:4:save-rename; do
   echo "ok: kill at $point -> resumed from step $expect"
 done
 
+# endless <dir> <seq_len> <global_batch> [mpirun flags...]: starts a 2-rank run with no end in the background
+# (its pid in $pid) and returns once it has finished a step.
+endless() {
+  local d="$1" seq="$2" batch="$3"
+  shift 3
+  RP_NUM_THREADS=1 "${mpi[@]}" "$@" -n 2 "$train" --config /dev/null \
+    --set "model.path=$model" --set "data.path=$fixtures/text/tinyshakespeare.txt" \
+    --set train.seq_len="$seq" --set train.global_batch="$batch" --set train.microbatches=3 \
+    --set train.max_steps=100000 --set "output.dir=$d" >"$d.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 600); do [[ -s "$d/metrics.jsonl" ]] && break; sleep 0.1; done
+}
+
 # 4. Preemption: SIGUSR1 to mpirun mid-run.
 dir="$work/pre"
-RP_NUM_THREADS=1 "${mpi[@]}" -n 2 "$train" --config /dev/null \
-  --set "model.path=$model" --set "data.path=$fixtures/text/tinyshakespeare.txt" \
-  --set train.seq_len=32 --set train.global_batch=12 --set train.microbatches=3 --set train.max_steps=100000 \
-  --set "output.dir=$dir" >"$dir.log" 2>&1 &
-pid=$!
-for _ in $(seq 1 600); do [[ -s "$dir/metrics.jsonl" ]] && break; sleep 0.1; done
+endless "$dir" 32 12
 kill -USR1 "$pid"
 wait "$pid"; code=$?
 [[ $code -eq 3 ]] || { tail -20 "$dir.log"; fail "preempted run exited $code, expected 3"; }
@@ -146,12 +154,7 @@ echo "ok: SIGUSR1 -> exit 3 with $latest"
 
 # 4b. SIGTERM to one rank other than 0 (not through mpirun): it tells rank 0, every rank stops at one step.
 dir="$work/pre_rank1"
-RP_NUM_THREADS=1 "${mpi[@]}" -n 2 "$train" --config /dev/null \
-  --set "model.path=$model" --set "data.path=$fixtures/text/tinyshakespeare.txt" \
-  --set train.seq_len=32 --set train.global_batch=12 --set train.microbatches=3 --set train.max_steps=100000 \
-  --set "output.dir=$dir" >"$dir.log" 2>&1 &
-pid=$!
-for _ in $(seq 1 600); do [[ -s "$dir/metrics.jsonl" ]] && break; sleep 0.1; done
+endless "$dir" 32 12
 rank1=""
 for p in $(pgrep -f "output.dir=$dir"); do
   tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && rank1=$p
@@ -167,18 +170,14 @@ echo "ok: SIGTERM to rank 1 -> every rank stops, exit 3 with $latest"
 # 4c. SIGTERM to mpirun, steps of ~2 s: with odls_base_sigkill_timeout long enough the ranks save before
 # mpirun kills them; mpirun itself exits 1 after a signal of its own (docs/launch.md, "Signals").
 dir="$work/pre_mpirun"
-RP_NUM_THREADS=1 "${mpi[@]}" --mca odls_base_sigkill_timeout 20 -n 2 "$train" --config /dev/null \
-  --set "model.path=$model" --set "data.path=$fixtures/text/tinyshakespeare.txt" \
-  --set train.seq_len=256 --set train.global_batch=96 --set train.microbatches=3 --set train.max_steps=100000 \
-  --set "output.dir=$dir" >"$dir.log" 2>&1 &
-pid=$!
-for _ in $(seq 1 600); do [[ -s "$dir/metrics.jsonl" ]] && break; sleep 0.1; done
+endless "$dir" 256 96 --mca odls_base_sigkill_timeout 20
 kill -TERM "$pid"
 wait "$pid"; code=$?
 [[ $code -ne 0 ]] || fail "SIGTERM to mpirun: exit 0"
 grep -q "signal 15 received: saved the checkpoint of step" "$dir.log" || { tail -20 "$dir.log"; fail "SIGTERM to mpirun: no save"; }
 latest=$(cat "$dir/checkpoints/latest") || fail "no checkpoint after SIGTERM to mpirun"
 echo "ok: SIGTERM to mpirun -> the ranks saved $latest (mpirun exit $code)"
+dir="$work/pre"  # section 5 exports the SIGUSR1 run's checkpoint
 
 # 5. roundpipe_export takes a checkpoints directory (its newest checkpoint) and writes a HF model directory.
 "$(dirname "$train")/roundpipe_export" --checkpoint "$dir/checkpoints" --output "$work/hf" --dtype bfloat16 \
