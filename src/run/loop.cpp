@@ -16,6 +16,37 @@
 #include "trace/progress.h"
 
 namespace rp::run {
+namespace {
+
+// docs/training.md, "Non-finite steps": a skipped step is named (fp16 overflows are routine and are not);
+// train.max_consecutive_skips of them in a row stop the run. A step that was not skipped yet has a
+// non-finite loss would have poisoned the weights: the run stops at once.
+void countSkips(const config::RunConfig& c, const trace::StepMetrics& m, std::int64_t& skippedInRow) {
+  if (!m.skipped) {
+    if (!std::isfinite(m.loss)) {
+      RP_THROW(Error, "step {}: loss is {} (diverged); lower optim.lr or check the data", m.step, m.loss);
+    }
+    skippedInRow = 0;
+    return;
+  }
+  ++skippedInRow;
+  if (!m.lossScale) {
+    RP_LOG_WARN("step {}: loss {}, gradient norm {}: not finite, the update is skipped on every rank", m.step, m.loss,
+                m.gradNorm);
+  }
+  if (c.train.maxConsecutiveSkips > 0 && skippedInRow >= c.train.maxConsecutiveSkips) {
+    const std::int64_t first = m.step - skippedInRow + 1;
+    RP_THROW(Error,
+             "{}: skipped {} step{} in a row ({}); stopping (train.max_consecutive_skips = {}): lower optim.lr or "
+             "check the data, then --resume from the last checkpoint",
+             first == m.step ? fmt::format("step {}", first) : fmt::format("steps {}-{}", first, m.step), skippedInRow,
+             skippedInRow == 1 ? "" : "s",
+             m.lossScale ? "fp16 overflow at every loss scale" : "non-finite loss or gradients",
+             c.train.maxConsecutiveSkips);
+  }
+}
+
+}  // namespace
 
 RunResult runLoop(const config::RunConfig& c, Executor& executor) {
   RunResult result;
@@ -68,28 +99,7 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
       metrics->write(m);
       progress->update(m);
       result.metrics.push_back(m);
-      if (!m.skipped) {
-        if (!std::isfinite(m.loss)) {  // the executors skip such a step; an update from it would poison the weights
-          RP_THROW(Error, "step {}: loss is {} (diverged); lower optim.lr or check the data", m.step, m.loss);
-        }
-        skippedInRow = 0;
-        continue;
-      }
-      ++skippedInRow;
-      if (!m.lossScale) {
-        RP_LOG_WARN("step {}: loss {}, gradient norm {}: not finite, the update is skipped on every rank", m.step,
-                    m.loss, m.gradNorm);
-      }
-      if (c.train.maxConsecutiveSkips > 0 && skippedInRow >= c.train.maxConsecutiveSkips) {
-        const std::int64_t first = m.step - skippedInRow + 1;
-        RP_THROW(Error,
-                 "{}: skipped {} step{} in a row ({}); stopping (train.max_consecutive_skips = {}): lower optim.lr "
-                 "or check the data, then --resume from the last checkpoint",
-                 first == m.step ? fmt::format("step {}", first) : fmt::format("steps {}-{}", first, m.step),
-                 skippedInRow, skippedInRow == 1 ? "" : "s",
-                 m.lossScale ? "fp16 overflow at every loss scale" : "non-finite loss or gradients",
-                 c.train.maxConsecutiveSkips);
-      }
+      countSkips(c, m, skippedInRow);
     }
   };
   auto save = [&](std::int64_t steps) {
