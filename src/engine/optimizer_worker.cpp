@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/resident_memory.h"
 #include "optim/adamw_simd.h"
 #include "optim/grad_clip.h"
 #include "run/setup.h"
@@ -273,7 +274,19 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
   }
   if (!options_.async) copyMasters(work, /*waitForUploads=*/false);  // the next iteration runs on W_{t+1}
   result.finished = std::chrono::steady_clock::now();
+  result.rankPeakMb = gatherPeaks();
   return result;
+}
+
+std::vector<double> OptimizerWorker::gatherPeaks() {
+  const double own = static_cast<double>(readResidentMemory().peakBytes) / 1e6;
+  std::vector<double> peaks(static_cast<std::size_t>(node_->size()), 0.0);
+  const auto parts = node_->gather(&own, sizeof(own), 0);
+  for (std::size_t r = 0; r < parts.size(); ++r) std::memcpy(&peaks[r], parts[r].data(), sizeof(double));
+  // Every node's rank k holds a zero vector but rank 0's; the max leaves node rank 0s the largest per rank.
+  if (crossNode_) crossNode_->allreduce(peaks.data(), peaks.size(), control::Reduce::kMax);
+  if (node_->rank() != 0) peaks.clear();
+  return peaks;
 }
 
 std::vector<checkpoint::Slice> OptimizerWorker::stateSlices(bool withWeights) {

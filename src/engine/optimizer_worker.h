@@ -74,6 +74,9 @@ struct OptimizerResult {
   double lossScale = 0.0;                          // fp16: the scale the iteration's gradients carry
   double lossScaleAfter = 1.0;                     // fp16: the scale after this step's update
   std::chrono::steady_clock::time_point finished;  // when the step completed on this rank
+  // Node rank 0: each node rank's resident peak (MB) when the step completed (several nodes: the largest
+  // over them); empty elsewhere.
+  std::vector<double> rankPeakMb;
 };
 
 class OptimizerWorker {
@@ -126,6 +129,8 @@ class OptimizerWorker {
   void copyMaster(std::size_t i);
   // Unscales this rank's gradient slices; false if any rank's hold a non-finite value.
   bool unscaleAndCheck(double scale);
+  // Collective over the node (and across nodes): OptimizerResult::rankPeakMb.
+  std::vector<double> gatherPeaks();
   // The scale after step `step` (< the thread's current step), or the starting scale before the first.
   double scaleAfter(std::int64_t step);
 

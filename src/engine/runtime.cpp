@@ -532,6 +532,7 @@ std::vector<trace::StepMetrics> PipelineRuntime::finished() {
     m.lr = r.lr;
     m.gradNorm = r.gradNorm;
     m.skipped = r.skipped;
+    m.rankPeakResidentMb = r.rankPeakMb;
     if (r.lossScale > 0) m.lossScale = r.lossScale;
     m.tokens = size.tokens;
     m.targetTokens = size.targets;

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace rp::trace {
 
@@ -25,6 +26,8 @@ struct StepMetrics {
   std::optional<double> evalLoss;        // the evaluation loss after this step, where evaluated
   std::optional<double> modelTflops;     // model FLOPs of the step / its time (the whole job), where known
   std::optional<double> mfu;             // modelTflops / the job's peak, where the peak is known
+  // Pipeline runs: every rank's resident peak so far, by node rank (several nodes: the largest over them).
+  std::vector<double> rankPeakResidentMb;
 };
 
 class MetricsWriter {

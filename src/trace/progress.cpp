@@ -16,6 +16,20 @@ Progress::~Progress() {
   if (lineOpen_) std::fputc('\n', stderr);
 }
 
+namespace {
+
+// The largest resident peak: " | peak 1.23 GB" (a pipeline run adds the rank: " (rank 2)").
+std::string memory(const StepMetrics& m) {
+  const auto& ranks = m.rankPeakResidentMb;
+  if (!ranks.empty()) {
+    const auto top = std::max_element(ranks.begin(), ranks.end());
+    return fmt::format(" | peak {:.3g} GB (rank {})", *top / 1e3, top - ranks.begin());
+  }
+  return m.peakResidentMb ? fmt::format(" | peak {:.3g} GB", *m.peakResidentMb / 1e3) : "";
+}
+
+}  // namespace
+
 void Progress::update(const StepMetrics& m) {
   elapsed_ += m.stepTimeSeconds;
   ++timed_;
@@ -29,6 +43,7 @@ void Progress::update(const StepMetrics& m) {
   if (m.modelTflops) line += fmt::format(" | {:.3g} TFLOP/s", *m.modelTflops);
   if (m.mfu) line += fmt::format(" | MFU {:.1f}%", 100 * *m.mfu);
   if (m.evalLoss) line += fmt::format(" | eval {:.4f}", *m.evalLoss);
+  line += memory(m);
   if (interactive_) {
     std::fprintf(stderr, "\r%s%s\033[K", line.c_str(), skipped);
     std::fflush(stderr);

@@ -3,7 +3,8 @@
 # 6 and 18 decoder layers, with the same 2-layer stages. Each rank's private resident peak (memory.json:
 # peak - node store - files) less its share of the sharded optimizer state must stay below the deep model's
 # full float32 replica, and must not grow with the depth by more than a quarter of the extra replica (it would
-# grow by all of it if every rank held the model).
+# grow by all of it if every rank held the model). Every step's metrics carry each rank's resident peak so far
+# (rank_peak_rss_mb): one per rank, never decreasing, and at most what memory.json reports after the last step.
 # Usage: stage_memory.sh <roundpipe_train> <source dir> <mpiexec> [mpiexec flags...]
 set -uo pipefail
 train="$1"; source="$2"; shift 2
@@ -29,6 +30,22 @@ PY
     --set train.max_steps=2 --set train.threads=1 --set "pipeline.plan=$plan" --set "output.dir=$dir/out" \
     >"$dir/log.txt" 2>&1 || { tail -30 "$dir/log.txt"; fail "the $layers-layer run failed"; }
   [[ -s "$dir/out/memory.json" ]] || fail "no memory.json for the $layers-layer run"
+  grep -Eq 'step 2/2 .*\| peak [0-9.]+ GB \(rank [0-3]\)' "$dir/log.txt" ||
+    fail "the $layers-layer run's progress line shows no per-rank peak: $(grep 'step 2/2' "$dir/log.txt")"
+  python3 - "$dir/out/metrics.jsonl" "$dir/out/memory.json" <<'PY' || fail "per-rank peaks of the $layers-layer run"
+import json, sys
+steps = [json.loads(line) for line in open(sys.argv[1])]
+report = {r["rank"]: r["peak_mb"] for r in json.load(open(sys.argv[2]))["ranks"]}
+assert [s["step"] for s in steps] == [1, 2], steps
+for before, after in zip(steps, steps[1:]):
+    assert all(a >= b for a, b in zip(after["rank_peak_rss_mb"], before["rank_peak_rss_mb"])), (before, after)
+for s in steps:
+    peaks = s["rank_peak_rss_mb"]
+    assert len(peaks) == 4 and all(p > 0 for p in peaks), s
+    assert s["peak_rss_mb"] >= peaks[0], s  # rank 0's own, read after its optimizer step
+for r, peak in enumerate(steps[-1]["rank_peak_rss_mb"]):
+    assert peak <= report[r] + 0.5, f"rank {r}: {peak} MB in the metrics, {report[r]} MB in memory.json"
+PY
 }
 # 2-layer stages throughout: forward counts include the embedding, the fused stage 1 decoder layer + the head.
 mpi=("$@")

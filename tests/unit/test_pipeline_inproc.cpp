@@ -76,6 +76,10 @@ TEST_P(InProcPipeline, EqualsTheSingleProcessTrainer) {
   }
   const ThreadRun run = test::runOnThreads(configAt(scratch + "/pipeline"), workers, backend, names);
   ASSERT_EQ(run.metrics.size(), 5u);
+  for (const auto& m : run.metrics) {  // every rank's resident peak, gathered by the optimizers
+    ASSERT_EQ(m.rankPeakResidentMb.size(), static_cast<std::size_t>(workers)) << "step " << m.step;
+    for (const double mb : m.rankPeakResidentMb) EXPECT_GT(mb, 0.0) << "step " << m.step;
+  }
   if (c.overflows) {
     int skipped = 0;
     for (const auto& m : run.metrics) skipped += m.skipped ? 1 : 0;

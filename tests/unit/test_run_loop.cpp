@@ -22,8 +22,9 @@ class ScriptedExecutor : public Executor {
   std::int64_t stepsPerEpoch = 0;  // 0: one endless epoch
   bool lateByOne = false;          // a step's metrics come after the next step ran (async optimizer)
   double lossAt3 = 1.0;
-  std::int64_t skipFrom = -1;  // steps from here on diverge: NaN loss, skipped (the executor's verdict)
-  std::int64_t skipTo = -1;    // ... up to here (exclusive; -1: to the end)
+  std::int64_t skipFrom = -1;     // steps from here on diverge: NaN loss, skipped (the executor's verdict)
+  std::int64_t skipTo = -1;       // ... up to here (exclusive; -1: to the end)
+  std::vector<double> rankPeaks;  // a pipeline's per-rank resident peaks (MB)
 
   std::vector<std::int64_t> ran, snapshots;
   std::vector<std::int64_t> drained;
@@ -48,6 +49,7 @@ class ScriptedExecutor : public Executor {
     }
     m.tokens = 10;
     m.stepTimeSeconds = 0.5;
+    m.rankPeakResidentMb = rankPeaks;
     pending_.push_back(m);
     return true;
   }
@@ -197,6 +199,23 @@ TEST(RunLoop, ReportsModelFlopsAndMfu) {
   }
   EXPECT_EQ(lines, 7);
   EXPECT_NE(log.find("| 4 TFLOP/s | MFU 25.0%"), std::string::npos) << log;
+}
+
+// Per-rank resident peaks go to metrics.jsonl as they came; the progress line names the largest and its rank.
+TEST(RunLoop, ReportsEveryRanksPeakMemory) {
+  const std::string out = test::scratchDir();
+  ScriptedExecutor e;
+  e.rankPeaks = {100.0, 2500.0, 200.0};
+  testing::internal::CaptureStderr();
+  runLoop(configWith(out, {}), e);
+  const std::string log = testing::internal::GetCapturedStderr();
+  std::ifstream in(out + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j.at("rank_peak_rss_mb").get<std::vector<double>>(), e.rankPeaks) << line;
+    EXPECT_GT(j.at("peak_rss_mb").get<double>(), 0.0) << line;  // this process's own
+  }
+  EXPECT_NE(log.find("| peak 2.5 GB (rank 1)"), std::string::npos) << log;
 }
 
 TEST(RunLoop, StopsAtTheEpochLimit) {
