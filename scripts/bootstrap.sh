@@ -13,6 +13,7 @@ apt_packages=(
   libgtest-dev libgmock-dev libbenchmark-dev    # tests and benchmarks
   libcli11-dev nlohmann-json3-dev libtomlplusplus-dev libfmt-dev
   libicu-dev                                    # tokenizer: Unicode normalization and regexes
+  clang libclang-rt-14-dev                      # the fuzz targets (libFuzzer, ASan, UBSan)
   fortunes                                      # the demo's corpus when ../shared is absent
 )
 

@@ -81,9 +81,20 @@ void writeAttr(hid_t object, const char* name, const std::vector<std::int64_t>& 
   }
 }
 
+// True when `type` (an open datatype handle, closed here) is exactly `expected`. Checked before every read: a
+// read converts from the stored type, and HDF5's conversion of a corrupt stored type can crash.
+bool hasType(hid_t type, hid_t expected) {
+  Handle t(type, H5Tclose);
+  return t.ok() && H5Tequal(t.get(), expected) > 0;
+}
+
 std::vector<std::int64_t> readAttr(hid_t object, const char* name, const std::string& where) {
   Handle attr(H5Aopen(object, name, H5P_DEFAULT), H5Aclose);
   if (!attr.ok()) RP_THROW(InputError, "{}: attribute '{}' is missing", where, name);
+  if (!hasType(H5Aget_type(attr.get()), H5T_STD_I64LE)) {
+    RP_THROW(InputError, "{}: attribute '{}' is not 64-bit integers (corrupt file, or not a roundpipe shard)", where,
+             name);
+  }
   Handle space(H5Aget_space(attr.get()), H5Sclose);
   const hssize_t n = H5Sget_simple_extent_npoints(space.get());
   std::vector<std::int64_t> values(static_cast<std::size_t>(std::max<hssize_t>(n, 0)));
@@ -179,6 +190,9 @@ void readRecord(const std::filesystem::path& path, const SliceRecord& r, float* 
   }
   if (readAttr(d.get(), "shape", where) != r.shape || readAttr(d.get(), "offset", where) != std::vector{r.offset}) {
     RP_THROW(InputError, "{}: its shape or offset attribute differs from the manifest", where);
+  }
+  if (!hasType(H5Dget_type(d.get()), H5T_IEEE_F32LE)) {
+    RP_THROW(InputError, "{} is not float32 (corrupt file, or not a roundpipe shard)", where);
   }
   if (H5Dread(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0) {
     RP_THROW(InputError, "{} cannot be read: the file is truncated or corrupt", where);

@@ -5,13 +5,10 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <map>
 #include <optional>
-#include <set>
-#include <tuple>
+#include <sstream>
 
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include "cli/run_main.h"
 #include "common/error.h"
@@ -19,6 +16,7 @@
 #include "schedule/plan_search.h"
 #include "schedule/projection.h"
 #include "schedule/sim.h"
+#include "schedule/trace_replay.h"
 #include "trace/formats.h"
 
 namespace {
@@ -70,87 +68,6 @@ SimCosts loadProfile(const std::string& path, double hop) {
   c.backward = p.backwardMs;
   c.hop = hop;
   return c;
-}
-
-// A run's Chrome trace (<output.dir>/trace.json): the compute spans "fwd|fused|bwd a-b mb k (step s)" of
-// steps >= 3 give every stage's mean time per microbatch and, with their layer ranges, the plan. A stage's
-// time is spread evenly over its layers; a backward stage's recompute is taken from the forward stages. A
-// recompute run ahead of the gradient ("recompute a-b", pipeline.recompute_ahead) is a span of its own, added
-// back to its backward stage's.
-struct TraceInput {
-  SimCosts costs;
-  Plan plan;
-  int workers = 0, microbatches = 0;
-};
-
-TraceInput loadTrace(const std::string& path, double hop) {
-  std::ifstream in(path);
-  if (!in) RP_THROW(rp::InputError, "{}: cannot open the trace", path);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    RP_THROW(rp::InputError, "{}: not valid JSON: {}", path, e.what());
-  }
-  struct Acc {
-    double sum = 0;
-    int n = 0;
-  };
-  std::map<std::tuple<std::string, int, int>, Acc> stages;  // (kind, first, last) -> durations
-  std::set<int> workers;
-  int microbatches = 0;
-  for (const auto& e : j.value("traceEvents", nlohmann::json::array())) {
-    if (e.value("cat", "") != "compute" || e.value("ph", "") != "X") continue;
-    const auto span = rp::trace::parseComputeSpanName(e.value("name", ""));
-    if (!span) continue;
-    workers.insert(e.value("pid", 0));
-    microbatches = std::max(microbatches, span->microbatch + 1);
-    if (span->step < 3) continue;  // warm-up
-    Acc& acc = stages[{span->kind, span->first, span->last}];
-    acc.sum += e.value("dur", 0.0) / 1e3;
-    ++acc.n;
-  }
-  TraceInput t;
-  int layers = 0;
-  for (const auto& [key, acc] : stages) layers = std::max(layers, std::get<2>(key) + 1);
-  if (layers < 2 || workers.empty()) {
-    RP_THROW(rp::InputError, "{}: no compute spans of steps >= 3 (a RoundPipe run's trace.json, 3+ steps)", path);
-  }
-  t.costs.forward.assign(static_cast<std::size_t>(layers), 0.0);
-  t.costs.backward.assign(static_cast<std::size_t>(layers), 0.0);
-  t.costs.hop = hop;
-  auto spread = [&](std::vector<double>& v, int a, int b, double total) {
-    for (int l = a; l <= b; ++l) v[static_cast<std::size_t>(l)] = total / (b - a + 1);
-  };
-  for (const auto& [key, acc] : stages) {  // forward stages first: the recompute of backward stages uses them
-    const auto& [kind, a, b] = key;
-    if (kind == "fwd") {
-      spread(t.costs.forward, a, b, acc.sum / acc.n);
-      t.plan.forward.push_back({a, b + 1});
-    } else if (kind == "fused") {
-      spread(t.costs.backward, a, b, acc.sum / acc.n);  // forward, loss and backward at once
-      t.plan.fused = {a, b + 1};
-    }
-  }
-  for (const auto& [key, acc] : stages) {
-    const auto& [kind, a, b] = key;
-    if (kind != "bwd") continue;
-    double recompute = 0, ahead = 0;
-    for (int l = a; l <= b; ++l) recompute += t.costs.forward[static_cast<std::size_t>(l)];
-    for (const auto& [other, part] : stages) {
-      if (std::get<0>(other) == "recompute" && std::get<1>(other) >= a && std::get<2>(other) <= b)
-        ahead += part.sum / part.n;
-    }
-    spread(t.costs.backward, a, b, std::max(0.0, acc.sum / acc.n + ahead - recompute));
-    t.plan.backward.push_back({a, b + 1});
-  }
-  std::sort(t.plan.forward.begin(), t.plan.forward.end(), [](auto& x, auto& y) { return x.begin < y.begin; });
-  std::sort(t.plan.backward.begin(), t.plan.backward.end(), [](auto& x, auto& y) { return x.begin > y.begin; });
-  validate(t.plan, layers,
-           path + " (the plan its spans describe; replanned runs mix plans: use pipeline.replan_every = 0)");
-  t.workers = static_cast<int>(workers.size());
-  t.microbatches = microbatches;
-  return t;
 }
 
 void writeFile(const std::string& path, const std::string& text) {

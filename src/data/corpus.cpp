@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/json_input.h"
 #include "common/mapped_file.h"
 
 namespace rp::data {
@@ -73,27 +74,29 @@ TokenizedCorpus loadCorpus(const std::string& directory) {
   std::ifstream in(metaPath);
   if (!in)
     RP_THROW(InputError, "{}: cannot open (expected a directory written by roundpipe_tokenize)", metaPath.string());
-  nlohmann::json meta;
-  try {
-    meta = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    RP_THROW(InputError, "{}: not valid JSON: {}", metaPath.string(), e.what());
-  }
-  if (meta.value("format", "") != "roundpipe-tokenized" || meta.value("version", 0) != kCorpusFormatVersion) {
-    RP_THROW(InputError, "{}: expected format \"roundpipe-tokenized\" version {}, found {} version {}",
-             metaPath.string(), kCorpusFormatVersion, meta.value("format", "?"), meta.value("version", 0));
-  }
+  struct Meta {
+    std::uint64_t documents = 0, tokens = 0;
+    bool hasMask = false;
+    std::int64_t vocabSize = 0;
+  };
+  const Meta meta = readJson(metaPath.string(), [&] {
+    const auto j = nlohmann::json::parse(in);
+    if (j.value("format", "") != "roundpipe-tokenized" || j.value("version", 0) != kCorpusFormatVersion) {
+      RP_THROW(InputError, "{}: expected format \"roundpipe-tokenized\" version {}, found {} version {}",
+               metaPath.string(), kCorpusFormatVersion, j.value("format", "?"), j.value("version", 0));
+    }
+    return Meta{j.value("documents", std::uint64_t{0}), j.value("tokens", std::uint64_t{0}), j.value("has_mask", false),
+                j.value("vocab_size", std::int64_t{0})};
+  });
   TokenizedCorpus corpus;
   corpus.tokens = readArray<std::int32_t>(dir / "tokens.bin");
   corpus.docOffsets = readArray<std::uint64_t>(dir / "docs.bin");
-  if (meta.value("has_mask", false)) corpus.trainMask = readArray<std::uint8_t>(dir / "mask.bin");
+  if (meta.hasMask) corpus.trainMask = readArray<std::uint8_t>(dir / "mask.bin");
 
-  const auto docs = meta.value("documents", std::uint64_t{0});
-  if (corpus.docOffsets.size() != docs + 1 || corpus.docOffsets.front() != 0 ||
-      corpus.docOffsets.back() != corpus.tokens.size() ||
-      meta.value("tokens", std::uint64_t{0}) != corpus.tokens.size()) {
+  if (corpus.docOffsets.empty() || corpus.docOffsets.size() - 1 != meta.documents || corpus.docOffsets.front() != 0 ||
+      corpus.docOffsets.back() != corpus.tokens.size() || meta.tokens != corpus.tokens.size()) {
     RP_THROW(InputError, "{}: docs.bin/tokens.bin disagree with meta.json ({} documents, {} tokens expected)",
-             directory, docs, meta.value("tokens", std::uint64_t{0}));
+             directory, meta.documents, meta.tokens);
   }
   for (std::size_t d = 1; d < corpus.docOffsets.size(); ++d) {
     if (corpus.docOffsets[d] < corpus.docOffsets[d - 1]) {
@@ -104,7 +107,7 @@ TokenizedCorpus loadCorpus(const std::string& directory) {
     RP_THROW(InputError, "{}/mask.bin: {} flags for {} tokens", directory, corpus.trainMask.size(),
              corpus.tokens.size());
   }
-  const auto vocab = meta.value("vocab_size", std::int64_t{0});
+  const auto vocab = meta.vocabSize;
   for (std::size_t i = 0; i < corpus.tokens.size(); ++i) {
     if (corpus.tokens[i] < 0 || corpus.tokens[i] >= vocab) {
       RP_THROW(InputError, "{}/tokens.bin: token {} at index {} is outside the vocabulary of {}", directory,

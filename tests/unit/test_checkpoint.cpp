@@ -12,6 +12,7 @@
 #include <random>
 
 #include <gtest/gtest.h>
+#include <hdf5.h>
 
 #include "checkpoint/directory.h"
 #include "checkpoint/manifest.h"
@@ -204,6 +205,57 @@ TEST(Checkpoint, DamageIsAClearErrorNamingTheFile) {
   std::ofstream(ck / "manifest.json", std::ios::trunc) << j.dump();
   e = errorOf([&] { readManifest(ck); });
   EXPECT_NE(e.find("do not tile it") == std::string::npos ? e.find("cover") : 0, std::string::npos) << e;
+}
+
+// Found by fuzzing (tests/fuzz/regressions/shard): HDF5 crashed converting an attribute whose stored type was
+// corrupt. The reader now reads only what has exactly the types a shard is written with.
+TEST(Checkpoint, AShardOfOtherTypesIsRejectedBeforeItIsRead) {
+  TempDir tmp;
+  std::vector<float> values{1, 2, 3, 4};
+  const auto record = [&](const fs::path& path) {
+    return writeShard(path, {{Kind::kMaster, "w", {4}, 0, 4, values.data()}}).at(0);
+  };
+  std::vector<float> out(4);
+  // The offset attribute rewritten as float64.
+  const fs::path a = tmp.path() / "attribute.h5";
+  const SliceRecord r = record(a);
+  {
+    const hid_t f = H5Fopen(a.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t d = H5Dopen2(f, "/master/w", H5P_DEFAULT);
+    ASSERT_GE(H5Adelete(d, "offset"), 0);
+    const hsize_t one = 1;
+    const double zero = 0.0;
+    const hid_t space = H5Screate_simple(1, &one, nullptr);
+    const hid_t attr = H5Acreate2(d, "offset", H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+    ASSERT_GE(H5Awrite(attr, H5T_NATIVE_DOUBLE, &zero), 0);
+    H5Aclose(attr), H5Sclose(space), H5Dclose(d), H5Fclose(f);
+  }
+  auto e = errorOf([&] { readRecord(a, r, out.data()); });
+  EXPECT_NE(e.find(a.string() + ": dataset /master/w: attribute 'offset' is not 64-bit integers"), std::string::npos)
+      << e;
+  // The data as float64 under the same name and attributes.
+  const fs::path d64 = tmp.path() / "data.h5";
+  const SliceRecord r64 = record(d64);
+  {
+    const hid_t f = H5Fopen(d64.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(H5Ldelete(f, "/master/w", H5P_DEFAULT), 0);
+    const hsize_t four = 4;
+    const double data[4] = {1, 2, 3, 4};
+    const hid_t space = H5Screate_simple(1, &four, nullptr);
+    const hid_t d = H5Dcreate2(f, "/master/w", H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    ASSERT_GE(H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), 0);
+    for (const char* name : {"shape", "offset"}) {
+      const std::int64_t value = name[0] == 's' ? 4 : 0;
+      const hsize_t one = 1;
+      const hid_t s1 = H5Screate_simple(1, &one, nullptr);
+      const hid_t attr = H5Acreate2(d, name, H5T_STD_I64LE, s1, H5P_DEFAULT, H5P_DEFAULT);
+      H5Awrite(attr, H5T_NATIVE_INT64, &value);
+      H5Aclose(attr), H5Sclose(s1);
+    }
+    H5Sclose(space), H5Dclose(d), H5Fclose(f);
+  }
+  e = errorOf([&] { readRecord(d64, r64, out.data()); });
+  EXPECT_NE(e.find(d64.string() + ": dataset /master/w is not float32"), std::string::npos) << e;
 }
 
 // A size-limited tmpfs: the save fails with the path and the reason, the previous checkpoint stays loadable.

@@ -1,9 +1,11 @@
 // Dataset reading, chat rendering, the corpus format and the packer: the rules docs/data.md states.
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "data/corpus.h"
@@ -263,6 +265,27 @@ TEST(Corpus, SaveLoadRoundTripAndCorruption) {
   saveCorpus(c, dir, "tok.json", 3);  // token 4 and 3 exceed a vocabulary of 3
   EXPECT_NE(errorOf([&] { loadCorpus(dir); }).find("outside the vocabulary of 3"), std::string::npos);
   EXPECT_NE(errorOf([&] { loadCorpus(dir + "/nope"); }).find("meta.json: cannot open"), std::string::npos);
+}
+
+// Found by fuzzing (tests/fuzz/regressions/corpus): a meta.json field of another type ended in std::terminate, and
+// "documents": 2^64 - 1 with an empty docs.bin read past the end of the offsets.
+TEST(Corpus, AMalformedMetaFileIsAClearError) {
+  TokenizedCorpus c;
+  c.add({1, 2}, {});
+  const std::string dir = test::scratchDir() + "/meta";
+  saveCorpus(c, dir, "tok.json", 10);
+  auto meta = nlohmann::json::parse(std::ifstream(dir + "/meta.json"));
+  meta["tokens"] = "two";
+  std::ofstream(dir + "/meta.json", std::ios::trunc) << meta.dump();
+  auto e = errorOf([&] { loadCorpus(dir); });
+  EXPECT_NE(e.find(dir + "/meta.json: malformed"), std::string::npos) << e;
+  meta["tokens"] = 0;
+  meta["documents"] = std::numeric_limits<std::uint64_t>::max();
+  std::ofstream(dir + "/meta.json", std::ios::trunc) << meta.dump();
+  std::ofstream(dir + "/docs.bin", std::ios::trunc);
+  std::ofstream(dir + "/tokens.bin", std::ios::trunc);
+  e = errorOf([&] { loadCorpus(dir); });
+  EXPECT_NE(e.find("docs.bin/tokens.bin disagree with meta.json"), std::string::npos) << e;
 }
 
 }  // namespace

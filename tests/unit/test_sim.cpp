@@ -1,4 +1,6 @@
 // The schedule simulator on cases computed by hand (docs/simulator.md).
+#include <fstream>
+
 #include <gtest/gtest.h>
 
 #include "common/error.h"
@@ -7,6 +9,8 @@
 #include "schedule/plan_search.h"
 #include "schedule/projection.h"
 #include "schedule/sim.h"
+#include "schedule/trace_replay.h"
+#include "support/fixtures.h"
 
 namespace rp::schedule {
 namespace {
@@ -178,6 +182,23 @@ TEST(Simulator, RecomputeAheadShortensABackwardChainOnThreeWorkers) {
 
 // The search considers the reference partitioner's plan, so it is never worse in simulation; on a head
 // worth 3 layers with 4 workers it finds a plan the greedy partitioner misses.
+// Found by fuzzing (tests/fuzz/regressions/trace): a trace whose JSON is not an object, or whose events hold
+// fields of other types, ended in std::terminate; it is an InputError naming the file.
+TEST(TraceReplay, AMalformedTraceIsAClearError) {
+  const std::string path = rp::test::scratchDir() + "/trace.json";
+  const char* kFields = R"j({"traceEvents": [{"cat": "compute", "ph": "X", "name": "fwd 0-1 mb 0 (step 3)",
+                                                  "pid": "zero", "dur": 1}]})j";
+  for (const char* text : {"null", R"({"traceEvents": [null, 3]})", kFields}) {
+    std::ofstream(path, std::ios::trunc) << text;
+    try {
+      (void)loadTrace(path, 0.0);
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const rp::InputError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(path + ":", 0), 0u) << e.what();
+    }
+  }
+}
+
 TEST(PlanSearch, NeverWorseThanTheReferenceAndBetterWhenTheGreedyMisses) {
   LayerCosts c;
   for (int l = 0; l < 18; ++l) {
