@@ -2,9 +2,7 @@
 # The libFuzzer targets (tests/fuzz, docs/testing.md "Fuzzing"): builds them with clang, ASan and UBSan into
 # ${RP_FUZZ_BUILD_DIR:-build-fuzz} and runs each over its corpus (${RP_FUZZ_CORPUS:-.fuzz-corpus}/<target>,
 # seeded from the target's own examples and the shared fixtures).
-#   scripts/fuzz.sh --smoke                 every target for 20000 executions (the CI tier, label fuzz); shard
-#                                           only replays its seeds and regressions (an open HDF5 finding,
-#                                           docs/testing.md "Fuzzing")
+#   scripts/fuzz.sh --smoke                 every target for 20000 executions (the CI tier, label fuzz)
 #   scripts/fuzz.sh [--runs N] [target...]  long runs: N executions each (default 1000000), all targets by default
 # Prints one line per target (executions, seconds, corpus size); exits non-zero on the first finding, whose
 # input is kept in ${RP_FUZZ_CORPUS}/crashes/ (reproduce: build-fuzz/tests/fuzz/fuzz_<target> <that file>).
@@ -13,11 +11,10 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${RP_FUZZ_BUILD_DIR:-$root/build-fuzz}"
 corpora="${RP_FUZZ_CORPUS:-$root/.fuzz-corpus}"
 runs=1000000
-smoke=0
 targets=()
 while (($#)); do
   case "$1" in
-    --smoke) runs=20000 smoke=1 ;;
+    --smoke) runs=20000 ;;
     --runs) runs="$2"; shift ;;
     -*) echo "fuzz.sh: unknown option $1 (expected --smoke, --runs N, target names)" >&2; exit 2 ;;
     *) targets+=("$1") ;;
@@ -37,7 +34,6 @@ CC=clang CXX=clang++ cmake -S "$root" -B "$build" -DRP_FUZZ=ON -DRP_BUILD_TESTS=
 cmake --build "$build" -j "${RP_JOBS:-2}" --target rp_fuzzers
 
 export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
-export LSAN_OPTIONS="suppressions=$root/tests/sanitizers/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 mkdir -p "$corpora/crashes"
 printf '%-14s %12s %9s %8s\n' target executions seconds corpus
@@ -50,10 +46,8 @@ for t in "${targets[@]}"; do
   [[ -d "$regressions" ]] && extra+=("$regressions")
   RP_FUZZ_SEEDS="$seeds" "$bin" >/dev/null 2>&1
   log="$corpora/$t.log"
-  n="$runs"
-  if ((smoke)) && [[ "$t" == shard ]]; then n=0; fi
   # Findings fixed stay in tests/fuzz/regressions/<target>/ and are run first, every time.
-  if ! "$bin" -runs="$n" -max_len=8192 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+  if ! "$bin" -runs="$runs" -max_len=8192 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
       -dict="$root/tests/fuzz/fuzz.dict" -artifact_prefix="$corpora/crashes/$t-" "$corpus" "$seeds" "${extra[@]}" >"$log" 2>&1; then
     tail -40 "$log"
     echo "fuzz.sh: fuzz_$t found a problem; the input is in $corpora/crashes/ (log: $log)" >&2

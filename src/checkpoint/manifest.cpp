@@ -4,6 +4,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "checkpoint/directory.h"
@@ -62,9 +63,12 @@ json toJson(const Manifest& m) {
     tensors[it->second]["slices"].push_back(
         {{"file", s.file}, {"offset", s.offset}, {"count", s.count}, {"crc32", s.crc32}});
   }
+  json files = json::array();
+  for (const auto& f : m.files) files.push_back({{"name", f.name}, {"bytes", f.bytes}, {"crc32", f.crc32}});
   return {{"format", kFormatName},  {"version", kFormatVersion}, {"step", m.step},
           {"writers", m.writers},   {"model", m.model},          {"lora", m.lora},
-          {"training", m.training}, {"run_config", m.runConfig}, {"tensors", tensors}};
+          {"training", m.training}, {"run_config", m.runConfig}, {"tensors", tensors},
+          {"files", files}};
 }
 
 Manifest fromJson(const json& j, const std::string& where) {
@@ -95,6 +99,20 @@ Manifest fromJson(const json& j, const std::string& where) {
     }
   }
   checkCoverage(m.slices, where);
+  if (j.contains("files")) {
+    std::set<std::string> listed;
+    for (const json& f : field<json>(j, "files", where)) {
+      m.files.push_back({field<std::string>(f, "name", where), field<std::int64_t>(f, "bytes", where),
+                         field<std::uint32_t>(f, "crc32", where)});
+      listed.insert(m.files.back().name);
+    }
+    for (const auto& s : m.slices) {
+      if (!listed.count(s.file)) {
+        RP_THROW(InputError, "{}: shard file '{}' (tensor '{}') is not among the files listed", where, s.file,
+                 s.tensor);
+      }
+    }
+  }
   return m;
 }
 
@@ -128,6 +146,7 @@ void readSlices(const std::filesystem::path& dir, const Manifest& m, const std::
   // Datasets are read whole (to verify their checksum) and kept while consecutive requests use them.
   const SliceRecord* cached = nullptr;
   std::vector<float> buffer;
+  std::set<std::string> verified;  // files whose size and checksum were checked
   for (const Slice& w : wanted) {
     std::int64_t covered = 0;
     bool known = false;
@@ -141,6 +160,11 @@ void readSlices(const std::filesystem::path& dir, const Manifest& m, const std::
       const std::int64_t a = std::max(r.offset, w.offset), b = std::min(r.offset + r.count, w.offset + w.count);
       if (a >= b) continue;
       if (cached != &r) {
+        if (verified.insert(r.file).second) {
+          const auto f =
+              std::find_if(m.files.begin(), m.files.end(), [&](const FileRecord& x) { return x.name == r.file; });
+          if (f != m.files.end()) verifyFile(dir / r.file, *f);
+        }
         buffer.resize(static_cast<std::size_t>(r.count));
         readRecord(dir / r.file, r, buffer.data());
         cached = &r;

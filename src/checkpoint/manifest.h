@@ -23,6 +23,9 @@ struct Manifest {
   nlohmann::json training;  // tokens, optimizer, schedule, scaler, cursor, rng, mode
   std::string runConfig;    // the effective config (TOML)
   std::vector<SliceRecord> slices;
+  // Every shard file with its size and checksum, verified before the file is opened. Empty in manifests written
+  // before roundpipe recorded them: their shards are opened unverified (each dataset still has its checksum).
+  std::vector<FileRecord> files;
 };
 
 nlohmann::json toJson(const Manifest& manifest);

@@ -14,7 +14,8 @@ namespace {
 
 using nlohmann::json;
 
-json recordsToJson(const std::vector<SliceRecord>& records) {
+// A writer's report to writer 0: its shard's slice records and the file's size and checksum.
+json shardToJson(const std::vector<SliceRecord>& records, const FileRecord& file) {
   json out = json::array();
   for (const auto& r : records) {
     out.push_back({{"kind", kindName(r.kind)},
@@ -25,12 +26,14 @@ json recordsToJson(const std::vector<SliceRecord>& records) {
                    {"count", r.count},
                    {"crc32", r.crc32}});
   }
-  return out;
+  return {{"slices", out}, {"file", {{"name", file.name}, {"bytes", file.bytes}, {"crc32", file.crc32}}}};
 }
 
-std::vector<SliceRecord> recordsFromJson(const json& j) {
+std::vector<SliceRecord> recordsFromJson(const json& j, FileRecord& file) {
+  const json& f = j.at("file");
+  file = {f.at("name").get<std::string>(), f.at("bytes").get<std::int64_t>(), f.at("crc32").get<std::uint32_t>()};
   std::vector<SliceRecord> out;
-  for (const auto& r : j) {
+  for (const auto& r : j.at("slices")) {
     out.push_back({parseKind(r.at("kind").get<std::string>(), "slice table"), r.at("tensor").get<std::string>(),
                    r.at("shape").get<std::vector<std::int64_t>>(), r.at("file").get<std::string>(),
                    r.at("offset").get<std::int64_t>(), r.at("count").get<std::int64_t>(),
@@ -113,6 +116,7 @@ void Saver::run(SaveJob& job) {
   const auto start = std::chrono::steady_clock::now();
   std::string error;
   std::vector<SliceRecord> records;
+  FileRecord file;
   std::size_t bytes = 0;
   try {
     dir_.prepare(job.step);
@@ -123,11 +127,12 @@ void Saver::run(SaveJob& job) {
       slices.push_back(s.slice);
     }
     records = writeShard(dir_.shardPath(job.step, rank_), slices);
+    file = fileRecord(dir_.shardPath(job.step, rank_));
     fault::maybeInject(options_.worldRank, job.step, "save-shard");
   } catch (const std::exception& e) {
     error = e.what();
   }
-  const auto tables = gatherStrings(writers_.get(), error.empty() ? recordsToJson(records).dump() : "!" + error);
+  const auto tables = gatherStrings(writers_.get(), error.empty() ? shardToJson(records, file).dump() : "!" + error);
   if (rank_ != 0) {
     if (!error.empty()) RP_THROW(SystemError, "checkpoint of step {}: {}", job.step, error);
     return;
@@ -136,6 +141,7 @@ void Saver::run(SaveJob& job) {
   m.step = job.step;
   m.writers = size_;
   m.slices.clear();
+  m.files.clear();
   for (int w = 0; w < size_; ++w) {
     const std::string& t = tables[static_cast<std::size_t>(w)];
     if (!t.empty() && t[0] == '!') {
@@ -143,7 +149,7 @@ void Saver::run(SaveJob& job) {
       RP_THROW(SystemError, "checkpoint of step {} not saved (the previous one is intact): writer {}: {}", job.step, w,
                t.substr(1));
     }
-    auto part = recordsFromJson(json::parse(t));
+    auto part = recordsFromJson(json::parse(t), m.files.emplace_back());
     m.slices.insert(m.slices.end(), part.begin(), part.end());
   }
   try {

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <set>
 
 #include <hdf5.h>
@@ -201,6 +202,40 @@ void readRecord(const std::filesystem::path& path, const SliceRecord& r, float* 
   if (crc != r.crc32) {
     RP_THROW(InputError, "{}: checksum mismatch (crc32 {:08x}, the manifest says {:08x}): the file is corrupt", where,
              crc, r.crc32);
+  }
+}
+
+FileRecord fileRecord(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) RP_THROW(SystemError, "cannot read back checkpoint shard {}: {}", path.string(), std::strerror(errno));
+  FileRecord r{path.filename().string(), 0, 0};
+  std::vector<char> buffer(std::size_t{1} << 22);
+  std::uint32_t crc = 0;
+  while (in) {
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    const auto n = static_cast<std::size_t>(in.gcount());
+    crc = crc32Update(crc, buffer.data(), n);
+    r.bytes += static_cast<std::int64_t>(n);
+  }
+  if (in.bad()) RP_THROW(SystemError, "cannot read back checkpoint shard {}: {}", path.string(), std::strerror(errno));
+  r.crc32 = crc;
+  return r;
+}
+
+void verifyFile(const std::filesystem::path& path, const FileRecord& record) {
+  const std::string file = path.string();
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec) RP_THROW(InputError, "checkpoint shard {} is missing or unreadable: {}", file, ec.message());
+  if (static_cast<std::int64_t>(size) != record.bytes) {
+    RP_THROW(InputError, "checkpoint shard {} has {} bytes, the manifest says {}: the file is truncated or damaged",
+             file, size, record.bytes);
+  }
+  const FileRecord actual = fileRecord(path);
+  if (actual.crc32 != record.crc32) {
+    RP_THROW(InputError,
+             "checkpoint shard {}: checksum mismatch (crc32 {:08x}, the manifest says {:08x}): the file is damaged",
+             file, actual.crc32, record.crc32);
   }
 }
 

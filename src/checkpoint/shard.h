@@ -13,6 +13,11 @@ namespace rp::checkpoint {
 // (file = path's file name). Throws SystemError naming the path on any write error (e.g. disk full).
 std::vector<SliceRecord> writeShard(const std::filesystem::path& path, const std::vector<Slice>& slices);
 
+// Reads the whole file back; SystemError naming it on a read error.
+FileRecord fileRecord(const std::filesystem::path& path);
+// InputError naming the file when it is missing, of another size or another checksum.
+void verifyFile(const std::filesystem::path& path, const FileRecord& record);
+
 // Reads the dataset `record` describes from `path` into `out` (record.count floats), checking its
 // attributes and checksum; errors name the file and the dataset.
 void readRecord(const std::filesystem::path& path, const SliceRecord& record, float* out);

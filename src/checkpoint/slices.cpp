@@ -37,7 +37,11 @@ std::int64_t numel(const std::vector<std::int64_t>& shape) {
 }
 
 std::uint32_t crc32(const void* data, std::size_t bytes) {
-  uLong crc = ::crc32(0L, Z_NULL, 0);
+  return crc32Update(0, data, bytes);
+}
+
+std::uint32_t crc32Update(std::uint32_t previous, const void* data, std::size_t bytes) {
+  uLong crc = previous;
   const auto* p = static_cast<const Bytef*>(data);
   while (bytes > 0) {  // zlib takes uInt lengths
     const auto n = static_cast<uInt>(std::min<std::size_t>(bytes, 1u << 30));

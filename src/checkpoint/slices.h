@@ -36,7 +36,18 @@ struct SliceRecord {
   bool operator==(const SliceRecord&) const = default;
 };
 
+// A shard file as written: its size and the crc32 of all its bytes, kept in the manifest so that a damaged
+// file is rejected before HDF5 parses it (HDF5's own parser is not safe against corrupt files).
+struct FileRecord {
+  std::string name;  // inside the checkpoint directory
+  std::int64_t bytes = 0;
+  std::uint32_t crc32 = 0;
+  bool operator==(const FileRecord&) const = default;
+};
+
 std::int64_t numel(const std::vector<std::int64_t>& shape);
 std::uint32_t crc32(const void* data, std::size_t bytes);
+// The crc32 of the bytes so far (`previous`, 0 for none) followed by these.
+std::uint32_t crc32Update(std::uint32_t previous, const void* data, std::size_t bytes);
 
 }  // namespace rp::checkpoint

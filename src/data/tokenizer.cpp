@@ -118,10 +118,21 @@ struct Tokenizer::Impl {
     RP_THROW(InputError, "{}: {} is not supported (docs/tokenizer.md lists what is)", source, what);
   }
 
+  // A token id as the file gives it: an integer in [0, kMaxTokenId) (the largest published vocabularies have
+  // ~260k ids; a larger one is a damaged file, not a tokenizer).
+  std::int32_t tokenId(const json& id, const std::string& token) const {
+    constexpr std::int64_t kMaxTokenId = 1 << 24;
+    if (!id.is_number_integer() || id.get<std::int64_t>() < 0 || id.get<std::int64_t>() >= kMaxTokenId) {
+      RP_THROW(InputError, "{}: token '{}' has id {}: expected an integer in [0, {})", source, token, id.dump(),
+               kMaxTokenId);
+    }
+    return static_cast<std::int32_t>(id.get<std::int64_t>());
+  }
+
   void loadModel(const json& model) {
     if (model.value("type", "") != "BPE") unsupported(fmt::format("model type '{}'", model.value("type", "?")));
     for (const auto& [token, id] : model.at("vocab").items()) {
-      const auto i = id.get<std::int32_t>();
+      const auto i = tokenId(id, token);
       vocab[token] = i;
       if (static_cast<std::size_t>(i) >= pieces.size()) pieces.resize(static_cast<std::size_t>(i) + 1);
       pieces[static_cast<std::size_t>(i)] = token;
@@ -193,7 +204,7 @@ struct Tokenizer::Impl {
         }
         const auto name = piece.at("SpecialToken").at("id").get<std::string>();
         for (const auto& id : p.at("special_tokens").at(name).at("ids")) {
-          (seenSequence ? suffixIds : prefixIds).push_back(id.get<std::int32_t>());
+          (seenSequence ? suffixIds : prefixIds).push_back(tokenId(id, name));
         }
       }
     } else {
@@ -372,7 +383,8 @@ Tokenizer Tokenizer::fromFile(const std::string& path) {
     impl->loadPostProcessor(j.value("post_processor", json()));
     impl->loadDecoder(j.value("decoder", json()));
     for (const auto& token : j.value("added_tokens", json::array())) {
-      AddedToken added{token.at("content").get<std::string>(), token.at("id").get<std::int32_t>(),
+      AddedToken added{token.at("content").get<std::string>(),
+                       impl->tokenId(token.at("id"), token.at("content").get<std::string>()),
                        token.value("special", false), token.value("normalized", false), ""};
       // As Hugging Face does: a "normalized" added token is matched, and decoded, as its normalized form;
       // decoding skips special tokens by their content, so a normalized special token is never skipped.

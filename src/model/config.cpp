@@ -51,7 +51,7 @@ class Fields {
   std::int64_t tokenIdOr(const char* key) const {
     if (!has(key)) return -1;
     const json& v = j_.at(key);
-    if (v.is_array() && !v.empty()) return v[0].get<std::int64_t>();
+    if (v.is_array() && !v.empty() && v[0].is_number_integer()) return v[0].get<std::int64_t>();
     if (v.is_number_integer()) return v.get<std::int64_t>();
     RP_THROW(InputError, "{}: field '{}' is {}, expected a token id or a list of ids", source_, key, v.dump());
   }

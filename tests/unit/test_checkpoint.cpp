@@ -73,6 +73,7 @@ Manifest save(const CheckpointDir& dir, std::int64_t step, State& state, int wri
   for (int w = 0; w < writers; ++w) {
     auto records = writeShard(dir.shardPath(step, w), state.slicesOf(w, writers));
     m.slices.insert(m.slices.end(), records.begin(), records.end());
+    m.files.push_back(fileRecord(dir.shardPath(step, w)));
   }
   dir.publish(m, keep);
   return m;
@@ -170,8 +171,22 @@ TEST(Checkpoint, DamageIsAClearErrorNamingTheFile) {
     std::string damaged = original;
     damaged[at + 5] = static_cast<char>(damaged[at + 5] ^ 0x10);
     std::ofstream(shard0, std::ios::binary | std::ios::trunc) << damaged;
-    const auto e = errorOf([&] { load(ck, 1); });
+    auto e = errorOf([&] { load(ck, 1); });
+    EXPECT_NE(e.find("checkpoint shard " + shard0.string() + ": checksum mismatch"), std::string::npos) << e;
+    // A manifest without file checksums (written before they were recorded): each dataset's own catches it.
+    const std::string manifest = bytesOf(ck / "manifest.json");
+    auto j = nlohmann::json::parse(manifest);
+    j.erase("files");
+    std::ofstream(ck / "manifest.json", std::ios::trunc) << j.dump();
+    e = errorOf([&] { load(ck, 1); });
     EXPECT_NE(e.find(shard0.string() + ": dataset /master/model.a.weight: checksum mismatch"), std::string::npos) << e;
+    std::ofstream(ck / "manifest.json", std::ios::trunc) << manifest;
+    // HDF5's own metadata damaged (a byte of the superblock): rejected before HDF5 parses the file.
+    damaged = original;
+    damaged[20] = static_cast<char>(damaged[20] ^ 0x40);
+    std::ofstream(shard0, std::ios::binary | std::ios::trunc) << damaged;
+    e = errorOf([&] { load(ck, 1); });
+    EXPECT_NE(e.find("checkpoint shard " + shard0.string() + ": checksum mismatch"), std::string::npos) << e;
   }
   // Truncated.
   std::ofstream(shard0, std::ios::binary | std::ios::trunc) << original.substr(0, original.size() / 2);

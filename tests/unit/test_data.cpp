@@ -11,6 +11,7 @@
 #include "data/corpus.h"
 #include "data/packer.h"
 #include "data/records.h"
+#include "data/tokenizer.h"
 #include "support/fixtures.h"
 
 namespace rp::data {
@@ -286,6 +287,27 @@ TEST(Corpus, AMalformedMetaFileIsAClearError) {
   std::ofstream(dir + "/tokens.bin", std::ios::trunc);
   e = errorOf([&] { loadCorpus(dir); });
   EXPECT_NE(e.find("docs.bin/tokens.bin disagree with meta.json"), std::string::npos) << e;
+}
+
+// Found by fuzzing (tests/fuzz/regressions/tokenizer): a vocabulary id of 7.8e39 was converted to int (undefined
+// behaviour); a negative or huge id resized the piece table by it. Every id is checked to be an integer in range.
+TEST(Tokenizer, AnIdThatIsNotATokenIdIsAClearError) {
+  const std::string path = test::scratchDir() + "/tokenizer.json";
+  auto withVocabId = [&](const std::string& id, const std::string& addedId) {
+    std::ofstream(path, std::ios::trunc) << R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": )" << id
+                                         << R"(}, "merges": []}, "added_tokens": [{"id": )" << addedId
+                                         << R"(, "content": "<s>", "special": true}]})";
+  };
+  for (const std::string bad : {"7.77778e+39", "-3", "\"1\"", "16777216", "1.5"}) {
+    withVocabId(bad, "2");
+    auto e = errorOf([&] { Tokenizer::fromFile(path); });
+    EXPECT_NE(e.find(path + ": token 'b' has id "), std::string::npos) << bad << ": " << e;
+    withVocabId("1", bad);
+    e = errorOf([&] { Tokenizer::fromFile(path); });
+    EXPECT_NE(e.find(path + ": token '<s>' has id"), std::string::npos) << bad << ": " << e;
+  }
+  withVocabId("1", "2");
+  EXPECT_EQ(Tokenizer::fromFile(path).vocabSize(), 3);
 }
 
 }  // namespace
