@@ -80,8 +80,8 @@ int main(int argc, char** argv) {
     rawReads.push_back(seconds(start));
     fs::remove(dir / "raw.bin");
 
-    // Ours: one shard (CRC-32 per dataset, chunked HDF5, fsync) + the manifest and the publish protocol;
-    // read back with verification.
+    // Ours: one shard (CRC-32 per dataset, chunked HDF5, fsync, read back for the file's CRC-32) + the manifest
+    // and the publish protocol; read back with verification (the file's CRC-32, then each dataset's).
     const std::int64_t step = rep + 1;
     start = Clock::now();
     checkpoints.prepare(step);
@@ -89,6 +89,7 @@ int main(int argc, char** argv) {
     m.step = step;
     m.writers = 1;
     m.slices = rp::checkpoint::writeShard(checkpoints.shardPath(step, 0), slices);
+    m.files.push_back(rp::checkpoint::fileRecord(checkpoints.shardPath(step, 0)));  // as the saver does
     checkpoints.publish(m, 0);
     ourWrites.push_back(seconds(start));
     dropCaches();

@@ -191,6 +191,24 @@ def llama3_style_tokenizer(fixtures, path):
     tok.save(path)
 
 
+def metaspace_style_tokenizer(fixtures, path):
+    """A SentencePiece-style tokenizer.json as newer Mistral/Llama-2 conversions write them: BPE with byte fallback
+    trained by HF tokenizers on tiny-shakespeare, the Metaspace pre-tokenizer (prepend_scheme "first", split) and
+    decoder, <s>/</s> special tokens, BOS via TemplateProcessing."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>", fuse_unk=True))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=True)
+    tok.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Metaspace(replacement="\u2581",
+                                                                                   prepend_scheme="first")])
+    specials = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    trainer = trainers.BpeTrainer(vocab_size=1400, special_tokens=specials, show_progress=False)
+    tok.train([os.path.join(fixtures, "text", "tinyshakespeare.txt")], trainer)
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
+                                                       special_tokens=[("<s>", tok.token_to_id("<s>"))])
+    tok.save(path)
+
+
 def tokenizer_goldens(fixtures, out):
     from tokenizers import Tokenizer
 
@@ -198,9 +216,11 @@ def tokenizer_goldens(fixtures, out):
     os.makedirs(target, exist_ok=True)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     llama3 = os.path.join(target, "llama3-style.tokenizer.json")
+    metaspace = os.path.join(target, "metaspace-style.tokenizer.json")
     if os.path.exists(os.path.join(fixtures, "text", "tinyshakespeare.txt")):
         llama3_style_tokenizer(fixtures, llama3)
-    files = {"llama3-style": llama3,"builtin-tiny": os.path.join(root, "configs", "builtin-tiny", "tokenizer.json"),
+        metaspace_style_tokenizer(fixtures, metaspace)
+    files = {"llama3-style": llama3, "metaspace-style": metaspace,"builtin-tiny": os.path.join(root, "configs", "builtin-tiny", "tokenizer.json"),
              "qwen3": os.path.join(fixtures, "tokenizers", "qwen3", "tokenizer.json"),
              "tinystories-656k": os.path.join(fixtures, "models", "tinystories-656k", "tokenizer.json")}
     texts = list(UNICODE_CASES)

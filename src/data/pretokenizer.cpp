@@ -75,12 +75,42 @@ std::string byteLevelDecode(std::string_view mapped) {
   return out;
 }
 
-// One step: a regex split (Isolated/Removed behaviour) or the ByteLevel mapping.
+// One step: a regex split (Isolated/Removed behaviour), the ByteLevel mapping or Metaspace.
 struct PreTokenizer::Step {
-  enum class Kind { kSplit, kByteLevel } kind;
+  enum class Kind { kSplit, kByteLevel, kMetaspace } kind;
   std::unique_ptr<icu::RegexPattern> pattern;  // kSplit (also ByteLevel with use_regex)
   bool removeMatches = false;                  // behavior "Removed"
   bool addPrefixSpace = false;                 // ByteLevel
+  std::string replacement;                     // Metaspace: what spaces become ("▁")
+  MetaspacePrepend prepend = MetaspacePrepend::kAlways;
+  bool splitOnReplacement = true;  // Metaspace `split`: each replacement starts a new word
+
+  // Metaspace: spaces replaced, the replacement prepended as the scheme says (`first`: only to the piece that
+  // starts the input), then split before every replacement (HF's MergedWithNext).
+  void applyMetaspace(const std::string& piece, bool startsInput, std::vector<std::string>& out) const {
+    std::string text;
+    for (const char c : piece) {
+      if (c == ' ') {
+        text += replacement;
+      } else {
+        text.push_back(c);
+      }
+    }
+    const bool hasPrefix = text.rfind(replacement, 0) == 0;
+    if (!hasPrefix && (prepend == MetaspacePrepend::kAlways || (prepend == MetaspacePrepend::kFirst && startsInput))) {
+      text = replacement + text;
+    }
+    if (!splitOnReplacement) {
+      out.push_back(std::move(text));
+      return;
+    }
+    std::size_t begin = 0;
+    for (std::size_t at = text.find(replacement, 1); at != std::string::npos; at = text.find(replacement, at + 1)) {
+      if (at > begin) out.push_back(text.substr(begin, at - begin));
+      begin = at;
+    }
+    if (begin < text.size()) out.push_back(text.substr(begin));
+  }
 
   // Splits `piece` into the regex matches and the gaps between them (gaps kept as pieces).
   void applyRegex(const std::string& piece, std::vector<std::string>& out) const {
@@ -151,17 +181,27 @@ void PreTokenizer::add(const nlohmann::json& spec) {
     step->addPrefixSpace = spec.value("add_prefix_space", false);
     steps_.push_back(std::move(step));
     byteLevel_ = true;
+  } else if (type == "Metaspace") {
+    auto step = std::make_unique<Step>();
+    step->kind = Step::Kind::kMetaspace;
+    step->replacement = spec.value("replacement", std::string("\u2581"));
+    if (step->replacement.empty()) RP_THROW(InputError, "{}: Metaspace with an empty replacement", source_);
+    step->prepend = parseMetaspacePrepend(spec, source_);
+    step->splitOnReplacement = spec.value("split", true);
+    steps_.push_back(std::move(step));
   } else {
     RP_THROW(InputError, "{}: pre_tokenizer '{}' is not supported (docs/tokenizer.md lists what is)", source_, type);
   }
 }
 
-std::vector<std::string> PreTokenizer::split(std::string_view text) const {
+std::vector<std::string> PreTokenizer::split(std::string_view text, bool startsInput) const {
   std::vector<std::string> pieces{std::string(text)};
   for (const auto& step : steps_) {
     std::vector<std::string> next;
     if (step->kind == Step::Kind::kSplit) {
       for (const auto& piece : pieces) step->applyRegex(piece, next);
+    } else if (step->kind == Step::Kind::kMetaspace) {
+      for (std::size_t i = 0; i < pieces.size(); ++i) step->applyMetaspace(pieces[i], startsInput && i == 0, next);
     } else {
       for (std::size_t i = 0; i < pieces.size(); ++i) {
         const bool prefix = step->addPrefixSpace && i == 0 && !pieces[i].empty() && pieces[i][0] != ' ';
@@ -171,6 +211,17 @@ std::vector<std::string> PreTokenizer::split(std::string_view text) const {
     pieces = std::move(next);
   }
   return pieces;
+}
+
+MetaspacePrepend parseMetaspacePrepend(const nlohmann::json& spec, const std::string& source) {
+  if (!spec.contains("prepend_scheme")) {  // tokenizers < 0.19 wrote add_prefix_space instead
+    return spec.value("add_prefix_space", true) ? MetaspacePrepend::kAlways : MetaspacePrepend::kNever;
+  }
+  const std::string scheme = spec.at("prepend_scheme").get<std::string>();
+  if (scheme == "always") return MetaspacePrepend::kAlways;
+  if (scheme == "first") return MetaspacePrepend::kFirst;
+  if (scheme == "never") return MetaspacePrepend::kNever;
+  RP_THROW(InputError, "{}: Metaspace prepend_scheme '{}': expected always, first or never", source, scheme);
 }
 
 }  // namespace rp::data

@@ -1,5 +1,5 @@
-// Hugging Face pre-tokenizers: Split (regex, via ICU) and ByteLevel (GPT-2 byte-to-unicode mapping),
-// alone or in a Sequence. Turns normalized text into the words BPE runs on.
+// Hugging Face pre-tokenizers: Split (regex, via ICU), ByteLevel (GPT-2 byte-to-unicode mapping) and Metaspace
+// (SentencePiece-style: spaces become "▁"), alone or in a Sequence. Turns normalized text into the words BPE runs on.
 // Thread-safety: immutable after construction; split() may run concurrently.
 #pragma once
 
@@ -12,13 +12,19 @@
 
 namespace rp::data {
 
+// Metaspace's prepend_scheme: when the replacement is put before a word.
+enum class MetaspacePrepend { kAlways, kFirst, kNever };
+// From a Metaspace pre-tokenizer's or decoder's JSON (`prepend_scheme`, or the older `add_prefix_space`).
+MetaspacePrepend parseMetaspacePrepend(const nlohmann::json& spec, const std::string& source);
+
 class PreTokenizer {
  public:
   // Builds from the tokenizer.json "pre_tokenizer" object; `source` names the file in errors.
   PreTokenizer(const nlohmann::json& spec, const std::string& source);
   ~PreTokenizer();
 
-  std::vector<std::string> split(std::string_view text) const;
+  // `startsInput`: the text begins the whole input (Metaspace's prepend_scheme "first" prepends only then).
+  std::vector<std::string> split(std::string_view text, bool startsInput = true) const;
   bool byteLevel() const { return byteLevel_; }
 
  private:

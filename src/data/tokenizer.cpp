@@ -220,6 +220,9 @@ struct Tokenizer::Impl {
     } else if (type == "Replace" || type == "ByteFallback" || type == "Fuse" || type == "Strip" ||
                type == "ByteLevel") {
       decoders.push_back(d);
+    } else if (type == "Metaspace") {
+      parseMetaspacePrepend(d, source);  // checked now rather than at the first decode
+      decoders.push_back(d);
     } else {
       unsupported(fmt::format("decoder '{}'", type));
     }
@@ -302,23 +305,24 @@ struct Tokenizer::Impl {
     out.insert(out.end(), merged.begin(), merged.end());
   }
 
-  // Normalized text between added tokens: pre-tokenized into words, each through BPE.
-  void encodeNormalized(std::string_view normalized, std::vector<std::int32_t>& out) const {
+  // Normalized text between added tokens: pre-tokenized into words, each through BPE. `startsInput`: the
+  // text begins the whole input.
+  void encodeNormalized(std::string_view normalized, bool startsInput, std::vector<std::int32_t>& out) const {
     if (normalized.empty()) return;
     if (!preTokenizer) {
       encodeWord(std::string(normalized), out);  // no pre-tokenizer: the whole piece is one word
       return;
     }
-    for (const auto& word : preTokenizer->split(normalized)) encodeWord(word, out);
+    for (const auto& word : preTokenizer->split(normalized, startsInput)) encodeWord(word, out);
   }
 
   // Raw text between non-normalized added tokens: normalized, then split on normalized added tokens.
-  void encodeSegment(std::string_view text, std::vector<std::int32_t>& out) const {
+  void encodeSegment(std::string_view text, bool startsInput, std::vector<std::int32_t>& out) const {
     const std::string normalized = normalize(text);
     std::size_t start = 0;
     while (true) {
       const auto [pos, token] = findAdded(normalized, start, normalizedAdded);
-      encodeNormalized(std::string_view(normalized).substr(start, pos - start), out);
+      encodeNormalized(std::string_view(normalized).substr(start, pos - start), startsInput && start == 0, out);
       if (token == nullptr) break;
       out.push_back(token->id);
       start = pos + token->match.size();
@@ -338,6 +342,13 @@ struct Tokenizer::Impl {
         std::string bytes;
         for (const auto& t : tokens) bytes += byteLevelDecode(t);
         tokens = {unicode::lossyUtf8(bytes)};
+      } else if (type == "Metaspace") {
+        // Each replacement becomes a space, except in the first token (unless the scheme never prepends).
+        const std::string replacement = step.value("replacement", std::string("\u2581"));
+        const bool dropFirst = parseMetaspacePrepend(step, source) != MetaspacePrepend::kNever;
+        for (std::size_t i = 0; i < tokens.size(); ++i) {
+          tokens[i] = replaceAll(tokens[i], replacement, i == 0 && dropFirst ? "" : " ");
+        }
       } else if (type == "Fuse") {
         std::string all;
         for (const auto& t : tokens) all += t;
@@ -410,7 +421,7 @@ std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool addSpeci
   std::size_t start = 0;
   while (true) {
     const auto [pos, token] = findAdded(text, start, m.rawAdded);
-    if (pos > start) m.encodeSegment(text.substr(start, pos - start), ids);
+    if (pos > start) m.encodeSegment(text.substr(start, pos - start), start == 0, ids);
     if (token == nullptr) break;
     ids.push_back(token->id);
     start = pos + token->match.size();

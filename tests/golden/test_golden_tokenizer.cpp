@@ -51,7 +51,7 @@ TEST_P(GoldenTokenizer, IdsAndDecodeEqualHuggingFace) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tokenizers, GoldenTokenizer,
-                         ::testing::Values("qwen3", "tinystories_656k", "builtin_tiny", "llama3_style"),
+                         ::testing::Values("qwen3", "tinystories_656k", "builtin_tiny", "llama3_style", "metaspace_style"),
                          [](const auto& info) { return info.param; });
 
 // The fixture's reference ids (llama.cpp's test vocabulary cases, produced by HF tokenizers).
