@@ -21,7 +21,7 @@ while (($#)); do
   esac
   shift
 done
-all=(safetensors model_config tokenizer records corpus run_config manifest shard profile trace)
+all=(safetensors model_config tokenizer records chat_template corpus run_config manifest shard profile trace)
 ((${#targets[@]})) || targets=("${all[@]}")
 
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ not found (scripts/bootstrap.sh installs it)" >&2; exit 1; }

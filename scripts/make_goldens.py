@@ -242,6 +242,127 @@ def tokenizer_goldens(fixtures, out):
             json.dump({"tokenizer": path, "cases": cases}, f, ensure_ascii=False)
 
 
+# Chat templates in the style of three model families whose tokenizer files are not among the fixtures (the real
+# Qwen3 template is): Llama-3.x (bos, system header, `| trim`, slicing the system message off), Mistral
+# (alternation enforced with raise_exception, eos after replies) and Gemma (no system role, `model` turns,
+# no whitespace control so trim_blocks/lstrip_blocks matter).
+FAMILY_TEMPLATES = {
+    "llama3-style": (
+        "{{- bos_token }}\n"
+        "{%- if messages[0]['role'] == 'system' %}\n"
+        "    {%- set system_message = messages[0]['content']|trim %}\n"
+        "    {%- set messages = messages[1:] %}\n"
+        "{%- else %}\n"
+        "    {%- set system_message = \"\" %}\n"
+        "{%- endif %}\n"
+        "{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}\n"
+        "{{- \"Cutting Knowledge Date: December 2023\\n\\n\" }}\n"
+        "{{- system_message }}\n"
+        "{{- \"<|eot_id|>\" }}\n"
+        "{%- for message in messages %}\n"
+        "    {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' }}\n"
+        "{%- endfor %}\n"
+        "{%- if add_generation_prompt %}\n"
+        "    {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}\n"
+        "{%- endif %}\n"),
+    "mistral-style": (
+        "{%- if messages[0]['role'] == 'system' %}\n"
+        "    {%- set system_message = messages[0]['content'] %}\n"
+        "    {%- set loop_messages = messages[1:] %}\n"
+        "{%- else %}\n"
+        "    {%- set loop_messages = messages %}\n"
+        "{%- endif %}\n\n"
+        "{{- bos_token }}\n"
+        "{%- for message in loop_messages %}\n"
+        "    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}\n"
+        "        {{- raise_exception('After the optional system message, roles must alternate user/assistant') }}\n"
+        "    {%- endif %}\n"
+        "    {%- if message['role'] == 'user' %}\n"
+        "        {%- if loop.first and system_message is defined %}\n"
+        "            {{- ' [INST] ' + system_message + '\\n\\n' + message['content'] + ' [/INST]' }}\n"
+        "        {%- else %}\n"
+        "            {{- ' [INST] ' + message['content'] + ' [/INST]' }}\n"
+        "        {%- endif %}\n"
+        "    {%- elif message['role'] == 'assistant' %}\n"
+        "        {{- ' ' + message['content'] + eos_token}}\n"
+        "    {%- else %}\n"
+        "        {{- raise_exception('Only user and assistant roles are supported after the system message') }}\n"
+        "    {%- endif %}\n"
+        "{%- endfor %}\n"),
+    "gemma-style": (
+        "{{ bos_token }}\n"
+        "{% if messages[0]['role'] == 'system' %}\n"
+        "    {{ raise_exception('System role not supported') }}\n"
+        "{% endif %}\n"
+        "{% for message in messages %}\n"
+        "    {% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}\n"
+        "        {{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}\n"
+        "    {% endif %}\n"
+        "    {% if (message['role'] == 'assistant') %}\n"
+        "        {% set role = 'model' %}\n"
+        "    {% else %}\n"
+        "        {% set role = message['role'] %}\n"
+        "    {% endif %}\n"
+        "    {{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}\n"
+        "{% endfor %}\n"
+        "{% if add_generation_prompt %}\n"
+        "    {{'<start_of_turn>model\\n'}}\n"
+        "{% endif %}\n"),
+}
+
+CONVERSATIONS = [
+    [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}],
+    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"},
+     {"role": "assistant", "content": "4"}],
+    [{"role": "user", "content": "  padded question \n"}, {"role": "assistant", "content": "\n padded answer  "},
+     {"role": "user", "content": "and again?"}, {"role": "assistant", "content": "Again: yes."}],
+    [{"role": "system", "content": "You are a pirate.\nSpeak like one."}, {"role": "user", "content": "Hello"},
+     {"role": "assistant", "content": "Arr!"}, {"role": "user", "content": "Where is the treasure?"},
+     {"role": "assistant", "content": "Under the \"X\", matey {not telling}."}],
+    [{"role": "user", "content": "Caf\u00e9 \u4f60\u597d \U0001F600"}, {"role": "assistant", "content": "\u00fcber \u2764\ufe0f"}],
+    [{"role": "user", "content": "think first"},
+     {"role": "assistant", "content": "<think>\nLet me see.\n</think>\n\nThe answer is 7."}],
+    [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "<think>r1</think>a1"},
+     {"role": "user", "content": "q2"}, {"role": "assistant", "content": "<think>\nr2\n</think>\n\na2"}],
+    [{"role": "user", "content": "Call the tool"}, {"role": "assistant", "content": "Calling."},
+     {"role": "tool", "content": "{\"temp\": 21}"}, {"role": "assistant", "content": "It is 21 degrees."}],
+    [{"role": "user", "content": ""}, {"role": "assistant", "content": ""}],
+    [{"role": "assistant", "content": "I speak first."}, {"role": "user", "content": "ok"}],
+    [{"role": "system", "content": "sys"}, {"role": "system", "content": "second system"},
+     {"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}],
+    [{"role": "user", "content": "tabs\tand\r\nwindows"}, {"role": "assistant", "content": "ok\t"}],
+]
+
+
+def chat_template_goldens(fixtures, out):
+    """Conversations rendered by transformers' chat-template renderer (the one apply_chat_template uses), with and
+    without the generation prompt, or the error it raised: the real Qwen3 template and the family templates."""
+    import jinja2
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    templates = {name: (t, "<s>", "</s>") for name, t in FAMILY_TEMPLATES.items()}
+    qwen3 = os.path.join(fixtures, "tokenizers", "qwen3", "tokenizer_config.json")
+    if os.path.exists(qwen3):
+        with open(qwen3, encoding="utf-8") as f:
+            templates["qwen3"] = (json.load(f)["chat_template"], None, "<|im_end|>")
+    result = {}
+    for name, (template, bos, eos) in templates.items():
+        cases = []
+        for messages in CONVERSATIONS:
+            case = {"messages": messages}
+            for key, prompt in (("rendered", False), ("rendered_prompt", True)):
+                try:
+                    rendered, _ = render_jinja_template(conversations=[messages], chat_template=template,
+                                                        add_generation_prompt=prompt, bos_token=bos, eos_token=eos)
+                    case[key] = rendered[0]
+                except jinja2.exceptions.TemplateError as e:
+                    case["error"] = str(e)
+            cases.append(case)
+        result[name] = {"template": template, "bos_token": bos, "eos_token": eos, "cases": cases}
+    with open(os.path.join(out, "chat_templates.json"), "w", encoding="utf-8") as f:
+        json.dump(result, f, ensure_ascii=False, indent=1)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fixtures", required=True, help="the shared fixtures directory")
@@ -253,6 +374,7 @@ def main():
     tinystories(args.fixtures, args.out)
     optimizer_goldens(args.fixtures, args.out)
     tokenizer_goldens(args.fixtures, args.out)
+    chat_template_goldens(args.fixtures, args.out)
     qwen3 = transformers.Qwen3Config(
         vocab_size=512, hidden_size=64, intermediate_size=160, num_hidden_layers=3, num_attention_heads=4,
         num_key_value_heads=2, head_dim=32, max_position_embeddings=256, rms_norm_eps=1e-6, rope_theta=1e6,

@@ -19,7 +19,7 @@ int run(int argc, char** argv) {
       ->check(CLI::IsMember({"text", "jsonl", "alpaca", "sharegpt"}));
   app.add_option("--sample-by", options.sampleBy, "text: line | paragraph | document")
       ->check(CLI::IsMember({"line", "paragraph", "document"}));
-  app.add_option("--template", options.chatTemplate, "alpaca/sharegpt: auto | chatml | llama3")
+  app.add_option("--template", options.chatTemplate, "alpaca/sharegpt: auto | model | chatml | llama3")
       ->check(CLI::IsMember({"auto", "chatml", "llama3"}));
   app.add_flag("--skip-bad-records", options.skipBadRecords, "skip (and count) bad records instead of failing");
   app.add_option("inputs", options.paths, "dataset files")->required();

@@ -104,7 +104,7 @@ RunConfig buildRunConfig(Values v) {
     RP_THROW(InputError, "{}: data.path is empty (expected at least one file)", v.source({"data.path"}));
   c.data.format = oneOf(v, "data.format", {"text", "jsonl", "alpaca", "sharegpt", "tokenized"});
   c.data.sampleBy = oneOf(v, "data.sample_by", {"line", "paragraph", "document"});
-  c.data.chatTemplate = oneOf(v, "data.template", {"auto", "chatml", "llama3"});
+  c.data.chatTemplate = oneOf(v, "data.template", {"auto", "model", "chatml", "llama3"});
   c.data.addBos = v.getBool("data.add_bos");
   c.data.addEos = v.getBool("data.add_eos");
   c.data.skipBadRecords = oneOf(v, "data.on_bad_record", {"error", "skip"}) == "skip";

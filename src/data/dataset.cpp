@@ -6,14 +6,26 @@
 namespace rp::data {
 
 ChatTemplate resolveChatTemplate(const std::string& name, const Tokenizer& tokenizer, const OptionNames& names) {
-  if (name == "chatml") return ChatTemplate::kChatML;
-  if (name == "llama3") return ChatTemplate::kLlama3;
-  if (name != "auto") RP_THROW(InputError, "{} \"{}\": expected auto, chatml or llama3", names.chatTemplate, name);
-  if (tokenizer.tokenId("<|im_start|>") >= 0) return ChatTemplate::kChatML;
-  if (tokenizer.tokenId("<|start_header_id|>") >= 0) return ChatTemplate::kLlama3;
+  if (name == "chatml") return ChatTemplate::builtIn(ChatTemplate::Kind::kChatML);
+  if (name == "llama3") return ChatTemplate::builtIn(ChatTemplate::Kind::kLlama3);
+  if (name != "auto" && name != "model") {
+    RP_THROW(InputError, "{} \"{}\": expected auto, model, chatml or llama3", names.chatTemplate, name);
+  }
+  if (auto model = loadModelChatTemplate(tokenizer.path(), tokenizer.specialTokens())) {
+    RP_LOG_INFO("chat template: the model's own, from {}", model->model->name());
+    return std::move(*model);
+  }
+  if (name == "model") {
+    RP_THROW(InputError,
+             "{} \"model\": no chat template beside {} (chat_template.jinja, or \"chat_template\" in "
+             "tokenizer_config.json); set {} to chatml or llama3",
+             names.chatTemplate, tokenizer.path(), names.chatTemplate);
+  }
+  if (tokenizer.tokenId("<|im_start|>") >= 0) return ChatTemplate::builtIn(ChatTemplate::Kind::kChatML);
+  if (tokenizer.tokenId("<|start_header_id|>") >= 0) return ChatTemplate::builtIn(ChatTemplate::Kind::kLlama3);
   RP_THROW(InputError,
-           "{} \"auto\": the tokenizer has neither <|im_start|> (ChatML) nor <|start_header_id|> (Llama-3); set "
-           "{} explicitly",
+           "{} \"auto\": the model has no chat template of its own and the tokenizer has neither <|im_start|> "
+           "(ChatML) nor <|start_header_id|> (Llama-3); set {} explicitly",
            names.chatTemplate, names.chatTemplate);
 }
 

@@ -16,7 +16,7 @@ struct DatasetOptions {
   std::vector<std::string> paths;
   std::string format = "text";  // text | jsonl | alpaca | sharegpt | tokenized
   std::string sampleBy = "paragraph";
-  std::string chatTemplate = "auto";  // auto | chatml | llama3
+  std::string chatTemplate = "auto";  // auto | model | chatml | llama3
   bool addBos = true;
   bool addEos = true;
   bool skipBadRecords = false;
@@ -25,8 +25,9 @@ struct DatasetOptions {
   OptionNames names;  // how messages name these options
 };
 
-// "auto" picks ChatML when the vocabulary has <|im_start|>, Llama-3 headers when it has
-// <|start_header_id|>; otherwise an InputError asks for the template option (`names.chatTemplate`).
+// "auto" takes the model's own chat template (loadModelChatTemplate) where it has one, else ChatML when the
+// vocabulary has <|im_start|>, Llama-3 headers when it has <|start_header_id|>; otherwise an InputError asks for
+// the template option (`names.chatTemplate`). "model" requires the model's own.
 ChatTemplate resolveChatTemplate(const std::string& name, const Tokenizer& tokenizer, const OptionNames& names = {});
 
 // Tokenizes samples: each segment separately (so masks follow segment boundaries exactly); plain samples

@@ -58,7 +58,7 @@ const std::string& stringField(const json& record, const char* field) {
   return it->get_ref<const std::string&>();
 }
 
-Sample fromAlpaca(const json& r, ChatTemplate t) {
+Sample fromAlpaca(const json& r, const ChatTemplate& t) {
   std::string user = stringField(r, "instruction");
   if (r.contains("input") && r.at("input").is_string() && !r.at("input").get<std::string>().empty()) {
     user += "\n\n" + r.at("input").get<std::string>();
@@ -73,7 +73,7 @@ Sample fromAlpaca(const json& r, ChatTemplate t) {
 
 // ShareGPT ("conversations": [{"from", "value"}]) or the OpenAI chat form ("messages": [{"role", "content"}]);
 // either key of a turn pair is accepted in either list.
-Sample fromShareGpt(const json& r, ChatTemplate t) {
+Sample fromShareGpt(const json& r, const ChatTemplate& t) {
   auto it = r.find("conversations");
   if (it == r.end()) it = r.find("messages");
   if (it == r.end() || !it->is_array() || it->empty())
@@ -133,30 +133,6 @@ void forEachRecord(const std::string& path, const std::string& text, Fn&& fn) {
 }
 
 }  // namespace
-
-Sample renderChat(const std::vector<Message>& messages, ChatTemplate t) {
-  Sample s;
-  s.chat = true;
-  auto add = [&](std::string text, bool trainable) {
-    if (!s.segments.empty() && s.segments.back().trainable == trainable) {
-      s.segments.back().text += text;
-    } else {
-      s.segments.push_back({std::move(text), trainable});
-    }
-  };
-  if (t == ChatTemplate::kLlama3) add("<|begin_of_text|>", false);
-  for (const auto& m : messages) {
-    if (t == ChatTemplate::kChatML) {
-      add("<|im_start|>" + m.role + "\n", false);
-      add(m.content + "<|im_end|>", m.role == "assistant");
-      add("\n", false);
-    } else {
-      add("<|start_header_id|>" + m.role + "<|end_header_id|>\n\n", false);
-      add(m.content + "<|eot_id|>", m.role == "assistant");
-    }
-  }
-  return s;
-}
 
 ReadResult readSamples(const std::vector<std::string>& paths, const ReadOptions& options) {
   ReadResult result;

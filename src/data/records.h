@@ -6,19 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "data/chat_template.h"
+
 namespace rp::data {
-
-struct Segment {
-  std::string text;
-  bool trainable = true;
-};
-
-struct Sample {
-  std::vector<Segment> segments;
-  bool chat = false;  // rendered by a chat template (carries its own begin/end tokens)
-};
-
-enum class ChatTemplate { kChatML, kLlama3 };
 
 // How the user spells the dataset options, for messages: run-config keys (roundpipe_train) or command-line
 // flags (roundpipe_tokenize).
@@ -32,7 +22,7 @@ struct OptionNames {
 struct ReadOptions {
   std::string format = "text";         // text | jsonl | alpaca | sharegpt
   std::string sampleBy = "paragraph";  // text: line | paragraph | document
-  ChatTemplate chatTemplate = ChatTemplate::kChatML;
+  ChatTemplate chatTemplate;           // built-in ChatML unless set
   bool skipBadRecords = false;
   OptionNames names;
 };
@@ -45,13 +35,5 @@ struct ReadResult {
 
 // Throws InputError "<file>:<line>: ..." for a bad record unless skipBadRecords.
 ReadResult readSamples(const std::vector<std::string>& paths, const ReadOptions& options);
-
-// One chat turn. role: system | user | assistant.
-struct Message {
-  std::string role;
-  std::string content;
-};
-// Renders a conversation; assistant contents and their end-of-turn token are the trainable segments.
-Sample renderChat(const std::vector<Message>& messages, ChatTemplate chatTemplate);
 
 }  // namespace rp::data

@@ -1,5 +1,6 @@
 #include "data/tokenizer.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -441,6 +442,19 @@ std::string Tokenizer::decode(const std::vector<std::int32_t>& ids, bool skipSpe
     tokens.push_back(m.pieces[static_cast<std::size_t>(id)]);
   }
   return m.decode(std::move(tokens));
+}
+
+const std::string& Tokenizer::path() const {
+  return impl_->source;
+}
+
+std::vector<std::string> Tokenizer::specialTokens() const {
+  std::vector<std::string> out;
+  for (const auto& added : impl_->added) {
+    if (added.special) out.push_back(added.content);
+  }
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.size() > b.size(); });
+  return out;
 }
 
 std::int32_t Tokenizer::vocabSize() const {

@@ -29,6 +29,10 @@ class Tokenizer {
   std::string decode(const std::vector<std::int32_t>& ids, bool skipSpecialTokens = true) const;
 
   std::int32_t vocabSize() const;
+  // The tokenizer.json it was loaded from.
+  const std::string& path() const;
+  // The contents of its special added tokens (e.g. "<|im_end|>", "</s>"), longest first.
+  std::vector<std::string> specialTokens() const;
   // -1 when the token is not in the vocabulary.
   std::int32_t tokenId(const std::string& token) const;
 

@@ -70,7 +70,7 @@ expect 2 "$work/empty.txt: no samples to train on" \
 
 # roundpipe_tokenize speaks of its own flags.
 printf '{"instruction": "Say hi", "output": "hi"}\n{"instruction": 3}\n' >"$work/alpaca.jsonl"
-expect 2 '--template "auto": the tokenizer has neither .* set --template explicitly' \
+expect 2 '--template "auto": the model has no chat template of its own and the tokenizer has neither .* set --template explicitly' \
   "$bin/roundpipe_tokenize" --model "$model" --output "$work/tok" --format alpaca "$work/alpaca.jsonl"
 expect 2 "alpaca.jsonl:line 2: bad alpaca record: .*to skip such records: --skip-bad-records" \
   "$bin/roundpipe_tokenize" --model "$model" --output "$work/tok" --format alpaca --template chatml \

@@ -15,7 +15,8 @@ void fuzzOne(std::string_view data) {
   data::ReadOptions options;
   options.format = kFormats[pick % kFormats.size()];
   options.sampleBy = kSampleBy[pick % kSampleBy.size()];
-  options.chatTemplate = pick & 0x40 ? data::ChatTemplate::kLlama3 : data::ChatTemplate::kChatML;
+  options.chatTemplate =
+      data::ChatTemplate::builtIn(pick & 0x40 ? data::ChatTemplate::Kind::kLlama3 : data::ChatTemplate::Kind::kChatML);
   options.skipBadRecords = (pick & 0x80) != 0;
   (void)data::readSamples({writeScratch("data.jsonl", data.substr(1))}, options);
 }

@@ -51,7 +51,8 @@ TEST_P(GoldenTokenizer, IdsAndDecodeEqualHuggingFace) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tokenizers, GoldenTokenizer,
-                         ::testing::Values("qwen3", "tinystories_656k", "builtin_tiny", "llama3_style", "metaspace_style"),
+                         ::testing::Values("qwen3", "tinystories_656k", "builtin_tiny", "llama3_style",
+                                           "metaspace_style"),
                          [](const auto& info) { return info.param; });
 
 // The fixture's reference ids (llama.cpp's test vocabulary cases, produced by HF tokenizers).
@@ -99,7 +100,8 @@ TEST(Qwen3Tokenizer, SpecialTokens) {
   EXPECT_EQ(tokenizer.decode(ids), "user");
 }
 
-// SFT masks with the real Qwen3 tokenizer: exactly the assistant reply and its <|im_end|> are trainable.
+// SFT masks with the real Qwen3 tokenizer and the built-in ChatML layout: exactly the assistant reply and its
+// <|im_end|> are trainable.
 TEST(Qwen3Tokenizer, ChatMLMaskCoversTheAssistantReplyOnly) {
   const auto fixtures = test::fixturesDir();
   RP_SKIP_UNLESS(fixtures, "shared fixtures");
@@ -111,7 +113,7 @@ TEST(Qwen3Tokenizer, ChatMLMaskCoversTheAssistantReplyOnly) {
                                     {"assistant", "Paris."},
                                     {"user", "And Italy?"},
                                     {"assistant", "Rome."}},
-                                   resolveChatTemplate("auto", tokenizer));
+                                   resolveChatTemplate("chatml", tokenizer));
   const TokenizedCorpus corpus = tokenizeSamples({sample}, tokenizer, options);
   ASSERT_EQ(corpus.documentCount(), 1u);
   std::vector<std::int32_t> trained, all(corpus.tokens.begin(), corpus.tokens.end());
@@ -123,6 +125,52 @@ TEST(Qwen3Tokenizer, ChatMLMaskCoversTheAssistantReplyOnly) {
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nCapital of France?<|im_end|>\n"
             "<|im_start|>assistant\nParis.<|im_end|>\n<|im_start|>user\nAnd Italy?<|im_end|>\n"
             "<|im_start|>assistant\nRome.<|im_end|>\n");
+}
+
+// The model's own template (Qwen3's, from its tokenizer_config.json, which "auto" picks): the sample tokenizes
+// back to transformers' rendering, and only the replies as rendered — a reasoning block the template drops from an
+// earlier turn is not trained, the empty think block it puts before the last reply is context — and each
+// <|im_end|> are trainable.
+TEST(Qwen3Tokenizer, TheModelsOwnTemplateMasksTheRepliesAsRendered) {
+  const auto fixtures = test::fixturesDir();
+  RP_SKIP_UNLESS(fixtures, "shared fixtures");
+  const auto golden = test::goldenDir();
+  RP_SKIP_UNLESS(golden, "golden directory");
+  const auto tokenizer = Tokenizer::fromFile(*fixtures + "/tokenizers/qwen3");
+  const ChatTemplate model = resolveChatTemplate("auto", tokenizer);
+  ASSERT_EQ(model.kind, ChatTemplate::Kind::kModel);
+  const auto cases = nlohmann::json::parse(std::ifstream(*golden + "/chat_templates.json")).at("qwen3").at("cases");
+  DatasetOptions options;
+  options.format = "sharegpt";
+  auto trainedAndAll = [&](const Sample& sample) {
+    const TokenizedCorpus corpus = tokenizeSamples({sample}, tokenizer, options);
+    std::vector<std::int32_t> trained, all(corpus.tokens.begin(), corpus.tokens.end());
+    for (std::size_t i = 0; i < corpus.tokens.size(); ++i) {
+      if (corpus.trainable(i)) trained.push_back(corpus.tokens[i]);
+    }
+    return std::pair{tokenizer.decode(trained, false), tokenizer.decode(all, false)};
+  };
+  int checked = 0;
+  for (const auto& c : cases) {
+    std::vector<Message> messages;
+    for (const auto& m : c.at("messages")) {
+      if (m.at("role") == "tool") break;  // records carry system/user/assistant turns only
+      messages.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
+    }
+    if (messages.size() != c.at("messages").size()) continue;
+    EXPECT_EQ(trainedAndAll(renderChat(messages, model)).second, c.at("rendered").get<std::string>())
+        << c.at("messages").dump();
+    ++checked;
+  }
+  EXPECT_GE(checked, 10);
+  EXPECT_EQ(trainedAndAll(renderChat({{"user", "hi"}, {"assistant", "hello"}}, model)).first, "hello<|im_end|>");
+  EXPECT_EQ(trainedAndAll(renderChat({{"user", "q1"},
+                                      {"assistant", "<think>r1</think>a1"},
+                                      {"user", "q2"},
+                                      {"assistant", "<think>\nr2\n</think>\n\na2"}},
+                                     model))
+                .first,
+            "a1<|im_end|><think>\nr2\n</think>\n\na2<|im_end|>");
 }
 
 }  // namespace

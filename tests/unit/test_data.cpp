@@ -8,7 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "data/chat_template.h"
 #include "data/corpus.h"
+#include "data/jinja.h"
 #include "data/packer.h"
 #include "data/records.h"
 #include "data/tokenizer.h"
@@ -84,7 +86,7 @@ TEST(Records, ShareGptLlama3AndRoleErrors) {
       "\n");
   ReadOptions o;
   o.format = "sharegpt";
-  o.chatTemplate = ChatTemplate::kLlama3;
+  o.chatTemplate = ChatTemplate::builtIn(ChatTemplate::Kind::kLlama3);
   const auto error = errorOf([&] { readSamples({path}, o); });
   EXPECT_NE(error.find(":line 2: bad sharegpt record: turn 'from' is \"robot\""), std::string::npos) << error;
   o.skipBadRecords = true;
@@ -308,6 +310,81 @@ TEST(Tokenizer, AnIdThatIsNotATokenIdIsAClearError) {
   }
   withVocabId("1", "2");
   EXPECT_EQ(Tokenizer::fromFile(path).vocabSize(), 3);
+}
+
+// The chat-template subset names what it does not support, with the line (transformers' own rendering is the
+// golden tier's: tests/golden/test_golden_chat_template.cpp).
+TEST(ChatTemplate, AnUnsupportedConstructIsNamedWithItsLine) {
+  auto error = [](const std::string& source) {
+    try {
+      jinja::Template t(source, "t.jinja");
+      (void)t.render(nlohmann::json{{"x", "a"}});
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(
+      error("hi\n{% macro f() %}{% endmacro %}").find("chat template t.jinja: line 2: '{% macro %}' is not supported"),
+      std::string::npos);
+  EXPECT_NE(error("{{ x | wordwrap }}").find("line 1: filter 'wordwrap' is not supported"), std::string::npos);
+  EXPECT_NE(error("{{ x.missing.deeper }}").find("'deeper' of an undefined value"), std::string::npos);
+  EXPECT_NE(error("{% if x %}open").find("{% if %} is never closed"), std::string::npos);
+  EXPECT_NE(error("{{ x ").find("'{{' is never closed"), std::string::npos);
+  EXPECT_NE(
+      error("{{ raise_exception('no system role') }}").find("the template refused the conversation: no system role"),
+      std::string::npos);
+  // Found by fuzzing (tests/fuzz/regressions/chat_template): an integer literal out of range escaped as
+  // std::out_of_range. And a template that loops without end, or builds without bound, fails rather than hangs.
+  EXPECT_NE(error("{{ 99999999999999999999 }}").find("integer literal 99999999999999999999 is out of range"),
+            std::string::npos);
+  std::string loops = "{% set l = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0] %}";
+  for (int k = 0; k < 6; ++k) loops += "{% for a in l %}";
+  for (int k = 0; k < 6; ++k) loops += "{% endfor %}";
+  EXPECT_NE(error(loops).find("the template loops more than 1000000 times"), std::string::npos);
+  EXPECT_NE(error("{% set s = 'ab' %}{% for a in [0] * 3 %}{% endfor %}").find("'*' of a list and a int"),
+            std::string::npos);
+}
+
+// Replies inside {% generation %} are exactly the trainable text, plus the special token after them; a template
+// that refuses a conversation, or renders a reply where it cannot be found, makes a bad record.
+TEST(ChatTemplate, TheModelsTemplateMasksTheReplies) {
+  const std::string dir = test::scratchDir() + "/model";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/tokenizer_config.json") << R"({"bos_token": {"content": "<s>"}, "eos_token": "</s>",
+      "chat_template": [{"name": "default", "template": "{{ bos_token }}{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}{{ m.content | upper }}{% endgeneration %}{{ eos_token }}{% else %}[{{ m.content }}]{% endif %}{% endfor %}"}]})";
+  const auto t = loadModelChatTemplate(dir + "/tokenizer.json", {"</s>"});
+  ASSERT_TRUE(t);
+  const Sample s = renderChat({{"user", "hi"}, {"assistant", "hello"}, {"user", "bye"}, {"assistant", "ciao"}}, *t);
+  std::string trained, all;
+  for (const auto& segment : s.segments) {
+    if (segment.trainable) trained += segment.text + "|";
+    all += segment.text;
+  }
+  EXPECT_EQ(all, "<s>[hi]HELLO</s>[bye]CIAO</s>");
+  EXPECT_EQ(trained, "HELLO</s>|CIAO</s>|");
+
+  // Without generation markers a reply the template rewrites cannot be found; chat_template.jinja wins over the
+  // tokenizer_config.json entry.
+  std::ofstream(dir + "/chat_template.jinja") << "{% for m in messages %}{% if m.role == 'system' %}"
+                                                 "{{ raise_exception('System role not supported') }}{% endif %}"
+                                                 "<{{ m.role }}>{{ m.content | upper }}{% endfor %}";
+  const auto jinjaFile = loadModelChatTemplate(dir + "/tokenizer.json", {});
+  ASSERT_TRUE(jinjaFile);
+  EXPECT_EQ(jinjaFile->model->name(), dir + "/chat_template.jinja");
+  try {
+    renderChat({{"user", "hi"}, {"assistant", "hello"}}, *jinjaFile);
+    ADD_FAILURE() << "a rewritten reply was masked";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("assistant turn 2 does not appear"), std::string::npos) << e.what();
+  }
+  try {
+    renderChat({{"system", "s"}, {"user", "hi"}, {"assistant", "HELLO"}}, *jinjaFile);
+    ADD_FAILURE() << "the refusal was ignored";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("System role not supported"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(loadModelChatTemplate(test::scratchDir() + "/none/tokenizer.json", {}));
 }
 
 }  // namespace
