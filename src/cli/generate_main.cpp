@@ -1,9 +1,10 @@
-// roundpipe_generate: load a Hugging Face checkpoint, print a greedy continuation of a prompt and the
-// model's loss on a text.
+// roundpipe_generate: load a Hugging Face checkpoint, print a continuation of a prompt (greedy, or sampled with a
+// temperature and top-p; with --chat the model's reply to the prompt as a user turn) and the model's loss on a text.
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include <torch/torch.h>
@@ -13,6 +14,7 @@
 #include "common/env.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "device/device.h"
 #include "model/causal_lm.h"
@@ -54,13 +56,17 @@ double meanLoss(CausalLM& model, const std::vector<std::int32_t>& ids) {
 }
 
 int run(int argc, char** argv) {
-  CLI::App app{"roundpipe_generate: greedy continuation and loss of a Hugging Face Llama/Qwen3 checkpoint"};
+  CLI::App app{
+      "roundpipe_generate: a continuation (or chat reply) and the loss of a Hugging Face Llama/Qwen3 checkpoint"};
   std::string modelDir;
   std::string prompt = "Once upon a time";
   std::string lossText;
   std::string dtypeName = "float32";
   std::int64_t maxNew = 60;
   int threads = 0;
+  bool chat = false;
+  std::string templateName = "auto";
+  rp::model::Sampling sampling;
   app.add_option("--model", modelDir, "Hugging Face model directory (config.json, *.safetensors, tokenizer.json)")
       ->required();
   app.add_option("--prompt", prompt, "prompt text");
@@ -68,6 +74,13 @@ int run(int argc, char** argv) {
   app.add_option("--loss-text", lossText, "text file to report the model's mean next-token loss on");
   app.add_option("--dtype", dtypeName, "compute dtype: float32 | bfloat16");
   app.add_option("--threads", threads, "LibTorch intra-op threads (0 = RP_NUM_THREADS or LibTorch default)");
+  app.add_flag("--chat", chat, "the prompt is a user turn: render it with the chat template, print the reply");
+  app.add_option("--template", templateName, "with --chat: auto | model | chatml | llama3 (as data.template)");
+  app.add_option("--temperature", sampling.temperature, "sampling temperature (0 = greedy)")
+      ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--top-p", sampling.topP, "nucleus sampling: the most likely tokens up to this mass")
+      ->check(CLI::Range(1e-9, 1.0));
+  app.add_option("--seed", sampling.seed, "seed of the sampling");
   if (const auto code = rp::cli::parseCommandLine(app, argc, argv)) return *code;
   if (threads == 0) threads = static_cast<int>(rp::env::getInt(rp::env::kNumThreads));
   if (threads > 0) torch::set_num_threads(threads);
@@ -81,7 +94,16 @@ int run(int argc, char** argv) {
               c.numLayers, c.hiddenSize, c.numHeads, c.numKvHeads, c.vocabSize);
   const auto tokenizer = rp::data::Tokenizer::fromFile(modelDir);
 
-  std::cout << "greedy: " << rp::model::greedySample(*model, tokenizer, prompt, maxNew) << '\n';
+  std::optional<rp::data::ChatTemplate> chatTemplate;
+  if (chat) {
+    rp::data::OptionNames names;
+    names.chatTemplate = "--template";
+    chatTemplate = rp::data::resolveChatTemplate(templateName, tokenizer, names);
+  }
+  std::cout << (sampling.temperature > 0 ? "sampled: " : "greedy: ")
+            << rp::model::sampleText(*model, tokenizer, prompt, maxNew, sampling,
+                                     chatTemplate ? &*chatTemplate : nullptr)
+            << '\n';
 
   if (!lossText.empty()) {
     const auto ids = tokenizer.encode(readText(lossText));

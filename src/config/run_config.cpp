@@ -195,6 +195,9 @@ RunConfig buildRunConfig(Values v) {
   c.output.peakTflops = inRange(v, "output.peak_tflops", 0.0, 1e9, false);
   c.output.samplePrompt = v.getString("output.sample_prompt");
   c.output.sampleTokens = atLeast(v, "output.sample_tokens", 1);
+  c.output.sampleChat = v.getBool("output.sample_chat");
+  c.output.sampleTemperature = inRange(v, "output.sample_temperature", 0.0, 1e6, false);
+  c.output.sampleTopP = inRange(v, "output.sample_top_p", 1e-9, 1.0, false);
   c.checkpoint.dir = v.getString("checkpoint.dir");
   if (c.checkpoint.dir.empty()) c.checkpoint.dir = (std::filesystem::path(c.output.dir) / "checkpoints").string();
   c.checkpoint.every = atLeast(v, "checkpoint.every", 0);

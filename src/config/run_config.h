@@ -85,6 +85,8 @@ struct RunConfig {
     std::int64_t logEvery;
     std::string samplePrompt;
     std::int64_t sampleTokens;
+    bool sampleChat;  // the prompt as a user turn, through data.template
+    double sampleTemperature, sampleTopP;
     double peakTflops;  // the job's peak for MFU; 0 = the GPUs' table value
   } output;
   struct Checkpoint {

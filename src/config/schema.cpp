@@ -94,8 +94,12 @@ const std::vector<KeySpec>& runSchema() {
       {"output.peak_tflops", Type::kFloat, 0.0,
        "the whole job's peak TFLOP/s for MFU (0 = the GPUs' tensor peak from the table in docs/metrics.md; "
        "CPU runs report no MFU unless set)"},
-      {"output.sample_prompt", Type::kString, S(""), "prompt for a greedy sample before and after training"},
+      {"output.sample_prompt", Type::kString, S(""), "prompt for a sample before and after training"},
       {"output.sample_tokens", Type::kInt, I(48), "tokens in that sample"},
+      {"output.sample_chat", Type::kBool, false,
+       "render the sample prompt as a user turn with the chat template (data.template) and sample the reply"},
+      {"output.sample_temperature", Type::kFloat, 0.0, "sampling temperature of the sample (0 = greedy)"},
+      {"output.sample_top_p", Type::kFloat, 1.0, "nucleus (top-p) of the sample, when the temperature is > 0"},
 
       {"checkpoint.dir", Type::kString, S(""), "where checkpoints go (default: <output.dir>/checkpoints)"},
       {"checkpoint.every", Type::kInt, I(0), "save every N steps (0 = only when SIGTERM or SIGUSR1 arrives)"},

@@ -77,15 +77,19 @@ std::optional<std::pair<std::size_t, std::size_t>> findReply(const std::string& 
   return std::nullopt;
 }
 
-Sample renderModel(const std::vector<Message>& messages, const ChatTemplate& t) {
+json variables(const std::vector<Message>& messages, const ChatTemplate& t, bool generationPrompt) {
   json list = json::array();
   for (const auto& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
+  json v{{"messages", list}, {"add_generation_prompt", generationPrompt}};
+  if (!t.bosToken.empty()) v["bos_token"] = t.bosToken;  // unset ones stay undefined, as in transformers
+  if (!t.eosToken.empty()) v["eos_token"] = t.eosToken;
+  return v;
+}
+
+Sample renderModel(const std::vector<Message>& messages, const ChatTemplate& t) {
   jinja::Rendered r;
   try {
-    json variables{{"messages", list}, {"add_generation_prompt", false}};
-    if (!t.bosToken.empty()) variables["bos_token"] = t.bosToken;  // unset ones stay undefined, as in transformers
-    if (!t.eosToken.empty()) variables["eos_token"] = t.eosToken;
-    r = t.model->render(variables);
+    r = t.model->render(variables(messages, t, false));
   } catch (const InputError& e) {
     throw std::invalid_argument(e.what());
   }
@@ -160,6 +164,17 @@ std::optional<ChatTemplate> loadModelChatTemplate(const std::string& tokenizerFi
   t.bosToken = tokenText(config.value("bos_token", json()));
   t.eosToken = tokenText(config.value("eos_token", json()));
   return t;
+}
+
+std::string renderPrompt(const std::vector<Message>& messages, const ChatTemplate& chatTemplate) {
+  if (chatTemplate.kind == ChatTemplate::Kind::kModel) {
+    return chatTemplate.model->render(variables(messages, chatTemplate, true)).text;
+  }
+  std::string text;
+  for (const auto& segment : renderBuiltIn(messages, chatTemplate.kind).segments) text += segment.text;
+  return text + (chatTemplate.kind == ChatTemplate::Kind::kChatML
+                     ? "<|im_start|>assistant\n"
+                     : "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
 Sample renderChat(const std::vector<Message>& messages, const ChatTemplate& chatTemplate) {

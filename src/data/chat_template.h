@@ -56,4 +56,8 @@ std::optional<ChatTemplate> loadModelChatTemplate(const std::string& tokenizerFi
 // cannot be found.
 Sample renderChat(const std::vector<Message>& messages, const ChatTemplate& chatTemplate);
 
+// The conversation rendered for the model to continue with the assistant's reply (add_generation_prompt).
+// InputError when the template refuses it.
+std::string renderPrompt(const std::vector<Message>& messages, const ChatTemplate& chatTemplate);
+
 }  // namespace rp::data

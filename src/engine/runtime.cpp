@@ -21,9 +21,9 @@
 #include "engine/costs.h"
 #include "engine/regions.h"
 #include "model/batch.h"
-#include "model/generate.h"
 #include "model/lora.h"
 #include "run/evaluation.h"
+#include "run/sampling.h"
 #include "run/setup.h"
 #include "run/utilisation.h"
 #include "schedule/plan_search.h"
@@ -459,7 +459,7 @@ void PipelineRuntime::finishTrace() {
 // Sampling (before and after training) reads the weights in place from the store, on the host.
 std::string PipelineRuntime::sample(const std::string& prompt) {
   bindToStore();
-  std::string text = model::greedySample(model_->model(), *tokenizer_, prompt, config_.output.sampleTokens);
+  std::string text = run::sample(model_->model(), *tokenizer_, config_, prompt);
   model_->unbindAll();
   return text;
 }

@@ -14,11 +14,11 @@
 #include "common/fault.h"
 #include "common/log.h"
 #include "model/batch.h"
-#include "model/generate.h"
 #include "model/lora.h"
 #include "optim/adamw_simd.h"
 #include "optim/grad_clip.h"
 #include "run/evaluation.h"
+#include "run/sampling.h"
 #include "run/setup.h"
 #include "run/utilisation.h"
 
@@ -144,7 +144,7 @@ trace::StepMetrics Trainer::applyStep(std::int64_t step, const GradientResult& g
 }
 
 std::string Trainer::sample(const std::string& prompt) {
-  return model::greedySample(*model_, *tokenizer_, prompt, config_.output.sampleTokens);
+  return run::sample(*model_, *tokenizer_, config_, prompt);
 }
 
 std::optional<run::EvalResult> Trainer::evaluate(std::int64_t) {

@@ -1,5 +1,7 @@
 // Properties of the layer-list model that hold for any weights: parameter naming, tied heads,
 // chunked loss, packed-sequence isolation. Parity with transformers is in tests/golden/.
+#include <cmath>
+#include <random>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -7,6 +9,7 @@
 
 #include "common/resident_memory.h"
 #include "model/causal_lm.h"
+#include "model/generate.h"
 #include "model/linear_cross_entropy.h"
 
 namespace rp::model {
@@ -182,6 +185,34 @@ TEST(ModelLayers, DecoderLayersRunOneByOne) {
   auto h = model.embedding().forward(batch.inputIds);
   for (std::int64_t i = 0; i < model.numDecoderLayers(); ++i) h = model.decoderLayer(i).forward(h, ctx);
   EXPECT_TRUE(torch::equal(model.head().logits(h), model.logits(batch)));
+}
+
+// Sampling the next token (model/generate.h): greedy is the argmax; top-p keeps the most likely tokens until
+// their mass exceeds p — for probabilities 0.5, 0.3, 0.15, 0.05, p = 0.7 keeps the first two, as transformers'
+// TopPLogitsWarper does (it drops the tokens whose ascending cumulative mass is <= 1 - p: 0.05 and 0.15), p = 0.5
+// keeps one — and draws follow the kept probabilities renormalised, at the temperature's softmax.
+TEST(Sampling, GreedyTopPAndTemperatureDrawAsSpecified) {
+  const auto logits = torch::log(torch::tensor({0.05, 0.5, 0.15, 0.3}, torch::kDouble)).to(torch::kFloat);
+  std::mt19937_64 rng(7);
+  EXPECT_EQ(nextToken(logits, Sampling{}, rng), 1);
+  auto frequencies = [&](const Sampling& s) {
+    std::vector<double> f(4, 0.0);
+    constexpr int kDraws = 40000;
+    for (int k = 0; k < kDraws; ++k) f[static_cast<std::size_t>(nextToken(logits, s, rng))] += 1.0 / kDraws;
+    return f;
+  };
+  auto near = [](const std::vector<double>& got, const std::vector<double>& want) {
+    for (std::size_t k = 0; k < got.size(); ++k) {
+      // 4 standard deviations of a frequency over 40,000 draws (at most 0.01).
+      EXPECT_NEAR(got[k], want[k], 4 * std::sqrt(want[k] * (1 - want[k]) / 40000) + 1e-9) << "token " << k;
+    }
+  };
+  near(frequencies({1.0, 0.7, 0}), {0, 0.5 / 0.8, 0, 0.3 / 0.8});
+  near(frequencies({1.0, 0.5, 0}), {0, 1, 0, 0});
+  near(frequencies({1.0, 1.0, 0}), {0.05, 0.5, 0.15, 0.3});
+  // Temperature 2: softmax(log p / 2) = sqrt(p), normalised.
+  const double z = std::sqrt(0.05) + std::sqrt(0.5) + std::sqrt(0.15) + std::sqrt(0.3);
+  near(frequencies({2.0, 1.0, 0}), {std::sqrt(0.05) / z, std::sqrt(0.5) / z, std::sqrt(0.15) / z, std::sqrt(0.3) / z});
 }
 
 }  // namespace
