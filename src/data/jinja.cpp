@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
-#include <cstdlib>
 #include <cmath>
+#include <cstdlib>
 #include <ctime>
 #include <functional>
 #include <map>
@@ -35,6 +35,7 @@ struct Value {
   std::shared_ptr<List> list;  // shared: a namespace() is changed through every reference to it
   std::shared_ptr<Dict> dict;
   std::shared_ptr<Function> fn;
+  bool isNamespace = false;  // a namespace(): the only dict `set x.attr = ...` may change
 
   static Value none() { return make(Kind::kNone); }
   static Value boolean(bool v) {
@@ -1331,7 +1332,9 @@ struct Set : Node {
       return;
     }
     const Value target = ctx.lookup(name);
-    if (target.kind != Value::Kind::kDict) fail(where, fmt::format("'{}' is not a namespace", name));
+    if (target.kind != Value::Kind::kDict || !target.isNamespace) {
+      fail(where, fmt::format("'{}' is not a namespace: only namespace() attributes can be set", name));
+    }
     for (auto& [k, old] : *target.dict) {
       if (k == attribute) {
         old = std::move(v);
@@ -1543,8 +1546,11 @@ Dict globals(const nlohmann::json& variables, const Where& w) {
                    fail(w, fmt::format("the template refused the conversation: {}",
                                        args.empty() ? std::string("raise_exception()") : str(args[0])));
                  }));
-  d.emplace_back("namespace",
-                 Value::function([](const std::vector<Value>&, const Dict& named) { return Value::ofDict(named); }));
+  d.emplace_back("namespace", Value::function([](const std::vector<Value>&, const Dict& named) {
+                   Value ns = Value::ofDict(named);
+                   ns.isNamespace = true;
+                   return ns;
+                 }));
   d.emplace_back("strftime_now", Value::function([w](const std::vector<Value>& args, const Dict&) {
                    if (args.empty() || args[0].kind != Value::Kind::kString) fail(w, "strftime_now() takes a format");
                    const std::time_t now = std::time(nullptr);

@@ -299,6 +299,8 @@ TEST(Checkpoint, DiskFullIsAClearErrorAndThePreviousCheckpointSurvives) {
   const auto e = errorOf([&] { writeShard(dir.shardPath(2, 0), slices); });
   EXPECT_NE(e.find(dir.shardPath(2, 0).string()), std::string::npos) << e;
   EXPECT_NE(e.find("No space left on device"), std::string::npos) << e;
+  // Every HDF5 object of the failed shard is closed (one left in HDF5's table would crash the library at exit).
+  EXPECT_EQ(H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_FILE | H5F_OBJ_GROUP | H5F_OBJ_DATASET | H5F_OBJ_ATTR), 0);
   dir.discard(2);
   EXPECT_FALSE(fs::exists(dir.staging(2)));
   EXPECT_EQ(load(dir.resolve("latest"), 2).a, small.a);

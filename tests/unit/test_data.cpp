@@ -336,6 +336,7 @@ TEST(ChatTemplate, AnUnsupportedConstructIsNamedWithItsLine) {
       std::string::npos);
   // Found by fuzzing (tests/fuzz/regressions/chat_template): an integer literal out of range escaped as
   // std::out_of_range. And a template that loops without end, or builds without bound, fails rather than hangs.
+  EXPECT_NE(error("{% set d = {'a': 1} %}{% set d.a = 2 %}").find("'d' is not a namespace"), std::string::npos);
   EXPECT_NE(error("{{ 99999999999999999999 }}").find("integer literal 99999999999999999999 is out of range"),
             std::string::npos);
   std::string loops = "{% set l = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0] %}";

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The unit tier under a sanitizer (docs/testing.md, "Sanitizers"):
+#   scripts/sanitize.sh address [ctest args]   ASan + UBSan, build-asan/
+#   scripts/sanitize.sh thread  [ctest args]   TSan, build-tsan/
+# Configures and builds that directory (every target instrumented; LibTorch, Open MPI, HDF5 are not), then runs
+# `ctest -L unit` there, with the suppressions in tests/sanitizers/ (each says why). Exit code = result.
+# CC/CXX pick the compiler (clang, as the fuzz build, or g++).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+kind="${1:-}"
+shift || true
+case "$kind" in
+  address) flags="address,undefined" build="$root/build-asan" ;;
+  thread) flags="thread" build="$root/build-tsan" ;;
+  *) echo "usage: scripts/sanitize.sh address|thread [ctest args]" >&2; exit 2 ;;
+esac
+mkdir -p "$build"
+cmake -S "$root" -B "$build" -DRP_SANITIZE="$flags" -DRP_BUILD_BENCHMARKS=OFF -DRP_WITH_CUDA=OFF -DRP_WITH_NCCL=OFF \
+  -DRP_WERROR=ON >"$build/configure.log" 2>&1 || {
+  cat "$build/configure.log"
+  exit 1
+}
+cmake --build "$build" -j "${RP_JOBS:-2}"
+# One compute thread per process: LibTorch's OpenMP pool is not instrumented (TSan cannot see its barriers).
+export OMP_NUM_THREADS=1 RP_NUM_THREADS=1
+# protect_shadow_gap=0: the CUDA runtime maps memory where ASan's shadow gap is (on GPU machines).
+export ASAN_OPTIONS="detect_leaks=1:protect_shadow_gap=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+export LSAN_OPTIONS="suppressions=$root/tests/sanitizers/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
+cd "$build"
+ctest -L unit --output-on-failure --no-tests=error "$@"
