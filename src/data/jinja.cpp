@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
@@ -711,7 +712,10 @@ struct Unary : Expr {
   Value eval(Context& ctx) const override {
     const Value v = operand->eval(ctx);
     if (op == "not") return Value::boolean(!truthy(v));
-    if (v.kind == Value::Kind::kInt) return Value::integer(op == "-" ? -v.i : v.i);
+    if (v.kind == Value::Kind::kInt) {
+      if (op == "-" && v.i == INT64_MIN) fail(where, "-(-2^63) overflows 64-bit integers");
+      return Value::integer(op == "-" ? -v.i : v.i);
+    }
     if (v.kind == Value::Kind::kFloat) return Value::real(op == "-" ? -v.f : v.f);
     fail(where, fmt::format("unary {} of a {}", op, kindName(v.kind)));
   }
@@ -760,9 +764,14 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b, const Wh
   }
   if (ints) {
     const std::int64_t p = a.kind == Value::Kind::kBool ? a.b : a.i, q = b.kind == Value::Kind::kBool ? b.b : b.i;
-    if (op == "+") return Value::integer(p + q);
-    if (op == "-") return Value::integer(p - q);
-    if (op == "*") return Value::integer(p * q);
+    // Python's integers do not overflow; ours are 64-bit and say so.
+    std::int64_t r = 0;
+    const bool overflow = op == "+"   ? __builtin_add_overflow(p, q, &r)
+                          : op == "-" ? __builtin_sub_overflow(p, q, &r)
+                          : op == "*" ? __builtin_mul_overflow(p, q, &r)
+                                      : (q == -1 && p == INT64_MIN);
+    if (overflow) fail(w, fmt::format("{} {} {} overflows 64-bit integers", p, op, q));
+    if (op == "+" || op == "-" || op == "*") return Value::integer(r);
     if (q == 0) fail(w, "division by zero");
     const std::int64_t floor = p / q - ((p % q != 0) && ((p < 0) != (q < 0)) ? 1 : 0);
     if (op == "//") return Value::integer(floor);
@@ -1025,7 +1034,17 @@ class ExpressionParser {
     while (acceptName("and")) l = binary("and", std::move(l), notExpr());
     return l;
   }
+  // Nesting is bounded (parentheses, unary operators, lists), so a hostile template fails instead of overflowing
+  // the stack.
+  struct Nest {
+    explicit Nest(ExpressionParser& p) : p_(p) {
+      if (++p_.depth_ > kMaxDepth) fail(p_.w_, fmt::format("expression nested deeper than {}", kMaxDepth));
+    }
+    ~Nest() { --p_.depth_; }
+    ExpressionParser& p_;
+  };
   ExprPtr notExpr() {
+    const Nest nest(*this);
     if (acceptName("not")) {
       auto u = make<Unary>();
       u->op = "not";
@@ -1075,6 +1094,7 @@ class ExpressionParser {
     return l;
   }
   ExprPtr unary() {
+    const Nest nest(*this);
     if (peek().kind == Token::Kind::kOp && (peek().text == "-" || peek().text == "+")) {
       auto u = make<Unary>();
       u->op = t_[p_++].text;
@@ -1226,9 +1246,11 @@ class ExpressionParser {
     fail(w_, fmt::format("unexpected '{}'", tok.text));
   }
 
+  static constexpr int kMaxDepth = 64;
   std::vector<Token> t_;
   std::size_t p_ = 0;
   Where w_;
+  int depth_ = 0;
 };
 
 }  // namespace
@@ -1435,6 +1457,13 @@ class TemplateParser {
 
   // Parses until one of `ends` (a statement's first word) or the end; returns that word ("" at the end).
   std::string parseBody(Body& body, const std::vector<std::string>& ends) {
+    if (++depth_ > kMaxDepth) {
+      fail({&name_, p_ < tags_.size() ? tags_[p_].line : 0}, fmt::format("blocks nested deeper than {}", kMaxDepth));
+    }
+    struct Leave {
+      int& depth;
+      ~Leave() { --depth; }
+    } leave{depth_};
     while (p_ < tags_.size()) {
       const Tag& tag = tags_[p_++];
       const Where w{&name_, tag.line};
@@ -1532,8 +1561,10 @@ class TemplateParser {
     return node;
   }
 
+  static constexpr int kMaxDepth = 64;
   std::vector<Tag> tags_;
   std::size_t p_ = 0;
+  int depth_ = 0;
   const std::string& name_;
   std::optional<ExpressionParser> current_;  // the statement that ended the last body
 };

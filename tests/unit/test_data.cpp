@@ -337,6 +337,12 @@ TEST(ChatTemplate, AnUnsupportedConstructIsNamedWithItsLine) {
   // Found by fuzzing (tests/fuzz/regressions/chat_template): an integer literal out of range escaped as
   // std::out_of_range. And a template that loops without end, or builds without bound, fails rather than hangs.
   EXPECT_NE(error("{% set d = {'a': 1} %}{% set d.a = 2 %}").find("'d' is not a namespace"), std::string::npos);
+  EXPECT_NE(error("{{ " + std::string(500, '(') + "1" + std::string(500, ')') + " }}").find("nested deeper than 64"),
+            std::string::npos);
+  std::string blocks;
+  for (int k = 0; k < 100; ++k) blocks += "{% if x %}";
+  EXPECT_NE(error(blocks).find("blocks nested deeper than 64"), std::string::npos);
+  EXPECT_NE(error("{{ 4000000000 * 4000000000 * 4 }}").find("overflows 64-bit integers"), std::string::npos);
   EXPECT_NE(error("{{ 99999999999999999999 }}").find("integer literal 99999999999999999999 is out of range"),
             std::string::npos);
   std::string loops = "{% set l = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0] %}";
