@@ -479,7 +479,7 @@ class Context {
   std::vector<std::pair<std::size_t, std::size_t>> generation;
 
  private:
-  static constexpr std::int64_t kStepBudget = 1'000'000;
+  static constexpr std::int64_t kStepBudget = 100'000;
   std::int64_t steps_ = 0;
   std::vector<Dict> scopes_;
 };
