@@ -36,6 +36,10 @@ cmake --build "$build" -j "${RP_JOBS:-2}" --target rp_fuzzers
 export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 mkdir -p "$corpora/crashes"
+# The targets' scratch files: removed at exit by each target, and here too (a target that crashed cannot).
+export TMPDIR="$corpora/tmp"
+rm -rf "$TMPDIR" && mkdir -p "$TMPDIR"
+trap 'rm -rf "$TMPDIR"' EXIT
 printf '%-14s %12s %9s %8s\n' target executions seconds corpus
 for t in "${targets[@]}"; do
   bin="$build/tests/fuzz/fuzz_$t"
