@@ -2,9 +2,10 @@
 # The unit tier under a sanitizer (docs/testing.md, "Sanitizers"):
 #   scripts/sanitize.sh address [ctest args]   ASan + UBSan, build-asan/
 #   scripts/sanitize.sh thread  [ctest args]   TSan, build-tsan/
-# Configures and builds that directory (every target instrumented; LibTorch, Open MPI, HDF5 are not), then runs
-# `ctest -L unit` there, with the suppressions in tests/sanitizers/ (each says why). Exit code = result.
-# CC/CXX pick the compiler (clang, as the fuzz build, or g++).
+# Configures that directory (every target instrumented; LibTorch, Open MPI, HDF5 are not), builds the unit tier
+# (target rp_unit_tier, or the targets in RP_SANITIZE_TARGETS), then runs `ctest -L unit` there (ctest args narrow
+# it, e.g. -R 'unit\.(Fences|PipelineInproc)'), with the suppressions in tests/sanitizers/ (each says why).
+# Exit code = result. CC/CXX pick the compiler (clang, as the fuzz build, or g++).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 kind="${1:-}"
@@ -20,7 +21,8 @@ cmake -S "$root" -B "$build" -DRP_SANITIZE="$flags" -DRP_BUILD_BENCHMARKS=OFF -D
   cat "$build/configure.log"
   exit 1
 }
-cmake --build "$build" -j "${RP_JOBS:-2}"
+# shellcheck disable=SC2086 # a list of targets
+cmake --build "$build" -j "${RP_JOBS:-2}" --target ${RP_SANITIZE_TARGETS:-rp_unit_tier}
 # One compute thread per process: LibTorch's OpenMP pool is not instrumented (TSan cannot see its barriers).
 export OMP_NUM_THREADS=1 RP_NUM_THREADS=1
 # protect_shadow_gap=0: the CUDA runtime maps memory where ASan's shadow gap is (on GPU machines).
