@@ -35,8 +35,8 @@ double timeIt(int reps, Fn&& fn) {
 
 // STREAM triad a[i] = b[i] + s·c[i], vectorised (AVX2), over `threads` threads. Reported like STREAM: 12
 // bytes per element (the write-allocate read of a[] is not counted; AdamW writes only what it read).
-__attribute__((target("avx2"))) void triad(float* __restrict a, const float* __restrict b,
-                                           const float* __restrict c, std::size_t begin, std::size_t end) {
+__attribute__((target("avx2"))) void triad(float* __restrict a, const float* __restrict b, const float* __restrict c,
+                                           std::size_t begin, std::size_t end) {
   const __m256 k = _mm256_set1_ps(3.0f);
   std::size_t i = begin;
   for (; i + 8 <= end; i += 8) {
@@ -67,10 +67,12 @@ int main(int argc, char** argv) {
   std::vector<std::uint16_t> copy(n);
   for (std::size_t i = 0; i < n; ++i) grad[i] = 1e-3f * static_cast<float>(i % 1000) - 0.5f;
 
-  std::printf("AdamW, %.0fM fp32 parameters; memory bandwidth (STREAM triad): %.1f GB/s (1 thread), %.1f GB/s "
-              "(2 threads)\n",
-              static_cast<double>(n) / 1e6, triad1, triad2);
-  std::printf("| implementation | threads | ms/step | Mparams/s | GB/s | %% of triad |\n|---|---:|---:|---:|---:|---:|\n");
+  std::printf(
+      "AdamW, %.0fM fp32 parameters; memory bandwidth (STREAM triad): %.1f GB/s (1 thread), %.1f GB/s "
+      "(2 threads)\n",
+      static_cast<double>(n) / 1e6, triad1, triad2);
+  std::printf(
+      "| implementation | threads | ms/step | Mparams/s | GB/s | %% of triad |\n|---|---:|---:|---:|---:|---:|\n");
   auto row = [&](const char* name, int threads, double seconds, double bytesPerParam) {
     const double gbs = bytesPerParam * static_cast<double>(n) / seconds / 1e9;
     std::printf("| %s | %d | %.1f | %.0f | %.1f | %.0f%% |\n", name, threads, seconds * 1e3,
@@ -81,8 +83,8 @@ int main(int argc, char** argv) {
     rp::optim::AdamWKernel kernel;
   };
   std::vector<K> kernels{{"roundpipe scalar", &rp::optim::adamwScalar}};
-  if (__builtin_cpu_supports("avx2")) kernels.push_back({"roundpipe avx2", &rp::optim::adamwAvx2});
-  if (__builtin_cpu_supports("avx512f")) kernels.push_back({"roundpipe avx512", &rp::optim::adamwAvx512});
+  if (rp::optim::cpuRunsAvx2()) kernels.push_back({"roundpipe avx2", &rp::optim::adamwAvx2});
+  if (rp::optim::cpuRunsAvx512()) kernels.push_back({"roundpipe avx512", &rp::optim::adamwAvx512});
   for (const K& k : kernels) {
     for (int threads : {1, 2}) {
       for (bool withCopy : {false, true}) {

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <iterator>
 
 #include <fmt/format.h>
 
@@ -25,14 +26,24 @@ ActivityBoard::Slot& ActivityBoard::slot(int rank, int thread) const {
   return slots_[static_cast<std::size_t>(rank * kThreads + thread)];
 }
 
+// The sequence lock with atomic data (Boehm, "Can seqlocks get along with programming language memory
+// models?", 2012): the writer makes the sequence odd, fences, stores the words relaxed, and makes it even
+// with release; the reader loads the sequence with acquire, the words relaxed, fences, and checks it again.
 void ActivityBoard::set(int rank, int thread, const std::string& text) {
   Slot& s = slot(rank, thread);
-  s.sequence.fetch_add(1, std::memory_order_acq_rel);  // odd: writing
-  const std::size_t n = std::min(text.size(), sizeof(s.text) - 1);
-  std::memcpy(s.text, text.data(), n);
-  s.text[n] = '\0';
+  constexpr std::size_t kBytes = sizeof(s.text);
+  char bytes[kBytes] = {};
+  std::memcpy(bytes, text.data(), std::min(text.size(), kBytes - 1));
+  const std::uint64_t seq = s.sequence.load(std::memory_order_relaxed);
+  s.sequence.store(seq + 1, std::memory_order_relaxed);  // odd: writing
+  std::atomic_thread_fence(std::memory_order_release);
+  for (std::size_t w = 0; w < std::size(s.text); ++w) {
+    std::uint64_t word = 0;
+    std::memcpy(&word, bytes + w * sizeof(word), sizeof(word));
+    s.text[w].store(word, std::memory_order_relaxed);
+  }
   s.sinceUs.store(nowUs(), std::memory_order_relaxed);
-  s.sequence.fetch_add(1, std::memory_order_release);  // even: stable
+  s.sequence.store(seq + 2, std::memory_order_release);  // even: stable
 }
 
 std::string ActivityBoard::describe(int rank) const {
@@ -43,9 +54,13 @@ std::string ActivityBoard::describe(int rank) const {
     std::int64_t since = 0;
     for (int attempt = 0; attempt < 10000; ++attempt) {
       const auto before = s.sequence.load(std::memory_order_acquire);
-      std::memcpy(text, s.text, sizeof(text));
+      for (std::size_t w = 0; w < std::size(s.text); ++w) {
+        const std::uint64_t word = s.text[w].load(std::memory_order_relaxed);
+        std::memcpy(text + w * sizeof(word), &word, sizeof(word));
+      }
       since = s.sinceUs.load(std::memory_order_relaxed);
-      if (before % 2 == 0 && s.sequence.load(std::memory_order_acquire) == before) break;
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (before % 2 == 0 && s.sequence.load(std::memory_order_relaxed) == before) break;
     }
     text[sizeof(text) - 1] = '\0';
     const char* name = thread == 0 ? "worker" : "optimizer";

@@ -1,6 +1,7 @@
 // What every rank's threads are doing now, in the node store, for the stall inspector: when a wait times
 // out, the message names the late rank and its last operation (docs/protocol.md, "Failure semantics").
-// Each (rank, thread) slot is written by one thread and read by any, under a sequence lock.
+// Each (rank, thread) slot is written by one thread and read by any, under a sequence lock whose text is
+// itself atomic words (relaxed), so a read that overlaps a write is a retry, not a data race.
 #pragma once
 
 #include <atomic>
@@ -26,8 +27,9 @@ class ActivityBoard {
   struct Slot {
     std::atomic<std::uint64_t> sequence;
     std::atomic<std::int64_t> sinceUs;
-    char text[112];
+    std::atomic<std::uint64_t> text[14];  // 112 bytes of text, NUL-terminated
   };
+  static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "the board lives in shared memory");
   Slot& slot(int rank, int thread) const;
   Slot* slots_;
   int ranks_;

@@ -1,5 +1,6 @@
 #include "optim/adamw_simd.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <string>
@@ -107,11 +108,24 @@ __attribute__((target("avx2,f16c"))) void adamwAvx2(const AdamWStepScalars& s, b
   if (i < x.n) adamwScalar(s, amsgrad, tail(x, i));
 }
 
+namespace {
+// CPUID leaf 1, ECX bit 29 (clang's __builtin_cpu_supports does not know "f16c").
+bool hasF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+}  // namespace
+
+bool cpuRunsAvx2() {
+  return __builtin_cpu_supports("avx2") && hasF16c();
+}
+bool cpuRunsAvx512() {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && hasF16c();
+}
+
 AdamWKernel bestAdamWKernel() {
   const std::string forced = env::get(env::kAdamWKernel);
-  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                      __builtin_cpu_supports("f16c"),
-             avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  const bool avx512 = cpuRunsAvx512(), avx2 = cpuRunsAvx2();
   if (forced == "scalar") return &adamwScalar;
   if (forced == "avx2" || (forced.empty() && !avx512 && avx2)) {
     if (!avx2) RP_THROW(InputError, "{}=avx2: this CPU lacks AVX2 or F16C", env::kAdamWKernel.name);

@@ -11,6 +11,10 @@ namespace rp::optim {
 void adamwAvx2(const AdamWStepScalars& s, bool amsgrad, const AdamWSlice& slice);
 void adamwAvx512(const AdamWStepScalars& s, bool amsgrad, const AdamWSlice& slice);
 
+// Whether this CPU runs the kernel (AVX2 + F16C; AVX-512F + BW + F16C).
+bool cpuRunsAvx2();
+bool cpuRunsAvx512();
+
 // The fastest kernel this CPU runs (AVX-512F+BW, else AVX2+F16C, else scalar); RP_ADAMW_KERNEL=scalar|avx2|avx512
 // forces one (an unsupported choice is an InputError).
 AdamWKernel bestAdamWKernel();

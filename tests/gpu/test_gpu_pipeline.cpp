@@ -37,7 +37,10 @@ TEST_P(GpuPipeline, EqualsTheTrainerOnTheCpu) {
   RP_SKIP_WITHOUT_GPU();
   const auto fixtures = fixturesDir();
   RP_SKIP_UNLESS(fixtures, "shared fixtures");
-  const auto& [workers, c, plane] = GetParam();
+  // Not a structured binding: clang 14 cannot capture one in a lambda.
+  const int workers = std::get<0>(GetParam());
+  const auto& c = std::get<1>(GetParam());
+  const auto plane = std::get<2>(GetParam());
   const std::string scratch = scratchDir();
   const std::string model = *fixtures + "/models/tinystories-656k";
   auto configAt = [&](const std::string& out, bool gpu) {

@@ -47,8 +47,8 @@ struct Buffers {
 
 std::vector<std::pair<const char*, AdamWKernel>> simdKernels() {
   std::vector<std::pair<const char*, AdamWKernel>> out;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) out.emplace_back("avx2", &adamwAvx2);
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) out.emplace_back("avx512", &adamwAvx512);
+  if (cpuRunsAvx2()) out.emplace_back("avx2", &adamwAvx2);
+  if (cpuRunsAvx512()) out.emplace_back("avx512", &adamwAvx512);
   return out;
 }
 

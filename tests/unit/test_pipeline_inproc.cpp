@@ -47,7 +47,10 @@ class InProcPipeline : public ::testing::TestWithParam<std::tuple<int, Case, Ten
 TEST_P(InProcPipeline, EqualsTheSingleProcessTrainer) {
   const auto fixtures = test::fixturesDir();
   RP_SKIP_UNLESS(fixtures, "shared fixtures");
-  const auto& [workers, c, backend] = GetParam();
+  // Not a structured binding: clang 14 cannot capture one in a lambda.
+  const int workers = std::get<0>(GetParam());
+  const auto& c = std::get<1>(GetParam());
+  const auto backend = std::get<2>(GetParam());
   const std::string scratch = test::scratchDir();
   const std::string tokenizer = *fixtures + "/models/tinystories-656k";
   std::string model = tokenizer;
