@@ -185,7 +185,11 @@ class Context {
   std::vector<std::pair<std::size_t, std::size_t>> generation;
 
  private:
+#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+  static constexpr std::int64_t kStepBudget = 2'000;  // the same check, reached before an execution gets slow
+#else
   static constexpr std::int64_t kStepBudget = 100'000;
+#endif
   std::int64_t steps_ = 0;
   std::vector<Dict> scopes_;
 };

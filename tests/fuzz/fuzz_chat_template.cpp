@@ -8,7 +8,7 @@ namespace rp::fuzz {
 
 void fuzzOne(std::string_view data) {
   const data::jinja::Template t(std::string(data), "chat_template.jinja");
-  const auto messages = nlohmann::json::parse(R"([{"role": "system", "content": "Be brief."},
+  static const auto messages = nlohmann::json::parse(R"([{"role": "system", "content": "Be brief."},
       {"role": "user", "content": "hi"}, {"role": "assistant", "content": "<think>x</think>hello"},
       {"role": "user", "content": "bye"}, {"role": "assistant", "content": " ciao "}])");
   for (const bool prompt : {false, true}) {
