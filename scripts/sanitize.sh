@@ -4,7 +4,8 @@
 #   scripts/sanitize.sh thread  [ctest args]   TSan, build-tsan/
 # Configures that directory (every target instrumented; LibTorch, Open MPI, HDF5 are not), builds the unit tier
 # (target rp_unit_tier, or the targets in RP_SANITIZE_TARGETS), then runs `ctest -L unit` there (ctest args narrow
-# it, e.g. -R 'unit\.(Fences|PipelineInproc)'), with the suppressions in tests/sanitizers/ (each says why).
+# it, e.g. -R 'unit\.(Fences|PipelineInproc)'), with the suppressions in tests/sanitizers/ (each says why);
+# under ASan the command-line tests run in a second pass without leak detection (see below).
 # Exit code = result. CC/CXX pick the compiler (clang, as the fuzz build, or g++).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -31,4 +32,14 @@ export LSAN_OPTIONS="suppressions=$root/tests/sanitizers/lsan.supp:print_suppres
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 export TSAN_OPTIONS="suppressions=$root/tests/sanitizers/tsan.supp:halt_on_error=1:second_deadlock_stack=1${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
 cd "$build"
-ctest -L unit --output-on-failure --no-tests=error "$@"
+if [[ "$kind" == thread ]]; then
+  exec ctest -L unit --output-on-failure --no-tests=error "$@"
+fi
+# Open MPI's components leak and are unloaded (dlclose) before LeakSanitizer reports, so their frames read
+# "<unknown module>" and no suppression can name them: the command-line tests, whose processes initialise MPI,
+# run with leak detection off (memory errors and undefined behaviour still stop them); the library code they
+# run is leak-checked in the unit binaries. ctest args narrow the first pass only.
+rc=0
+ctest -L unit -E '^unit\.cli\.' --output-on-failure "$@" || rc=$?
+ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" ctest -L unit -R '^unit\.cli\.' --output-on-failure || rc=$?
+exit "$rc"

@@ -3,7 +3,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <mutex>
+#include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "common/env.h"
 
@@ -40,6 +43,9 @@ std::string scratchDir() {
   for (auto& c : name) {
     if (c == '/') c = '_';
   }
+  // And after this process: two builds running the same test at once (sanitizer runs beside the main tier)
+  // must not share a checkpoint directory.
+  name += "-" + std::to_string(::getpid());
   const fs::path dir = fs::temp_directory_path() / name;
   fs::remove_all(dir);
   fs::create_directories(dir);

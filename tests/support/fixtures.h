@@ -13,7 +13,7 @@ namespace rp::test {
 std::optional<std::string> fixturesDir();
 // $RP_GOLDEN_DIR (set by CTest for golden tests); nullopt if unset or absent.
 std::optional<std::string> goldenDir();
-// A fresh empty directory under the system temp dir, named after the running test. Removed when the test
+// A fresh empty directory under the system temp dir, named after the running test and the process. Removed when the test
 // program ends with every test passed; kept (and its path printed) when one failed.
 std::string scratchDir();
 // Registers `dir` for removal by removeScratch (scratchDir registers its own).

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <torch/torch.h>
 
 #include "control/inproc/inproc_channel.h"
 #include "engine/runtime.h"
@@ -36,6 +37,10 @@ ThreadRun runOnThreads(const config::RunConfig& config, int workers, TensorPlane
       plane == TensorPlane::kHostStaged ? transport::TensorChannelFactory(transport::hostStaged)
       : plane == TensorPlane::kDirect   ? transport::TensorChannelFactory(transport::deviceDirect)
                                         : transport::inProcess(transport::newInProcTensorHub());
+  // LibTorch creates its default CPU generator and its CUDA hooks lazily, once, under guards inside its own
+  // (uninstrumented) library, and every rank seeds them: create them here, before the ranks start, as a real
+  // rank's process does alone (otherwise ThreadSanitizer reports the first use as a race).
+  torch::manual_seed(static_cast<std::uint64_t>(config.train.seed));
   ThreadRun out;
   std::mutex mutex;
   std::vector<std::thread> threads;
@@ -48,8 +53,13 @@ ThreadRun runOnThreads(const config::RunConfig& config, int workers, TensorPlane
         out.metrics = std::move(metrics);
         for (const auto& name : names) out.weights[name] = runtime.storeWeight(name);
       } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(mutex);
-        out.errors.push_back(fmt::format("rank {}: {}", r, e.what()));
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          out.errors.push_back(fmt::format("rank {}: {}", r, e.what()));
+        }
+        // As MPI_Abort would: the other ranks' waits on this one end now, naming it.
+        node.abandon(r, e.what());
+        world.abandon(r, e.what());
       }
     });
   }

@@ -1,4 +1,6 @@
 // The ControlChannel contract on the in-process implementation: threads as ranks.
+#include <chrono>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -47,6 +49,42 @@ TEST_P(InProcConformance, DuplicateAndSplit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, InProcConformance, ::testing::Values(2, 3, 4));
+
+// A rank that fails leaves the hub (as MPI_Abort ends the other processes): a collective, a receive and a
+// sub-group's collective waiting on it end at once in a PeerError naming it and why, not at their deadlines.
+TEST(InProcHub, ARankThatLeavesEndsTheOthersWaits) {
+  InProcHub hub(3);
+  const auto early = hub.child(5, 0, 2);
+  std::vector<std::string> errors(3);
+  std::vector<std::thread> threads;
+  const auto start = std::chrono::steady_clock::now();
+  const auto never = start + std::chrono::hours(1);
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      InProcChannel channel(hub, r);
+      try {
+        if (r == 0) channel.barrier();
+        int value = 0;
+        if (r == 1) channel.receive(2, Tag::kDirective, &value, sizeof(value), never);
+      } catch (const PeerError& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  hub.abandon(2, "out of memory");
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(errors[static_cast<std::size_t>(r)].find("rank 2 failed: out of memory"), std::string::npos)
+        << "rank " << r << ": " << errors[static_cast<std::size_t>(r)];
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  // A sub-group made before or after the failure inherits it.
+  for (const auto& group : {early, hub.child(7, 0, 2)}) {
+    InProcChannel channel(group, 0);
+    EXPECT_THROW(channel.barrier(), PeerError);
+  }
+}
 
 // The stall inspector: a warning naming what is late and who, then (if still late) the abort with the same.
 TEST(StallPolicy, WarnsOnceThenAbortsNamingTheLatePeer) {

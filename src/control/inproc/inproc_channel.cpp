@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <fmt/format.h>
+
 namespace rp::control {
 
 void InProcHub::post(int from, int to, Tag tag, const void* data, std::size_t bytes) {
@@ -18,7 +20,8 @@ void InProcHub::post(int from, int to, Tag tag, const void* data, std::size_t by
 bool InProcHub::take(int from, int to, Tag tag, void* data, std::size_t bytes, ControlChannel::Deadline deadline) {
   std::unique_lock<std::mutex> lock(mutex_);
   auto& box = mailboxes_[{from, to, mpiTag(tag)}];
-  if (!arrived_.wait_until(lock, deadline, [&] { return !box.empty(); })) return false;
+  if (!arrived_.wait_until(lock, deadline, [&] { return !box.empty() || !abandoned_.empty(); })) return false;
+  if (box.empty()) throwIfAbandoned();
   const auto& message = box.front();
   RP_CHECK(message.size() == bytes, "message of {} bytes received into {}", message.size(), bytes);
   std::memcpy(data, message.data(), bytes);
@@ -35,9 +38,11 @@ std::vector<std::vector<std::uint8_t>> InProcHub::exchange(std::uint64_t seq, in
   round.parts[static_cast<std::size_t>(rank)].assign(p, p + bytes);
   ++round.arrived;
   arrived_.notify_all();
-  if (!arrived_.wait_for(lock, std::chrono::minutes(10), [&] { return round.arrived == size_; })) {
+  if (!arrived_.wait_for(lock, std::chrono::minutes(10),
+                         [&] { return round.arrived == size_ || !abandoned_.empty(); })) {
     RP_THROW(PeerError, "in-process collective #{}: {} of {} ranks arrived in 10 minutes", seq, round.arrived, size_);
   }
+  if (round.arrived < size_) throwIfAbandoned();
   std::vector<std::vector<std::uint8_t>> parts = round.parts;
   if (++round.left == size_) rounds_.erase(seq);
   return parts;
@@ -46,8 +51,26 @@ std::vector<std::vector<std::uint8_t>> InProcHub::exchange(std::uint64_t seq, in
 std::shared_ptr<InProcHub> InProcHub::child(std::uint64_t seq, int color, int size) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto& hub = children_[{seq, color}];
-  if (!hub) hub = std::make_shared<InProcHub>(size);
+  if (!hub) {
+    hub = std::make_shared<InProcHub>(size);
+    hub->abandoned_ = abandoned_;
+  }
   return hub;
+}
+
+void InProcHub::abandon(int rank, const std::string& why) {
+  std::vector<std::shared_ptr<InProcHub>> children;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (abandoned_.empty()) abandoned_ = fmt::format("rank {} failed: {}", rank, why);
+    for (const auto& [key, hub] : children_) children.push_back(hub);
+  }
+  arrived_.notify_all();
+  for (const auto& hub : children) hub->abandon(rank, why);
+}
+
+void InProcHub::throwIfAbandoned() const {
+  if (!abandoned_.empty()) RP_THROW(PeerError, "in-process ranks: {}", abandoned_);
 }
 
 void InProcChannel::send(int to, Tag tag, const void* data, std::size_t bytes) {

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -27,6 +28,9 @@ class InProcHub {
   std::vector<std::vector<std::uint8_t>> exchange(std::uint64_t seq, int rank, const void* data, std::size_t bytes);
   // The hub of the sub-group `color` (of `size` ranks) made by collective `seq`; the first caller creates it.
   std::shared_ptr<InProcHub> child(std::uint64_t seq, int color, int size);
+  // Rank `rank` failed (`why`) and leaves, as MPI_Abort ends the other processes: every wait on this hub and its
+  // sub-groups, now or later, ends in a PeerError naming it, instead of waiting out its deadline.
+  void abandon(int rank, const std::string& why);
 
  private:
   using Key = std::tuple<int, int, int>;  // from, to, tag
@@ -40,6 +44,8 @@ class InProcHub {
   std::map<Key, std::deque<std::vector<std::uint8_t>>> mailboxes_;
   std::map<std::uint64_t, Round> rounds_;
   std::map<std::pair<std::uint64_t, int>, std::shared_ptr<InProcHub>> children_;
+  std::string abandoned_;  // why a rank left; empty while all are here
+  void throwIfAbandoned() const;
 };
 
 class InProcChannel : public ControlChannel {
