@@ -120,6 +120,10 @@ int run(int argc, char** argv) {
                  "RoundPipe: backward microbatches recomputed before their gradient arrives (pipeline.recompute_ahead; "
                  "0 = after)")
       ->check(rp::cli::wholeAtLeast(0));
+  std::vector<double> speeds;
+  app.add_option("--worker-speeds", speeds,
+                 "compute speed of each worker against the costs, comma-separated (1 = nominal; 0.6 = a card at 60%)")
+      ->delimiter(',');
   app.add_flag("--recompute-baselines", recompute,
                "baselines checkpoint activations as RoundPipe does (a recompute before every backward)");
   app.add_option("--json", jsonPath, "write the result as JSON");
@@ -171,6 +175,7 @@ int run(int argc, char** argv) {
     setup.virtualStages = s == SimSchedule::kInterleaved ? virtualStages : 1;
     setup.recomputeBaselines = recompute;
     setup.recomputeAhead = ahead;
+    setup.workerSpeed = speeds;
     if (s == SimSchedule::kRoundPipe) {
       if (!plan.empty()) {
         setup.plan = parsePlan(plan, costs.layerCount(), "--plan");

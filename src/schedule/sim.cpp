@@ -54,7 +54,8 @@ void buildRoundPipe(const SimSetup& s, const SimCosts& c, Builder& b) {
       // Forward: the layers' forward. Fused: forward, the head's loss, backward. Backward: recompute + backward.
       const double recompute = job.kind == JobKind::kForward ? 0.0 : sum(c.forward, a, e);
       const double backward = job.kind == JobKind::kForward ? 0.0 : sum(c.backward, a, e);
-      const double compute = job.kind == JobKind::kForward ? sum(c.forward, a, e) : recompute + backward;
+      const double speed = s.speedOf(job.worker);
+      const double compute = (job.kind == JobKind::kForward ? sum(c.forward, a, e) : recompute + backward) / speed;
       const double transfer = c.weightTransfer.empty()
                                   ? 0.0
                                   : sum(c.weightTransfer, a, e) * (job.kind == JobKind::kForward ? 1.0 : 2.0) /
@@ -72,7 +73,8 @@ void buildRoundPipe(const SimSetup& s, const SimCosts& c, Builder& b) {
       }
       // A transfer-bound job stretches both parts alike.
       const double stretch = compute > 0 ? time / compute : 1.0;
-      const double recomputeTime = recompute * stretch, backwardTime = compute > 0 ? backward * stretch : time;
+      const double recomputeTime = recompute / speed * stretch,
+                   backwardTime = compute > 0 ? backward / speed * stretch : time;
       auto addRecompute = [&](std::size_t m) {
         b.add(job.worker, mbOf(m), static_cast<int>(k), true, recomputeTime, fused[m],
               fmt::format("R{} mb{}", job.stage, mbOf(m)), /*afterStart=*/true);
@@ -118,8 +120,9 @@ void buildBound(const SimSetup& s, const SimCosts& c, Builder& b, const std::vec
   for (std::size_t w = 0; w < orders.size(); ++w) {
     for (const BoundOp& op : orders[w]) {
       const auto [a, e] = range(op.stage);
-      const double time = op.backward ? sum(c.backward, a, e) + (s.recomputeBaselines ? sum(c.forward, a, e) : 0.0)
-                                      : sum(c.forward, a, e);
+      const double time = (op.backward ? sum(c.backward, a, e) + (s.recomputeBaselines ? sum(c.forward, a, e) : 0.0)
+                                       : sum(c.forward, a, e)) /
+                          s.speedOf(static_cast<int>(w));
       const int id = b.add(static_cast<int>(w), op.mb, op.stage, op.backward, time, -1,
                            fmt::format("{}{} mb{}", op.backward ? "B" : "F", op.stage, op.mb));
       (op.backward ? bwd : fwd)[static_cast<std::size_t>(op.stage)][static_cast<std::size_t>(op.mb)] = id;
@@ -240,6 +243,18 @@ SimResult simulate(const SimSetup& s, const SimCosts& c) {
   if (s.workers < 1 || s.microbatches < 1 || s.rounds < 1) {
     RP_THROW(InputError, "simulator: workers ({}), microbatches ({}) and rounds ({}) must be >= 1", s.workers,
              s.microbatches, s.rounds);
+  }
+  if (!s.workerSpeed.empty()) {
+    if (static_cast<int>(s.workerSpeed.size()) != s.workers) {
+      RP_THROW(InputError, "simulator: {} worker speeds (--worker-speeds) for {} workers: one per worker, or none",
+               s.workerSpeed.size(), s.workers);
+    }
+    for (std::size_t w = 0; w < s.workerSpeed.size(); ++w) {
+      if (!(s.workerSpeed[w] > 0 && s.workerSpeed[w] < 1e6)) {
+        RP_THROW(InputError, "simulator: worker {}'s speed is {}; expected a positive factor (1 = nominal)", w,
+                 s.workerSpeed[w]);
+      }
+    }
   }
   if (c.forward.size() != c.backward.size() || c.layerCount() < 2) {
     RP_THROW(InputError, "simulator: {} forward and {} backward layer costs (need equal counts, >= 2)",

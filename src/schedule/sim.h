@@ -45,6 +45,12 @@ struct SimSetup {
   int virtualStages = 1;            // interleaved 1F1B: model chunks per worker
   bool recomputeBaselines = false;  // baselines checkpoint activations too: each backward adds a forward
   int recomputeAhead = 0;           // RoundPipe: backward microbatches recomputed before their gradient arrives
+  // Per worker, its compute speed against the costs (0.6: a card at 60%, every compute takes 1/0.6 as long;
+  // transfers are not slowed); empty = every worker at 1.
+  std::vector<double> workerSpeed;
+  double speedOf(int worker) const {
+    return workerSpeed.empty() ? 1.0 : workerSpeed[static_cast<std::size_t>(worker)];
+  }
 };
 
 struct SimOp {

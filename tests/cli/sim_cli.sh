@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# roundpipe_sim from the command line: every schedule, JSON and SVG outputs, a run profile and a run trace as input, and a
+# roundpipe_sim from the command line: every schedule, JSON and SVG outputs, a run profile and a run trace as input, uneven worker speeds, and a
 # bad option value named with exit code 2. Usage: sim_cli.sh <bin dir>
 set -uo pipefail
 sim="$1/roundpipe_sim"
@@ -76,4 +76,12 @@ grep -q 'needs 4 stages (2 workers x 2 chunks), got 2' "$work/i2.txt" || { cat "
 code=$?
 [[ $code -eq 2 ]] || fail "a bad --schedule exited $code, expected 2"
 grep -q 'expected gpipe, 1f1b, interleaved-1f1b or roundpipe' "$work/bad.txt" || fail "unclear error"
+"$sim" --schedule 1f1b --workers 2 --layers 4 --worker-speeds 1,0.5 >"$work/s1.txt" || fail "--worker-speeds failed"
+"$sim" --schedule 1f1b --workers 2 --layers 4 >"$work/s0.txt" || fail "1f1b failed"
+[[ "$(grep -o 'makespan [0-9.]*' "$work/s1.txt")" != "$(grep -o 'makespan [0-9.]*' "$work/s0.txt")" ]] ||
+  fail "--worker-speeds 1,0.5 did not change the makespan"
+"$sim" --schedule 1f1b --workers 2 --layers 4 --worker-speeds 1,1,1 >"$work/s2.txt" 2>&1
+code=$?
+[[ $code -eq 2 ]] || fail "a wrong --worker-speeds count exited $code, expected 2"
+grep -q '3 worker speeds (--worker-speeds) for 2 workers' "$work/s2.txt" || { cat "$work/s2.txt"; fail "unclear error"; }
 echo "ok: roundpipe_sim"

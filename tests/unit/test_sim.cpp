@@ -25,6 +25,16 @@ SimSetup bound(SimSchedule schedule, int p, int m, std::vector<int> stages, int 
   return s;
 }
 
+SimSetup roundPipe(int workers, int microbatches, int rounds, Plan plan) {
+  SimSetup s;
+  s.schedule = SimSchedule::kRoundPipe;
+  s.workers = workers;
+  s.microbatches = microbatches;
+  s.rounds = rounds;
+  s.plan = std::move(plan);
+  return s;
+}
+
 // GPipe with equal stages: every worker idles (p-1)(tf+tb): fill w·tf, switch (p-1-w)(tf+tb), drain w·tb,
 // bubble = (p-1)/(m+p-1).
 TEST(Simulator, GpipeWithEqualStagesHasTheTextbookBubble) {
@@ -91,12 +101,8 @@ TEST(Simulator, HopsAreChargedAndExposedWhenNothingHidesThem) {
 //   round 1: F on w0 [0,2], fused on w1 [1,3], B on w0 [2,4]; round 2 (the counter continues at 3):
 //   F on w1 [3,5], fused on w0 [4,6], B on w1 [5,7]. Makespan 7, 12 busy of 14: bubble 1/7.
 TEST(Simulator, RoundPipeDispatchesRoundsRoundRobinFromTheRuntimesPlanner) {
-  SimSetup s;
-  s.schedule = SimSchedule::kRoundPipe;
-  s.workers = 2;
-  s.microbatches = 2;
-  s.rounds = 2;
-  s.plan = planFromCounts({2}, 0, {2}, 3);  // forward [0,2), fused [2,3) = the head, backward [0,2)
+  // forward [0,2), fused [2,3) = the head, backward [0,2)
+  const SimSetup s = roundPipe(2, 2, 2, planFromCounts({2}, 0, {2}, 3));
   SimCosts c;
   c.forward = {0.5, 0.5, 0.5};
   c.backward = {0.0, 0.0, 0.5};  // backward job = recompute 1 + 0; fused = 0.5 + 0.5
@@ -110,6 +116,48 @@ TEST(Simulator, RoundPipeDispatchesRoundsRoundRobinFromTheRuntimesPlanner) {
   EXPECT_DOUBLE_EQ(r.workers[0].switchIdle + r.workers[1].switchIdle, 0.0);
   EXPECT_NE(simSvg(s, r).find("<svg"), std::string::npos);
   EXPECT_NE(simJson(s, r).find("\"bubble_ratio\""), std::string::npos);
+}
+
+// A slow worker (issue: uneven workers): GPipe, 2 workers, 1 microbatch; stage 0 = embedding + a decoder layer
+// (fwd 1, bwd 2), stage 1 = a decoder layer + the head (fwd 2, bwd 4); worker 1 at half speed:
+// F0 [0,1], F1 [1,5], B1 [5,13], B0 [13,15] (nominal: 1, 3, 7, 9).
+TEST(Simulator, ASlowWorkerTakesLongerForEveryOperation) {
+  SimSetup s = bound(SimSchedule::kGpipe, 2, 1, {1, 1});
+  const SimCosts c = uniformCosts(2, 1, 2, 1, 2, 0);
+  EXPECT_DOUBLE_EQ(simulate(s, c).makespan, 9.0);
+  s.workerSpeed = {1.0, 0.5};
+  const SimResult r = simulate(s, c);
+  EXPECT_DOUBLE_EQ(r.makespan, 15.0);
+  EXPECT_DOUBLE_EQ(r.workers[0].busy, 3.0);
+  EXPECT_DOUBLE_EQ(r.workers[1].busy, 12.0);
+
+  // RoundPipe (the case above, no hops): every worker at half speed doubles the step; one of them, less.
+  SimSetup rp = roundPipe(2, 2, 2, planFromCounts({2}, 0, {2}, 3));
+  SimCosts rc;
+  rc.forward = {0.5, 0.5, 0.5};
+  rc.backward = {0.0, 0.0, 0.5};
+  rp.workerSpeed = {0.5, 0.5};
+  EXPECT_DOUBLE_EQ(simulate(rp, rc).makespan, 14.0);
+  rp.workerSpeed = {1.0, 0.5};
+  const double mixed = simulate(rp, rc).makespan;
+  EXPECT_GT(mixed, 7.0);
+  EXPECT_LT(mixed, 14.0);
+
+  rp.workerSpeed = {1.0, 1.0, 1.0};
+  try {
+    (void)simulate(rp, rc);
+    ADD_FAILURE() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("3 worker speeds (--worker-speeds) for 2 workers"), std::string::npos)
+        << e.what();
+  }
+  rp.workerSpeed = {1.0, 0.0};
+  try {
+    (void)simulate(rp, rc);
+    ADD_FAILURE() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("worker 1's speed is 0"), std::string::npos) << e.what();
+  }
 }
 
 // (start, end) of every operation of `worker`, in its order.
@@ -129,11 +177,7 @@ Intervals intervalsOf(const SimResult& r, int worker) {
 //   R = 1, w0: F [0,1] [1,2], R mb0 [2,3] (T mb0 started at 1.5), B mb0 [5,7], R mb1 [7,8], B mb1 [8,10]:
 //   makespan 10, switch 0; the same busy time, hops and exposed hops.
 TEST(Simulator, RecomputeAheadOverlapsTheWaitForTheGradientOnTwoWorkers) {
-  SimSetup s;
-  s.schedule = SimSchedule::kRoundPipe;
-  s.workers = 2;
-  s.microbatches = 2;
-  s.plan = planFromCounts({2}, 0, {2}, 3);
+  SimSetup s = roundPipe(2, 2, 1, planFromCounts({2}, 0, {2}, 3));
   SimCosts c;
   c.forward = {0.0, 1.0, 1.0};
   c.backward = {0.0, 2.0, 2.0};
