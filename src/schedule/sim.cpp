@@ -52,10 +52,11 @@ void buildRoundPipe(const SimSetup& s, const SimCosts& c, Builder& b) {
       const Job& job = table.jobs[k];
       const int a = job.layers.begin, e = job.layers.end;
       // Forward: the layers' forward. Fused: forward, the head's loss, backward. Backward: recompute + backward.
-      const double recompute = job.kind == JobKind::kForward ? 0.0 : sum(c.forward, a, e);
-      const double backward = job.kind == JobKind::kForward ? 0.0 : sum(c.backward, a, e);
+      // All at this worker's speed.
       const double speed = s.speedOf(job.worker);
-      const double compute = (job.kind == JobKind::kForward ? sum(c.forward, a, e) : recompute + backward) / speed;
+      const double recompute = job.kind == JobKind::kForward ? 0.0 : sum(c.forward, a, e) / speed;
+      const double backward = job.kind == JobKind::kForward ? 0.0 : sum(c.backward, a, e) / speed;
+      const double compute = job.kind == JobKind::kForward ? sum(c.forward, a, e) / speed : recompute + backward;
       const double transfer = c.weightTransfer.empty()
                                   ? 0.0
                                   : sum(c.weightTransfer, a, e) * (job.kind == JobKind::kForward ? 1.0 : 2.0) /
@@ -73,8 +74,7 @@ void buildRoundPipe(const SimSetup& s, const SimCosts& c, Builder& b) {
       }
       // A transfer-bound job stretches both parts alike.
       const double stretch = compute > 0 ? time / compute : 1.0;
-      const double recomputeTime = recompute / speed * stretch,
-                   backwardTime = compute > 0 ? backward / speed * stretch : time;
+      const double recomputeTime = recompute * stretch, backwardTime = compute > 0 ? backward * stretch : time;
       auto addRecompute = [&](std::size_t m) {
         b.add(job.worker, mbOf(m), static_cast<int>(k), true, recomputeTime, fused[m],
               fmt::format("R{} mb{}", job.stage, mbOf(m)), /*afterStart=*/true);
