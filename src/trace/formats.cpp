@@ -16,15 +16,20 @@ std::string computeSpanName(const ComputeSpan& s) {
 
 std::optional<ComputeSpan> parseComputeSpanName(const std::string& name) {
   char kind[16] = {};
-  int first = 0, last = 0, mb = 0, consumed = 0;
-  long long step = 0;
-  if (std::sscanf(name.c_str(), "%15s %d-%d mb %d (step %lld)%n", kind, &first, &last, &mb, &step, &consumed) != 5 ||
+  long long first = 0, last = 0, mb = 0, step = 0;
+  int consumed = 0;
+  if (std::sscanf(name.c_str(), "%15s %lld-%lld mb %lld (step %lld)%n", kind, &first, &last, &mb, &step, &consumed) !=
+          5 ||
       static_cast<std::size_t>(consumed) != name.size()) {
     return std::nullopt;
   }
   const std::string k = kind;
   if (k != "fwd" && k != "fused" && k != "bwd" && k != "recompute") return std::nullopt;
-  return ComputeSpan{k, first, last, mb, step};
+  // Only what the runtime writes: layers first <= last and microbatches below a million (fuzzing: a layer
+  // index out of int's range wrapped to -1 and was written through).
+  constexpr long long kMax = 1'000'000;
+  if (first < 0 || last < first || last >= kMax || mb < 0 || mb >= kMax) return std::nullopt;
+  return ComputeSpan{k, static_cast<int>(first), static_cast<int>(last), static_cast<int>(mb), step};
 }
 
 void writeLayerProfile(const std::string& path, const LayerProfileFile& p) {
