@@ -23,18 +23,6 @@ namespace {
 
 using namespace rp::schedule;
 
-// The partitioner's view of the costs: recompute + backward for backward stages, no memory limit.
-LayerCosts partitionerCosts(const SimCosts& c) {
-  LayerCosts out;
-  for (int l = 0; l < c.layerCount(); ++l) {
-    out.forward.push_back(c.forward[static_cast<std::size_t>(l)]);
-    out.backward.push_back(c.forward[static_cast<std::size_t>(l)] + c.backward[static_cast<std::size_t>(l)]);
-    out.bytes.push_back(1.0);
-    out.backwardBytes.push_back(1.0);
-  }
-  return out;
-}
-
 // Decoder layers per stage of the balanced contiguous partition the baselines use in the runtime.
 std::vector<int> balancedStages(const SimCosts& c, int stages) {
   const int L = c.layerCount();
@@ -124,6 +112,10 @@ int run(int argc, char** argv) {
   app.add_option("--worker-speeds", speeds,
                  "compute speed of each worker against the costs, comma-separated (1 = nominal; 0.6 = a card at 60%)")
       ->delimiter(',');
+  std::string dispatchRule = "round_robin";
+  app.add_option("--dispatch", dispatchRule,
+                 "RoundPipe: round_robin | earliest_finish (each job to the worker predicted to finish it first, "
+                 "from the costs and --worker-speeds; pipeline.dispatch)");
   app.add_flag("--recompute-baselines", recompute,
                "baselines checkpoint activations as RoundPipe does (a recompute before every backward)");
   app.add_option("--json", jsonPath, "write the result as JSON");
@@ -176,6 +168,7 @@ int run(int argc, char** argv) {
     setup.recomputeBaselines = recompute;
     setup.recomputeAhead = ahead;
     setup.workerSpeed = speeds;
+    setup.dispatch = parseDispatchRule(dispatchRule, "--dispatch");
     if (s == SimSchedule::kRoundPipe) {
       if (!plan.empty()) {
         setup.plan = parsePlan(plan, costs.layerCount(), "--plan");
@@ -228,7 +221,9 @@ int run(int argc, char** argv) {
     }
     const SimResult r = simulate(setup, costs);
     std::cout << simTable(setup, r);
-    if (s == SimSchedule::kRoundPipe) std::cout << "plan: " << describe(setup.plan) << "\n";
+    if (s == SimSchedule::kRoundPipe) {
+      std::cout << "plan: " << describe(setup.plan) << ", dispatch " << dispatchRuleName(setup.dispatch) << "\n";
+    }
     std::cout << "\n";
     const std::string suffix = schedules.size() > 1 ? simScheduleName(s) : "";
     if (!jsonPath.empty()) writeFile(suffix.empty() ? jsonPath : withSuffix(jsonPath, suffix), simJson(setup, r));

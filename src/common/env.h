@@ -28,6 +28,10 @@ inline constexpr Var kGoldenDir{"RP_GOLDEN_DIR", "", "directory with golden file
 // Testing hook (common/fault.h, Note [Fault injection]); empty = off.
 inline constexpr Var kFaultInject{"RP_FAULT_INJECT", "", "testing: kill|throw|hang:<rank>:<step>[:<point>]"};
 
+// Testing and benchmarks (common/fault.h, Note [Slow worker] in device/cpu/cpu_worker.cpp): world ranks whose CPU
+// worker computes at a fraction of its pace, "<rank>:<speed>[,<rank>:<speed>...]"; empty = none.
+inline constexpr Var kSlowWorker{"RP_SLOW_WORKER", "", "testing: <rank>:<speed in (0,1]>[,...] slows cpu workers"};
+
 // Benchmarks only (docs/benchmarks.md, G1): weights are never copied into the stage slots, so a run measures
 // the same compute without its uploads; its losses are meaningless.
 inline constexpr Var kBenchNoUploads{"RP_BENCH_NO_UPLOADS", "0",

@@ -1,7 +1,9 @@
 #include "common/fault.h"
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <string>
 #include <thread>
 #include <vector>
@@ -44,6 +46,25 @@ bool maybeInject(int rank, std::int64_t step, const char* point) {
   }
   RP_THROW(Error, "fault injection: rank {} fails at step {}{}", rank, step,
            where == "step" ? std::string() : " (" + where + ")");
+}
+
+double slowWorkerSpeed(int rank) {
+  const std::string spec = env::get(env::kSlowWorker);
+  double speed = 1.0;
+  for (std::size_t at = 0; !spec.empty() && at <= spec.size();) {
+    const auto comma = std::min(spec.find(',', at), spec.size());
+    const std::string item = spec.substr(at, comma - at);
+    at = comma + 1;
+    int who = -1, used = 0;
+    double s = 0;
+    if (std::sscanf(item.c_str(), "%d:%lf%n", &who, &s, &used) != 2 || used != static_cast<int>(item.size()) ||
+        who < 0 || !(s > 0 && s <= 1)) {
+      RP_THROW(InputError, "{}='{}': '{}' is not <rank>:<speed> with a rank >= 0 and a speed in (0, 1]",
+               env::kSlowWorker.name, spec, item);
+    }
+    if (who == rank) speed = s;
+  }
+  return speed;
 }
 
 }  // namespace rp::fault

@@ -15,4 +15,8 @@ namespace rp::fault {
 
 bool maybeInject(int rank, std::int64_t step, const char* point = "step");
 
+// RP_SLOW_WORKER = "<rank>:<speed>[,<rank>:<speed>...]": the compute speed world rank `rank`'s worker is slowed
+// to (1 = not slowed); an InputError naming the variable when it does not parse or a speed is outside (0, 1].
+double slowWorkerSpeed(int rank);
+
 }  // namespace rp::fault

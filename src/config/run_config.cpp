@@ -83,6 +83,14 @@ void checkPipelineRun(const RunConfig& c, int nodes) {
     RP_THROW(InputError, "{}: pipeline.plan must be \"auto\" with pipeline.schedule = \"{}\" (one stage per worker)",
              v.source({"pipeline.plan", "pipeline.schedule"}), scheduleName(c.pipeline.schedule));
   }
+  if (c.pipeline.schedule != PipelineSchedule::kRoundPipe &&
+      c.pipeline.dispatch != schedule::DispatchRule::kRoundRobin) {
+    RP_THROW(InputError,
+             "{}: pipeline.dispatch = \"{}\" needs pipeline.schedule = \"roundpipe\" (\"{}\" binds each stage to "
+             "one worker)",
+             v.source({"pipeline.dispatch", "pipeline.schedule"}), schedule::dispatchRuleName(c.pipeline.dispatch),
+             scheduleName(c.pipeline.schedule));
+  }
   if (c.lora.rank > 0 && c.lora.dropout > 0) {
     RP_THROW(InputError,
              "{}: lora.dropout = {}: the pipeline runtime recomputes activations and does not yet replay "
@@ -160,6 +168,10 @@ RunConfig buildRunConfig(Values v) {
   c.pipeline.planner = parseEnum<schedule::PlannerKind>(
       v, "pipeline.planner",
       {{"reference", schedule::PlannerKind::kReference}, {"search", schedule::PlannerKind::kSearch}});
+  c.pipeline.dispatch =
+      parseEnum<schedule::DispatchRule>(v, "pipeline.dispatch",
+                                        {{"round_robin", schedule::DispatchRule::kRoundRobin},
+                                         {"earliest_finish", schedule::DispatchRule::kEarliestFinish}});
   c.pipeline.memoryLimitGb = inRange(v, "pipeline.memory_limit_gb", 0.0, 1e9, false);
   c.pipeline.stallTimeoutSeconds = inRange(v, "pipeline.stall_timeout_s", 0.001, 1e9, false);
   c.pipeline.stallWarnSeconds = inRange(v, "pipeline.stall_warn_s", 0.001, 1e9, false);

@@ -8,6 +8,7 @@
 
 #include "config/values.h"
 #include "device/device.h"
+#include "schedule/dispatch.h"
 #include "schedule/plan_search.h"
 
 namespace rp::config {
@@ -60,9 +61,10 @@ struct RunConfig {
     std::int64_t recomputeAhead;  // backward microbatches recomputed before their gradient arrives
     std::int64_t replanEvery;
     double uploadChunkMb;
-    std::string plan;               // "auto" or counts (schedule::parsePlan)
-    std::string profile;            // a profile.json for the first automatic plan; empty = the FLOP proxy
-    schedule::PlannerKind planner;  // for auto plans
+    std::string plan;                 // "auto" or counts (schedule::parsePlan)
+    std::string profile;              // a profile.json for the first automatic plan; empty = the FLOP proxy
+    schedule::PlannerKind planner;    // for auto plans
+    schedule::DispatchRule dispatch;  // which worker runs each job (roundpipe)
     double memoryLimitGb;
     double stallTimeoutSeconds;
     double stallWarnSeconds;  // warns first when below stallTimeoutSeconds

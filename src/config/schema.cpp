@@ -68,6 +68,9 @@ const std::vector<KeySpec>& runSchema() {
        "estimate"},
       {"pipeline.planner", Type::kString, S("reference"),
        "automatic plans: the reference partitioner, or the best simulated plan among more candidates (search)"},
+      {"pipeline.dispatch", Type::kString, S("round_robin"),
+       "round_robin | earliest_finish (roundpipe: each job to the worker predicted to finish it first, from the "
+       "measured layer times and each worker's measured speed; for uneven GPUs)"},
       {"pipeline.memory_limit_gb", Type::kFloat, 0.0,
        "per-worker memory budget for the partitioner (0 = the GPU's free memory less the reserve; unlimited on cpu)"},
       {"pipeline.backend", Type::kString, S("auto"),

@@ -1,6 +1,8 @@
 #include "coordinator/coordinator.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -28,7 +30,8 @@ Coordination::Coordination(control::ControlChannel& channel, CoordinationOptions
       plan_(std::move(plan)),
       proxy_(std::move(proxy)),
       layers_(plan_.layerCount()),
-      profile_(layers_) {
+      profile_(layers_),
+      speeds_(channel.size(), layers_) {
   if (channel_.size() != options_.workers * options_.nodes) {
     RP_THROW(InternalError, "coordination over {} ranks for {} node(s) x {} workers", channel_.size(), options_.nodes,
              options_.workers);
@@ -149,11 +152,16 @@ void Coordination::collect(std::int64_t step, const std::function<std::string(in
       RP_THROW(control::PeerError, "protocol error: expected rank {}'s timings of step {}, got step {}", r, step + 1,
                message[0] + 1);
     }
+    if (options_.dispatch == schedule::DispatchRule::kEarliestFinish && speedReports_ > 0) {
+      speeds_.update(r, {message.begin() + 1, message.begin() + 1 + static_cast<std::ptrdiff_t>(L)},
+                     {message.begin() + 1 + static_cast<std::ptrdiff_t>(L), message.end()});
+    }
     for (std::size_t l = 0; l < L; ++l) {
       if (message[1 + l] >= 0) forward[l] += message[1 + l], measured[l] = true;
       if (message[1 + L + l] >= 0) backward[l] += message[1 + L + l], measuredBack[l] = true;
     }
   }
+  ++speedReports_;  // the first iteration includes warm-up, as for the profile
   for (std::size_t l = 0; l < L; ++l) {
     forward[l] = measured[l] ? forward[l] / options_.nodes : -1.0;
     backward[l] = measuredBack[l] ? backward[l] / options_.nodes : -1.0;
@@ -188,13 +196,64 @@ void Coordination::replan(std::int64_t step) {
               step + 1, fmt::join(times, " "), schedule::describe(plan_), plan_.stageCount());
 }
 
+int Coordination::workerOf(int rank) const {
+  return options_.workerOfRank.empty() ? rank % options_.workers
+                                       : options_.workerOfRank[static_cast<std::size_t>(rank)];
+}
+
+std::vector<double> Coordination::workerSpeeds() const {
+  std::vector<double> speed(static_cast<std::size_t>(options_.workers), 1.0);
+  if (!speeds_.measured()) return speed;
+  const std::vector<double> ofRank = speeds_.fit().speed;
+  std::vector<double> slowest(speed.size(), 2.0);
+  for (int r = 0; r < channel_.size(); ++r) {
+    auto& s = slowest[static_cast<std::size_t>(workerOf(r))];
+    s = std::min(s, ofRank[static_cast<std::size_t>(r)]);
+  }
+  const double fastest = *std::max_element(slowest.begin(), slowest.end());
+  for (std::size_t w = 0; w < speed.size(); ++w) speed[w] = slowest[w] / fastest;
+  return speed;
+}
+
+schedule::DispatchCosts Coordination::dispatchCosts() const {
+  const schedule::LayerCosts pooled = profile_.applyTo(proxy_);  // the proxy until measured
+  schedule::DispatchCosts known{pooled.forward, pooled.backward, workerSpeeds(), options_.microbatches, workerOf(0)};
+  if (!speeds_.measured()) return known;
+  const SpeedModel::Fit fit = speeds_.fit();
+  // Once every layer has a fitted time, those (at the fastest worker's speed, as the speeds are relative to it).
+  const bool complete = std::all_of(fit.forward.begin(), fit.forward.end(), [](double t) { return t > 0; }) &&
+                        std::all_of(fit.backward.begin(), fit.backward.end(), [](double t) { return t > 0; });
+  if (complete) known.forward = fit.forward, known.backward = fit.backward;
+  return known;
+}
+
+// Whenever a worker's speed moved by more than a tenth since last logged (or since the 1 assumed before any
+// measurement): the speeds and the jobs they earned.
+void Coordination::logSpeeds(std::int64_t step, const std::vector<double>& speeds, const schedule::DispatchTable& t) {
+  if (!speeds_.measured()) return;
+  if (loggedSpeeds_.empty()) loggedSpeeds_.assign(speeds.size(), 1.0);  // the speeds assumed before measuring
+  bool moved = false;
+  for (std::size_t w = 0; !moved && w < speeds.size(); ++w) moved = std::abs(speeds[w] - loggedSpeeds_[w]) > 0.1;
+  if (!moved) return;
+  loggedSpeeds_ = speeds;
+  std::vector<int> jobs(speeds.size(), 0);
+  for (const auto& job : t.jobs) ++jobs[static_cast<std::size_t>(job.worker)];
+  RP_LOG_INFO("dispatch: measured worker speeds at step {} (1 = the fastest): {:.2f}; jobs per worker this step: {}",
+              step + 1, fmt::join(speeds, " "), fmt::join(jobs, " "));
+}
+
 Directive Coordination::decide(std::int64_t step) {
   Directive d;
   d.step = step;
   d.planChanged = changed_;
   d.stop = stop_;
   d.plan = plan_;
-  if (options_.roundRobin) {
+  if (options_.roundRobin && options_.dispatch == schedule::DispatchRule::kEarliestFinish) {
+    const schedule::DispatchCosts known = dispatchCosts();
+    d.table = schedule::dispatchEarliestFinish(plan_, known, counter_, clocks_);
+    counter_ = d.table.counterEnd;
+    logSpeeds(step, known.speed, d.table);
+  } else if (options_.roundRobin) {
     d.table = schedule::dispatch(plan_, options_.workers, counter_);
     counter_ = d.table.counterEnd;
   } else {

@@ -13,6 +13,7 @@
 #include "control/channel.h"
 #include "coordinator/directive.h"
 #include "coordinator/profile.h"
+#include "schedule/earliest_finish.h"
 #include "schedule/partitioner.h"
 #include "schedule/plan_search.h"
 
@@ -25,9 +26,11 @@ struct CoordinationOptions {
   std::int64_t replanEvery = 0;  // re-partition from measured times every N iterations; 0 = never
   double memoryLimitBytes = 0;   // per worker, for the partitioner
   control::StallPolicy stall;    // for directives and timing reports
-  schedule::PlannerKind planner = schedule::PlannerKind::kReference;  // how re-plans are chosen
-  int microbatches = 1;                                               // per iteration, for the search
-  int recomputeAhead = 0;                                             // pipeline.recompute_ahead, for the planner
+  schedule::PlannerKind planner = schedule::PlannerKind::kReference;      // how re-plans are chosen
+  int microbatches = 1;                                                   // per iteration, for the search
+  int recomputeAhead = 0;                                                 // pipeline.recompute_ahead, for the planner
+  schedule::DispatchRule dispatch = schedule::DispatchRule::kRoundRobin;  // pipeline.dispatch (RoundPipe)
+  std::vector<int> workerOfRank{};  // each world rank's worker index in its node; empty = rank mod workers
 };
 
 class Coordination {
@@ -54,6 +57,12 @@ class Coordination {
   void finish(std::int64_t steps, const std::function<std::string(int)>& describeRank = {});
 
   const LayerProfile& profile() const { return profile_; }
+  // Rank 0, earliest-finish dispatch: each worker's measured speed relative to the fastest (the slowest node's
+  // where several run the same worker index); all 1 before any measurement.
+  std::vector<double> workerSpeeds() const;
+  // Rank 0, earliest-finish dispatch: what the rule knows at the next directive (the profile's times before the
+  // speeds are measured).
+  schedule::DispatchCosts dispatchCosts() const;
   // The round-robin counter: where the next iteration's dispatch starts (saved in checkpoints, so a resumed
   // run assigns jobs to the same workers).
   std::int64_t counter() const { return counter_; }
@@ -70,6 +79,8 @@ class Coordination {
   // averaged over nodes, into the profile.
   void collect(std::int64_t step, const std::function<std::string(int)>& describeRank);
   void replan(std::int64_t step);
+  int workerOf(int rank) const;
+  void logSpeeds(std::int64_t step, const std::vector<double>& speeds, const schedule::DispatchTable& table);
   Directive decide(std::int64_t step);
   bool stopRequested();
 
@@ -79,6 +90,10 @@ class Coordination {
   schedule::LayerCosts proxy_;
   int layers_;
   LayerProfile profile_;
+  SpeedModel speeds_;                                // rank 0: earliest-finish dispatch's worker speeds
+  std::int64_t speedReports_ = 0;                    // rank 0: iterations offered to speeds_ (the first is dropped)
+  schedule::WorkerClocks clocks_;                    // rank 0: earliest-finish dispatch's predicted free times
+  std::vector<double> loggedSpeeds_;                 // rank 0: the speeds last logged
   std::int64_t counter_ = 0;                         // round-robin dispatch counter, continued across iterations
   std::int64_t collected_ = 0;                       // rank 0: iterations whose reports are folded into the profile
   bool changed_ = true;                              // the next directive carries a new plan

@@ -37,4 +37,34 @@ class LayerProfile {
   std::int64_t updates_ = 0;                        // updates applied
 };
 
+// Per-worker speed for earliest-finish dispatch (docs/schedule.md, "Uneven workers"). Each rank's measured
+// per-layer times are kept apart (a moving average per rank, layer and direction, rate kSmooth), and fitted to
+// the model "time = cost(layer) / speed(rank)" by alternating least squares: costs from the speeds, speeds from
+// the costs, until they settle. A pooled profile could not tell a slow worker from an expensive layer where the
+// same worker keeps running the same layers (round-robin with as many jobs as workers does exactly that); the
+// fit can wherever the ranks' layers overlap over time, and otherwise keeps every speed at 1.
+class SpeedModel {
+ public:
+  SpeedModel(int ranks, int layers)
+      : layers_(layers),
+        times_(static_cast<std::size_t>(ranks), std::vector<double>(2 * static_cast<std::size_t>(layers), -1.0)) {}
+
+  static constexpr double kSmooth = 0.8;
+
+  // One iteration of rank `rank`: milliseconds per microbatch per layer, negative = not measured.
+  void update(int rank, const std::vector<double>& forwardMs, const std::vector<double>& backwardMs);
+  bool measured() const { return measured_; }
+
+  struct Fit {
+    std::vector<double> speed;              // per rank, relative to the fastest (1 where never measured)
+    std::vector<double> forward, backward;  // per layer, ms at the fastest rank's speed; negative = never measured
+  };
+  Fit fit() const;
+
+ private:
+  int layers_;
+  std::vector<std::vector<double>> times_;  // [rank][forward layers..., backward layers...]
+  bool measured_ = false;
+};
+
 }  // namespace rp::coordinator

@@ -64,6 +64,11 @@ std::unique_ptr<Worker> makeWorker(Backend backend, const WorkerOptions& options
     case Backend::kCpu:
       return std::make_unique<CpuWorker>(options);
     case Backend::kCuda:
+      if (options.computeSpeed != 1.0) {
+        RP_THROW(InputError,
+                 "RP_SLOW_WORKER slows the cpu backend only: to slow a GPU, lock its clocks (nvidia-smi -lgc) or "
+                 "run it beside another job");
+      }
 #if RP_WITH_CUDA
       return cuda::makeCudaWorker(options);
 #else

@@ -41,6 +41,7 @@ class Ticket {
 struct WorkerOptions {
   std::size_t chunkBytes = 64u << 20;  // bulk copies go in pieces of at most this (pipeline.upload_chunk_mb)
   int deviceIndex = 0;                 // cuda: the device, as the CUDA runtime numbers the visible ones
+  double computeSpeed = 1.0;  // cpu, testing (RP_SLOW_WORKER): compute stretched to run at this fraction of its pace
 };
 
 // Where a worker's memory and compute are: the torch device of the tensors a job computes with.

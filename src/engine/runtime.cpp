@@ -141,6 +141,8 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
   co.planner = c.pipeline.planner;
   co.microbatches = static_cast<int>(c.train.microbatches);
   co.recomputeAhead = static_cast<int>(c.pipeline.recomputeAhead);
+  co.dispatch = c.pipeline.dispatch;
+  for (const auto& place : id.places) co.workerOfRank.push_back(place.localRank);
   coordination_ = std::make_unique<coordinator::Coordination>(*worldChannel_, co, plan_, planCosts);
   slots_ = std::make_unique<StageSlots>(*worker_, memoryBudget_);
   skipUploads_ = env::getInt(env::kBenchNoUploads) != 0;
@@ -170,8 +172,8 @@ void PipelineRuntime::placeWorker() {
   const auto& c = config_;
   const device::Placed placed = device::place(
       {c.pipeline.backend, id_.localRank, id_.localSize, static_cast<int>(c.pipeline.ranksPerGpu)}, device::probe());
-  worker_ = device::makeWorker(placed.backend,
-                               {static_cast<std::size_t>(c.pipeline.uploadChunkMb * 1024 * 1024), placed.device});
+  worker_ = device::makeWorker(placed.backend, {static_cast<std::size_t>(c.pipeline.uploadChunkMb * 1024 * 1024),
+                                                placed.device, fault::slowWorkerSpeed(id_.rank)});
   device_ = torchDevice(worker_->placement());
   const bool fromDevice = c.pipeline.memoryLimitGb == 0 && placed.backend == device::Backend::kCuda;
   const double free = fromDevice ? static_cast<double>(worker_->freeMemory()) : 0.0;

@@ -18,6 +18,16 @@ const char* jobKindName(JobKind kind) {
   return "?";
 }
 
+const char* dispatchRuleName(DispatchRule rule) {
+  return rule == DispatchRule::kRoundRobin ? "round_robin" : "earliest_finish";
+}
+
+DispatchRule parseDispatchRule(const std::string& name, const std::string& what) {
+  if (name == "round_robin") return DispatchRule::kRoundRobin;
+  if (name == "earliest_finish") return DispatchRule::kEarliestFinish;
+  RP_THROW(InputError, "{} = \"{}\": expected \"round_robin\" or \"earliest_finish\"", what, name);
+}
+
 DispatchTable dispatch(const Plan& plan, int workers, std::int64_t counterStart) {
   RP_CHECK(workers >= 1, "dispatch needs at least one worker, got {}", workers);
   DispatchTable table;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "schedule/plan.h"
@@ -11,6 +12,11 @@
 namespace rp::schedule {
 
 enum class JobKind { kForward, kFused, kBackward };
+// pipeline.dispatch: which worker runs each job of a RoundPipe iteration — round-robin, or the worker predicted
+// to finish it first (schedule/earliest_finish.h).
+enum class DispatchRule { kRoundRobin, kEarliestFinish };
+const char* dispatchRuleName(DispatchRule rule);                                   // "round_robin", "earliest_finish"
+DispatchRule parseDispatchRule(const std::string& name, const std::string& what);  // InputError naming `what`
 const char* jobKindName(JobKind kind);
 
 struct Job {

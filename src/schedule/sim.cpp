@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "schedule/dispatch.h"
+#include "schedule/earliest_finish.h"
 
 namespace rp::schedule {
 namespace {
@@ -44,8 +45,14 @@ void buildRoundPipe(const SimSetup& s, const SimCosts& c, Builder& b) {
   if (s.recomputeAhead < 0) RP_THROW(InputError, "simulator: recompute ahead {} is negative", s.recomputeAhead);
   const auto M = static_cast<std::size_t>(s.microbatches);
   std::int64_t counter = 0;
+  const LayerCosts layers = partitionerCosts(c);
+  DispatchCosts known{layers.forward, layers.backward, {}, s.microbatches};
+  for (int w = 0; w < s.workers; ++w) known.speed.push_back(s.speedOf(w));
+  WorkerClocks clocks;
   for (int round = 0; round < s.rounds; ++round) {
-    const DispatchTable table = dispatch(s.plan, s.workers, counter);
+    const DispatchTable table = s.dispatch == DispatchRule::kEarliestFinish
+                                    ? dispatchEarliestFinish(s.plan, known, counter, clocks)
+                                    : dispatch(s.plan, s.workers, counter);
     counter = table.counterEnd;
     std::vector<int> previous(M, -1), fused(M, -1);
     for (std::size_t k = 0; k < table.jobs.size(); ++k) {
@@ -213,6 +220,17 @@ const char* simScheduleName(SimSchedule s) {
       return "roundpipe";
   }
   return "?";
+}
+
+LayerCosts partitionerCosts(const SimCosts& c) {
+  LayerCosts out;
+  for (int l = 0; l < c.layerCount(); ++l) {
+    out.forward.push_back(c.forward[static_cast<std::size_t>(l)]);
+    out.backward.push_back(c.forward[static_cast<std::size_t>(l)] + c.backward[static_cast<std::size_t>(l)]);
+    out.bytes.push_back(1.0);
+    out.backwardBytes.push_back(1.0);
+  }
+  return out;
 }
 
 SimCosts uniformCosts(int decoderLayers, double fwd, double bwd, double headFwd, double headBwd, double hop) {

@@ -1,16 +1,19 @@
 // A discrete-event simulator of pipeline schedules (docs/simulator.md), torch-free. RoundPipe jobs come from
-// the runtime's own planner and dispatch (schedule::dispatch), the baselines from their textbook orders;
-// every operation runs one stage for one microbatch on one worker, in each worker's fixed order, as soon as
-// its predecessor stage of the same microbatch is done (plus one hop of transfer time when that ran on
-// another worker) and the worker is free. With recompute ahead (RoundPipe), a backward job's microbatch is
-// two operations: its recompute, which may start once the fused stage has started that microbatch (its saved
-// input exists), and its backward, which waits for the predecessor as any operation does.
+// the runtime's own planner and dispatch rules (schedule::dispatch, dispatchEarliestFinish), the baselines
+// from their textbook orders; every operation runs one stage for one microbatch on one worker, in each
+// worker's fixed order, as soon as its predecessor stage of the same microbatch is done (plus one hop of
+// transfer time when that ran on another worker) and the worker is free. With recompute ahead (RoundPipe), a
+// backward job's microbatch is two operations: its recompute, which may start once the fused stage has
+// started that microbatch (its saved input exists), and its backward, which waits for the predecessor as any
+// operation does.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "schedule/dispatch.h"
+#include "schedule/partitioner.h"
 #include "schedule/plan.h"
 
 namespace rp::schedule {
@@ -32,6 +35,10 @@ struct SimCosts {
   int layerCount() const { return static_cast<int>(forward.size()); }
 };
 
+// The partitioner's (and earliest-finish dispatch's) view of the costs: backward jobs recompute, so their time
+// per layer is forward + backward; one byte per layer (no memory limit).
+LayerCosts partitionerCosts(const SimCosts& costs);
+
 // Uniform costs: n decoder layers of (fwd, bwd), the head's (fwd, bwd), a free embedding.
 SimCosts uniformCosts(int decoderLayers, double fwd, double bwd, double headFwd, double headBwd, double hop);
 
@@ -45,6 +52,8 @@ struct SimSetup {
   int virtualStages = 1;            // interleaved 1F1B: model chunks per worker
   bool recomputeBaselines = false;  // baselines checkpoint activations too: each backward adds a forward
   int recomputeAhead = 0;           // RoundPipe: backward microbatches recomputed before their gradient arrives
+  // RoundPipe: which worker runs each job (earliest finish knows the costs and every worker's speed exactly).
+  DispatchRule dispatch = DispatchRule::kRoundRobin;
   // Per worker, its compute speed against the costs (0.6: a card at 60%, every compute takes 1/0.6 as long;
   // transfers are not slowed); empty = every worker at 1.
   std::vector<double> workerSpeed;

@@ -63,20 +63,21 @@ std::string simJson(const SimSetup& s, const SimResult& r) {
                    {"end", op.end},
                    {"label", op.label}});
   }
-  const nlohmann::json j{{"schedule", simScheduleName(s.schedule)},
-                         {"workers", s.workers},
-                         {"microbatches", s.microbatches},
-                         {"rounds", s.rounds},
-                         {"makespan", r.makespan},
-                         {"bubble_ratio", r.bubbleRatio()},
-                         {"bubble",
-                          {{"fill", t.fill / area},
-                           {"switch", t.switchIdle / area},
-                           {"drain", t.drain / area},
-                           {"intra", t.intra / area}}},
-                         {"communication", {{"total", r.commTotal}, {"exposed", r.commExposed}}},
-                         {"per_worker", workers},
-                         {"ops", ops}};
+  nlohmann::json j{{"schedule", simScheduleName(s.schedule)},
+                   {"workers", s.workers},
+                   {"microbatches", s.microbatches},
+                   {"rounds", s.rounds},
+                   {"makespan", r.makespan},
+                   {"bubble_ratio", r.bubbleRatio()},
+                   {"bubble",
+                    {{"fill", t.fill / area},
+                     {"switch", t.switchIdle / area},
+                     {"drain", t.drain / area},
+                     {"intra", t.intra / area}}},
+                   {"communication", {{"total", r.commTotal}, {"exposed", r.commExposed}}},
+                   {"per_worker", workers},
+                   {"ops", ops}};
+  if (s.schedule == SimSchedule::kRoundPipe) j["dispatch"] = dispatchRuleName(s.dispatch);
   return j.dump(1);
 }
 

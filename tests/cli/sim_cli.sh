@@ -84,4 +84,18 @@ grep -q 'expected gpipe, 1f1b, interleaved-1f1b or roundpipe' "$work/bad.txt" ||
 code=$?
 [[ $code -eq 2 ]] || fail "a wrong --worker-speeds count exited $code, expected 2"
 grep -q '3 worker speeds (--worker-speeds) for 2 workers' "$work/s2.txt" || { cat "$work/s2.txt"; fail "unclear error"; }
+# Earliest-finish dispatch: named on the plan line, and faster than round-robin with one card at 0.3.
+speeds=1,1,1,1,1,1,1,0.3
+"$sim" --schedule roundpipe --workers 8 --microbatches 8 --worker-speeds $speeds >"$work/rr.txt" || fail "round_robin failed"
+"$sim" --schedule roundpipe --workers 8 --microbatches 8 --worker-speeds $speeds --dispatch earliest_finish \
+  >"$work/ef.txt" || fail "--dispatch earliest_finish failed"
+grep -q '^plan: .*, dispatch earliest_finish$' "$work/ef.txt" || { cat "$work/ef.txt"; fail "dispatch not named"; }
+rr=$(grep -o 'makespan [0-9.]*' "$work/rr.txt" | cut -d' ' -f2)
+ef=$(grep -o 'makespan [0-9.]*' "$work/ef.txt" | cut -d' ' -f2)
+awk -v a="$ef" -v b="$rr" 'BEGIN { exit !(a < b) }' || fail "earliest_finish ($ef) not faster than round_robin ($rr)"
+"$sim" --schedule roundpipe --workers 2 --layers 4 --dispatch fastest >"$work/d2.txt" 2>&1
+code=$?
+[[ $code -eq 2 ]] || fail "an unknown --dispatch exited $code, expected 2"
+grep -q -- '--dispatch = "fastest": expected "round_robin" or "earliest_finish"' "$work/d2.txt" ||
+  { cat "$work/d2.txt"; fail "unclear error"; }
 echo "ok: roundpipe_sim"

@@ -222,6 +222,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"qwen3_searched", "", "", {"pipeline.planner=search", "pipeline.replan_every=2"}, true},
         Case{"qwen3_layer_recompute", "", "", {"pipeline.plan=3 | 1 | 2,1", "pipeline.recompute=layer"}},
         Case{"qwen3_recompute_ahead2", "", "", {"pipeline.plan=2,1 | 1 | 1,1,1", "pipeline.recompute_ahead=2"}},
+        // Tables from the earliest-finish rule (workers chosen from the profile, not the counter).
+        Case{"qwen3_earliest_finish", "", "", {"pipeline.plan=2,1 | 1 | 1,1,1", "pipeline.dispatch=earliest_finish"}},
         Case{"tinystories_gpipe", "models/tinystories-656k", "", {"pipeline.schedule=gpipe"}},
         Case{"tinystories_1f1b", "models/tinystories-656k", "", {"pipeline.schedule=1f1b"}},
         // Mixed precision on an untied model (a tied one sums its two gradients in a different dtype than the

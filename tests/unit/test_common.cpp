@@ -4,6 +4,7 @@
 
 #include "common/env.h"
 #include "common/error.h"
+#include "common/fault.h"
 #include "common/mapped_file.h"
 #include "support/fixtures.h"
 
@@ -24,6 +25,25 @@ TEST(Env, FallbackWhenUnsetAndParsedWhenSet) {
     EXPECT_NE(std::string(e.what()).find("RP_TEST_ONLY_VAR='4x2'"), std::string::npos) << e.what();
   }
   ::unsetenv(kVar.name);
+}
+
+// RP_SLOW_WORKER: each listed rank's speed, 1 for the others; a malformed item is named.
+TEST(Fault, SlowWorkerSpeedsParseAndBadOnesAreNamed) {
+  ::setenv(env::kSlowWorker.name, "2:0.5,0:0.25", 1);
+  EXPECT_DOUBLE_EQ(fault::slowWorkerSpeed(2), 0.5);
+  EXPECT_DOUBLE_EQ(fault::slowWorkerSpeed(0), 0.25);
+  EXPECT_DOUBLE_EQ(fault::slowWorkerSpeed(1), 1.0);
+  for (const char* bad : {"2", "2:0", "2:1.5", "x:0.5", "2:0.5x", "-1:0.5", "2:0.5,"}) {
+    ::setenv(env::kSlowWorker.name, bad, 1);
+    try {
+      (void)fault::slowWorkerSpeed(1);
+      ADD_FAILURE() << bad << ": expected InputError";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("RP_SLOW_WORKER='") + bad + "'"), std::string::npos) << e.what();
+    }
+  }
+  ::unsetenv(env::kSlowWorker.name);
+  EXPECT_DOUBLE_EQ(fault::slowWorkerSpeed(1), 1.0);
 }
 
 TEST(Check, InternalErrorNamesConditionAndLocation) {

@@ -91,6 +91,29 @@ TEST(RunConfig, BackendKeys) {
             std::string::npos);
 }
 
+// pipeline.dispatch: round-robin unless asked; earliest finish only where jobs move between workers.
+TEST(RunConfig, DispatchRule) {
+  EXPECT_EQ(loadRunConfig(writeToml(kMinimal), {}).pipeline.dispatch, schedule::DispatchRule::kRoundRobin);
+  const auto uneven = loadRunConfig(writeToml(kMinimal), {"pipeline.dispatch=earliest_finish"});
+  EXPECT_EQ(uneven.pipeline.dispatch, schedule::DispatchRule::kEarliestFinish);
+  EXPECT_NO_THROW(checkPipelineRun(uneven, 1));
+  EXPECT_NE(errorOf(kMinimal, {"pipeline.dispatch=fastest"})
+                .find("pipeline.dispatch = \"fastest\": expected one of \"round_robin\", \"earliest_finish\""),
+            std::string::npos)
+      << errorOf(kMinimal, {"pipeline.dispatch=fastest"});
+  const auto bound =
+      loadRunConfig(writeToml(kMinimal), {"pipeline.dispatch=earliest_finish", "pipeline.schedule=1f1b"});
+  try {
+    checkPipelineRun(bound, 1);
+    ADD_FAILURE() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("pipeline.dispatch = \"earliest_finish\" needs pipeline.schedule = "
+                                         "\"roundpipe\" (\"1f1b\" binds each stage to one worker)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(RunConfig, RequiredKeysAndSyntaxErrors) {
   EXPECT_NE(errorOf("[data]\npath = \"d\"\n").find("required key 'model.path' is missing"), std::string::npos);
   const auto syntax = errorOf("[model\npath = 1\n");

@@ -135,6 +135,53 @@ TEST(Coordinator, ReplansFromReportedTimesAndEveryRankGetsTheNewPlan) {
       << schedule::describe(initial) << " -> " << schedule::describe(replanned);
 }
 
+// Earliest-finish dispatch: rank 2 reports every layer it ran three times as slow as the others do. Rank 0
+// measures it (against the pooled profile) at about a third of the fastest worker's speed and, from then on,
+// sends it fewer jobs than round-robin would; every rank runs rank 0's table.
+TEST(Coordinator, EarliestFinishMeasuresASlowRankAndSendsItFewerJobs) {
+  const LayerCosts proxy = uniformLayerCosts(6, 3.0);
+  const int L = 8, steps = 16;
+  const Plan plan = schedule::partition(proxy, {3, 1.1, 0}).plan;
+  std::vector<std::vector<Directive>> got(3);
+  std::vector<double> speeds;
+  onThreadsAsRanks(3, [&](control::ControlChannel& channel) {
+    CoordinationOptions options{3, 1, true, 0, 0, {10.0, 10.0}};
+    options.dispatch = schedule::DispatchRule::kEarliestFinish;
+    options.microbatches = 4;
+    Coordination coordination(channel, options, plan, proxy);
+    const double pace = channel.rank() == 2 ? 3.0 : 1.0;
+    for (int step = 0; step < steps; ++step) {
+      const Directive d = coordination.begin(step);
+      got[static_cast<std::size_t>(channel.rank())].push_back(d);
+      std::vector<double> fwd(L, -1.0), bwd(L, -1.0);
+      for (const schedule::Job& job : d.table.jobs) {
+        if (job.worker != channel.rank()) continue;
+        for (int l = job.layers.begin; l < job.layers.end; ++l) {
+          const double base = l == L - 1 ? 3.0 : 1.0;  // the head: three layers of work
+          if (job.kind == schedule::JobKind::kForward) fwd[static_cast<std::size_t>(l)] = pace * base;
+          if (job.kind != schedule::JobKind::kForward) bwd[static_cast<std::size_t>(l)] = pace * 3 * base;
+        }
+      }
+      coordination.report(step, fwd, bwd);
+    }
+    if (channel.rank() == 0) speeds = coordination.workerSpeeds();
+  });
+  ASSERT_EQ(speeds.size(), 3u);
+  EXPECT_NEAR(speeds[0], 1.0, 0.1);
+  EXPECT_NEAR(speeds[1], 1.0, 0.1);
+  EXPECT_NEAR(speeds[2], 1.0 / 3, 0.1);
+  int slow = 0, slowRoundRobin = 0;
+  for (int step = 0; step < steps; ++step) {
+    const Directive& d = got[0][static_cast<std::size_t>(step)];
+    for (int r = 1; r < 3; ++r) EXPECT_EQ(got[static_cast<std::size_t>(r)][static_cast<std::size_t>(step)], d);
+    if (step < steps / 2) continue;  // measured by then
+    for (const auto& job : d.table.jobs) slow += job.worker == 2 ? 1 : 0;
+    const auto start = d.table.counterEnd - static_cast<std::int64_t>(d.table.jobs.size());
+    for (const auto& job : schedule::dispatch(plan, 3, start).jobs) slowRoundRobin += job.worker == 2 ? 1 : 0;
+  }
+  EXPECT_LT(slow, slowRoundRobin) << slow << " jobs on the slow rank; round-robin: " << slowRoundRobin;
+}
+
 TEST(Coordinator, NodesAverageTheirTimings) {
   const LayerCosts proxy = uniformLayerCosts(2, 1.0);
   const int L = 4;

@@ -2,6 +2,7 @@
 // weight chunk still queued — the priority rule of the transfer engine. The chunked queue itself is shared with
 // the CUDA backend, so its ordering and failure rules are tested here once.
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
@@ -54,6 +55,25 @@ TEST(CpuWorker, UrgentCopiesOvertakeQueuedWeightChunks) {
   EXPECT_EQ(urgentDst, urgentSrc);
   const std::vector<std::pair<bool, std::size_t>> expected{{false, 4}, {true, 3}, {false, 4}, {false, 4}, {false, 2}};
   EXPECT_EQ(order, expected);
+}
+
+// Note [Slow worker]: at a quarter speed, the compute between two marks takes (at least) four times as long,
+// and the marks measure it so; a speed outside (0, 1] is refused.
+TEST(CpuWorker, ASlowedWorkerStretchesTheComputeItsMarksTime) {
+  WorkerOptions options;
+  options.computeSpeed = 0.25;
+  CpuWorker worker(options);
+  const auto scope = worker.enterCompute();
+  const auto from = worker.mark();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+  while (std::chrono::steady_clock::now() < until) {
+  }
+  const auto to = worker.mark();
+  EXPECT_GE(worker.elapsedMs(*from, *to), 80.0);
+  for (const double speed : {0.0, 1.5}) {
+    options.computeSpeed = speed;
+    EXPECT_THROW(CpuWorker{options}, InputError) << speed;
+  }
 }
 
 TEST(CpuWorker, AllocatesZeroedAlignedMemoryThatLivesWithItsHolders) {

@@ -5,6 +5,7 @@
 // norms and weights (tests/support/pipeline_reference.h, the references of the MPI tier too).
 #include <filesystem>
 #include <fstream>
+#include <regex>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -166,6 +167,43 @@ TEST(InProcPipeline, ADivergedStepIsSkippedByEveryRankAsByTheTrainer) {
     test::expectEqualsTrainer(reference, {run.metrics, [&](const std::string& n) { return run.weights.at(n); }}, {});
   }
   ::unsetenv("RP_FAULT_INJECT");
+}
+
+// pipeline.dispatch = earliest_finish with rank 1's worker slowed to a quarter speed (RP_SLOW_WORKER): rank 0
+// measures it as the slowest worker and gives it less than an even share of the jobs, and the losses, grad norms and
+// weights stay the single-process trainer's — which worker runs a job never changes what it computes.
+TEST(InProcPipeline, ASlowWorkerGetsFewerJobsAndTheRunStaysTheTrainers) {
+  const auto fixtures = test::fixturesDir();
+  RP_SKIP_UNLESS(fixtures, "shared fixtures");
+  const std::string model = *fixtures + "/models/tinystories-656k", scratch = test::scratchDir();
+  auto configAt = [&](const std::string& out) {
+    std::vector<std::string> sets = test::equivalenceSettings(model, model, *fixtures, out);
+    sets.insert(sets.end(), {"optim.mode=sync", "train.max_steps=8", "pipeline.dispatch=earliest_finish",
+                             "pipeline.stall_timeout_s=60"});
+    return config::loadRunConfig("", sets);
+  };
+  const auto reference = configAt(scratch + "/reference");
+  std::vector<std::string> names;
+  {
+    train::Trainer probe(reference);
+    for (const auto& [name, param] : probe.trainable()) names.push_back(name);
+  }
+  ::setenv("RP_SLOW_WORKER", "1:0.25", 1);
+  testing::internal::CaptureStderr();
+  const ThreadRun run = test::runOnThreads(configAt(scratch + "/pipeline"), 3, TensorPlane::kHostStaged, names);
+  const std::string log = testing::internal::GetCapturedStderr();
+  ::unsetenv("RP_SLOW_WORKER");
+  ASSERT_EQ(run.metrics.size(), 8u);
+  test::expectEqualsTrainer(reference, {run.metrics, [&](const std::string& n) { return run.weights.at(n); }}, {});
+  // "dispatch: measured worker speeds at step S (1 = the fastest): a b c; jobs per worker this step: x y z"
+  const std::regex line(R"(measured worker speeds at step \d+ \(1 = the fastest\): ([\d.]+) ([\d.]+) ([\d.]+); )"
+                        R"(jobs per worker this step: (\d+) (\d+) (\d+))");
+  std::smatch m;  // the last such line
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), line); it != std::sregex_iterator(); ++it) m = *it;
+  ASSERT_FALSE(m.empty()) << log;
+  EXPECT_LT(std::stod(m[2]), 0.6) << m[0];
+  const int slow = std::stoi(m[5]), jobs = std::stoi(m[4]) + slow + std::stoi(m[6]);
+  EXPECT_LT(3 * slow, jobs) << m[0] << ": not below an even share (round-robin's)";
 }
 
 // pipeline.profile of another model (a layer count that differs) is named, with both counts, on every rank.

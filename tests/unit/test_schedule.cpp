@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "schedule/dispatch.h"
+#include "schedule/earliest_finish.h"
 #include "schedule/partitioner.h"
 #include "schedule/plan.h"
 
@@ -104,6 +105,75 @@ TEST(Dispatch, RoundRobinContinuesAcrossIterations) {
   EXPECT_EQ(first.counterEnd, 6);
   EXPECT_EQ(second.jobs[0].worker, 6 % 4);
   EXPECT_EQ(second.jobs[5].worker, 11 % 4);
+}
+
+// Computed by hand: F [0,1) costs 1, the fused [1,3) 4, B [0,1) 2 per microbatch at speed 1; worker 1 at half
+// speed. F: worker 0 finishes at 1 (worker 1: 2). Fused: worker 1 would start at 1 (F's first microbatch) and
+// finish at 9, worker 0 at 5. B: worker 0 finishes at 7, worker 1 at 9. Round-robin would take 9 + 4.
+TEST(Dispatch, EarliestFinishGivesEachJobToTheWorkerPredictedToFinishItFirst) {
+  const Plan p = planFromCounts({1}, 1, {1}, 3);
+  ASSERT_NO_THROW(validate(p, 3, "test"));
+  DispatchCosts costs{{1, 1, 1}, {2, 2, 2}, {1.0, 0.5}, 1};
+  WorkerClocks clocks;
+  const DispatchTable table = dispatchEarliestFinish(p, costs, 0, clocks);
+  const DispatchTable roundRobin = dispatch(p, 2, 0);
+  ASSERT_EQ(table.jobs.size(), 3u);
+  EXPECT_EQ(table.counterEnd, roundRobin.counterEnd);
+  for (std::size_t k = 0; k < table.jobs.size(); ++k) {
+    EXPECT_EQ(table.jobs[k].kind, roundRobin.jobs[k].kind);
+    EXPECT_EQ(table.jobs[k].layers, roundRobin.jobs[k].layers);
+    EXPECT_EQ(table.jobs[k].worker, 0) << "job " << k;
+  }
+  EXPECT_EQ(clocks.freeAt, (std::vector<double>{7.0, 0.0}));
+  // Worker 0 busy until 7 at the next iteration: its F goes to worker 1 (2 against 8), the clocks restart at the
+  // first free worker (worker 1's 0).
+  const DispatchTable next = dispatchEarliestFinish(p, costs, table.counterEnd, clocks);
+  EXPECT_EQ(next.jobs[0].worker, 1);
+  EXPECT_EQ(next.counterEnd, 6);
+
+  // Equal speeds and equal predictions: ties go to round-robin's pick.
+  costs.speed = {1.0, 1.0};
+  WorkerClocks idle;
+  const DispatchTable tied = dispatchEarliestFinish(p, costs, 1, idle);
+  EXPECT_EQ(tied.jobs[0].worker, 1);
+
+  costs.speed = {1.0, 0.0};
+  EXPECT_THROW((void)dispatchEarliestFinish(p, costs, 0, clocks), InputError);
+  costs.speed = {1.0, 1.0};
+  costs.forward = {1, 1};
+  EXPECT_THROW((void)dispatchEarliestFinish(p, costs, 0, clocks), InputError);
+}
+
+// Over many iterations on a 4-worker plan, a worker at a quarter speed gets fewer jobs than round-robin gives
+// it, and never the fused stage (the costliest job, which it would run four times as long); with equal speeds
+// every worker keeps about an even share.
+TEST(Dispatch, EarliestFinishSendsASlowWorkerFewerJobs) {
+  const Plan p = planFromCounts({2, 2, 1}, 2, {2, 2, 1}, 8);
+  ASSERT_NO_THROW(validate(p, 8, "test"));
+  const int workers = 4, iterations = 20, jobs = 7;
+  DispatchCosts costs{std::vector<double>(8, 1.0), std::vector<double>(8, 3.0), {1.0, 1.0, 0.25, 1.0}, 4};
+  WorkerClocks uneven, even;
+  DispatchCosts equal = costs;
+  equal.speed.assign(workers, 1.0);
+  std::vector<int> slowJobs(jobs, 0), evenShare(workers, 0);
+  std::int64_t counter = 0;
+  for (int i = 0; i < iterations; ++i) {
+    const DispatchTable table = dispatchEarliestFinish(p, costs, counter, uneven);
+    for (int k = 0; k < jobs; ++k) {
+      slowJobs[static_cast<std::size_t>(k)] += table.jobs[static_cast<std::size_t>(k)].worker == 2 ? 1 : 0;
+    }
+    for (const Job& job : dispatchEarliestFinish(p, equal, counter, even).jobs) {
+      ++evenShare[static_cast<std::size_t>(job.worker)];
+    }
+    counter = table.counterEnd;
+  }
+  int slow = 0;
+  for (int n : slowJobs) slow += n;
+  EXPECT_LT(slow, iterations * jobs / workers);  // round-robin's share: 35
+  EXPECT_EQ(slowJobs[2], 0) << "the fused stage went to the slow worker";
+  for (int w = 0; w < workers; ++w) {
+    EXPECT_NEAR(evenShare[static_cast<std::size_t>(w)], iterations * jobs / workers, 5) << "worker " << w;
+  }
 }
 
 TEST(Baselines, BalancedBoundPlanAndOneFOneBOrder) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <new>
+#include <thread>
 
 #include <unistd.h>
 
@@ -90,10 +91,15 @@ class CpuPeerRing : public PeerRing {
 }  // namespace
 
 CpuWorker::CpuWorker(const WorkerOptions& options)
-    : bulk_(options.chunkBytes, [this](void* dst, const void* src, std::size_t bytes) {
+    : stretch_(1.0 / options.computeSpeed - 1.0),
+      bulk_(options.chunkBytes, [this](void* dst, const void* src, std::size_t bytes) {
         if (observer_) observer_(false, bytes);
         std::memcpy(dst, src, bytes);
-      }) {}
+      }) {
+  if (!(options.computeSpeed > 0 && options.computeSpeed <= 1)) {
+    RP_THROW(InputError, "cpu worker: compute speed {} (RP_SLOW_WORKER) must be in (0, 1]", options.computeSpeed);
+  }
+}
 
 CpuWorker::~CpuWorker() = default;
 
@@ -109,8 +115,21 @@ std::shared_ptr<void> CpuWorker::allocate(std::size_t bytes) {
   return std::shared_ptr<void>(memory, [](void* p) { ::operator delete(p, kAlign); });
 }
 
+// Note [Slow worker]: a worker slowed for testing (RP_SLOW_WORKER, docs/env.md) sleeps, at each mark, `stretch_`
+// times the compute since the previous mark of the same compute scope. Every compute of a stage job lies
+// between two marks (they time each layer), so the whole job runs at the given fraction of its pace, and the
+// per-layer times the coordinator measures are the slowed ones, as on a slower card.
+std::unique_ptr<ComputeScope> CpuWorker::enterCompute() {
+  computedUntil_ = std::chrono::steady_clock::now();
+  return std::make_unique<ComputeScope>();
+}
+
 // Compute is synchronous on the calling thread: a mark is the time it was taken.
 std::shared_ptr<ComputeMark> CpuWorker::mark() {
+  if (stretch_ > 0) {
+    std::this_thread::sleep_for((std::chrono::steady_clock::now() - computedUntil_) * stretch_);
+    computedUntil_ = std::chrono::steady_clock::now();
+  }
   return std::make_shared<TimeMark>();
 }
 

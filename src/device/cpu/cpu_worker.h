@@ -7,6 +7,7 @@
 // (The queue's chunking and ordering is device/copy_queue.h, shared with the CUDA backend.)
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
 
@@ -22,7 +23,7 @@ class CpuWorker : public Worker {
   std::string describe() const override;
   Placement placement() const override { return {}; }
   std::shared_ptr<void> allocate(std::size_t bytes) override;
-  std::unique_ptr<ComputeScope> enterCompute() override { return std::make_unique<ComputeScope>(); }
+  std::unique_ptr<ComputeScope> enterCompute() override;
   std::shared_ptr<ComputeMark> mark() override;
   double elapsedMs(const ComputeMark& from, const ComputeMark& to) override;
   std::shared_ptr<void> pinHost(void*, std::size_t, const std::string&) override { return nullptr; }
@@ -38,6 +39,10 @@ class CpuWorker : public Worker {
 
  private:
   std::function<void(bool, std::size_t)> observer_;
+  // Note [Slow worker]: (1 / computeSpeed) - 1, and the end of the compute the last mark took in (or the start
+  // of the compute scope).
+  double stretch_ = 0;
+  std::chrono::steady_clock::time_point computedUntil_;
   ChunkedCopyQueue bulk_;  // last: its thread calls observer_
 };
 
