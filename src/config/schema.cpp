@@ -50,7 +50,9 @@ const std::vector<KeySpec>& runSchema() {
       {"optim.schedule", Type::kString, S("cosine"), "constant | linear | cosine"},
       {"optim.warmup_steps", Type::kInt, I(0), "linear warmup steps"},
       {"optim.min_lr_ratio", Type::kFloat, 0.0, "linear/cosine floor as a fraction of optim.lr"},
-      {"optim.mode", Type::kString, S("async"), "sync | async (one step of weight staleness; pipeline runtime)"},
+      {"optim.mode", Type::kString, S("sync"),
+       "sync (the single-process trainer's losses) | async (the optimizer overlaps the next iteration, which "
+       "computes on weights one step stale; pipeline runtime)"},
       {"optim.threads", Type::kInt, I(1), "AdamW threads per rank (each takes a contiguous part of every tensor)"},
 
       {"pipeline.schedule", Type::kString, S("roundpipe"),
