@@ -202,9 +202,13 @@ int Coordination::workerOf(int rank) const {
 }
 
 std::vector<double> Coordination::workerSpeeds() const {
+  if (!speeds_.measured()) return std::vector<double>(static_cast<std::size_t>(options_.workers), 1.0);
+  return workerSpeeds(speeds_.fit());
+}
+
+std::vector<double> Coordination::workerSpeeds(const SpeedModel::Fit& fit) const {
   std::vector<double> speed(static_cast<std::size_t>(options_.workers), 1.0);
-  if (!speeds_.measured()) return speed;
-  const std::vector<double> ofRank = speeds_.fit().speed;
+  const std::vector<double>& ofRank = fit.speed;
   std::vector<double> slowest(speed.size(), 2.0);
   for (int r = 0; r < channel_.size(); ++r) {
     auto& s = slowest[static_cast<std::size_t>(workerOf(r))];
@@ -217,9 +221,12 @@ std::vector<double> Coordination::workerSpeeds() const {
 
 schedule::DispatchCosts Coordination::dispatchCosts() const {
   const schedule::LayerCosts pooled = profile_.applyTo(proxy_);  // the proxy until measured
-  schedule::DispatchCosts known{pooled.forward, pooled.backward, workerSpeeds(), options_.microbatches, workerOf(0)};
+  schedule::DispatchCosts known{pooled.forward, pooled.backward,
+                                std::vector<double>(static_cast<std::size_t>(options_.workers), 1.0),
+                                options_.microbatches, workerOf(0)};
   if (!speeds_.measured()) return known;
-  const SpeedModel::Fit fit = speeds_.fit();
+  const SpeedModel::Fit fit = speeds_.fit();  // once per directive: the speeds and the layer costs together
+  known.speed = workerSpeeds(fit);
   // Once every layer has a fitted time, those (at the fastest worker's speed, as the speeds are relative to it).
   const bool complete = std::all_of(fit.forward.begin(), fit.forward.end(), [](double t) { return t > 0; }) &&
                         std::all_of(fit.backward.begin(), fit.backward.end(), [](double t) { return t > 0; });

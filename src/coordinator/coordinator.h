@@ -80,6 +80,7 @@ class Coordination {
   void collect(std::int64_t step, const std::function<std::string(int)>& describeRank);
   void replan(std::int64_t step);
   int workerOf(int rank) const;
+  std::vector<double> workerSpeeds(const SpeedModel::Fit& fit) const;
   void logSpeeds(std::int64_t step, const std::vector<double>& speeds, const schedule::DispatchTable& table);
   Directive decide(std::int64_t step);
   bool stopRequested();

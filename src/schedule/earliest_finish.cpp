@@ -7,12 +7,18 @@
 
 namespace rp::schedule {
 
+namespace {
+
+// A job's milliseconds per microbatch at speed 1: a forward job its layers' forward, a fused or backward job
+// their backward (which includes the forward or recompute).
 double jobMsPerMicrobatch(const Job& job, const std::vector<double>& forward, const std::vector<double>& backward) {
   double ms = 0;
   const auto& perLayer = job.kind == JobKind::kForward ? forward : backward;
   for (int l = job.layers.begin; l < job.layers.end; ++l) ms += perLayer[static_cast<std::size_t>(l)];
   return ms;
 }
+
+}  // namespace
 
 DispatchTable dispatchEarliestFinish(const Plan& plan, const DispatchCosts& costs, std::int64_t counterStart,
                                      WorkerClocks& clocks) {
@@ -27,17 +33,18 @@ DispatchTable dispatchEarliestFinish(const Plan& plan, const DispatchCosts& cost
     const double s = costs.speed[static_cast<std::size_t>(w)];
     if (!(s > 0) || !std::isfinite(s)) RP_THROW(InputError, "earliest-finish dispatch: worker {} has speed {}", w, s);
   }
-  if (clocks.freeAt.size() != static_cast<std::size_t>(workers))
+  if (costs.directiveWorker >= workers) {
+    RP_THROW(InputError, "earliest-finish dispatch: directive worker {} of {}", costs.directiveWorker, workers);
+  }
+  if (clocks.freeAt.size() != static_cast<std::size_t>(workers)) {
     clocks.freeAt.assign(static_cast<std::size_t>(workers), 0.0);
+  }
   // Time restarts at the first free worker, so the clocks stay small over a long run.
   const double origin = *std::min_element(clocks.freeAt.begin(), clocks.freeAt.end());
   for (double& t : clocks.freeAt) t -= origin;
 
   DispatchTable table = dispatch(plan, workers, counterStart);  // the jobs, and round-robin's choices as ties
   const auto M = static_cast<double>(std::max(1, costs.microbatches));
-  if (costs.directiveWorker >= workers) {
-    RP_THROW(InputError, "earliest-finish dispatch: directive worker {} of {}", costs.directiveWorker, workers);
-  }
   const double directive =
       costs.directiveWorker >= 0 ? clocks.freeAt[static_cast<std::size_t>(costs.directiveWorker)] : 0.0;
   double previousFirstDone = directive, previousFinish = directive;

@@ -38,8 +38,4 @@ struct WorkerClocks {
 DispatchTable dispatchEarliestFinish(const Plan& plan, const DispatchCosts& costs, std::int64_t counterStart,
                                      WorkerClocks& clocks);
 
-// A job's milliseconds per microbatch at speed 1: a forward job its layers' forward, a fused or backward job
-// their backward (which includes the forward or recompute).
-double jobMsPerMicrobatch(const Job& job, const std::vector<double>& forward, const std::vector<double>& backward);
-
 }  // namespace rp::schedule
