@@ -30,6 +30,10 @@ Kind parseKind(const std::string& name, const std::string& where) {
            where, name);
 }
 
+std::string weightsAhead(const std::string& tensor, int ahead) {
+  return ahead == 0 ? tensor : tensor + "@+" + std::to_string(ahead);
+}
+
 std::int64_t numel(const std::vector<std::int64_t>& shape) {
   std::int64_t n = 1;
   for (auto d : shape) n *= d;

@@ -13,6 +13,9 @@ enum class Kind { kWeights, kMaster, kExpAvg, kExpAvgSq, kMaxExpAvgSq };
 inline constexpr Kind kAllKinds[] = {Kind::kWeights, Kind::kMaster, Kind::kExpAvg, Kind::kExpAvgSq, Kind::kMaxExpAvgSq};
 const char* kindName(Kind kind);  // the HDF5 group: "weights", "master", ...
 Kind parseKind(const std::string& name, const std::string& where);
+// The /weights slice name of the weights the iteration `ahead` after the checkpoint uploads: the tensor's own
+// name for the next one, "<name>@+<ahead>" for later ones (the pipeline's async staleness k >= 2 keeps k).
+std::string weightsAhead(const std::string& tensor, int ahead);
 
 // Elements [offset, offset + count) of the row-major flattened tensor `tensor` of shape `shape`.
 struct Slice {

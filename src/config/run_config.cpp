@@ -47,6 +47,24 @@ Enum parseEnum(const Values& v, const std::string& key, std::initializer_list<st
            fmt::join(quoted, ", "));
 }
 
+// optim.mode and optim.staleness: the mode alone gives 0 (sync) or 1 (async); the staleness alone decides
+// the mode; both must agree.
+std::int64_t staleness(const Values& v) {
+  const bool async = oneOf(v, "optim.mode", {"sync", "async"}) == "async";
+  if (!v.isSet("optim.staleness")) return async ? 1 : 0;
+  const std::int64_t k = v.getInt("optim.staleness");
+  if (k < 0 || k > kMaxStaleness) {
+    RP_THROW(InputError, "{}: optim.staleness = {}: must be in [0, {}] (0 = sync)", v.source({"optim.staleness"}), k,
+             kMaxStaleness);
+  }
+  if (v.isSet("optim.mode") && async != (k > 0)) {
+    RP_THROW(InputError,
+             "{}: optim.mode = \"{}\" and optim.staleness = {} disagree: sync is staleness 0, async 1 to {}",
+             v.source({"optim.mode", "optim.staleness"}), async ? "async" : "sync", k, kMaxStaleness);
+  }
+  return k;
+}
+
 }  // namespace
 
 const char* dtypeName(Dtype dtype) {
@@ -151,7 +169,7 @@ RunConfig buildRunConfig(Values v) {
   c.optim.schedule = oneOf(v, "optim.schedule", {"constant", "linear", "cosine"});
   c.optim.warmupSteps = atLeast(v, "optim.warmup_steps", 0);
   c.optim.minLrRatio = inRange(v, "optim.min_lr_ratio", 0.0, 1.0, false);
-  c.optim.async = oneOf(v, "optim.mode", {"sync", "async"}) == "async";
+  c.optim.staleness = staleness(v);
   c.optim.threads = atLeast(v, "optim.threads", 1);
 
   c.pipeline.schedule = parseEnum<PipelineSchedule>(v, "pipeline.schedule",

@@ -19,6 +19,9 @@ enum class Recompute { kStage, kLayer };                        // pipeline.reco
 enum class TensorChannelKind { kHost, kDirect };                // pipeline.tensor_channel
 const char* dtypeName(Dtype dtype);                             // "float32", "bfloat16", "float16"
 const char* scheduleName(PipelineSchedule schedule);            // "roundpipe", "gpipe", "1f1b"
+// optim.staleness: each step of staleness keeps one more version of the trainable weights and gradient slots
+// in the node store.
+inline constexpr std::int64_t kMaxStaleness = 8;
 
 struct RunConfig {
   struct Model {
@@ -52,7 +55,9 @@ struct RunConfig {
     bool amsgrad;
     std::string schedule;
     std::int64_t warmupSteps;
-    bool async;
+    // 0 = sync; k >= 1 = async: iteration t computes on W_{max(0, t-k)} (docs/optimizer.md, "Modes").
+    std::int64_t staleness;  // <= kMaxStaleness
+    bool async() const { return staleness > 0; }
     std::int64_t threads;  // AdamW threads per rank
   } optim;
   struct Pipeline {

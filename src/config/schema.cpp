@@ -51,8 +51,11 @@ const std::vector<KeySpec>& runSchema() {
       {"optim.warmup_steps", Type::kInt, I(0), "linear warmup steps"},
       {"optim.min_lr_ratio", Type::kFloat, 0.0, "linear/cosine floor as a fraction of optim.lr"},
       {"optim.mode", Type::kString, S("sync"),
-       "sync (the single-process trainer's losses) | async (the optimizer overlaps the next iteration, which "
-       "computes on weights one step stale; pipeline runtime)"},
+       "sync (the single-process trainer's losses) | async (the optimizer overlaps the next iterations, which "
+       "compute on weights optim.staleness steps stale; pipeline runtime)"},
+      {"optim.staleness", Type::kInt, I(1),
+       "async: iteration t computes on the weights after step t-k-1, the optimizer up to k steps behind (1..8; "
+       "0 = sync). Set alone, it decides the mode"},
       {"optim.threads", Type::kInt, I(1), "AdamW threads per rank (each takes a contiguous part of every tensor)"},
 
       {"pipeline.schedule", Type::kString, S("roundpipe"),

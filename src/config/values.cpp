@@ -224,6 +224,12 @@ const Values::Entry& Values::entry(const std::string& key, Type type) const {
   return it->second;
 }
 
+bool Values::isSet(const std::string& key) const {
+  const auto it = entries_.find(key);
+  RP_CHECK(it != entries_.end(), "config key '{}' is not in the schema", key);
+  return it->second.origin != Origin::kDefault;
+}
+
 bool Values::getBool(const std::string& key) const {
   return std::get<bool>(entry(key, Type::kBool).value);
 }

@@ -39,6 +39,8 @@ class Values {
   double getFloat(const std::string& key) const;
   const std::string& getString(const std::string& key) const;
   const std::vector<std::string>& getStringList(const std::string& key) const;
+  // Whether the TOML file or a --set override gave `key` (else it holds the schema default).
+  bool isSet(const std::string& key) const;
 
   // "key = value  # origin" lines, sorted by key, for printing the effective config.
   std::vector<std::string> describe() const;

@@ -14,9 +14,11 @@ namespace rp::engine {
 
 static_assert(std::atomic<std::int64_t>::is_always_lock_free, "fences need lock-free 64-bit atomics in shared memory");
 
-// Layout: uploads[L] | downloads[L] | copied[L*R] | consumed[L*R] | fusedDone | fusedStarted
-std::size_t Fences::regionBytes(int layers, int ranks) {
-  return sizeof(std::atomic<std::int64_t>) * static_cast<std::size_t>(2 * layers + 2 * layers * ranks + 2);
+// Layout: uploads[V][L] | downloads[V][L] | copied[L][R] | consumed[L][R] | fusedDone[V+1] | fusedStarted
+std::size_t Fences::regionBytes(int layers, int ranks, int versions) {
+  const auto L = static_cast<std::size_t>(layers), R = static_cast<std::size_t>(ranks),
+             V = static_cast<std::size_t>(versions);
+  return sizeof(std::atomic<std::int64_t>) * (2 * V * L + 2 * L * R + V + 2);
 }
 
 namespace {
@@ -26,48 +28,76 @@ std::int64_t packStarted(std::int64_t step, int microbatch) {
   RP_CHECK(microbatch >= -1 && microbatch + 1 < (1 << kMicrobatchBits), "microbatch {} out of range", microbatch);
   return (step << kMicrobatchBits) + microbatch + 1;
 }
+// Iterations 0..steps-1 that fall on `slot` of `slots` (slot = iteration mod slots).
+std::int64_t countOn(std::int64_t steps, std::int64_t slot, std::int64_t slots) {
+  return steps / slots + (slot < steps % slots ? 1 : 0);
+}
 }  // namespace
 
-Fences::Fences(void* memory, int layers, int ranks, control::StallPolicy stall, const ActivityBoard* board)
+Fences::Fences(void* memory, int layers, int ranks, control::StallPolicy stall, const ActivityBoard* board,
+               int versions)
     : base_(static_cast<std::atomic<std::int64_t>*>(memory)),
       layers_(layers),
       ranks_(ranks),
+      versions_(versions),
       stall_(stall),
-      board_(board) {}
+      board_(board) {
+  RP_CHECK(versions >= 1, "fences need at least one version, got {}", versions);
+}
 
 std::atomic<std::int64_t>& Fences::at(std::size_t index) const {
   return base_[index];
 }
-
-void Fences::addUpload(int l) {
-  at(static_cast<std::size_t>(l)).fetch_add(1, std::memory_order_acq_rel);
+std::size_t Fences::uploadsAt(int l, std::int64_t step) const {
+  return static_cast<std::size_t>((step % versions_) * layers_ + l);
 }
-void Fences::addDownload(int l) {
-  at(static_cast<std::size_t>(layers_ + l)).fetch_add(1, std::memory_order_acq_rel);
+std::size_t Fences::downloadsAt(int l, std::int64_t step) const {
+  return static_cast<std::size_t>((versions_ + step % versions_) * layers_ + l);
+}
+std::size_t Fences::copiedAt(int l, int r) const {
+  return static_cast<std::size_t>(2 * versions_ * layers_ + l * ranks_ + r);
+}
+std::size_t Fences::consumedAt(int l, int r) const {
+  return static_cast<std::size_t>(2 * versions_ * layers_ + layers_ * ranks_ + l * ranks_ + r);
+}
+std::size_t Fences::fusedDoneAt(std::int64_t step) const {
+  return static_cast<std::size_t>(2 * versions_ * layers_ + 2 * layers_ * ranks_ + step % (versions_ + 1));
+}
+std::size_t Fences::fusedStartedAt() const {
+  return static_cast<std::size_t>(2 * versions_ * layers_ + 2 * layers_ * ranks_ + versions_ + 1);
+}
+
+void Fences::addUpload(int l, std::int64_t step) {
+  at(uploadsAt(l, step)).fetch_add(1, std::memory_order_acq_rel);
+}
+void Fences::addDownload(int l, std::int64_t step) {
+  at(downloadsAt(l, step)).fetch_add(1, std::memory_order_acq_rel);
 }
 void Fences::setCopied(int l, int r, std::int64_t steps) {
-  at(static_cast<std::size_t>(2 * layers_ + l * ranks_ + r)).store(steps, std::memory_order_release);
+  at(copiedAt(l, r)).store(steps, std::memory_order_release);
 }
 void Fences::setConsumed(int l, int r, std::int64_t steps) {
-  at(static_cast<std::size_t>(2 * layers_ + layers_ * ranks_ + l * ranks_ + r)).store(steps, std::memory_order_release);
+  at(consumedAt(l, r)).store(steps, std::memory_order_release);
 }
-void Fences::setFusedDone(std::int64_t iterations) {
-  at(static_cast<std::size_t>(2 * layers_ + 2 * layers_ * ranks_)).store(iterations, std::memory_order_release);
+// Iterations on one loss buffer run in order (iteration t + V + 1's uploads follow step t), so a store suffices.
+void Fences::setFusedDone(std::int64_t step) {
+  at(fusedDoneAt(step)).store(step / (versions_ + 1) + 1, std::memory_order_release);
 }
 void Fences::setFusedStarted(std::int64_t step, int microbatch) {
-  at(static_cast<std::size_t>(2 * layers_ + 2 * layers_ * ranks_ + 1))
-      .store(packStarted(step, microbatch), std::memory_order_release);
+  at(fusedStartedAt()).store(packStarted(step, microbatch), std::memory_order_release);
 }
 
 void Fences::startAt(std::int64_t steps) {
   for (int l = 0; l < layers_; ++l) {
-    at(static_cast<std::size_t>(layers_ + l)).store(steps, std::memory_order_release);
+    for (int v = 0; v < versions_; ++v) {
+      at(downloadsAt(l, v)).store(countOn(steps, v, versions_), std::memory_order_release);
+    }
     for (int r = 0; r < ranks_; ++r) {
       setCopied(l, r, steps);
       setConsumed(l, r, steps);
     }
   }
-  setFusedDone(steps);
+  for (int b = 0; b <= versions_; ++b) at(fusedDoneAt(b)).store(countOn(steps, b, versions_ + 1));
   setFusedStarted(steps, -1);
 }
 
@@ -89,36 +119,37 @@ void Fences::wait(std::size_t index, std::int64_t atLeast, const std::string& wh
                         : [&] { return lateRank >= 0 ? board_->describe(lateRank) : board_->describeAll(); });
 }
 
-void Fences::waitUploads(int l, std::int64_t n) const {
-  wait(static_cast<std::size_t>(l), n, fmt::format("the uploads of layer {}", l));
+std::string Fences::versionOf(std::int64_t step) const {
+  return versions_ == 1 ? "" : fmt::format(" (version {})", step % versions_);
 }
-void Fences::waitDownloads(int l, std::int64_t n) const {
-  wait(static_cast<std::size_t>(layers_ + l), n, fmt::format("the gradient downloads of layer {}", l));
+
+void Fences::waitUploads(int l, std::int64_t step, std::int64_t n) const {
+  wait(uploadsAt(l, step), n, fmt::format("the uploads of layer {}{}", l, versionOf(step)));
+}
+void Fences::waitDownloads(int l, std::int64_t step) const {
+  wait(downloadsAt(l, step), step / versions_ + 1,
+       fmt::format("step {}'s gradient download of layer {}{}", step + 1, l, versionOf(step)));
 }
 void Fences::waitCopiedByAll(int l, std::int64_t n) const {
-  for (int r = 0; r < ranks_; ++r) {
-    wait(static_cast<std::size_t>(2 * layers_ + l * ranks_ + r), n,
-         fmt::format("rank {}'s weight copy of layer {}", r, l), r);
-  }
+  for (int r = 0; r < ranks_; ++r) wait(copiedAt(l, r), n, fmt::format("rank {}'s weight copy of layer {}", r, l), r);
 }
 bool Fences::copiedByAll(int l, std::int64_t n) const {
   for (int r = 0; r < ranks_; ++r) {
-    if (at(static_cast<std::size_t>(2 * layers_ + l * ranks_ + r)).load(std::memory_order_acquire) < n) return false;
+    if (at(copiedAt(l, r)).load(std::memory_order_acquire) < n) return false;
   }
   return true;
 }
 
 void Fences::waitConsumedByAll(int l, std::int64_t n) const {
   for (int r = 0; r < ranks_; ++r) {
-    wait(static_cast<std::size_t>(2 * layers_ + layers_ * ranks_ + l * ranks_ + r), n,
-         fmt::format("rank {}'s optimizer taking layer {}'s gradients", r, l), r);
+    wait(consumedAt(l, r), n, fmt::format("rank {}'s optimizer taking layer {}'s gradients", r, l), r);
   }
 }
-void Fences::waitFusedDone(std::int64_t n) const {
-  wait(static_cast<std::size_t>(2 * layers_ + 2 * layers_ * ranks_), n, "the fused stage");
+void Fences::waitFusedDone(std::int64_t step) const {
+  wait(fusedDoneAt(step), step / (versions_ + 1) + 1, fmt::format("step {}'s fused stage", step + 1));
 }
 void Fences::waitFusedStarted(std::int64_t step, int microbatch) const {
-  wait(static_cast<std::size_t>(2 * layers_ + 2 * layers_ * ranks_ + 1), packStarted(step, microbatch),
+  wait(fusedStartedAt(), packStarted(step, microbatch),
        fmt::format("the fused stage starting microbatch {} of step {} (packed)", microbatch, step + 1));
 }
 

@@ -63,20 +63,23 @@ OptimizerWorker::OptimizerWorker(std::vector<OptimTensor> tensors, Fences& fence
       options_(std::move(options)),
       rank_(node.rank()),
       ranks_(node.size()),
+      versions_(std::max(1, options_.staleness)),
       node_(node.duplicate()),
       adamw_(options_.adamw, optim::bestAdamWKernel()) {
   adamw_.setThreads(options_.threads);
   if (options_.crossNode != nullptr) crossNode_ = options_.crossNode->duplicate();
+  RP_CHECK(static_cast<int>(options_.losses.size()) == versions_ + 1, "{} loss buffers for {} weight versions",
+           options_.losses.size(), versions_);
   // Sync bf16/fp16: the update writes the rounded weights in the same pass (async copies W_t before the
   // update, so it cannot).
   const optim::ModelCopy copy = run::modelCopyFor(options_.dtype);
-  fusedCopy_ = !options_.async && copy != optim::ModelCopy::kNone;
+  fusedCopy_ = options_.staleness == 0 && copy != optim::ModelCopy::kNone;
   for (auto& t : tensors_) {
     slices_.push_back(sliceOf(t.numel, rank_, ranks_));
     const auto [begin, end] = slices_.back();
     grads_.emplace_back(t.trainable ? end - begin : 0, 0.0f);
     if (!t.trainable) continue;
-    auto* weights = reinterpret_cast<std::uint16_t*>(t.weights) + begin;
+    auto* weights = reinterpret_cast<std::uint16_t*>(t.weights.front()) + begin;
     adamw_.add(t.name, t.master + begin, grads_.back().data(), end - begin, fusedCopy_ ? weights : nullptr,
                fusedCopy_ ? copy : optim::ModelCopy::kNone);
   }
@@ -144,26 +147,27 @@ void OptimizerWorker::loop() {
   }
 }
 
-// Master -> weights on this rank's slice. Note [Layer fences]: no weight is written while an upload of the
-// iteration may still read it, so each tensor first waits for every upload of every layer using it.
+// Master -> weights version t mod V on this rank's slice. Note [Layer fences]: no weight is written while an
+// upload may still read it, so each tensor first waits for every upload of every layer using it from that
+// version, up to iteration t (its last reader before iteration t + V).
 void OptimizerWorker::copyMasters(const Work& work, bool waitForUploads) {
   const std::int64_t t = work.step;
   for (std::size_t i = 0; i < tensors_.size(); ++i) {
     const auto& tensor = tensors_[i];
     if (!tensor.trainable) continue;
     if (waitForUploads) {
-      for (int l : tensor.layers) fences_.waitUploads(l, work.uploadsAfter[static_cast<std::size_t>(l)]);
+      for (int l : tensor.layers) fences_.waitUploads(l, t, work.uploadsAfter[static_cast<std::size_t>(l)]);
     }
-    if (!fusedCopy_) copyMaster(i);
+    if (!fusedCopy_) copyMaster(i, static_cast<int>(t % versions_));
   }
   for (int l = 0; l < options_.layers; ++l) fences_.setCopied(l, rank_, t + 1);
 }
 
-void OptimizerWorker::copyMaster(std::size_t i) {
+void OptimizerWorker::copyMaster(std::size_t i, int version) {
   const auto& tensor = tensors_[i];
   const auto [begin, end] = slices_[i];
-  narrowInto(tensor.weights + begin * c10::elementSize(options_.dtype), tensor.master + begin, end - begin,
-             options_.dtype);
+  narrowInto(tensor.weights[static_cast<std::size_t>(version)] + begin * c10::elementSize(options_.dtype),
+             tensor.master + begin, end - begin, options_.dtype);
 }
 
 bool OptimizerWorker::unscaleAndCheck(double scale) {
@@ -187,7 +191,7 @@ double OptimizerWorker::scaleAfter(std::int64_t step) {
 
 double OptimizerWorker::lossScaleFor(std::int64_t step) {
   if (!scaler_) return 1.0;
-  return scaleAfter(step - (options_.async ? 2 : 1));
+  return scaleAfter(step - 1 - options_.staleness);
 }
 
 void OptimizerWorker::restoreScaler(double scale, std::int64_t goodSteps, std::int64_t skippedSteps,
@@ -205,10 +209,10 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
   };
   OptimizerResult result;
   result.step = t;
-  if (options_.async) {
+  if (options_.staleness > 0) {
     doing("copy master -> weights");
     trace::Timeline::Scope span(options_.timeline, "copy master -> weights", "optimizer", 1);
-    copyMasters(work, /*waitForUploads=*/true);  // the next iteration runs on W_t
+    copyMasters(work, /*waitForUploads=*/true);  // iteration t + k runs on W_t
   }
 
   // Gradients, deepest layer first, as each layer's download lands.
@@ -216,13 +220,14 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
   std::vector<bool> started(tensors_.size(), false);
   for (int l = options_.layers - 1; l >= 0; --l) {
     doing(fmt::format("take layer {}'s gradients", l));
-    fences_.waitDownloads(l, t + 1);
+    fences_.waitDownloads(l, t);
     for (std::size_t i = 0; i < tensors_.size(); ++i) {
       const auto& tensor = tensors_[i];
       if (!tensor.trainable) continue;
       const auto use = std::find(tensor.layers.begin(), tensor.layers.end(), l);
       if (use == tensor.layers.end()) continue;
-      const std::uint8_t* slot = tensor.slots[static_cast<std::size_t>(use - tensor.layers.begin())];
+      const std::uint8_t* slot =
+          tensor.slots[static_cast<std::size_t>(t % versions_)][static_cast<std::size_t>(use - tensor.layers.begin())];
       const auto [begin, end] = slices_[i];
       widen(grads_[i].data(), slot + begin * c10::elementSize(options_.dtype), end - begin, options_.dtype, started[i]);
       started[i] = true;
@@ -242,7 +247,7 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
   if (scaler_) {
     // The scale iteration t's gradients carry (lossScaleFor's rule); every rank agrees on a skip.
     doing("unscale gradients");
-    result.lossScale = scaleAfter(t - (options_.async ? 2 : 1));
+    result.lossScale = scaleAfter(t - 1 - options_.staleness);
     result.skipped = !scaler_->update(!unscaleAndCheck(result.lossScale));
     result.lossScaleAfter = scaler_->scale();
     if (result.skipped) {
@@ -252,8 +257,8 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
   }
   // The step's loss: every microbatch's is in (the fused stage ran before the backward stages whose
   // gradients were just taken), so this wait does not delay the update.
-  fences_.waitFusedDone(t + 1);
-  const double* losses = options_.losses[t % 2];
+  fences_.waitFusedDone(t);
+  const double* losses = options_.losses[static_cast<std::size_t>(t % (versions_ + 1))];
   for (int mb = 0; mb < options_.microbatches; ++mb) result.lossSum += losses[mb];
   if (crossNode_) crossNode_->allreduce(&result.lossSum, 1, control::Reduce::kSum);
   if (!result.skipped) {
@@ -272,7 +277,7 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
       adamw_.step(result.lr);
     }
   }
-  if (!options_.async) copyMasters(work, /*waitForUploads=*/false);  // the next iteration runs on W_{t+1}
+  if (options_.staleness == 0) copyMasters(work, /*waitForUploads=*/false);  // the next iteration runs on W_{t+1}
   result.finished = std::chrono::steady_clock::now();
   result.rankPeakMb = gatherPeaks();
   return result;
@@ -289,30 +294,37 @@ std::vector<double> OptimizerWorker::gatherPeaks() {
   return peaks;
 }
 
-std::vector<checkpoint::Slice> OptimizerWorker::stateSlices(bool withWeights) {
+std::vector<checkpoint::Slice> OptimizerWorker::stateSlices(std::int64_t steps, bool withWeights) {
   std::vector<checkpoint::Slice> out;
+  stagedWeights_.clear();
   std::size_t a = 0;  // the tensor's index in adamw_ (trainable tensors, in order)
   for (std::size_t i = 0; i < tensors_.size(); ++i) {
     const auto& t = tensors_[i];
     if (!t.trainable) continue;
     const auto [begin, end] = slices_[i];
     const auto offset = static_cast<std::int64_t>(begin), count = static_cast<std::int64_t>(end - begin);
-    auto add = [&](checkpoint::Kind kind, float* data) { out.push_back({kind, t.name, t.shape, offset, count, data}); };
-    add(checkpoint::Kind::kMaster, t.master + begin);
-    if (withWeights) {
+    auto add = [&](checkpoint::Kind kind, const std::string& name, float* data) {
+      out.push_back({kind, name, t.shape, offset, count, data});
+    };
+    add(checkpoint::Kind::kMaster, t.name, t.master + begin);
+    // What iteration steps + ahead uploads: version (steps + ahead) mod V.
+    for (int ahead = 0; withWeights && ahead < versions_; ++ahead) {
+      const int version = static_cast<int>((steps + ahead) % versions_);
+      std::uint8_t* weights = t.weights[static_cast<std::size_t>(version)];
+      float* data;
       if (options_.dtype == c10::ScalarType::Float) {
-        add(checkpoint::Kind::kWeights, reinterpret_cast<float*>(t.weights) + begin);
+        data = reinterpret_cast<float*>(weights) + begin;
       } else {
-        stagedWeights_.resize(tensors_.size());
-        stagedWeights_[i].resize(end - begin);
-        widen(stagedWeights_[i].data(), t.weights + begin * c10::elementSize(options_.dtype), end - begin,
-              options_.dtype, false);
-        add(checkpoint::Kind::kWeights, stagedWeights_[i].data());
+        auto& staged = stagedWeights_.emplace_back(StagedWeights{i, version, std::vector<float>(end - begin)});
+        widen(staged.values.data(), weights + begin * c10::elementSize(options_.dtype), end - begin, options_.dtype,
+              false);
+        data = staged.values.data();
       }
+      add(checkpoint::Kind::kWeights, checkpoint::weightsAhead(t.name, ahead), data);
     }
-    add(checkpoint::Kind::kExpAvg, adamw_.expAvg(a).data());
-    add(checkpoint::Kind::kExpAvgSq, adamw_.expAvgSq(a).data());
-    if (options_.adamw.amsgrad) add(checkpoint::Kind::kMaxExpAvgSq, adamw_.maxExpAvgSq(a).data());
+    add(checkpoint::Kind::kExpAvg, t.name, adamw_.expAvg(a).data());
+    add(checkpoint::Kind::kExpAvgSq, t.name, adamw_.expAvgSq(a).data());
+    if (options_.adamw.amsgrad) add(checkpoint::Kind::kMaxExpAvgSq, t.name, adamw_.maxExpAvgSq(a).data());
     ++a;
   }
   return out;
@@ -328,17 +340,18 @@ std::size_t OptimizerWorker::stateBytes() const {
 }
 
 void OptimizerWorker::restoreStagedWeights() {
-  for (std::size_t i = 0; i < stagedWeights_.size(); ++i) {
-    if (stagedWeights_[i].empty()) continue;
-    narrowInto(tensors_[i].weights + slices_[i].first * c10::elementSize(options_.dtype), stagedWeights_[i].data(),
-               stagedWeights_[i].size(), options_.dtype);
+  for (const auto& staged : stagedWeights_) {
+    narrowInto(tensors_[staged.tensor].weights[static_cast<std::size_t>(staged.version)] +
+                   slices_[staged.tensor].first * c10::elementSize(options_.dtype),
+               staged.values.data(), staged.values.size(), options_.dtype);
   }
   stagedWeights_.clear();
 }
 
 void OptimizerWorker::publishMasters() {
   for (std::size_t i = 0; i < tensors_.size(); ++i) {
-    if (tensors_[i].trainable) copyMaster(i);
+    if (!tensors_[i].trainable) continue;
+    for (int v = 0; v < versions_; ++v) copyMaster(i, v);
   }
 }
 

@@ -1,7 +1,8 @@
 // The optimizer thread of one rank: steps AdamW over this rank's slice of every trainable tensor in the node
 // store, in the order the RoundPipe reference gives (docs/schedule.md, "Optimizer"):
-//   async: copy master -> weights (W_t, once the iteration's uploads are done), take the gradients layer by
-//          layer in reverse order as each layer's download lands, clip, update the master to W_{t+1};
+//   async (staleness k >= 1): copy master -> weights version t mod V (W_t, for iteration t+k, once the
+//          uploads of the iterations that read that version are done), take the gradients layer by layer in
+//          reverse order as each layer's download lands, clip, update the master to W_{t+1};
 //   sync:  take the gradients, clip, update, then copy master -> weights (W_{t+1}).
 // Weights and gradient slots are in the model dtype (float32, bfloat16 or float16), masters and moments in
 // float32. fp16: the gradients are of the loss times the loss scale; every rank unscales its slices, and a
@@ -40,10 +41,11 @@ namespace rp::engine {
 
 struct OptimTensor {
   std::string name;
-  std::vector<int> layers;           // layers that use it
-  std::uint8_t* weights;             // what uploads read, in the model dtype
-  float* master;                     // fp32 master (trainable only)
-  std::vector<std::uint8_t*> slots;  // one gradient slot per layer in `layers`, model dtype (trainable only)
+  std::vector<int> layers;             // layers that use it
+  std::vector<std::uint8_t*> weights;  // what uploads read, in the model dtype: one per version (frozen: one)
+  float* master;                       // fp32 master (trainable only)
+  // Per version, one gradient slot per layer in `layers`, model dtype (trainable only).
+  std::vector<std::vector<std::uint8_t*>> slots;
   std::size_t numel;
   bool trainable;
   std::vector<std::int64_t> shape;  // for checkpoints
@@ -54,11 +56,11 @@ struct OptimizerOptions {
   int threads = 1;  // AdamW threads (optim.threads)
   optim::LrSchedule schedule;
   double gradClip = 0.0;
-  bool async = true;
+  int staleness = 1;  // 0 = sync; k: V = k versions of weights and slots (Note [Layer fences])
   c10::ScalarType dtype = c10::ScalarType::Float;      // of the weights and gradient slots
   std::optional<optim::LossScalerConfig> lossScaling;  // fp16
   int layers = 0;
-  const double* losses[2] = {nullptr, nullptr};  // per-parity loss sums (rank 0 reads them)
+  std::vector<const double*> losses;  // V + 1 buffers of per-microbatch loss sums (rank 0 reads them)
   int microbatches = 0;
   trace::Timeline* timeline = nullptr;           // optional: spans on thread 1
   ActivityBoard* activity = nullptr;             // optional: what this thread is doing, for the stall inspector
@@ -87,26 +89,28 @@ class OptimizerWorker {
                   control::ControlChannel& node);
   ~OptimizerWorker();
 
-  // `uploadsAfter[l]`: how many uploads of layer l the iterations up to and including `step` make in all
-  // (the copy phase waits for them; the count depends on each iteration's plan).
+  // `uploadsAfter[l]`: how many uploads of layer l the iterations up to and including `step` that read its
+  // weights version make in all (the copy phase waits for them; the count depends on each iteration's plan).
   void enqueue(std::int64_t step, std::vector<std::int64_t> uploadsAfter);
   // Blocks until `step` is done; rethrows the thread's error.
   OptimizerResult waitFor(std::int64_t step);
   // Results finished since the last call, in order.
   std::vector<OptimizerResult> poll();
-  // Copies this rank's slice of every master into the weights (after the last step).
+  // Copies this rank's slice of every master into every version of the weights (after the last step, or to
+  // resume without saved weights).
   void publishMasters();
   // The loss scale iteration `step` multiplies its loss by: 1 unless fp16; then the scale after step
-  // step - 1 (sync) or step - 2 (async: the latest every rank knows when the iteration starts), waiting for
-  // that step if needed.
+  // step - 1 - k (the latest every rank knows when the iteration starts: sync step - 1, async step - 2),
+  // waiting for that step if needed.
   double lossScaleFor(std::int64_t step);
 
-  // Checkpoints (docs/checkpoint-format.md): this rank's part of the state — the masters, the AdamW moments
-  // and, when `withWeights`, the weights of its slice of every trainable tensor — as float32 slices pointing
-  // into the store and the optimizer (bf16/fp16 weights: into a float32 staging copy; after reading a
-  // checkpoint into them, restoreStagedWeights() writes them back). Only while the thread is idle (every
-  // enqueued step waited for).
-  std::vector<checkpoint::Slice> stateSlices(bool withWeights);
+  // Checkpoints (docs/checkpoint-format.md): this rank's part of the state after `steps` steps — the masters,
+  // the AdamW moments and, when `withWeights`, the weights iterations steps .. steps + V - 1 upload (named
+  // checkpoint::weightsAhead) of its slice of every trainable tensor — as float32 slices pointing into the
+  // store and the optimizer (bf16/fp16 weights: into a float32 staging copy; after reading a checkpoint into
+  // them, restoreStagedWeights() writes them back). Only while the thread is idle (every enqueued step
+  // waited for).
+  std::vector<checkpoint::Slice> stateSlices(std::int64_t steps, bool withWeights);
   void restoreStagedWeights();
   // This rank's optimizer state in its own memory: the float32 gradient slices and the AdamW moments.
   std::size_t stateBytes() const;
@@ -125,8 +129,8 @@ class OptimizerWorker {
   };
   OptimizerResult runStep(const Work& work);
   void copyMasters(const Work& work, bool waitForUploads);
-  // Master -> weights of tensor i's slice, rounded to the model dtype.
-  void copyMaster(std::size_t i);
+  // Master -> weights version `version` of tensor i's slice, rounded to the model dtype.
+  void copyMaster(std::size_t i, int version);
   // Unscales this rank's gradient slices; false if any rank's hold a non-finite value.
   bool unscaleAndCheck(double scale);
   // Collective over the node (and across nodes): OptimizerResult::rankPeakMb.
@@ -138,13 +142,19 @@ class OptimizerWorker {
   Fences& fences_;
   OptimizerOptions options_;
   int rank_, ranks_;
+  int versions_;                                        // max(1, staleness)
   std::unique_ptr<control::ControlChannel> node_;       // a duplicate of the node's channel, for this thread
   std::unique_ptr<control::ControlChannel> crossNode_;  // a duplicate of options.crossNode, for this thread
   std::vector<std::pair<std::size_t, std::size_t>> slices_;
-  std::vector<std::vector<float>> grads_;          // this rank's slice of each trainable tensor's gradient
-  std::vector<std::vector<float>> stagedWeights_;  // checkpoints of bf16/fp16 weights, as float32
+  std::vector<std::vector<float>> grads_;  // this rank's slice of each trainable tensor's gradient
+  struct StagedWeights {                   // checkpoints of bf16/fp16 weights, as float32
+    std::size_t tensor;
+    int version;
+    std::vector<float> values;
+  };
+  std::deque<StagedWeights> stagedWeights_;  // a deque: slices point into its elements
   optim::AdamW adamw_;
-  bool fusedCopy_ = false;  // sync bf16/fp16: AdamW writes the rounded weights in its pass
+  bool fusedCopy_ = false;  // sync bf16/fp16: AdamW writes the rounded weights in its pass (one version)
   std::unique_ptr<optim::LossScaler> scaler_;
   std::int64_t scalerStart_ = 0;  // the first step this scaler ran (the resumed step)
   double startScale_ = 1.0;

@@ -12,17 +12,19 @@
 
 namespace rp::engine::detail {
 
-inline std::string weightRegion(const std::string& name) {
-  return "w/" + name;
+// Version v of a tensor's weights and gradient slots (Note [Layer fences]: staleness k >= 2 keeps k of them).
+inline std::string weightRegion(const std::string& name, int version = 0) {
+  return version == 0 ? "w/" + name : fmt::format("w{}/{}", version, name);
 }
-inline std::string gradRegion(const std::string& name, int layer) {
-  return fmt::format("g/{}@{}", name, layer);
+inline std::string gradRegion(const std::string& name, int layer, int version = 0) {
+  return version == 0 ? fmt::format("g/{}@{}", name, layer) : fmt::format("g{}/{}@{}", version, name, layer);
 }
 inline std::string masterRegion(const std::string& name) {
   return "m/" + name;
 }
-inline std::string lossRegion(std::int64_t step) {
-  return fmt::format("loss/{}", step % 2);
+// The per-microbatch loss sums of iteration `step`, on one of `buffers` (= versions + 1).
+inline std::string lossRegion(std::int64_t step, int buffers) {
+  return fmt::format("loss/{}", step % buffers);
 }
 // Per-layer times of an iteration: negative = not measured by this rank (the coordinator then takes the
 // other ranks' measurements, or keeps its estimate).

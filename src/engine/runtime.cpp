@@ -97,7 +97,9 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
   identity_ = run::runIdentity(c, corpus_);
   packer_ = std::make_unique<data::Packer>(corpus_, c.train.seqLen, static_cast<std::uint64_t>(c.train.seed));
   rowsPerMicrobatch_ = c.train.globalBatch / id.nodeCount / c.train.microbatches;
-  uploadsAfter_.assign(static_cast<std::size_t>(model_->layerCount()), 0);
+  versions_ = static_cast<int>(std::max<std::int64_t>(1, c.optim.staleness));
+  uploadsAfter_.assign(static_cast<std::size_t>(versions_),
+                       std::vector<std::int64_t>(static_cast<std::size_t>(model_->layerCount()), 0));
 
   const int L = model_->layerCount();
   placeWorker();
@@ -121,7 +123,9 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
     RP_LOG_INFO(
         "pipeline: {} node(s) x schedule {}, {} workers, {} microbatches of {} rows, optimizer {}, plan {} ({} stages)",
         id.nodeCount, config::scheduleName(c.pipeline.schedule), workers_, c.train.microbatches, rowsPerMicrobatch_,
-        c.optim.async ? "async" : "sync", schedule::describe(plan_), plan_.stageCount());
+        c.optim.async() ? fmt::format("async ({} step{} stale)", c.optim.staleness, c.optim.staleness > 1 ? "s" : "")
+                        : "sync",
+        schedule::describe(plan_), plan_.stageCount());
     RP_LOG_INFO("pipeline: predicted stage costs (GFLOP per microbatch) {}", describeStageCosts(plan_, costs));
     if (roundRobin && plan_.stageCount() < workers_) {
       RP_LOG_WARN(
@@ -238,19 +242,22 @@ void PipelineRuntime::buildStore() {
   timeline_ = std::make_unique<trace::Timeline>(
       worldRank_, trace::Timeline::Clock::time_point(trace::Timeline::Clock::duration(origin)));
   memory::StoreLayout layout;
-  // Weights and gradient slots in the model dtype; masters in float32.
+  // Weights and gradient slots in the model dtype (trainable ones in `versions_` versions); masters in float32.
   for (int i = 0; i < static_cast<int>(model_->tensors().size()); ++i) {
     const auto& t = model_->tensors()[static_cast<std::size_t>(i)];
     layout.add(weightRegion(t.name), model_->bytes(i));
     if (t.trainable) {
       layout.add(masterRegion(t.name), static_cast<std::size_t>(t.local.numel()) * sizeof(float));
-      for (int l : t.layers) layout.add(gradRegion(t.name, l), model_->bytes(i));
+      for (int v = 0; v < versions_; ++v) {
+        if (v > 0) layout.add(weightRegion(t.name, v), model_->bytes(i));
+        for (int l : t.layers) layout.add(gradRegion(t.name, l, v), model_->bytes(i));
+      }
     }
   }
-  for (int parity = 0; parity < 2; ++parity) {
-    layout.add(lossRegion(parity), static_cast<std::size_t>(c.train.microbatches) * sizeof(double));
+  for (int b = 0; b <= versions_; ++b) {
+    layout.add(lossRegion(b, versions_ + 1), static_cast<std::size_t>(c.train.microbatches) * sizeof(double));
   }
-  layout.add("fences", Fences::regionBytes(L, id.localSize));
+  layout.add("fences", Fences::regionBytes(L, id.localSize, versions_));
   layout.add("activity", ActivityBoard::regionBytes(id.localSize));
   std::shared_ptr<memory::NodeMemory> memory = nodeMemory_(layout.total(), *channel_, "store");
   storePin_ = worker_->pinHost(memory->data(), layout.total(), "node store");  // direct copies (cuda)
@@ -259,7 +266,8 @@ void PipelineRuntime::buildStore() {
   tensors_ = tensorFactory_(
       {*channel_, *worker_, nodeMemory_, stallPolicy(), L, static_cast<int>(c.train.microbatches), tensorBytes()});
   activity_ = std::make_unique<ActivityBoard>(store_->bytes("activity"), id.localSize);
-  fences_ = std::make_unique<Fences>(store_->bytes("fences"), L, id.localSize, stallPolicy(), activity_.get());
+  fences_ =
+      std::make_unique<Fences>(store_->bytes("fences"), L, id.localSize, stallPolicy(), activity_.get(), versions_);
 
   if (id.localRank == 0) publishInitialWeights();
   channel_->barrier();  // the store is initialised
@@ -268,7 +276,7 @@ void PipelineRuntime::buildStore() {
   for (const auto& t : model_->tensors()) {
     OptimTensor o{t.name,
                   t.layers,
-                  store_->bytes(weightRegion(t.name)),
+                  {store_->bytes(weightRegion(t.name))},
                   nullptr,
                   {},
                   static_cast<std::size_t>(t.local.numel()),
@@ -276,7 +284,11 @@ void PipelineRuntime::buildStore() {
                   t.local.sizes().vec()};
     if (t.trainable) {
       o.master = store_->floats(masterRegion(t.name));
-      for (int l : t.layers) o.slots.push_back(store_->bytes(gradRegion(t.name, l)));
+      for (int v = 0; v < versions_; ++v) {
+        if (v > 0) o.weights.push_back(store_->bytes(weightRegion(t.name, v)));
+        o.slots.emplace_back();
+        for (int l : t.layers) o.slots.back().push_back(store_->bytes(gradRegion(t.name, l, v)));
+      }
     }
     tensors.push_back(std::move(o));
   }
@@ -286,14 +298,13 @@ void PipelineRuntime::buildStore() {
                                        c.optim.warmupSteps, c.train.maxSteps, c.optim.minLrRatio};
   options.gradClip = c.train.gradClip;
   options.threads = static_cast<int>(c.optim.threads);
-  options.async = c.optim.async;
+  options.staleness = static_cast<int>(c.optim.staleness);
   options.dtype = model_->dtype();
   if (model_->dtype() == torch::kHalf) {
     options.lossScaling = run::lossScalerFor(c);
   }
   options.layers = L;
-  options.losses[0] = store_->doubles(lossRegion(0));
-  options.losses[1] = store_->doubles(lossRegion(1));
+  for (int b = 0; b <= versions_; ++b) options.losses.push_back(store_->doubles(lossRegion(b, versions_ + 1)));
   options.microbatches = static_cast<int>(c.train.microbatches);
   options.timeline = timeline_.get();
   options.activity = activity_.get();
@@ -308,14 +319,17 @@ model::LoraConfig PipelineRuntime::loraConfig() const {
 
 // Local rank 0 writes the initial weights straight into the store — the model's tensors bound to their
 // regions, drawing random numbers (model.init = random, LoRA) in the single-process trainer's order — then
-// the float32 masters.
+// the float32 masters and the other versions of the trainable weights (the first k iterations all read W_0).
 void PipelineRuntime::publishInitialWeights() {
   torch::NoGradGuard noGrad;
   bindToStore();
   run::initModelFor(config_, model_->model());
   if (config_.lora.rank > 0) model::resetLora(model_->model(), loraConfig());
   for (const auto& t : model_->tensors()) {
-    if (t.trainable) storeTensor(masterRegion(t.name), t.local.sizes(), torch::kFloat).copy_(t.local);
+    if (!t.trainable) continue;
+    storeTensor(masterRegion(t.name), t.local.sizes(), torch::kFloat).copy_(t.local);
+    for (int v = 1; v < versions_; ++v)
+      storeTensor(weightRegion(t.name, v), t.local.sizes(), t.local.scalar_type()).copy_(t.local);
   }
   model_->unbindAll();
 }
@@ -324,6 +338,11 @@ void PipelineRuntime::bindToStore() {
   for (int i = 0; i < static_cast<int>(model_->tensors().size()); ++i) {
     model_->bind(i, store_->bytes(weightRegion(model_->tensors()[static_cast<std::size_t>(i)].name)));
   }
+}
+
+std::string PipelineRuntime::weightsOf(int tensor, std::int64_t step) const {
+  const auto& t = model_->tensors()[static_cast<std::size_t>(tensor)];
+  return weightRegion(t.name, t.trainable && step >= 0 ? static_cast<int>(step % versions_) : 0);
 }
 
 torch::Tensor PipelineRuntime::storeTensor(const std::string& region, at::IntArrayRef shape,
@@ -378,8 +397,9 @@ void PipelineRuntime::runStep(std::int64_t step, const coordinator::Directive& d
   const bool oneFOneB = c.pipeline.schedule == config::PipelineSchedule::kOneFOneB;
   // Uploads this iteration makes of each layer: by its forward and its backward job, once if it is in the
   // fused stage, once in 1F1B (the worker keeps its stage for both directions).
+  auto& uploadsAfter = uploadsAfter_[static_cast<std::size_t>(step % versions_)];
   for (int l = 0; l < L; ++l) {
-    uploadsAfter_[static_cast<std::size_t>(l)] += l >= plan_.fused.begin || oneFOneB ? 1 : 2;
+    uploadsAfter[static_cast<std::size_t>(l)] += l >= plan_.fused.begin || oneFOneB ? 1 : 2;
   }
   if (oneFOneB) {
     runOneFOneB(step, table, data);
@@ -395,9 +415,9 @@ void PipelineRuntime::runStep(std::int64_t step, const coordinator::Directive& d
     }
   }
   coordination_->report(step, forwardMs_, backwardMs_);
-  optimizer_->enqueue(step, uploadsAfter_);
+  optimizer_->enqueue(step, uploadsAfter);
   // sync: the next iteration starts from W_{t+1}; async: it starts as soon as the fences allow.
-  if (!c.optim.async) optimizer_->waitFor(step);
+  if (!c.optim.async()) optimizer_->waitFor(step);
 }
 
 control::StallPolicy PipelineRuntime::stallPolicy() const {

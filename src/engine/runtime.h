@@ -3,7 +3,8 @@
 // the workers' replicas, activations and gradients handed off through the tensor plane (transport/) with one readiness
 // message per (job, microbatch) to the next job's worker; the node's ranks then share the AdamW update.
 // The optimizer runs on a thread per rank, synchronously (optim.mode = "sync") or overlapped with the next
-// iteration with exactly one step of staleness ("async"), ordered by per-layer fences (fences.h).
+// iterations, which compute on weights optim.staleness steps old ("async"), ordered by per-layer fences
+// (fences.h).
 // It runs under the shared step loop (run/loop.h) as its Executor.
 #pragma once
 
@@ -107,7 +108,10 @@ class PipelineRuntime : public run::Executor {
   // step < 0: outside training (sampling), no fences.
   void upload(std::int64_t step, const schedule::Range& layers);
   void download(std::int64_t step, const schedule::Range& layers);
-  void queueWeights(device::Ticket& ticket, const schedule::Range& layers);
+  // Iteration `step`'s weights (step < 0: version 0) of every tensor the layers use.
+  void queueWeights(device::Ticket& ticket, const schedule::Range& layers, std::int64_t step);
+  // The store region of tensor i's weights that iteration `step` reads (frozen tensors have one version).
+  std::string weightsOf(int tensor, std::int64_t step) const;
   model::LoraConfig loraConfig() const;
   void publishInitialWeights();
   void bindToStore();  // every tensor of the model onto its weights in the store
@@ -157,7 +161,10 @@ class PipelineRuntime : public run::Executor {
     bool forward, backward;
   };
   std::vector<Timing> timings_;
-  std::vector<std::int64_t> uploadsAfter_;  // uploads of each layer up to the current iteration
+  // Versions of the trainable weights and gradient slots (Note [Layer fences]): max(1, optim.staleness).
+  int versions_ = 1;
+  // Per version: the uploads of each layer from it, up to the current iteration.
+  std::vector<std::vector<std::int64_t>> uploadsAfter_;
   std::int64_t rowsPerMicrobatch_ = 0;
   std::unique_ptr<trace::Timeline> timeline_;
   std::unique_ptr<control::ControlChannel> channel_;         // the node's workers: readiness messages, collectives

@@ -43,8 +43,9 @@ std::optional<checkpoint::SaveJob> PipelineRuntime::snapshot(std::int64_t steps)
   if (!checkpointWriters()) return std::nullopt;
   checkpoint::SaveJob job;
   job.step = steps;
-  // In async mode the weights the next iteration uploads (W_{t-1}) differ from the masters (W_t): saved too.
-  for (const auto& s : optimizer_->stateSlices(c.optim.async)) {
+  // In async mode the weights the next k iterations upload (W_{t-k} .. W_{t-1}) differ from the masters (W_t):
+  // saved too.
+  for (const auto& s : optimizer_->stateSlices(steps, c.optim.async())) {
     checkpoint::StagedSlice staged{s, std::vector<float>(s.data, s.data + s.count)};
     staged.slice.data = nullptr;
     job.slices.push_back(std::move(staged));
@@ -59,7 +60,8 @@ std::optional<checkpoint::SaveJob> PipelineRuntime::snapshot(std::int64_t steps)
                                       {"data_cursor", run::cursorJson(packer_->cursor())},
                                       // Every rank draws the same random numbers (the pipeline has no dropout).
                                       {"rng", json::array({{{"rank", 0}, {"torch_cpu", run::rngState()}}})},
-                                      {"optim_mode", c.optim.async ? "async" : "sync"},
+                                      {"optim_mode", c.optim.async() ? "async" : "sync"},
+                                      {"optim_staleness", c.optim.staleness},
                                       {"workers", workers_},
                                       {"nodes", id_.nodeCount},
                                       {"dispatch_counter", coordination_->counter()}});
@@ -77,10 +79,19 @@ void PipelineRuntime::restore(const run::Resume& r) {
   const auto& c = config_;
   bool savedWeights = false;
   for (const auto& s : r.manifest.slices) savedWeights = savedWeights || s.kind == checkpoint::Kind::kWeights;
-  // Async runs continue with the saved one-step-stale weights; sync runs (or checkpoints without them) start
+  // Async runs continue with the saved stale weights when the checkpoint has the same staleness (checkpoints
+  // from before optim.staleness: async = 1); sync runs, other staleness, or checkpoints without weights start
   // from weights = masters.
-  const bool withWeights = c.optim.async && savedWeights;
-  checkpoint::readSlices(r.dir, r.manifest, optimizer_->stateSlices(withWeights));
+  const json& training = r.manifest.training;
+  const std::int64_t savedStaleness = training.contains("optim_staleness") && training["optim_staleness"].is_number()
+                                          ? training["optim_staleness"].get<std::int64_t>()
+                                          : (training.value("optim_mode", std::string("sync")) == "async" ? 1 : 0);
+  const bool withWeights = c.optim.async() && savedWeights && savedStaleness == c.optim.staleness;
+  if (c.optim.async() && savedStaleness != c.optim.staleness && leader_) {
+    RP_LOG_INFO("{}: saved with optim.staleness = {}, resumed with {}: the next iterations start from the masters",
+                r.where(), savedStaleness, c.optim.staleness);
+  }
+  checkpoint::readSlices(r.dir, r.manifest, optimizer_->stateSlices(r.manifest.step, withWeights));
   optimizer_->restoreStagedWeights();
   if (!withWeights) optimizer_->publishMasters();
   const json& t = r.manifest.training;

@@ -18,30 +18,36 @@ namespace rp::engine {
 using namespace detail;
 
 // Upload: the store's weights of every tensor the layers use, into the replica. Note [Layer fences]:
-// iteration t reads the weights the optimizer's copy of step t-1 published.
+// iteration t reads version t mod V, which the optimizer's copy of step t-V published (sync: W_t after step
+// t-1; staleness k >= 1: W_{t-k}, copied before step t-k's update). With V >= 2 iteration t also waits for
+// iteration t-2's last gradient download, so at most two iterations are in flight, as the parity-buffered
+// tensor plane needs (with V = 1 the copy fence implies it).
 void PipelineRuntime::upload(std::int64_t step, const schedule::Range& layers) {
   torch::NoGradGuard noGrad;
   {
     activity_->set(rank_, 0, fmt::format("upload {}-{} (step {})", layers.begin, layers.end - 1, step + 1));
     trace::Timeline::Scope wait(timeline_.get(), "wait: weights published", "wait", 0);
-    for (int l = layers.begin; l < layers.end; ++l) fences_->waitCopiedByAll(l, step);
+    if (versions_ >= 2 && step >= 2) {
+      for (int l = 0; l < model_->layerCount(); ++l) fences_->waitDownloads(l, step - 2);
+    }
+    for (int l = layers.begin; l < layers.end; ++l) fences_->waitCopiedByAll(l, step - versions_ + 1);
   }
   trace::Timeline::Scope span(timeline_.get(), fmt::format("upload {}-{}", layers.begin, layers.end - 1), "upload", 0);
   device::Ticket ticket;
-  queueWeights(ticket, layers);
+  queueWeights(ticket, layers, step);
   ticket.wait();
   if (step >= 0) {
-    for (int l = layers.begin; l < layers.end; ++l) fences_->addUpload(l);
+    for (int l = layers.begin; l < layers.end; ++l) fences_->addUpload(l, step);
   }
 }
 
 // The weights of every tensor the layers use, queued as bulk copies on the worker (behind urgent copies) into
 // the tensors' places in the slot they are bound to.
-void PipelineRuntime::queueWeights(device::Ticket& ticket, const schedule::Range& layers) {
+void PipelineRuntime::queueWeights(device::Ticket& ticket, const schedule::Range& layers, std::int64_t step) {
   if (skipUploads_) return;
   for (int i : model_->tensorsOf(layers.begin, layers.end)) {
     const auto& t = model_->tensors()[static_cast<std::size_t>(i)];
-    worker_->copyBulk(ticket, t.local.data_ptr(), store_->bytes(weightRegion(t.name)), model_->bytes(i));
+    worker_->copyBulk(ticket, t.local.data_ptr(), store_->bytes(weightsOf(i, step)), model_->bytes(i));
   }
 }
 
@@ -77,24 +83,25 @@ void PipelineRuntime::prefetchNext(std::int64_t step, std::int64_t k, const sche
       }
     }
     for (int l = layers.begin; l < layers.end; ++l) {
-      if (!fences_->copiedByAll(l, step)) return;
+      if (!fences_->copiedByAll(l, step - versions_ + 1)) return;
     }
     prefetch_ = Prefetch{step, static_cast<std::int64_t>(next), device::Ticket()};
     slots_->bind(*model_, layers, 1 - slot_);
-    queueWeights(prefetch_->ticket, layers);
+    queueWeights(prefetch_->ticket, layers, step);
     return;
   }
 }
 
 // Download: each trainable tensor's accumulated gradient into the slot of its first user in this job (a
 // tensor used twice within one job has one gradient for both uses; the other slot gets zeros).
-// Note [Layer fences]: the slots are overwritten only after the optimizer took iteration t-1's gradients.
+// Note [Layer fences]: iteration t writes version t mod V of the slots, only after the optimizer took
+// iteration t-V's gradients out of it.
 void PipelineRuntime::download(std::int64_t step, const schedule::Range& layers) {
   torch::NoGradGuard noGrad;
   {
     activity_->set(rank_, 0, fmt::format("download {}-{} (step {})", layers.begin, layers.end - 1, step + 1));
     trace::Timeline::Scope wait(timeline_.get(), "wait: gradients taken", "wait", 0);
-    for (int l = layers.begin; l < layers.end; ++l) fences_->waitConsumedByAll(l, step);
+    for (int l = layers.begin; l < layers.end; ++l) fences_->waitConsumedByAll(l, step - versions_ + 1);
   }
   trace::Timeline::Scope span(timeline_.get(), fmt::format("download {}-{}", layers.begin, layers.end - 1), "download",
                               0);
@@ -121,7 +128,7 @@ void PipelineRuntime::download(std::int64_t step, const schedule::Range& layers)
   std::vector<std::vector<device::Ticket>> copies(static_cast<std::size_t>(layers.end - layers.begin));
   for (auto it = slots.rbegin(); it != slots.rend(); ++it) {
     const auto& t = model_->tensors()[static_cast<std::size_t>(it->tensor)];
-    std::uint8_t* slot = store_->bytes(gradRegion(t.name, it->layer));
+    std::uint8_t* slot = store_->bytes(gradRegion(t.name, it->layer, static_cast<int>(step % versions_)));
     if (it->gradient) {
       sources.push_back(t.local.grad().contiguous());
       copies[static_cast<std::size_t>(it->layer - layers.begin)].push_back(
@@ -132,7 +139,7 @@ void PipelineRuntime::download(std::int64_t step, const schedule::Range& layers)
   }
   for (int l = layers.end - 1; l >= layers.begin; --l) {
     for (const auto& copy : copies[static_cast<std::size_t>(l - layers.begin)]) copy.wait();
-    fences_->addDownload(l);
+    fences_->addDownload(l, step);
   }
   for (int i : seen) {
     auto local = model_->tensors()[static_cast<std::size_t>(i)].local;
@@ -201,7 +208,7 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
       const auto start = worker_->mark();
       (loss.sum * (norm * lossScale_)).backward();  // fp16: the gradients of the scaled loss
       timings_.push_back({start, worker_->mark(), a, L, /*forward=*/false, /*backward=*/true});
-      store_->doubles(lossRegion(step))[mb] = loss.sum.item<double>();
+      store_->doubles(lossRegion(step, versions_ + 1))[mb] = loss.sum.item<double>();
       if (a > 0) put({step, a, mb, transport::TensorKind::kGradient}, input.grad(), {nextWorker, false});
       break;
     }
@@ -313,7 +320,7 @@ void PipelineRuntime::runJob(std::int64_t step, std::int64_t k, const schedule::
     trace::Timeline::Scope wait(timeline_.get(), "wait: prefetched weights", "upload", 0);
     prefetch_->ticket.wait();
     prefetch_.reset();
-    for (int l = job.layers.begin; l < job.layers.end; ++l) fences_->addUpload(l);
+    for (int l = job.layers.begin; l < job.layers.end; ++l) fences_->addUpload(l, step);
   } else {
     slots_->bind(*model_, job.layers, slot_);
     upload(step, job.layers);
@@ -342,7 +349,7 @@ void PipelineRuntime::runJob(std::int64_t step, std::int64_t k, const schedule::
   }
   if (job.kind != schedule::JobKind::kForward && !downloadsPerLayer_) download(step, job.layers);
   downloadsPerLayer_ = false;
-  if (job.kind == schedule::JobKind::kFused) fences_->setFusedDone(step + 1);
+  if (job.kind == schedule::JobKind::kFused) fences_->setFusedDone(step);
   deviceJobPeak_ = std::max(deviceJobPeak_, worker_->takePeakComputeBytes());  // the caching allocator's, per job
 }
 
@@ -364,7 +371,7 @@ void PipelineRuntime::runOneFOneB(std::int64_t step, const schedule::DispatchTab
   download(step, layers);
   deviceJobPeak_ = std::max(deviceJobPeak_, worker_->takePeakComputeBytes());
   for (std::int64_t k : mine) {
-    if (table.jobs[static_cast<std::size_t>(k)].kind == schedule::JobKind::kFused) fences_->setFusedDone(step + 1);
+    if (table.jobs[static_cast<std::size_t>(k)].kind == schedule::JobKind::kFused) fences_->setFusedDone(step);
   }
 }
 

@@ -69,7 +69,7 @@ Trainer::Trainer(config::RunConfig config) : config_(std::move(config)), dtype_(
   evalRows_ = run::evalRows(c, corpora.eval);
   identity_ = run::runIdentity(c, corpus_);
   packer_ = std::make_unique<data::Packer>(corpus_, c.train.seqLen, static_cast<std::uint64_t>(c.train.seed));
-  if (c.optim.async) {
+  if (c.optim.async()) {
     RP_LOG_INFO(
         "optim.mode = async: one worker has nothing to overlap the optimizer with, so this trainer "
         "steps synchronously; asynchrony applies with the pipeline runtime");

@@ -3,8 +3,9 @@
 #  1. resharding: a 4-worker run saved at step 3 resumes on 4, 2, 3 workers and on the single-process trainer;
 #     losses of steps 4..6 equal the uninterrupted run's (bitwise on 4 workers, 1e-6 relative otherwise), and
 #     so does the final state (every dataset's CRC-32 in the step-6 checkpoints) on the same workers;
-#  2. async mode resumes bitwise (the saved one-step-stale weights); so do async bfloat16, float16 with its loss
-#     scaler, LoRA and, with $RP_GOLDEN_DIR, the generated Qwen3 (full and LoRA);
+#  2. async mode resumes bitwise (the saved one-step-stale weights); so do async bfloat16, staleness 3 in
+#     bfloat16 (three saved weight versions), float16 with its loss scaler, LoRA and, with $RP_GOLDEN_DIR, the
+#     generated Qwen3 (full and LoRA);
 #  3. kill -9 of a rank at each point of a save: the next start resumes from the previous checkpoint (or the
 #     newer complete one), never from a partial one, and removes the partial directory;
 #  4. SIGUSR1 to mpirun: the run saves at the next step boundary and exits with code 3;
@@ -76,6 +77,26 @@ run "$work/a2" 2 --set optim.mode=async || fail "the async run failed"
 run "$work/ra2" 2 --set optim.mode=async --resume "$work/a2/checkpoints/step-00000003" || fail "async resume failed"
 same_losses "$work/a2" "$work/ra2" 4 0
 same_state "$work/a2" "$work/ra2"
+
+# Bounded staleness in bfloat16: optim.staleness = 3 keeps three weight versions; the checkpoint holds the
+# weights of the next three iterations (/weights/<name>, <name>@+1, <name>@+2) and resumes bitwise. Resumed
+# with another staleness, the run says it starts from the masters.
+k3=(--set optim.staleness=3 --set model.dtype=bfloat16)
+run "$work/k3" 2 "${k3[@]}" || { tail -20 "$work/k3.log"; fail "the staleness-3 run failed"; }
+run "$work/rk3" 2 "${k3[@]}" --resume "$work/k3/checkpoints/step-00000003" || fail "staleness-3 resume failed"
+same_losses "$work/k3" "$work/rk3" 4 0
+same_state "$work/k3" "$work/rk3"
+python3 - "$work/k3/checkpoints/step-00000003/manifest.json" <<'PY' || fail "the staleness-3 checkpoint lacks weight versions"
+import json, sys
+m = json.load(open(sys.argv[1]))
+names = {t["name"] for t in m["tensors"] if t["kind"] == "weights"}
+base = {n for n in names if "@+" not in n}
+assert base and all(f"{n}@+1" in names and f"{n}@+2" in names and f"{n}@+3" not in names for n in base), sorted(names)[:6]
+assert m["training"]["optim_staleness"] == 3, m["training"].get("optim_staleness")
+PY
+run "$work/rk1" 2 --set optim.mode=async --set model.dtype=bfloat16 --resume "$work/k3/checkpoints/step-00000003" ||
+  fail "resuming a staleness-3 checkpoint with staleness 1 failed"
+grep -q "saved with optim.staleness = 3, resumed with 1" "$work/rk1.log" || fail "rk1 did not say its weights restart"
 
 # Mixed precision: async bfloat16 (the bf16 one-step-stale weights saved as float32 and restored) and float16
 # with its loss scaler (the scale and its good-step count in the manifest): bitwise on the same workers.

@@ -138,8 +138,8 @@ TEST_P(Equivalence, LossesAndWeightsEqualTheSingleProcessTrainer) {
                             {metrics, [&](const std::string& name) { return runtime.storeWeight(name); }});
 }
 
-// optim.mode = async: runs the pipeline for `c` on every rank and, on rank 0, compares it with the one-step
-// delayed-update reference (tests/support/pipeline_reference.h); the final masters agree within
+// optim.mode = async: runs the pipeline for `c` on every rank and, on rank 0, compares it with the
+// delayed-update reference of its staleness (tests/support/pipeline_reference.h); the final masters agree within
 // `weightTolerance`.
 void expectEqualsDelayedUpdateReference(const Case& c, const std::string& fixtures, double weightTolerance) {
   std::unique_ptr<PipelineRuntime> runtime;
@@ -166,6 +166,17 @@ TEST(AsyncEquivalence, EqualsTheSingleProcessTrainerWithAOneStepDelayedUpdate) {
   const std::string model = *fixtures + "/models/tinystories-656k";
   expectEqualsDelayedUpdateReference(
       {"tinystories_async", model, model, {"optim.mode=async", "pipeline.plan=1,1 | 1 | 1,1"}}, *fixtures, 1e-5);
+}
+
+// Bounded staleness with real processes: two versions of the weights and gradient slots in the shared node
+// store, iteration t on W_{t-2}.
+TEST(AsyncEquivalence, StalenessTwoEqualsTheTwoStepDelayedUpdate) {
+  const auto fixtures = test::fixturesDir();
+  RP_SKIP_UNLESS(fixtures, "shared fixtures");
+  const std::string model = *fixtures + "/models/tinystories-656k";
+  expectEqualsDelayedUpdateReference(
+      {"tinystories_stale2", model, model, {"optim.mode=async", "optim.staleness=2", "pipeline.plan=1,1 | 1 | 1,1"}},
+      *fixtures, 1e-5);
 }
 
 // Data parallel across nodes: under RP_RANKS_PER_NODE=2 with 4 ranks, two 2-worker pipelines each take

@@ -63,6 +63,8 @@ void expectEqualsTrainer(const config::RunConfig& config, const PipelineResult& 
 
 void expectEqualsDelayedUpdate(const config::RunConfig& config, const PipelineResult& pipeline,
                                double weightTolerance) {
+  const auto k = static_cast<std::size_t>(config.optim.staleness);
+  ASSERT_GE(k, 1u) << "the delayed-update reference is for optim.mode = async";
   train::Trainer reference(config);
   std::vector<torch::Tensor> masters;
   optim::AdamW adamw({config.optim.lr, config.optim.beta1, config.optim.beta2, config.optim.eps,
@@ -72,21 +74,29 @@ void expectEqualsDelayedUpdate(const config::RunConfig& config, const PipelineRe
     adamw.add(reference.trainable()[i].first, masters.back().data_ptr<float>(),
               reference.gradSlots()[i].data_ptr<float>(), static_cast<std::size_t>(masters.back().numel()));
   }
+  auto snapshot = [&] {
+    std::vector<torch::Tensor> w;
+    for (const auto& m : masters) w.push_back(m.clone());
+    return w;
+  };
+  std::vector<std::vector<torch::Tensor>> history{snapshot()};  // W_0, W_1, ...: the masters after each step
   for (std::size_t s = 0; s < pipeline.metrics.size(); ++s) {
+    {
+      torch::NoGradGuard noGrad;
+      const auto& stale = history[s < k ? 0 : s - k];
+      for (std::size_t i = 0; i < masters.size(); ++i) reference.trainable()[i].second.copy_(stale[i]);
+    }
     const auto grads =
         reference.computeGradients(reference.packer().next(config.train.globalBatch), config.train.microbatches);
     const double loss = grads.lossSum / static_cast<double>(grads.targetTokens);
     EXPECT_NEAR(pipeline.metrics[s].loss, loss, 1e-6 * loss) << "step " << s + 1;
-    {
-      torch::NoGradGuard noGrad;
-      for (std::size_t i = 0; i < masters.size(); ++i) reference.trainable()[i].second.copy_(masters[i]);
-    }
     std::vector<optim::GradBuffer> buffers;
     for (const auto& slot : reference.gradSlots())
       buffers.push_back({slot.data_ptr<float>(), static_cast<std::size_t>(slot.numel())});
     const double norm = optim::clipGradNorm(buffers, config.train.gradClip);
     EXPECT_NEAR(pipeline.metrics[s].gradNorm, norm, 1e-5 * norm) << "step " << s + 1;
     adamw.step(config.optim.lr);
+    history.push_back(snapshot());
   }
   for (std::size_t i = 0; i < masters.size(); ++i) {
     const auto& name = reference.trainable()[i].first;

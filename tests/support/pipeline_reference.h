@@ -36,9 +36,9 @@ struct Tolerance {
 // final masters, within `tolerance`.
 void expectEqualsTrainer(const config::RunConfig& reference, const PipelineResult& pipeline, Tolerance tolerance = {});
 
-// optim.mode = async: every iteration after the first runs on weights one update behind the master. The
-// reference is the trainer's gradients with the update applied one step late: before each update the model
-// weights take the master's current value (W_t), then the master moves to W_{t+1}.
+// optim.mode = async, staleness k = reference.optim.staleness: iteration t computes on W_{max(0, t-k)}, the
+// master after step t-k-1. The reference is the trainer's gradients at those weights (the model takes the
+// master's value k steps back before each iteration), each update applied to the master in order.
 void expectEqualsDelayedUpdate(const config::RunConfig& reference, const PipelineResult& pipeline,
                                double weightTolerance);
 

@@ -38,7 +38,7 @@ TEST(RunConfig, FileDefaultsAndOverrides) {
   EXPECT_DOUBLE_EQ(c.optim.lr, 3e-4);  // --set wins over the file
   EXPECT_EQ(c.lora.targets, (std::vector<std::string>{"q", "v"}));
   EXPECT_EQ(c.data.paths, (std::vector<std::string>{"a.txt", "b.txt"}));
-  EXPECT_FALSE(c.optim.async);
+  EXPECT_EQ(c.optim.staleness, 0);
   EXPECT_EQ(c.train.maxSteps, 100);  // schema default
   bool sawOverride = false;
   for (const auto& line : c.values.describe()) sawOverride = sawOverride || line == "optim.lr = 0.0003  # --set";
@@ -69,6 +69,27 @@ TEST(RunConfig, WrongTypesAndValues) {
   EXPECT_NE(errorOf(kMinimal, {"optim.beta2=1.0"}).find("optim.beta2 = 1: must be in [0, 1)"), std::string::npos)
       << errorOf(kMinimal, {"optim.beta2=1.0"});
   EXPECT_NE(errorOf(kMinimal, {"train.seq_len"}).find("--set 'train.seq_len': expected key=value"), std::string::npos);
+}
+
+// optim.mode alone gives staleness 0 or 1; optim.staleness alone decides the mode; both must agree.
+TEST(RunConfig, OptimModeAndStaleness) {
+  EXPECT_EQ(loadRunConfig(writeToml(kMinimal), {}).optim.staleness, 0);  // sync by default
+  EXPECT_EQ(loadRunConfig(writeToml(kMinimal), {"optim.mode=async"}).optim.staleness, 1);
+  const RunConfig three = loadRunConfig(writeToml(kMinimal), {"optim.staleness=3"});
+  EXPECT_EQ(three.optim.staleness, 3);
+  EXPECT_TRUE(three.optim.async());
+  EXPECT_EQ(loadRunConfig(writeToml(std::string(kMinimal) + "[optim]\nmode = \"async\"\nstaleness = 2\n"), {})
+                .optim.staleness,
+            2);
+  EXPECT_FALSE(loadRunConfig(writeToml(kMinimal), {"optim.staleness=0"}).optim.async());
+  const auto disagree = errorOf(std::string(kMinimal) + "[optim]\nmode = \"sync\"\n", {"optim.staleness=2"});
+  EXPECT_NE(disagree.find("run.toml and --set: optim.mode = \"sync\" and optim.staleness = 2 disagree"),
+            std::string::npos)
+      << disagree;
+  EXPECT_NE(errorOf(kMinimal, {"optim.mode=async", "optim.staleness=0"}).find("disagree"), std::string::npos);
+  const auto tooStale = errorOf(kMinimal, {"optim.staleness=9"});
+  EXPECT_NE(tooStale.find("--set: optim.staleness = 9: must be in [0, 8]"), std::string::npos) << tooStale;
+  EXPECT_NE(errorOf(kMinimal, {"optim.staleness=-1"}).find("must be in [0, 8]"), std::string::npos);
 }
 
 TEST(RunConfig, BackendKeys) {

@@ -15,8 +15,8 @@ namespace rp::engine {
 namespace {
 
 struct Store {
-  explicit Store(int layers, int ranks)
-      : fenceBytes(Fences::regionBytes(layers, ranks) / 8, 0),
+  explicit Store(int layers, int ranks, int versions = 1)
+      : fenceBytes(Fences::regionBytes(layers, ranks, versions) / 8, 0),
         boardBytes(ActivityBoard::regionBytes(ranks) / 8 + 1, 0) {}
   std::vector<std::int64_t> fenceBytes;
   std::vector<std::int64_t> boardBytes;
@@ -44,12 +44,40 @@ TEST(Fences, AWaiterProceedsOnlyAfterEveryRankPublished) {
 
 TEST(Fences, CountersAccumulateUploadsAndDownloads) {
   Store store(2, 1);
-  Fences fences(store.fenceBytes.data(), 2, 1, {10.0, 10.0});
-  fences.addUpload(0);
-  fences.addUpload(0);
-  fences.addDownload(1);
-  EXPECT_NO_THROW(fences.waitUploads(0, 2));
-  EXPECT_NO_THROW(fences.waitDownloads(1, 1));
+  Fences fences(store.fenceBytes.data(), 2, 1, {0.05, 0.05});
+  fences.addUpload(0, 0);
+  fences.addUpload(0, 0);
+  fences.addDownload(1, 0);
+  EXPECT_NO_THROW(fences.waitUploads(0, 0, 2));
+  EXPECT_THROW(fences.waitUploads(0, 0, 3), control::PeerError);
+  EXPECT_NO_THROW(fences.waitDownloads(1, 0));
+  EXPECT_THROW(fences.waitDownloads(1, 1), control::PeerError) << "step 2's download has not landed";
+  EXPECT_THROW(fences.waitDownloads(0, 0), control::PeerError) << "other layers are independent";
+}
+
+// Staleness k >= 2 keeps k versions: an iteration's uploads and downloads count on its version (t mod V) only,
+// the loss buffers are V + 1, and a resumed run counts the iterations before it on their versions.
+TEST(Fences, VersionsCountApart) {
+  Store store(1, 1, 2);
+  Fences fences(store.fenceBytes.data(), 1, 1, {0.05, 0.05}, nullptr, 2);
+  fences.addDownload(0, 1);  // step 2's download lands before step 1's
+  EXPECT_NO_THROW(fences.waitDownloads(0, 1));
+  EXPECT_THROW(fences.waitDownloads(0, 0), control::PeerError) << "step 1 is on the other version";
+  EXPECT_THROW(fences.waitDownloads(0, 3), control::PeerError) << "step 4 is the next download into version 1";
+  fences.addUpload(0, 1);
+  EXPECT_THROW(fences.waitUploads(0, 0, 1), control::PeerError);
+  EXPECT_NO_THROW(fences.waitUploads(0, 3, 1));
+  fences.setFusedDone(2);
+  EXPECT_NO_THROW(fences.waitFusedDone(2));
+  EXPECT_THROW(fences.waitFusedDone(0), control::PeerError);
+  EXPECT_THROW(fences.waitFusedDone(5), control::PeerError) << "step 6 reuses step 3's loss buffer";
+  fences.startAt(5);  // steps 1, 3, 5 downloaded into version 0, steps 2, 4 into version 1
+  EXPECT_NO_THROW(fences.waitDownloads(0, 4));
+  EXPECT_NO_THROW(fences.waitDownloads(0, 3));
+  EXPECT_THROW(fences.waitDownloads(0, 5), control::PeerError);
+  EXPECT_THROW(fences.waitDownloads(0, 6), control::PeerError);
+  EXPECT_NO_THROW(fences.waitFusedDone(4));
+  EXPECT_THROW(fences.waitFusedDone(5), control::PeerError);
 }
 
 // Recompute ahead waits for the fused stage to have started a microbatch: later microbatches and later steps

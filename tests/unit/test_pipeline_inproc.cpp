@@ -25,7 +25,7 @@ using test::ThreadRun;
 struct Case {
   std::string name;
   std::vector<std::string> extra;
-  bool async = false;
+  int staleness = 0;  // optim.staleness: 0 = sync
   test::Tolerance tolerance = {};
   bool overflows = false;  // fp16 with a loss scale too large: some step must be skipped
   bool untied = false;     // a randomly initialised untied TinyStories (no tied embedding to sum)
@@ -67,7 +67,7 @@ TEST_P(InProcPipeline, EqualsTheSingleProcessTrainer) {
   auto configAt = [&](const std::string& out) {
     std::vector<std::string> sets = test::equivalenceSettings(model, tokenizer, *fixtures, out);
     sets.push_back("pipeline.stall_timeout_s=60");
-    sets.push_back(c.async ? "optim.mode=async" : "optim.mode=sync");
+    sets.push_back(c.staleness == 0 ? "optim.mode=sync" : fmt::format("optim.staleness={}", c.staleness));
     sets.insert(sets.end(), init.begin(), init.end());
     sets.insert(sets.end(), c.extra.begin(), c.extra.end());
     return config::loadRunConfig("", sets);
@@ -91,7 +91,7 @@ TEST_P(InProcPipeline, EqualsTheSingleProcessTrainer) {
     EXPECT_LT(skipped, 5) << "the scale never backed off far enough";
   }
   const test::PipelineResult result{run.metrics, [&](const std::string& name) { return run.weights.at(name); }};
-  if (c.async) {
+  if (c.staleness > 0) {
     test::expectEqualsDelayedUpdate(reference, result, 1e-5);
   } else {
     test::expectEqualsTrainer(reference, result, c.tolerance);
@@ -103,19 +103,22 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(
         ::testing::Values(1, 2, 3, 4),
         ::testing::Values(Case{"auto", {}}, Case{"replanned", {"pipeline.replan_every=2"}},
-                          Case{"layer_recompute", {"pipeline.recompute=layer"}}, Case{"async", {}, true},
+                          Case{"layer_recompute", {"pipeline.recompute=layer"}}, Case{"async", {}, 1},
                           Case{"no_recompute_ahead", {"pipeline.recompute_ahead=0"}},
                           Case{"layer_recompute_ahead2", {"pipeline.recompute=layer", "pipeline.recompute_ahead=2"}},
-                          Case{"async_ahead2", {"pipeline.recompute_ahead=2"}, true}, Case{"lora", {"lora.rank=4"}},
+                          Case{"async_ahead2", {"pipeline.recompute_ahead=2"}, 1},
+                          // Bounded staleness: k versions of the weights and gradient slots, iteration t on
+                          // W_{t-k}, equal to the delayed-update reference.
+                          Case{"stale2", {}, 2}, Case{"stale3_lora", {"lora.rank=4"}, 3}, Case{"lora", {"lora.rank=4"}},
                           // Weight uploads in 50 KB chunks (a stage of this model is 0.3-1.8 MB): the copy
                           // queue's chunked path, with activation copies going past it, gives the same weights.
                           Case{"small_upload_chunks", {"pipeline.upload_chunk_mb=0.05"}},
                           // Evaluation on 5% held-out documents after steps 2, 4 and 5: rank 0 on the masters
                           // in the store equals the trainer on its weights.
                           Case{"eval", {"data.eval_fraction=0.05", "eval.every=2", "eval.max_rows=8"}},
-                          Case{"bf16_tied", {"model.dtype=bfloat16"}, false, kTiedHalf},
-                          Case{"bf16", {"model.dtype=bfloat16"}, false, {}, false, true},
-                          Case{"fp16_overflow", {"model.dtype=float16", kOverflowingScale}, false, {}, true, true}),
+                          Case{"bf16_tied", {"model.dtype=bfloat16"}, 0, kTiedHalf},
+                          Case{"bf16", {"model.dtype=bfloat16"}, 0, {}, false, true},
+                          Case{"fp16_overflow", {"model.dtype=float16", kOverflowingScale}, 0, {}, true, true}),
         ::testing::Values(TensorPlane::kHostStaged, TensorPlane::kInProcess, TensorPlane::kDirect)),
     [](const auto& info) {
       return fmt::format("w{}_{}_{}", std::get<0>(info.param), std::get<1>(info.param).name,

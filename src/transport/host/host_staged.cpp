@@ -2,7 +2,7 @@
 // kind); put copies worker memory into it, get copies it back (urgent on the worker's queue), readiness goes
 // over the control channel. Double-buffered by iteration parity: iteration t+1's forward may run while
 // iteration t's backward still reads its saved inputs (async mode; Note [Layer fences] bounds the overlap to
-// one iteration).
+// two iterations in flight at any staleness).
 #include <fmt/format.h>
 
 #include "common/error.h"
