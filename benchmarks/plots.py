@@ -1,6 +1,7 @@
 """The benchmark plots (PNG, docs/img/): a real RoundPipe run's Gantt chart next to the simulated one, and the
-bubble breakdown of every schedule in a simulator study.
+bubble breakdown of every schedule in a simulator study; or the loss curves of the staleness study.
 Usage: .venv/bin/python benchmarks/plots.py <run output dir> <roundpipe_sim binary> <out dir>
+       .venv/bin/python benchmarks/plots.py staleness <curves dir (benchmarks/staleness.sh)> <out dir>
 The run must be a RoundPipe run of >= 6 steps (it provides trace.json and profile.json).
 """
 import json
@@ -55,7 +56,31 @@ def gantt(ax, ops, workers, title):
     ax.set_title(title, fontsize=10)
 
 
+def staleness(curves, out):
+    """One panel per learning rate: the 10-step mean training loss of every staleness."""
+    runs = {}
+    for name in sorted(os.listdir(curves)):
+        lr, k = name[len("lr"):-len(".jsonl")].split("-k")
+        rows = [json.loads(l) for l in open(os.path.join(curves, name))]
+        runs.setdefault(lr, {})[int(k)] = [r["loss"] for r in rows if r.get("loss") is not None]
+    fig, axes = plt.subplots(1, len(runs), figsize=(5 * len(runs), 3.6), squeeze=False)
+    for ax, lr in zip(axes[0], sorted(runs, key=float)):
+        for k, losses in sorted(runs[lr].items()):
+            smooth = [sum(losses[max(0, i - 9):i + 1]) / len(losses[max(0, i - 9):i + 1]) for i in range(len(losses))]
+            ax.plot(range(1, len(losses) + 1), smooth, label="sync" if k == 0 else f"staleness {k}", linewidth=1.2)
+        ax.set_xlabel("step")
+        ax.set_ylabel("training loss (10-step mean)")
+        ax.set_title(f"tiny-finetune, 2 workers, lr {lr} (cosine)", fontsize=9)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "staleness_loss.png"), dpi=110)
+    print(f"wrote {out}/staleness_loss.png")
+
+
 def main():
+    if sys.argv[1] == "staleness":
+        staleness(sys.argv[2], sys.argv[3])
+        return
     run, sim, out = sys.argv[1:4]
     profile = json.load(open(os.path.join(run, "profile.json")))
     w, m = profile["workers"], profile["microbatches"]
