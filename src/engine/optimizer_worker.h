@@ -108,10 +108,11 @@ class OptimizerWorker {
   // the AdamW moments and, when `withWeights`, the weights iterations steps .. steps + V - 1 upload (named
   // checkpoint::weightsAhead) of its slice of every trainable tensor — as float32 slices pointing into the
   // store and the optimizer (bf16/fp16 weights: into a float32 staging copy; after reading a checkpoint into
-  // them, restoreStagedWeights() writes them back). Only while the thread is idle (every enqueued step
-  // waited for).
+  // them, restoreStagedWeights() writes them back; once a save has copied them, releaseStagedWeights() frees
+  // them). Only while the thread is idle (every enqueued step waited for).
   std::vector<checkpoint::Slice> stateSlices(std::int64_t steps, bool withWeights);
   void restoreStagedWeights();
+  void releaseStagedWeights() { stagedWeights_.clear(); }
   // This rank's optimizer state in its own memory: the float32 gradient slices and the AdamW moments.
   std::size_t stateBytes() const;
   std::int64_t stepCount() const { return adamw_.stepCount(); }

@@ -50,6 +50,7 @@ std::optional<checkpoint::SaveJob> PipelineRuntime::snapshot(std::int64_t steps)
     staged.slice.data = nullptr;
     job.slices.push_back(std::move(staged));
   }
+  optimizer_->releaseStagedWeights();  // copied: k float32 copies of this rank's bf16/fp16 weights otherwise stay
   if (leader_) {
     job.manifest = run::describeRun(c, identity_);
     job.manifest.training.update(json{{"tokens_seen", tokensSeen_},
