@@ -13,6 +13,10 @@ Models:
   qwen3-tiny        a random Qwen3ForCausalLM (3 layers, hidden 64, head_dim 32, GQA 4/2, tied embeddings)
                     with two extra documents run separately (doc_a/doc_b logits) for the packing test.
   llama3-tiny       a random LlamaForCausalLM with llama3 rope scaling, MQA, biases, untied head.
+  qwen3-moe-tiny    a random Qwen3MoeForCausalLM (8 experts, top 2 renormalised, layer 1 dense via mlp_only_layers,
+                    the load-balancing loss on with coefficient 0.05); `loss` includes it, `aux_loss` is the
+                    coefficient times it. save_pretrained stores the experts one tensor each, as published.
+                    Its vocabulary is TinyStories' (2048) so runs can use that tokenizer (the export test).
   optim/            torch.optim.AdamW on random tensors (two hyper-parameter sets, 100 steps, the grads of every
                     step stored), transformers' LR schedules sampled per step, and the fixture's AdamW
                     reference weights (optim/test_adamw.npz) re-encoded as safetensors.
@@ -55,6 +59,9 @@ def reference(model, input_ids):
         "token_loss": token_loss.contiguous(),
         "loss": out.loss.detach().float().reshape(()),
     }
+    if getattr(out, "aux_loss", None) is not None:
+        coef = model.config.router_aux_loss_coef
+        tensors["aux_loss"] = (coef * out.aux_loss.detach().float()).reshape(())
     for name, p in model.named_parameters():
         tensors["grad." + name] = p.grad.detach().float().contiguous()
     return tensors
@@ -106,8 +113,9 @@ def generated(name, config, seed, out, with_docs=False):
 
 
 def config_to_model(config):
-    cls = transformers.Qwen3ForCausalLM if config.model_type == "qwen3" else transformers.LlamaForCausalLM
-    return cls(config).float().eval()
+    classes = {"qwen3": transformers.Qwen3ForCausalLM, "qwen3_moe": transformers.Qwen3MoeForCausalLM,
+               "llama": transformers.LlamaForCausalLM}
+    return classes[config.model_type](config).float().eval()
 
 
 def optimizer_goldens(fixtures, out):
@@ -387,6 +395,13 @@ def main():
         rope_scaling={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
                       "high_freq_factor": 4.0, "original_max_position_embeddings": 16})
     generated("llama3-tiny", llama3, 4321, args.out)
+    qwen3_moe = transformers.Qwen3MoeConfig(
+        vocab_size=2048, hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=256, rms_norm_eps=1e-6,
+        num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[1],
+        output_router_logits=True, router_aux_loss_coef=0.05, tie_word_embeddings=False,
+        attn_implementation="eager")
+    generated("qwen3-moe-tiny", qwen3_moe, 2468, args.out)
 
     with open(os.path.join(args.out, "versions.json"), "w") as f:
         json.dump({"torch": torch.__version__, "transformers": transformers.__version__}, f)

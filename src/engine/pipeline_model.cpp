@@ -76,10 +76,10 @@ void PipelineModel::unbindAll() {
 }
 
 torch::Tensor PipelineModel::forward(int l, const torch::Tensor& x, const model::Batch& batch,
-                                     const model::AttentionContext& ctx) {
+                                     const model::AttentionContext& ctx, model::RouterStats* router) {
   RP_CHECK(l >= 0 && l < layerCount() - 1, "layer {} is not a forward layer", l);
   if (l == 0) return model_->embedding().forward(batch.inputIds);
-  return model_->decoderLayer(l - 1).forward(x, ctx);
+  return model_->decoderLayer(l - 1).forward(x, ctx, router);
 }
 
 model::LossSum PipelineModel::loss(const torch::Tensor& x, const model::Batch& batch, std::int64_t chunkTokens) {

@@ -41,8 +41,10 @@ class PipelineModel {
   void bind(int tensor, void* memory, std::shared_ptr<void> owner = nullptr, torch::Device device = torch::kCPU);
   void unbindAll();
 
-  // Layer l < L-1: layer 0 embeds batch.inputIds (x unused); the others are decoder layers.
-  torch::Tensor forward(int l, const torch::Tensor& x, const model::Batch& batch, const model::AttentionContext& ctx);
+  // Layer l < L-1: layer 0 embeds batch.inputIds (x unused); the others are decoder layers, whose router
+  // statistics (sparse layers) go to `router` when given.
+  torch::Tensor forward(int l, const torch::Tensor& x, const model::Batch& batch, const model::AttentionContext& ctx,
+                        model::RouterStats* router = nullptr);
   // The head (layer L-1): summed token loss.
   model::LossSum loss(const torch::Tensor& x, const model::Batch& batch, std::int64_t chunkTokens);
 

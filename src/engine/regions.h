@@ -26,6 +26,10 @@ inline std::string masterRegion(const std::string& name) {
 inline std::string lossRegion(std::int64_t step, int buffers) {
   return fmt::format("loss/{}", step % buffers);
 }
+// The MoE router statistics of iteration `step` (engine/router_board.h), on one of `buffers` like the losses.
+inline std::string routerRegion(std::int64_t step, int buffers) {
+  return fmt::format("router/{}", step % buffers);
+}
 // Per-layer times of an iteration: negative = not measured by this rank (the coordinator then takes the
 // other ranks' measurements, or keeps its estimate).
 inline constexpr double kNotMeasured = -1.0;

@@ -97,6 +97,7 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
   identity_ = run::runIdentity(c, corpus_);
   packer_ = std::make_unique<data::Packer>(corpus_, c.train.seqLen, static_cast<std::uint64_t>(c.train.seed));
   rowsPerMicrobatch_ = c.train.globalBatch / id.nodeCount / c.train.microbatches;
+  auxLoss_ = model->config().moe.auxLoss();
   versions_ = static_cast<int>(std::max<std::int64_t>(1, c.optim.staleness));
   uploadsAfter_.assign(static_cast<std::size_t>(versions_),
                        std::vector<std::int64_t>(static_cast<std::size_t>(model_->layerCount()), 0));
@@ -256,6 +257,13 @@ void PipelineRuntime::buildStore() {
   }
   for (int b = 0; b <= versions_; ++b) {
     layout.add(lossRegion(b, versions_ + 1), static_cast<std::size_t>(c.train.microbatches) * sizeof(double));
+  }
+  if (auxLoss_) {
+    for (int b = 0; b <= versions_; ++b) {
+      layout.add(routerRegion(b, versions_ + 1),
+                 RouterBoard::regionBytes(static_cast<int>(c.train.microbatches), L,
+                                          static_cast<int>(model_->model().config().moe.numExperts)));
+    }
   }
   layout.add("fences", Fences::regionBytes(L, id.localSize, versions_));
   layout.add("activity", ActivityBoard::regionBytes(id.localSize));

@@ -33,6 +33,7 @@
 #include "engine/optimizer_worker.h"
 #include "engine/parts.h"
 #include "engine/pipeline_model.h"
+#include "engine/router_board.h"
 #include "engine/stage_slots.h"
 #include "memory/node_store.h"
 #include "model/lora.h"
@@ -96,9 +97,16 @@ class PipelineRuntime : public run::Executor {
   // A backward job's microbatch recomputed from its saved input: the stage (layer grain: its deepest layer)
   // forward with its graph, ready for the gradient (Note [Recompute ahead], stage_jobs.cpp).
   struct Recomputed {
-    torch::Tensor input;   // the saved input, requiring its gradient (undefined for layer 0)
-    torch::Tensor output;  // the recomputed output
+    torch::Tensor input;        // the saved input, requiring its gradient (undefined for layer 0)
+    torch::Tensor output;       // the recomputed output
+    model::RouterStats router;  // MoE load-balancing loss: the recomputed layers' statistics, in the graph
   };
+  // Back-propagates `grad` through a recomputed stage, with its layers' share of the load-balancing loss.
+  void backPropagate(std::int64_t step, int mb, const Recomputed& r, const torch::Tensor& grad);
+  // The MoE router statistics of iteration `step` (Note [Router statistics]); only when auxLoss_.
+  RouterBoard routerBoard(std::int64_t step) const;
+  // The weight of one microbatch's load-balancing loss in the step's objective: 1 / all microbatches.
+  double auxWeight() const;
   Recomputed recompute(std::int64_t step, int from, int to, const StepData& data, int mb);
   Recomputed recomputeAhead(std::int64_t step, const schedule::Job& job, const StepData& data, int mb);
   // `ahead`: a backward job's microbatch already recomputed (else it is recomputed after the gradient arrives).
@@ -166,6 +174,7 @@ class PipelineRuntime : public run::Executor {
   // Per version: the uploads of each layer from it, up to the current iteration.
   std::vector<std::vector<std::int64_t>> uploadsAfter_;
   std::int64_t rowsPerMicrobatch_ = 0;
+  bool auxLoss_ = false;  // a MoE model trained with its load-balancing loss (docs/moe.md)
   std::unique_ptr<trace::Timeline> timeline_;
   std::unique_ptr<control::ControlChannel> channel_;         // the node's workers: readiness messages, collectives
   std::unique_ptr<control::ControlChannel> worldChannel_;    // directives and timing reports

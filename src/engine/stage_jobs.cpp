@@ -180,8 +180,10 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
         if (l > a && checkpoint_[static_cast<std::size_t>(l)])
           put({step, l, mb, transport::TensorKind::kActivation}, x, {-1, true});
         const auto start = worker_->mark();
-        x = model_->forward(l, x, batch, ctx);
+        model::RouterStats router;
+        x = model_->forward(l, x, batch, ctx, auxLoss_ ? &router : nullptr);
         timings_.push_back({start, worker_->mark(), l, l + 1, /*forward=*/true, /*backward=*/false});
+        if (auxLoss_) routerBoard(step).putLayer(mb, l, router);
       }
       // The next job's input, and a backward stage's saved input where one starts here.
       put({step, b, mb, transport::TensorKind::kActivation}, x,
@@ -202,13 +204,32 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
         timings_.push_back({start, worker_->mark(), l, l + 1, /*forward=*/true, /*backward=*/true});
         return out;
       };
-      for (int l = a; l < L - 1; ++l) x = timed(l, [&] { return model_->forward(l, x, batch, ctx); });
+      // MoE: the router statistics of the layers before this stage, then this stage's (Note [Router statistics]).
+      model::RouterStats router;
+      if (auxLoss_) {
+        router = routerBoard(step).before(mb, a);
+        if (router.rows > 0) {
+          router.counts = router.counts.to(device_);
+          router.probSums = router.probSums.to(device_);
+        }
+      }
+      for (int l = a; l < L - 1; ++l) {
+        x = timed(l, [&] { return model_->forward(l, x, batch, ctx, auxLoss_ ? &router : nullptr); });
+      }
       model::LossSum loss = timed(L - 1, [&] { return model_->loss(x, batch, config_.train.lossChunkTokens); });
       if (fault::maybeInject(worldRank_, step, "loss")) loss.sum = loss.sum * std::numeric_limits<double>::quiet_NaN();
       const auto start = worker_->mark();
-      (loss.sum * (norm * lossScale_)).backward();  // fp16: the gradients of the scaled loss
+      torch::Tensor objective = loss.sum * (norm * lossScale_);  // fp16: the gradients of the scaled loss
+      double auxSum = 0.0;  // the load-balancing loss, as a token-loss sum (the loss region holds sums)
+      if (auxLoss_ && router.rows > 0) {
+        const auto aux = model::routerAuxLoss(router, model_->model().config().moe);
+        objective = objective + aux * (lossScale_ * auxWeight());
+        routerBoard(step).putTotal(mb, router);
+        auxSum = aux.item<double>() * auxWeight() * static_cast<double>(data.targets);
+      }
+      objective.backward();
       timings_.push_back({start, worker_->mark(), a, L, /*forward=*/false, /*backward=*/true});
-      store_->doubles(lossRegion(step, versions_ + 1))[mb] = loss.sum.item<double>();
+      store_->doubles(lossRegion(step, versions_ + 1))[mb] = loss.sum.item<double>() + auxSum;
       if (a > 0) put({step, a, mb, transport::TensorKind::kGradient}, input.grad(), {nextWorker, false});
       break;
     }
@@ -220,7 +241,7 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
         for (int l = b - 1; l >= a; --l) {
           const auto start = worker_->mark();
           const Recomputed r = l == b - 1 && ahead ? std::move(*ahead) : recompute(step, l, l + 1, data, mb);
-          if (r.output.requires_grad()) r.output.backward(grad);
+          if (r.output.requires_grad()) backPropagate(step, mb, r, grad);
           if (l > 0) grad = r.input.grad();
           timings_.push_back({start, worker_->mark(), l, l + 1, /*forward=*/false, /*backward=*/true});
           // The job's last microbatch: layer l's gradients are final, so they go to the optimizer now, while
@@ -234,7 +255,7 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
       const Recomputed r = ahead ? std::move(*ahead) : recompute(step, a, b, data, mb);  // stage grain
       // A stage of frozen layers over the token ids (LoRA: the embedding) has nothing to differentiate.
       if (r.output.requires_grad()) {
-        r.output.backward(fetch({step, b, mb, transport::TensorKind::kGradient}, shape, prevWorker));
+        backPropagate(step, mb, r, fetch({step, b, mb, transport::TensorKind::kGradient}, shape, prevWorker));
       }
       timings_.push_back({start, worker_->mark(), a, b, /*forward=*/false, /*backward=*/true});
       if (a > 0) put({step, a, mb, transport::TensorKind::kGradient}, r.input.grad(), {nextWorker, false});
@@ -268,8 +289,29 @@ PipelineRuntime::Recomputed PipelineRuntime::recompute(std::int64_t step, int fr
         fetch({step, from, mb, transport::TensorKind::kActivation}, shape, transport::kSaved).requires_grad_(true);
   }
   r.output = r.input;
-  for (int l = from; l < to; ++l) r.output = model_->forward(l, r.output, batch, ctx);
+  for (int l = from; l < to; ++l) r.output = model_->forward(l, r.output, batch, ctx, auxLoss_ ? &r.router : nullptr);
   return r;
+}
+
+void PipelineRuntime::backPropagate(std::int64_t step, int mb, const Recomputed& r, const torch::Tensor& grad) {
+  if (!auxLoss_ || r.router.rows == 0) {
+    r.output.backward(grad);
+    return;
+  }
+  // Note [Router statistics]: the fused stage has run mb (its gradient reached us), so its total is written.
+  const model::RouterStats total = routerBoard(step).total(mb);
+  const double scale = model::routerAuxScale(model_->model().config().moe, total.rows) * lossScale_ * auxWeight();
+  const auto share = (total.counts.to(device_) * r.router.probSums).sum() * scale;
+  torch::autograd::backward({r.output, share}, {grad, torch::ones_like(share)});
+}
+
+RouterBoard PipelineRuntime::routerBoard(std::int64_t step) const {
+  return RouterBoard(store_->bytes(routerRegion(step, versions_ + 1)), static_cast<int>(config_.train.microbatches),
+                     model_->layerCount(), static_cast<int>(model_->model().config().moe.numExperts));
+}
+
+double PipelineRuntime::auxWeight() const {
+  return 1.0 / static_cast<double>(config_.train.microbatches * id_.nodeCount);
 }
 
 // The recompute of a backward job's microbatch before its gradient arrives: the whole stage, or at layer

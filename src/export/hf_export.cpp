@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <map>
+#include <set>
 
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
@@ -9,6 +10,7 @@
 #include "checkpoint/manifest.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "model/expert_layout.h"
 #include "model/safetensors_writer.h"
 #include "model/torch_bridge.h"
 
@@ -96,8 +98,17 @@ void copyIfPresent(const fs::path& from, const fs::path& to) {
   if (ec) RP_THROW(SystemError, "cannot copy {} to {}: {}", from.string(), to.string(), ec.message());
 }
 
-std::string projectionName(const std::string& target) {
-  return target + "_proj";  // q -> q_proj, gate -> gate_proj (the layer names lora.targets abbreviates)
+// PEFT's target_modules: the module names that carry adapters ("...self_attn.q_proj.lora_A.weight" -> q_proj),
+// from the tensors themselves (a MoE run adapts fewer modules than lora.targets names; model/lora.h).
+std::vector<std::string> adaptedModules(const std::map<std::string, torch::Tensor>& masters) {
+  std::set<std::string> modules;
+  for (const auto& [name, t] : masters) {
+    const auto a = name.find(".lora_A.weight");
+    if (a == std::string::npos) continue;
+    const auto dot = name.rfind('.', a - 1);
+    modules.insert(name.substr(dot + 1, a - dot - 1));
+  }
+  return {modules.begin(), modules.end()};
 }
 
 }  // namespace
@@ -107,7 +118,11 @@ void exportCheckpoint(const fs::path& dir, const fs::path& out, const ExportOpti
   const std::string where = (dir / "manifest.json").string();
   const Target target = options.dtype.empty() ? targetFor(m.model.value("dtype", "float32"), where + ": model.dtype")
                                               : targetFor(options.dtype, "--dtype");
-  const fs::path base = m.model.value("path", ""), tokenizer = m.model.value("tokenizer", m.model.value("path", ""));
+  const fs::path base = m.model.value("path", "");
+  // model.tokenizer names tokenizer.json or its directory; the tokenizer files are copied from the directory.
+  fs::path tokenizer = m.model.value("tokenizer", "");
+  if (tokenizer.empty()) tokenizer = base;
+  if (fs::is_regular_file(tokenizer)) tokenizer = tokenizer.parent_path();
   std::error_code ec;
   fs::create_directories(out, ec);
   if (ec) RP_THROW(SystemError, "cannot create {}: {}", out.string(), ec.message());
@@ -116,8 +131,7 @@ void exportCheckpoint(const fs::path& dir, const fs::path& out, const ExportOpti
   if (options.adapter) {
     if (m.lora.is_null())
       RP_THROW(InputError, "{}: --adapter needs a LoRA run; this checkpoint is a full fine-tune", where);
-    std::vector<std::string> modules;
-    for (const auto& t : m.lora.at("targets")) modules.push_back(projectionName(t.get<std::string>()));
+    const std::vector<std::string> modules = adaptedModules(masters);
     writeJson(out / "adapter_config.json", {{"peft_type", "LORA"},
                                             {"task_type", "CAUSAL_LM"},
                                             {"base_model_name_or_path", base.string()},
@@ -160,6 +174,9 @@ void exportCheckpoint(const fs::path& dir, const fs::path& out, const ExportOpti
     }
     w->second = w->second + scale * torch::matmul(b->second, t);  // W + (alpha / r) B A
   }
+  // MoE experts as published checkpoints store them, one tensor per expert projection (what transformers 4.x and
+  // 5.x and vLLM load); over the base's copies of the same tensors.
+  model::toPublishedLayout(weights);
   // Tied embeddings are stored once, as the embedding (what save_pretrained writes); a base checkpoint that
   // stored them as lm_head.weight would otherwise shadow the trained embedding.
   if (m.model.at("config").value("tie_word_embeddings", false) && weights.count("model.embed_tokens.weight")) {

@@ -16,10 +16,10 @@ CausalLM::CausalLM(const ModelConfig& config, torch::ScalarType dtype, bool allo
   head_ = register_module("head", std::make_shared<Head>(config, *embedding_, options));
 }
 
-torch::Tensor CausalLM::hidden(const Batch& batch) {
+torch::Tensor CausalLM::hidden(const Batch& batch, RouterStats* router) {
   const AttentionContext ctx = rotary_.context(batch, dtype_);
   torch::Tensor h = embedding_->forward(batch.inputIds);
-  for (const auto& layer : layers_) h = layer->forward(h, ctx);
+  for (const auto& layer : layers_) h = layer->forward(h, ctx, router);
   return h;
 }
 
@@ -28,7 +28,11 @@ torch::Tensor CausalLM::logits(const Batch& batch) {
 }
 
 LossSum CausalLM::loss(const Batch& batch, std::int64_t chunkTokens) {
-  return head_->loss(hidden(batch), batch.targets, chunkTokens);
+  if (!config_.moe.auxLoss()) return head_->loss(hidden(batch), batch.targets, chunkTokens);
+  RouterStats router;
+  LossSum out = head_->loss(hidden(batch, &router), batch.targets, chunkTokens);
+  if (router.rows > 0) out.aux = routerAuxLoss(router, config_.moe);  // else every layer is dense
+  return out;
 }
 
 std::vector<NamedTensor> CausalLM::hfParameters() const {

@@ -29,8 +29,10 @@ class CausalLM : public torch::nn::Module {
   const Rotary& rotary() const { return rotary_; }
 
   // Whole-model conveniences built from the layers above.
-  torch::Tensor hidden(const Batch& batch);  // output of the last decoder layer
+  // Output of the last decoder layer; `router` collects the sparse layers' router statistics.
+  torch::Tensor hidden(const Batch& batch, RouterStats* router = nullptr);
   torch::Tensor logits(const Batch& batch);
+  // The token loss, and for a MoE model whose config asks for it the load-balancing loss (LossSum::aux).
   LossSum loss(const Batch& batch, std::int64_t chunkTokens = 0);
 
   // Every parameter once, under its Hugging Face name, in layer order.

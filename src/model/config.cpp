@@ -107,23 +107,80 @@ RopeConfig parseRope(const json& j, const Fields& f) {
            paramsKey, rope.type);
 }
 
+// Qwen3-MoE's expert fields; defaults are Qwen3MoeConfig's for the optional ones.
+MoeConfig parseMoe(const json& j, const Fields& f) {
+  MoeConfig m;
+  m.numExperts = f.has("num_experts") ? f.positiveInt("num_experts") : f.positiveInt("num_local_experts");
+  m.expertsPerToken = f.positiveInt("num_experts_per_tok");
+  if (m.expertsPerToken > m.numExperts) {
+    RP_THROW(InputError, "{}: num_experts_per_tok ({}) exceeds the number of experts ({})", f.source(),
+             m.expertsPerToken, m.numExperts);
+  }
+  m.expertIntermediateSize = f.positiveInt("moe_intermediate_size");
+  m.normTopkProb = f.boolOr("norm_topk_prob", false);
+  m.sparseStep = f.positiveIntOr("decoder_sparse_step", 1);
+  if (f.has("mlp_only_layers")) {
+    const json& layers = j.at("mlp_only_layers");
+    if (!layers.is_array()) {
+      RP_THROW(InputError, "{}: field 'mlp_only_layers' is {}, expected a list of layer indices", f.source(),
+               layers.dump());
+    }
+    for (const auto& l : layers) {
+      if (!l.is_number_integer() || l.get<std::int64_t>() < 0) {
+        RP_THROW(InputError, "{}: field 'mlp_only_layers' holds {}, expected layer indices >= 0", f.source(), l.dump());
+      }
+      m.mlpOnlyLayers.push_back(l.get<std::int64_t>());
+    }
+  }
+  if (f.has("router_aux_loss_coef")) {
+    const json& v = j.at("router_aux_loss_coef");
+    if (!v.is_number() || v.get<double>() < 0) {
+      RP_THROW(InputError, "{}: field 'router_aux_loss_coef' is {}, expected a number >= 0", f.source(), v.dump());
+    }
+    m.routerAuxLossCoef = v.get<double>();
+  } else {
+    m.routerAuxLossCoef = 0.001;
+  }
+  m.outputRouterLogits = f.boolOr("output_router_logits", false);
+  return m;
+}
+
 }  // namespace
 
+bool MoeConfig::sparse(std::int64_t layer) const {
+  if (numExperts == 0) return false;
+  for (const auto l : mlpOnlyLayers) {
+    if (l == layer) return false;
+  }
+  return (layer + 1) % sparseStep == 0;
+}
+
 const char* architectureName(Architecture arch) {
-  return arch == Architecture::kQwen3 ? "qwen3" : "llama";
+  switch (arch) {
+    case Architecture::kQwen3:
+      return "qwen3";
+    case Architecture::kQwen3Moe:
+      return "qwen3_moe";
+    case Architecture::kLlama:
+      break;
+  }
+  return "llama";
 }
 
 ModelConfig parseModelConfig(const json& j, const std::string& source) {
   if (!j.is_object()) RP_THROW(InputError, "{}: expected a JSON object", source);
   const Fields f(j, source);
   ModelConfig c;
-  const json& type = f.required("model_type", "\"llama\" or \"qwen3\"");
+  const json& type = f.required("model_type", "\"llama\", \"qwen3\" or \"qwen3_moe\"");
   if (type == "llama") {
     c.arch = Architecture::kLlama;
   } else if (type == "qwen3") {
     c.arch = Architecture::kQwen3;
+  } else if (type == "qwen3_moe") {
+    c.arch = Architecture::kQwen3Moe;
   } else {
-    RP_THROW(InputError, "{}: model_type {} is not supported (supported: \"llama\", \"qwen3\")", source, type.dump());
+    RP_THROW(InputError, "{}: model_type {} is not supported (supported: \"llama\", \"qwen3\", \"qwen3_moe\")", source,
+             type.dump());
   }
   c.vocabSize = f.positiveInt("vocab_size");
   c.hiddenSize = f.positiveInt("hidden_size");
@@ -147,7 +204,8 @@ ModelConfig parseModelConfig(const json& j, const std::string& source) {
   c.tieWordEmbeddings = f.boolOr("tie_word_embeddings", false);
   c.attentionBias = f.boolOr("attention_bias", false);
   c.mlpBias = f.boolOr("mlp_bias", false);
-  c.qkNorm = c.arch == Architecture::kQwen3;
+  c.qkNorm = c.arch != Architecture::kLlama;
+  if (c.arch == Architecture::kQwen3Moe) c.moe = parseMoe(j, f);
   c.bosTokenId = f.tokenIdOr("bos_token_id");
   c.eosTokenId = f.tokenIdOr("eos_token_id");
   c.initializerRange = f.positiveNumberOr("initializer_range", 0.02);

@@ -6,36 +6,56 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "model/causal_lm.h"
+#include "model/expert_layout.h"
 #include "model/safetensors.h"
 #include "model/torch_bridge.h"
 
 namespace rp::model {
+
+namespace {
+
+// Copies the stored tensor `view` into `param` after checking its shape and dtype.
+void copyChecked(const safetensors::TensorView& view, const std::string& name, torch::Tensor param) {
+  if (view.shape != param.sizes().vec()) {
+    RP_THROW(InputError, "{}: tensor '{}' has shape [{}] but config.json implies [{}]", *view.file, name,
+             fmt::join(view.shape, ", "), fmt::join(param.sizes(), ", "));
+  }
+  using safetensors::DType;
+  if (view.dtype != DType::kF32 && view.dtype != DType::kBF16 && view.dtype != DType::kF16) {
+    RP_THROW(InputError, "{}: tensor '{}' has dtype {}; model weights must be F32, BF16 or F16", *view.file, name,
+             safetensors::dtypeName(view.dtype));
+  }
+  param.copy_(toTorch(view));
+}
+
+}  // namespace
 
 std::vector<std::string> loadHfWeights(CausalLM& model, const std::string& directory) {
   const safetensors::CheckpointReader reader(directory);
   const bool tied = model.config().tieWordEmbeddings;
   std::set<std::string> used;
   torch::NoGradGuard noGrad;
+  auto missing = [&](const std::string& name) {
+    RP_THROW(InputError,
+             "{}: tensor '{}' is missing from the checkpoint (config.json: {} layers, tie_word_embeddings={})",
+             directory, name, model.config().numLayers, tied);
+  };
   for (auto& [name, param] : model.hfParameters()) {
     const safetensors::TensorView* view = reader.find(name);
     // Tied embeddings may be stored under either name (TinyStories stores only lm_head.weight).
     if (view == nullptr && tied && name == "model.embed_tokens.weight") view = reader.find("lm_head.weight");
-    if (view == nullptr) {
-      RP_THROW(InputError,
-               "{}: tensor '{}' is missing from the checkpoint (config.json: {} layers, "
-               "tie_word_embeddings={})",
-               directory, name, model.config().numLayers, tied);
+    if (view == nullptr && isStackedExperts(name)) {
+      // Published MoE checkpoints store each expert's projections (model/expert_layout.h).
+      for (auto& [part, slice] : perExpertViews(name, param)) {
+        const safetensors::TensorView* partView = reader.find(part);
+        if (partView == nullptr) missing(part);
+        copyChecked(*partView, part, slice);
+        used.insert(part);
+      }
+      continue;
     }
-    if (view->shape != param.sizes().vec()) {
-      RP_THROW(InputError, "{}: tensor '{}' has shape [{}] but config.json implies [{}]", *view->file, name,
-               fmt::join(view->shape, ", "), fmt::join(param.sizes(), ", "));
-    }
-    using safetensors::DType;
-    if (view->dtype != DType::kF32 && view->dtype != DType::kBF16 && view->dtype != DType::kF16) {
-      RP_THROW(InputError, "{}: tensor '{}' has dtype {}; model weights must be F32, BF16 or F16", *view->file, name,
-               safetensors::dtypeName(view->dtype));
-    }
-    param.copy_(toTorch(*view));
+    if (view == nullptr) missing(name);
+    copyChecked(*view, name, param);
     used.insert(view->name);
   }
   std::vector<std::string> unused;

@@ -203,17 +203,84 @@ std::vector<NamedTensor> Mlp::hfParameters(const std::string& prefix) const {
   return out;
 }
 
+void RouterStats::add(const torch::Tensor& layerCounts, const torch::Tensor& layerProbSums, std::int64_t layerRows) {
+  counts = counts.defined() ? counts + layerCounts : layerCounts;
+  probSums = probSums.defined() ? probSums + layerProbSums : layerProbSums;
+  rows += layerRows;
+}
+
+double routerAuxScale(const MoeConfig& moe, std::int64_t rows) {
+  RP_CHECK(rows > 0, "router statistics are empty (no sparse layer ran)");
+  const double r = static_cast<double>(rows);
+  return moe.routerAuxLossCoef * static_cast<double>(moe.numExperts) / (r * r);
+}
+
+torch::Tensor routerAuxLoss(const RouterStats& stats, const MoeConfig& moe) {
+  return (stats.counts * stats.probSums).sum() * routerAuxScale(moe, stats.rows);
+}
+
+SparseMoe::SparseMoe(const ModelConfig& c, const ParamOptions& o)
+    : topK_(c.moe.expertsPerToken), normTopk_(c.moe.normTopkProb) {
+  const auto E = c.moe.numExperts, I = c.moe.expertIntermediateSize, H = c.hiddenSize;
+  router = register_parameter("gate", newParameter({E, H}, o));
+  gateUp = register_parameter("gate_up_proj", newParameter({E, 2 * I, H}, o));
+  down = register_parameter("down_proj", newParameter({E, H, I}, o));
+}
+
+torch::Tensor SparseMoe::forward(const torch::Tensor& x, RouterStats* stats) const {
+  const auto E = router.size(0), H = x.size(-1);
+  const auto flat = x.reshape({-1, H});
+  const auto rows = flat.size(0);
+  // Routing as transformers' Qwen3MoeTopKRouter: softmax in float32, top-k, optional renormalisation.
+  const auto logits = torch::linear(flat, router);
+  const auto probs = torch::softmax(logits, -1, torch::kFloat);
+  auto [topWeights, topExperts] = probs.topk(topK_, -1);
+  if (normTopk_) topWeights = topWeights / topWeights.sum(-1, /*keepdim=*/true);
+  // Group the (token, slot) pairs by expert: a stable sort keeps each expert's tokens in token order.
+  const auto flatExperts = topExperts.reshape({-1});
+  const auto order = flatExperts.argsort(/*stable=*/true);
+  const auto tokenOf = order.div(topK_, "floor");
+  const auto counts = torch::bincount(flatExperts, {}, E);
+  const auto perExpert = counts.to(torch::kCPU);
+  const auto* n = perExpert.data_ptr<std::int64_t>();
+  const auto grouped = flat.index_select(0, tokenOf);
+  std::vector<torch::Tensor> outputs;
+  std::int64_t offset = 0;
+  for (std::int64_t e = 0; e < E; ++e) {
+    if (n[e] == 0) continue;
+    const auto gu = torch::linear(grouped.narrow(0, offset, n[e]), gateUp[e]).chunk(2, -1);
+    outputs.push_back(torch::linear(torch::silu(gu[0]) * gu[1], down[e]));
+    offset += n[e];
+  }
+  const auto weights = topWeights.to(logits.scalar_type()).reshape({-1}).index_select(0, order).unsqueeze(1);
+  const auto out = torch::zeros_like(flat).index_add(0, tokenOf, torch::cat(outputs) * weights);
+  if (stats != nullptr) stats->add(counts.to(torch::kFloat), probs.sum(0), rows);
+  return out.view(x.sizes());
+}
+
+std::vector<NamedTensor> SparseMoe::hfParameters(const std::string& prefix) const {
+  return {{prefix + "gate.weight", router},
+          {prefix + "experts.gate_up_proj", gateUp},
+          {prefix + "experts.down_proj", down}};
+}
+
 DecoderLayer::DecoderLayer(const ModelConfig& c, std::int64_t index, const ParamOptions& o) : index_(index) {
   inputNorm_ = register_module("input_layernorm", std::make_shared<RmsNorm>(c.hiddenSize, c.rmsNormEps, o));
   attention_ = register_module("self_attn", std::make_shared<Attention>(c, o));
   postAttentionNorm_ =
       register_module("post_attention_layernorm", std::make_shared<RmsNorm>(c.hiddenSize, c.rmsNormEps, o));
-  mlp_ = register_module("mlp", std::make_shared<Mlp>(c, o));
+  if (c.moe.sparse(index)) {
+    moe_ = register_module("mlp", std::make_shared<SparseMoe>(c, o));
+  } else {
+    mlp_ = register_module("mlp", std::make_shared<Mlp>(c, o));
+  }
 }
 
-torch::Tensor DecoderLayer::forward(const torch::Tensor& hidden, const AttentionContext& ctx) const {
+torch::Tensor DecoderLayer::forward(const torch::Tensor& hidden, const AttentionContext& ctx,
+                                    RouterStats* router) const {
   const auto h = hidden + attention_->forward(inputNorm_->forward(hidden), ctx);
-  return h + mlp_->forward(postAttentionNorm_->forward(h));
+  const auto normed = postAttentionNorm_->forward(h);
+  return h + (moe_ ? moe_->forward(normed, router) : mlp_->forward(normed));
 }
 
 std::vector<NamedTensor> DecoderLayer::hfParameters() const {
@@ -222,13 +289,15 @@ std::vector<NamedTensor> DecoderLayer::hfParameters() const {
   out.emplace_back(prefix + "input_layernorm.weight", inputNorm_->weight);
   for (auto& p : attention_->hfParameters(prefix + "self_attn.")) out.push_back(std::move(p));
   out.emplace_back(prefix + "post_attention_layernorm.weight", postAttentionNorm_->weight);
-  for (auto& p : mlp_->hfParameters(prefix + "mlp.")) out.push_back(std::move(p));
+  for (auto& p : moe_ ? moe_->hfParameters(prefix + "mlp.") : mlp_->hfParameters(prefix + "mlp.")) {
+    out.push_back(std::move(p));
+  }
   return out;
 }
 
 Projection* DecoderLayer::projection(const std::string& target) const {
   if (auto* p = attention_->projection(target)) return p;
-  return mlp_->projection(target);
+  return mlp_ ? mlp_->projection(target) : nullptr;
 }
 
 std::string DecoderLayer::projectionPath(const std::string& target) const {

@@ -114,14 +114,50 @@ class Mlp : public torch::nn::Module {
   std::shared_ptr<Projection> gate_, up_, down_;
 };
 
+// What the routers of one forward pass saw, summed over its sparse layers: the inputs of transformers'
+// load_balancing_loss_func, kept as sums so layers (and pipeline stages) add up in any grouping.
+struct RouterStats {
+  torch::Tensor counts;    // [E] float32: top-k assignments per expert (no gradient)
+  torch::Tensor probSums;  // [E] float32: routing probabilities summed over rows (differentiable)
+  std::int64_t rows = 0;   // tokens x sparse layers
+  void add(const torch::Tensor& layerCounts, const torch::Tensor& layerProbSums, std::int64_t layerRows);
+};
+
+// The load-balancing loss as transformers computes it, times router_aux_loss_coef:
+// coef * E * sum_e (counts_e / rows) * (probSums_e / rows) = routerAuxScale * sum_e counts_e * probSums_e.
+// A float32 scalar.
+torch::Tensor routerAuxLoss(const RouterStats& stats, const MoeConfig& moe);
+double routerAuxScale(const MoeConfig& moe, std::int64_t rows);
+
+// Qwen3-MoE's sparse block: a softmax top-k router and SwiGLU experts. Experts are stored stacked as
+// transformers 5 holds them in memory (gate_up_proj [E, 2I, H], down_proj [E, H, I]); model/expert_layout.h
+// converts to and from the per-expert tensors of published checkpoints. Tokens are grouped by expert, one
+// matrix product per expert that has any.
+class SparseMoe : public torch::nn::Module {
+ public:
+  SparseMoe(const ModelConfig& config, const ParamOptions& options);
+  // `stats`, when given, receives this layer's router statistics.
+  torch::Tensor forward(const torch::Tensor& x, RouterStats* stats) const;
+  std::vector<NamedTensor> hfParameters(const std::string& prefix) const;
+  torch::Tensor router;  // [E, H]
+  torch::Tensor gateUp;  // [E, 2I, H]
+  torch::Tensor down;    // [E, H, I]
+
+ private:
+  std::int64_t topK_;
+  bool normTopk_;
+};
+
 class DecoderLayer : public torch::nn::Module {
  public:
   DecoderLayer(const ModelConfig& config, std::int64_t index, const ParamOptions& options);
-  torch::Tensor forward(const torch::Tensor& hidden, const AttentionContext& ctx) const;
+  // `router` collects a sparse layer's router statistics (routerAuxLoss); dense layers ignore it.
+  torch::Tensor forward(const torch::Tensor& hidden, const AttentionContext& ctx, RouterStats* router = nullptr) const;
+  bool sparse() const { return moe_ != nullptr; }
   std::vector<NamedTensor> hfParameters() const;
   std::int64_t index() const { return index_; }
   // The projection a LoRA target names ("q", "k", "v", "o", "gate", "up", "down") and its HF module path
-  // ("model.layers.3.self_attn.q_proj"); nullptr for unknown names.
+  // ("model.layers.3.self_attn.q_proj"); nullptr for unknown names and for the MLP targets of a sparse layer.
   Projection* projection(const std::string& target) const;
   std::string projectionPath(const std::string& target) const;
 
@@ -129,7 +165,8 @@ class DecoderLayer : public torch::nn::Module {
   std::int64_t index_;
   std::shared_ptr<RmsNorm> inputNorm_, postAttentionNorm_;
   std::shared_ptr<Attention> attention_;
-  std::shared_ptr<Mlp> mlp_;
+  std::shared_ptr<Mlp> mlp_;        // dense layers
+  std::shared_ptr<SparseMoe> moe_;  // sparse layers
 };
 
 // Prefix layer: token ids -> hidden states.
@@ -145,6 +182,7 @@ class Embedding : public torch::nn::Module {
 struct LossSum {
   torch::Tensor sum;  // scalar float32
   std::int64_t tokens = 0;
+  torch::Tensor aux;  // MoE with the load-balancing loss: coef x that loss of this forward (routerAuxLoss)
 };
 
 // Postfix layer: final norm, LM head, cross-entropy. With tied embeddings the head's weight is the

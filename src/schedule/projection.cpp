@@ -1,5 +1,7 @@
 #include "schedule/projection.h"
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 
 #include <toml++/toml.h>
@@ -22,7 +24,14 @@ ModelShape shapeOf(const model::ModelConfig& c) {
   ModelShape m;
   m.layers = static_cast<int>(c.numLayers);
   m.hidden = static_cast<int>(c.hiddenSize);
-  m.intermediate = static_cast<int>(c.intermediateSize);
+  // A MoE layer computes like a dense MLP of its active experts' width; the mean over the layers keeps the
+  // model's FLOPs exact. (Its bytes follow all experts: not modelled here yet, docs/moe.md.)
+  double width = 0.0;
+  for (std::int64_t l = 0; l < c.numLayers; ++l) {
+    width += c.moe.sparse(l) ? static_cast<double>(c.moe.expertsPerToken * c.moe.expertIntermediateSize)
+                             : static_cast<double>(c.intermediateSize);
+  }
+  m.intermediate = static_cast<int>(std::lround(width / static_cast<double>(std::max<std::int64_t>(1, c.numLayers))));
   m.heads = static_cast<int>(c.numHeads);
   m.kvHeads = static_cast<int>(c.numKvHeads);
   m.headDim = static_cast<int>(c.headDim);

@@ -94,7 +94,14 @@ GradientResult Trainer::computeGradients(const std::vector<data::PackedRow>& row
   for (std::size_t begin = 0; begin < rows.size(); begin += per) {
     const model::Batch batch = model::toBatch(rows, begin, begin + per);
     const model::LossSum loss = model_->loss(batch, config_.train.lossChunkTokens);
-    (loss.sum * norm).backward();
+    if (loss.aux.defined()) {
+      // The load-balancing loss of each forward, averaged over the microbatches (docs/moe.md).
+      const double perMicrobatch = 1.0 / static_cast<double>(microbatches);
+      (loss.sum * norm + loss.aux * (lossScale * perMicrobatch)).backward();
+      result.auxLoss += loss.aux.item<double>() * perMicrobatch;
+    } else {
+      (loss.sum * norm).backward();
+    }
     result.lossSum += loss.sum.item<double>();
   }
   torch::NoGradGuard noGrad;
@@ -113,7 +120,7 @@ GradientResult Trainer::computeGradients(const std::vector<data::PackedRow>& row
 trace::StepMetrics Trainer::applyStep(std::int64_t step, const GradientResult& grads) {
   trace::StepMetrics m;
   m.step = step + 1;
-  m.loss = grads.lossSum / static_cast<double>(std::max<std::int64_t>(1, grads.targetTokens));
+  m.loss = grads.lossSum / static_cast<double>(std::max<std::int64_t>(1, grads.targetTokens)) + grads.auxLoss;
   m.tokens = grads.tokens;
   m.targetTokens = grads.targetTokens;
   m.lr = schedule_.at(step);

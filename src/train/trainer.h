@@ -27,6 +27,7 @@ namespace rp::train {
 
 struct GradientResult {
   double lossSum = 0.0;  // summed token loss (unscaled)
+  double auxLoss = 0.0;  // MoE: the microbatches' mean load-balancing loss (times its coefficient)
   std::int64_t targetTokens = 0;
   std::int64_t tokens = 0;
 };

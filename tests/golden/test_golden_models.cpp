@@ -55,6 +55,12 @@ class GoldenModel : public ::testing::TestWithParam<Case> {
     EXPECT_LE(err, tol * scale) << what << ": max abs error " << err << " vs reference scale " << scale;
   }
 
+  // transformers' `loss`: the mean token loss, plus a MoE model's load-balancing loss.
+  static torch::Tensor objective(const LossSum& loss) {
+    const auto mean = loss.sum / static_cast<double>(loss.tokens);
+    return loss.aux.defined() ? mean + loss.aux : mean;
+  }
+
   std::unique_ptr<safetensors::SafetensorsFile> goldens_;
   std::string modelDir_;
   std::shared_ptr<CausalLM> model_;
@@ -73,14 +79,18 @@ TEST_P(GoldenModel, LogitsAndLossMatchTransformers) {
   expectClose(tokenLoss.view({batch.inputIds.size(0), T - 1}), golden("token_loss"), 1e-5, "per-token loss");
 
   const auto loss = model_->loss(batch, /*chunkTokens=*/7);
-  const auto mean = loss.sum / static_cast<double>(loss.tokens);
-  expectClose(mean, golden("loss"), 1e-5, "mean loss (chunked)");
+  expectClose(objective(loss), golden("loss"), 1e-5, "mean loss (chunked)");
+  if (goldens_->find("aux_loss") != nullptr) {
+    ASSERT_TRUE(loss.aux.defined()) << "transformers added a load-balancing loss; we did not";
+    expectClose(loss.aux, golden("aux_loss"), 1e-5, "load-balancing loss");
+  } else {
+    EXPECT_FALSE(loss.aux.defined());
+  }
 }
 
 TEST_P(GoldenModel, GradientsMatchTransformers) {
   const auto batch = causalBatch(golden("input_ids"));
-  const auto loss = model_->loss(batch);
-  (loss.sum / static_cast<double>(loss.tokens)).backward();
+  objective(model_->loss(batch)).backward();
   std::size_t compared = 0;
   for (const auto& [name, param] : model_->hfParameters()) {
     ASSERT_TRUE(param.grad().defined()) << name;
@@ -108,7 +118,7 @@ TEST_P(GoldenModel, PackedDocumentsMatchSeparateTransformersRuns) {
 
 INSTANTIATE_TEST_SUITE_P(Models, GoldenModel,
                          ::testing::Values(Case{"tinystories-656k", true}, Case{"qwen3-tiny", false},
-                                           Case{"llama3-tiny", false}),
+                                           Case{"llama3-tiny", false}, Case{"qwen3-moe-tiny", false}),
                          [](const auto& info) {
                            std::string n = info.param.name;
                            for (auto& c : n) {

@@ -240,7 +240,10 @@ INSTANTIATE_TEST_SUITE_P(
         // Mixed precision on an untied model (a tied one sums its two gradients in a different dtype than the
         // trainer: tests/unit/test_pipeline_inproc.cpp); fp16 skips the trainer's overflowing steps.
         Case{"llama3_bf16", "golden:llama3-tiny", "", {"model.dtype=bfloat16", "pipeline.plan=1,1 | 1 | 1,1"}},
-        Case{"llama3_fp16", "golden:llama3-tiny", "", {"model.dtype=float16", "precision.loss_scale=1048576"}}),
+        Case{"llama3_fp16", "golden:llama3-tiny", "", {"model.dtype=float16", "precision.loss_scale=1048576"}},
+        // Qwen3-MoE with the load-balancing loss: decoder 0 sparse in a forward stage, decoder 1 dense, decoder 2
+        // sparse in the fused stage; the statistics cross processes through the node store.
+        Case{"qwen3_moe_aux", "golden:qwen3-moe-tiny", "", {"pipeline.plan=2,1 | 1 | 1,1,1"}}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace

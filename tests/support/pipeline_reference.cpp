@@ -88,7 +88,7 @@ void expectEqualsDelayedUpdate(const config::RunConfig& config, const PipelineRe
     }
     const auto grads =
         reference.computeGradients(reference.packer().next(config.train.globalBatch), config.train.microbatches);
-    const double loss = grads.lossSum / static_cast<double>(grads.targetTokens);
+    const double loss = grads.lossSum / static_cast<double>(grads.targetTokens) + grads.auxLoss;  // as applyStep
     EXPECT_NEAR(pipeline.metrics[s].loss, loss, 1e-6 * loss) << "step " << s + 1;
     std::vector<optim::GradBuffer> buffers;
     for (const auto& slot : reference.gradSlots())

@@ -8,6 +8,8 @@
 
 #include "common/error.h"
 #include "model/causal_lm.h"
+#include "model/expert_layout.h"
+#include "model/safetensors.h"
 #include "support/fixtures.h"
 #include "support/safetensors_writer.h"
 
@@ -64,18 +66,21 @@ std::string loadError(const std::string& dir) {
   return "no error";
 }
 
+void expectSameParameters(const CausalLM& a, const CausalLM& b) {
+  const auto pa = a.hfParameters(), pb = b.hfParameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (std::size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_EQ(pa[i].first, pb[i].first);
+    EXPECT_TRUE(torch::equal(pa[i].second, pb[i].second)) << pa[i].first;
+  }
+}
+
 TEST(HfWeights, RoundTripsEveryParameter) {
   const std::string dir = test::scratchDir();
   auto source = randomModel(configJson(false));
   writeCheckpoint(dir, configJson(false), *source);
   auto loaded = loadHfModel(dir, torch::kFloat);
-  auto a = source->hfParameters();
-  auto b = loaded->hfParameters();
-  ASSERT_EQ(a.size(), b.size());
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].first, b[i].first);
-    EXPECT_TRUE(torch::equal(a[i].second, b[i].second)) << a[i].first;
-  }
+  expectSameParameters(*source, *loaded);
 }
 
 TEST(HfWeights, Bf16CheckpointIntoFloatModel) {
@@ -182,6 +187,56 @@ TEST(HfWeights, TinyStoriesPublishedReferenceWeights) {
     ASSERT_TRUE(byName.count(name)) << name;
     EXPECT_FLOAT_EQ(byName[name][index].item<float>(), value) << name << "[" << index << "]";
   }
+}
+
+json moeConfigJson() {
+  json j = configJson(false);
+  j["model_type"] = "qwen3_moe";
+  j["head_dim"] = 8;
+  j["num_hidden_layers"] = 2;
+  j["num_experts"] = 3;
+  j["num_experts_per_tok"] = 2;
+  j["moe_intermediate_size"] = 6;
+  j["mlp_only_layers"] = {1};
+  return j;
+}
+
+// A MoE model's tensors as a published checkpoint stores them: one tensor per expert projection.
+void writePublishedMoe(const std::string& dir, CausalLM& model, const std::string& skip = "") {
+  std::ofstream(dir + "/config.json") << moeConfigJson().dump();
+  std::map<std::string, torch::Tensor> byName;
+  for (auto& [name, p] : model.hfParameters()) byName[name] = p.detach();
+  toPublishedLayout(byName);
+  std::vector<test::FloatTensor> tensors;
+  for (auto& [name, t] : byName) {
+    if (name != skip) tensors.push_back({name, t.sizes().vec(), values(t)});
+  }
+  test::writeFloatSafetensors(dir + "/model.safetensors", tensors);
+}
+
+TEST(HfWeights, MoeExpertsLoadFromThePublishedPerExpertLayout) {
+  const std::string dir = test::scratchDir();
+  auto source = randomModel(moeConfigJson());
+  ASSERT_TRUE(source->decoderLayer(0).sparse());
+  ASSERT_FALSE(source->decoderLayer(1).sparse());
+  writePublishedMoe(dir, *source);
+  const auto stored = safetensors::CheckpointReader(dir).names();
+  EXPECT_NE(std::find(stored.begin(), stored.end(), "model.layers.0.mlp.experts.2.up_proj.weight"), stored.end());
+  EXPECT_EQ(std::find(stored.begin(), stored.end(), "model.layers.0.mlp.experts.gate_up_proj"), stored.end());
+  auto loaded = loadHfModel(dir, torch::kFloat);
+  expectSameParameters(*source, *loaded);
+  // transformers 5's in-memory (stacked) names load as they are.
+  const std::string stackedDir = test::scratchDir();
+  writeCheckpoint(stackedDir, moeConfigJson(), *source);
+  expectSameParameters(*source, *loadHfModel(stackedDir, torch::kFloat));
+}
+
+TEST(HfWeights, MoeMissingExpertTensorIsNamed) {
+  const std::string dir = test::scratchDir();
+  auto source = randomModel(moeConfigJson());
+  writePublishedMoe(dir, *source, "model.layers.0.mlp.experts.1.up_proj.weight");
+  const auto error = loadError(dir);
+  EXPECT_NE(error.find("tensor 'model.layers.0.mlp.experts.1.up_proj.weight' is missing"), std::string::npos) << error;
 }
 
 }  // namespace

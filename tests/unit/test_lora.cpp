@@ -4,13 +4,14 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "common/error.h"
 #include "model/causal_lm.h"
 #include "model/lora.h"
 
 namespace rp::model {
 namespace {
 
-std::shared_ptr<CausalLM> tiny() {
+ModelConfig tinyConfig() {
   ModelConfig c;
   c.vocabSize = 40;
   c.hiddenSize = 16;
@@ -20,7 +21,11 @@ std::shared_ptr<CausalLM> tiny() {
   c.numKvHeads = 1;
   c.headDim = 8;
   c.maxPositions = 32;
-  auto model = std::make_shared<CausalLM>(c, torch::kFloat);
+  return c;
+}
+
+std::shared_ptr<CausalLM> tiny() {
+  auto model = std::make_shared<CausalLM>(tinyConfig(), torch::kFloat);
   torch::manual_seed(1);
   torch::NoGradGuard noGrad;
   for (auto& [n, p] : model->hfParameters()) p.copy_(torch::randn(p.sizes()) * 0.3);
@@ -65,6 +70,42 @@ TEST(Lora, FreshAdapterChangesNothingAndTrainsOnlyAdapters) {
     torch::NoGradGuard noGrad;
     adapters[1].second.fill_(0.1f);
     EXPECT_FALSE(torch::allclose(model->logits(batch), before));
+  }
+}
+
+std::shared_ptr<CausalLM> tinyMoe(std::vector<std::int64_t> denseLayers) {
+  ModelConfig c = tinyConfig();
+  c.arch = Architecture::kQwen3Moe;
+  c.moe.numExperts = 4;
+  c.moe.expertsPerToken = 2;
+  c.moe.expertIntermediateSize = 8;
+  c.moe.mlpOnlyLayers = std::move(denseLayers);
+  return std::make_shared<CausalLM>(c, torch::kFloat);
+}
+
+// Experts take no adapter, and PEFT reads gate/up/down on a MoE model as the experts: the MLP targets are left
+// out on every layer, dense ones included; with nothing else to adapt it is an error.
+TEST(Lora, MoeModelsAdaptAttentionOnly) {
+  auto mixed = tinyMoe({1});
+  LoraConfig config;
+  config.rank = 2;
+  config.targets = {"q", "gate"};
+  std::vector<std::string> names;
+  for (const auto& [name, t] : attachLora(*mixed, config)) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight",
+                                             "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight",
+                                             "base_model.model.model.layers.1.self_attn.q_proj.lora_A.weight",
+                                             "base_model.model.model.layers.1.self_attn.q_proj.lora_B.weight"}));
+  resetLora(*mixed, config);
+
+  config.targets = {"gate", "down"};
+  try {
+    attachLora(*tinyMoe({}), config);
+    FAIL() << "no error for MLP-only targets on a MoE model";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("lora.targets [gate, down]: on a mixture-of-experts model only the attention"),
+              std::string::npos)
+        << e.what();
   }
 }
 

@@ -70,6 +70,67 @@ TEST(ModelConfig, Qwen3HeadDimAndV5RopeParameters) {
   EXPECT_EQ(c.eosTokenId, 7);
 }
 
+json qwen3Moe() {
+  json j = llama();
+  j["model_type"] = "qwen3_moe";
+  j["head_dim"] = 16;
+  j["num_experts"] = 8;
+  j["num_experts_per_tok"] = 2;
+  j["moe_intermediate_size"] = 32;
+  return j;
+}
+
+TEST(ModelConfig, Qwen3MoeFieldsAndTransformersDefaults) {
+  json j = qwen3Moe();
+  ModelConfig c = parseModelConfig(j, "cfg.json");
+  EXPECT_EQ(c.arch, Architecture::kQwen3Moe);
+  EXPECT_TRUE(c.qkNorm);
+  EXPECT_EQ(c.moe.numExperts, 8);
+  EXPECT_EQ(c.moe.expertsPerToken, 2);
+  EXPECT_EQ(c.moe.expertIntermediateSize, 32);
+  EXPECT_FALSE(c.moe.normTopkProb);  // Qwen3MoeConfig's defaults
+  EXPECT_DOUBLE_EQ(c.moe.routerAuxLossCoef, 0.001);
+  EXPECT_FALSE(c.moe.outputRouterLogits);
+  EXPECT_FALSE(c.moe.auxLoss());  // transformers adds the loss only with output_router_logits
+  EXPECT_TRUE(c.moe.sparse(0) && c.moe.sparse(1));
+  EXPECT_FALSE(ModelConfig{}.moe.sparse(0));  // dense models
+
+  // transformers 5 saves num_local_experts; decoder_sparse_step and mlp_only_layers both make dense layers.
+  j.erase("num_experts");
+  j["num_local_experts"] = 4;
+  j["num_hidden_layers"] = 6;
+  j["decoder_sparse_step"] = 2;
+  j["mlp_only_layers"] = {3};
+  j["output_router_logits"] = true;
+  j["norm_topk_prob"] = true;
+  c = parseModelConfig(j, "cfg.json");
+  EXPECT_EQ(c.moe.numExperts, 4);
+  EXPECT_TRUE(c.moe.normTopkProb);
+  EXPECT_TRUE(c.moe.auxLoss());
+  std::vector<bool> sparse;
+  for (int l = 0; l < 6; ++l) sparse.push_back(c.moe.sparse(l));
+  EXPECT_EQ(sparse, (std::vector<bool>{false, true, false, false, false, true}));
+}
+
+TEST(ModelConfig, Qwen3MoeErrorsNameTheField) {
+  json j = qwen3Moe();
+  j["num_experts_per_tok"] = 9;
+  EXPECT_NE(errorOf(j).find("cfg.json: num_experts_per_tok (9) exceeds the number of experts (8)"), std::string::npos)
+      << errorOf(j);
+  j = qwen3Moe();
+  j.erase("moe_intermediate_size");
+  EXPECT_NE(errorOf(j).find("cfg.json: field 'moe_intermediate_size' is missing"), std::string::npos) << errorOf(j);
+  j = qwen3Moe();
+  j.erase("num_experts");
+  EXPECT_NE(errorOf(j).find("field 'num_local_experts' is missing"), std::string::npos) << errorOf(j);
+  j = qwen3Moe();
+  j["mlp_only_layers"] = {1, -2};
+  EXPECT_NE(errorOf(j).find("'mlp_only_layers' holds -2"), std::string::npos) << errorOf(j);
+  j = qwen3Moe();
+  j["router_aux_loss_coef"] = "high";
+  EXPECT_NE(errorOf(j).find("'router_aux_loss_coef' is \"high\""), std::string::npos) << errorOf(j);
+}
+
 TEST(ModelConfig, Llama3RopeScalingOldForm) {
   json j = llama();
   j["rope_scaling"] = {{"rope_type", "llama3"},

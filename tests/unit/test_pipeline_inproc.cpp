@@ -29,6 +29,8 @@ struct Case {
   test::Tolerance tolerance = {};
   bool overflows = false;  // fp16 with a loss scale too large: some step must be skipped
   bool untied = false;     // a randomly initialised untied TinyStories (no tied embedding to sum)
+  bool moe = false;        // ... made Qwen3-MoE: layer 0 sparse (4 experts, top 2), layer 1 dense
+  bool auxLoss = false;    // ... both layers sparse, with the load-balancing loss (coefficient 0.1)
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
@@ -61,6 +63,16 @@ TEST_P(InProcPipeline, EqualsTheSingleProcessTrainer) {
     std::filesystem::create_directories(model);
     auto json = nlohmann::json::parse(std::ifstream(tokenizer + "/config.json"));
     json["tie_word_embeddings"] = false;
+    if (c.moe) {
+      json.update({{"model_type", "qwen3_moe"},
+                   {"num_experts", 4},
+                   {"num_experts_per_tok", 2},
+                   {"moe_intermediate_size", 64},
+                   {"norm_topk_prob", true},
+                   {"mlp_only_layers", c.auxLoss ? std::vector<int>{} : std::vector<int>{1}},
+                   {"output_router_logits", c.auxLoss},
+                   {"router_aux_loss_coef", 0.1}});
+    }
     std::ofstream(model + "/config.json") << json.dump();
     init.push_back("model.init=random");
   }
@@ -118,7 +130,13 @@ INSTANTIATE_TEST_SUITE_P(
                           Case{"eval", {"data.eval_fraction=0.05", "eval.every=2", "eval.max_rows=8"}},
                           Case{"bf16_tied", {"model.dtype=bfloat16"}, 0, kTiedHalf},
                           Case{"bf16", {"model.dtype=bfloat16"}, 0, {}, false, true},
-                          Case{"fp16_overflow", {"model.dtype=float16", kOverflowingScale}, 0, {}, true, true}),
+                          Case{"fp16_overflow", {"model.dtype=float16", kOverflowingScale}, 0, {}, true, true},
+                          // Mixture of experts: the router's top-k choice recomputed in the backward stages;
+                          // the load-balancing loss summed over stages (Note [Router statistics]).
+                          Case{"moe", {}, 0, {}, false, true, true},
+                          Case{"moe_aux", {}, 0, {}, false, true, true, true},
+                          Case{"moe_aux_layer_recompute", {"pipeline.recompute=layer"}, 0, {}, false, true, true, true},
+                          Case{"moe_aux_async_lora", {"lora.rank=4"}, 1, {}, false, true, true, true}),
         ::testing::Values(TensorPlane::kHostStaged, TensorPlane::kInProcess, TensorPlane::kDirect)),
     [](const auto& info) {
       return fmt::format("w{}_{}_{}", std::get<0>(info.param), std::get<1>(info.param).name,
