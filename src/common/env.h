@@ -41,6 +41,10 @@ inline constexpr Var kBenchNoUploads{"RP_BENCH_NO_UPLOADS", "0",
 // world ranks, so one host can stand in for several nodes in tests.
 inline constexpr Var kRanksPerNode{"RP_RANKS_PER_NODE", "0", "ranks per node group (0 = by shared memory)"};
 
+// Testing (common/resident_memory.h): the host memory a run may use, in MiB, instead of what the host reports;
+// 0 = read the host.
+inline constexpr Var kHostMemoryMb{"RP_HOST_MEMORY_MB", "0", "testing: pretend this many MiB of host memory are free"};
+
 // The value, or the fallback when unset or empty.
 std::string get(const Var& var);
 // The value as an integer; throws InputError naming the variable when it is not one.

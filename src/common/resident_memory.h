@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace rp {
 
@@ -23,5 +24,14 @@ ResidentMemory readResidentMemory();
 // Restarts the peak at the current resident size (writes "5" to /proc/self/clear_refs); false where the
 // kernel refuses.
 bool resetResidentPeak();
+
+// What this host can still give a run, and where the number comes from: MemAvailable (/proc/meminfo), or less
+// where the container's cgroup limit (v2 memory.max, v1 memory.limit_in_bytes, less current usage) is lower;
+// RP_HOST_MEMORY_MB overrides both (tests). 0 bytes = unknown.
+struct HostMemory {
+  std::int64_t availableBytes = 0;
+  std::string source;
+};
+HostMemory availableHostMemory();
 
 }  // namespace rp

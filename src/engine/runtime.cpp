@@ -267,6 +267,7 @@ void PipelineRuntime::buildStore() {
   }
   layout.add("fences", Fences::regionBytes(L, id.localSize, versions_));
   layout.add("activity", ActivityBoard::regionBytes(id.localSize));
+  checkHostMemory(static_cast<double>(layout.total()));
   std::shared_ptr<memory::NodeMemory> memory = nodeMemory_(layout.total(), *channel_, "store");
   storePin_ = worker_->pinHost(memory->data(), layout.total(), "node store");  // direct copies (cuda)
   store_ = std::make_unique<memory::NodeStore>(std::move(layout), std::move(memory));
@@ -318,6 +319,32 @@ void PipelineRuntime::buildStore() {
   options.activity = activity_.get();
   options.crossNode = crossNode_.get();
   optimizer_ = std::make_unique<OptimizerWorker>(std::move(tensors), *fences_, std::move(options), *channel_);
+}
+
+// Note [Host memory]: the node store and the optimizer state are the bulk of a node's memory and both are sized
+// before anything is allocated or loaded, so a run that cannot fit stops here, on every rank, naming the parts
+// (docs/training.md, "Host memory"). Worker stage slots, the activation arena and LibTorch come on top.
+void PipelineRuntime::checkHostMemory(double storeBytes) {
+  double trainable = 0.0;
+  for (const auto& t : model_->tensors()) trainable += t.trainable ? static_cast<double>(t.local.numel()) : 0.0;
+  // Per trainable element, over the node's optimizers: a float32 gradient and the AdamW moments.
+  const double optimizer = trainable * sizeof(float) * (config_.optim.amsgrad ? 4.0 : 3.0);
+  const HostMemory host = availableHostMemory();
+  const double need = storeBytes + optimizer;
+  std::int32_t fits = host.availableBytes == 0 || need <= static_cast<double>(host.availableBytes) ? 1 : 0;
+  worldChannel_->allreduce(&fits, 1, control::Reduce::kMin);  // every rank, before any of them may throw
+  if (fits == 1) return;
+  if (need <= static_cast<double>(host.availableBytes)) {
+    RP_THROW(InputError, "rank {}: another node has not enough host memory for this run (its error names it)",
+             id_.rank);
+  }
+  RP_THROW(InputError,
+           "node {} ({}): this run needs {:.2f} GB of host memory — the node store {:.2f} GB (weights, gradient slots, "
+           "float32 masters of {:.0f}M trainable parameters) and the optimizer {:.2f} GB (float32 gradients and "
+           "moments) — but {} leaves {:.2f} GB: train LoRA (lora.rank), lower optim.staleness, or use a node with "
+           "more memory (docs/training.md, \"Host memory\")",
+           id_.node, id_.hostname, need / 1e9, storeBytes / 1e9, trainable / 1e6, optimizer / 1e9, host.source,
+           static_cast<double>(host.availableBytes) / 1e9);
 }
 
 model::LoraConfig PipelineRuntime::loraConfig() const {

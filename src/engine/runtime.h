@@ -91,6 +91,8 @@ class PipelineRuntime : public run::Executor {
   };
   void placeWorker();
   void buildStore();
+  // Stops every rank with a clear error where this node cannot hold the store and the optimizer state.
+  void checkHostMemory(double storeBytes);
   void setCheckpoints();
   void runStep(std::int64_t step, const coordinator::Directive& directive);
   void runJob(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table, const StepData& data);

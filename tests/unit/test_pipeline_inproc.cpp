@@ -160,6 +160,23 @@ TEST(InProcPipeline, AStageOverTheMemoryBudgetIsNamed) {
   }
 }
 
+// Note [Host memory]: a node that cannot hold the store and the optimizer state stops every rank before
+// anything is allocated, with the sizes and where the available memory was read.
+TEST(InProcPipeline, ARunBeyondTheHostMemoryIsRefusedBeforeLoading) {
+  const auto fixtures = test::fixturesDir();
+  RP_SKIP_UNLESS(fixtures, "shared fixtures");
+  const std::string model = *fixtures + "/models/tinystories-656k";
+  std::vector<std::string> sets = test::equivalenceSettings(model, model, *fixtures, test::scratchDir() + "/out");
+  ::setenv("RP_HOST_MEMORY_MB", "1", 1);  // the store alone is several MB
+  const ThreadRun run = test::runOnThreads(config::loadRunConfig("", sets), 2, TensorPlane::kHostStaged, {}, true);
+  ::unsetenv("RP_HOST_MEMORY_MB");
+  ASSERT_EQ(run.errors.size(), 2u);
+  for (const auto& e : run.errors) {
+    EXPECT_NE(e.find("GB of host memory — the node store"), std::string::npos) << e;
+    EXPECT_NE(e.find("but RP_HOST_MEMORY_MB leaves 0.00 GB"), std::string::npos) << e;
+  }
+}
+
 // A diverged step (fault injection: step 3's loss, hence its gradients, made NaN on whichever rank runs the
 // fused stage) is skipped by every rank alike, and the run goes on exactly as the single-process trainer
 // that skipped the same step: same losses and skip flags, same weights.
