@@ -5,7 +5,7 @@
 #     so does the final state (every dataset's CRC-32 in the step-6 checkpoints) on the same workers;
 #  2. async mode resumes bitwise (the saved one-step-stale weights); so do async bfloat16, staleness 3 in
 #     bfloat16 (three saved weight versions), float16 with its loss scaler, LoRA and, with $RP_GOLDEN_DIR, the
-#     generated Qwen3 (full and LoRA);
+#     generated Qwen3 (full and LoRA) and Qwen3-MoE (async, with the load-balancing loss);
 #  3. kill -9 of a rank at each point of a save: the next start resumes from the previous checkpoint (or the
 #     newer complete one), never from a partial one, and removes the partial directory;
 #  4. SIGUSR1 to mpirun: the run saves at the next step boundary and exits with code 3;
@@ -136,6 +136,19 @@ if [[ -d "${RP_GOLDEN_DIR:-}/qwen3-tiny" ]]; then
   same_state "$work/q3l" "$work/rq3l"
 else
   echo "note: RP_GOLDEN_DIR/qwen3-tiny absent, the generated Qwen3 case is not run"
+fi
+# The generated Qwen3-MoE with its load-balancing loss, async: stacked expert tensors and the one-step-stale
+# weights in the checkpoint, bitwise.
+if [[ -d "${RP_GOLDEN_DIR:-}/qwen3-moe-tiny" ]]; then
+  moe=(--set "model.path=$RP_GOLDEN_DIR/qwen3-moe-tiny" --set optim.mode=async
+       --set "model.tokenizer=$(cd "$(dirname "$0")/../../configs/builtin-tiny" && pwd)")
+  run "$work/moe" 3 "${moe[@]}" || { tail -20 "$work/moe.log"; fail "the Qwen3-MoE run failed"; }
+  run "$work/rmoe" 3 "${moe[@]}" --resume "$work/moe/checkpoints/step-00000003" || fail "Qwen3-MoE resume failed"
+  same_losses "$work/moe" "$work/rmoe" 4 0
+  same_state "$work/moe" "$work/rmoe"
+  echo "Qwen3-MoE: resumed bitwise"
+else
+  echo "note: RP_GOLDEN_DIR/qwen3-moe-tiny absent, the generated Qwen3-MoE case is not run"
 fi
 
 # 3. kill -9 during a save (every 2 steps; the save of step 4 is hit).
