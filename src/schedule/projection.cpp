@@ -1,7 +1,5 @@
 #include "schedule/projection.h"
 
-#include <algorithm>
-#include <cmath>
 #include <fstream>
 
 #include <toml++/toml.h>
@@ -10,9 +8,27 @@
 
 namespace rp::schedule {
 
+namespace {
+
+// A layer's parameters with `expertsCounted` experts per sparse layer (all of them: stored; the chosen: active).
+double meanLayerParams(const ModelShape& m, int expertsCounted) {
+  const double attn = static_cast<double>(m.heads) * m.headDim, kv = static_cast<double>(m.kvHeads) * m.headDim;
+  const double attention = m.hidden * attn + 2.0 * m.hidden * kv + attn * m.hidden;
+  const double dense = 3.0 * m.hidden * static_cast<double>(m.intermediate);
+  const double sparse = 3.0 * m.hidden * static_cast<double>(m.expertIntermediate) * expertsCounted +
+                        static_cast<double>(m.experts) * m.hidden;  // + the router
+  const double fraction = m.layers > 0 ? static_cast<double>(m.sparseLayers) / m.layers : 0.0;
+  return attention + (1.0 - fraction) * dense + fraction * sparse;
+}
+
+}  // namespace
+
 double ModelShape::layerParams() const {
-  const double attn = static_cast<double>(heads) * headDim, kv = static_cast<double>(kvHeads) * headDim;
-  return hidden * attn + 2.0 * hidden * kv + attn * hidden + 3.0 * hidden * static_cast<double>(intermediate);
+  return meanLayerParams(*this, experts);
+}
+
+double ModelShape::layerActiveParams() const {
+  return meanLayerParams(*this, expertsPerToken);
 }
 
 double ModelShape::params() const {
@@ -24,14 +40,11 @@ ModelShape shapeOf(const model::ModelConfig& c) {
   ModelShape m;
   m.layers = static_cast<int>(c.numLayers);
   m.hidden = static_cast<int>(c.hiddenSize);
-  // A MoE layer computes like a dense MLP of its active experts' width; the mean over the layers keeps the
-  // model's FLOPs exact. (Its bytes follow all experts: not modelled here yet, docs/moe.md.)
-  double width = 0.0;
-  for (std::int64_t l = 0; l < c.numLayers; ++l) {
-    width += c.moe.sparse(l) ? static_cast<double>(c.moe.expertsPerToken * c.moe.expertIntermediateSize)
-                             : static_cast<double>(c.intermediateSize);
-  }
-  m.intermediate = static_cast<int>(std::lround(width / static_cast<double>(std::max<std::int64_t>(1, c.numLayers))));
+  m.intermediate = static_cast<int>(c.intermediateSize);
+  for (std::int64_t l = 0; l < c.numLayers; ++l) m.sparseLayers += c.moe.sparse(l) ? 1 : 0;
+  m.experts = static_cast<int>(c.moe.numExperts);
+  m.expertsPerToken = static_cast<int>(c.moe.expertsPerToken);
+  m.expertIntermediate = static_cast<int>(c.moe.expertIntermediateSize);
   m.heads = static_cast<int>(c.numHeads);
   m.kvHeads = static_cast<int>(c.numKvHeads);
   m.headDim = static_cast<int>(c.headDim);
@@ -47,7 +60,7 @@ ModelShape loadModelShape(const std::string& path) {
 double decoderLayerFlops(const ModelShape& m, int seq, int rows) {
   const double tokens = static_cast<double>(seq) * rows;
   const double attention = 2.0 * rows * static_cast<double>(seq) * seq * m.heads * m.headDim;  // causal QK^T + AV
-  return 2.0 * m.layerParams() * tokens + attention;
+  return 2.0 * m.layerActiveParams() * tokens + attention;
 }
 
 double headFlops(const ModelShape& m, int seq, int rows) {

@@ -13,8 +13,14 @@ namespace rp::schedule {
 struct ModelShape {
   int layers = 0, hidden = 0, intermediate = 0, heads = 0, kvHeads = 0, headDim = 0;
   long vocab = 0;
-  double layerParams() const;  // one decoder layer's matmul parameters
-  double params() const;       // all: layers, embedding, head (untied counted once more)
+  // Mixture of experts (docs/moe.md): `sparseLayers` of the layers route each token to `expertsPerToken` of
+  // `experts` SwiGLU experts of width `expertIntermediate` (plus a router) instead of the dense MLP.
+  int sparseLayers = 0, experts = 0, expertsPerToken = 0, expertIntermediate = 0;
+  // One decoder layer's matmul parameters, the mean over the layers: stored (bytes follow every expert) and
+  // active per token (time follows the chosen experts).
+  double layerParams() const;
+  double layerActiveParams() const;
+  double params() const;  // all: layers, embedding, head (untied counted once more)
   bool tied = false;
 };
 ModelShape shapeOf(const model::ModelConfig& config);

@@ -290,6 +290,23 @@ TEST(PlanSearch, NeverWorseThanTheReferenceAndBetterWhenTheGreedyMisses) {
   for (const auto& st : capped.plan.backward) EXPECT_LE(2.0 * st.size(), 6.0) << describe(capped.plan);
 }
 
+// Mixture of experts: bytes follow every expert, FLOPs the chosen ones (docs/moe.md), by hand on a tiny shape
+// read from a Qwen3-MoE config.json (layer 1 of 2 dense through mlp_only_layers).
+TEST(Projection, MoeLayersStoreEveryExpertAndComputeTheChosen) {
+  const std::string path = test::scratchDir() + "/config.json";
+  std::ofstream(path) << R"({"model_type": "qwen3_moe", "vocab_size": 10, "hidden_size": 4, "intermediate_size": 8,
+    "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 2, "num_experts": 3,
+    "num_experts_per_tok": 2, "moe_intermediate_size": 5, "mlp_only_layers": [1]})";
+  const ModelShape m = loadModelShape(path);
+  EXPECT_EQ(m.sparseLayers, 1);
+  // Attention 48 (q 16, k+v 16, o 16); dense MLP 96; sparse: 3 experts x 60 + router 12 = 192 stored, 2 x 60 + 12
+  // = 132 active. The mean over the two layers:
+  EXPECT_DOUBLE_EQ(m.layerParams(), 48 + (96 + 192) / 2.0);
+  EXPECT_DOUBLE_EQ(m.layerActiveParams(), 48 + (96 + 132) / 2.0);
+  EXPECT_DOUBLE_EQ(m.params(), 2 * 192 + 2 * 40);  // + embedding and untied head
+  EXPECT_DOUBLE_EQ(decoderLayerFlops(m, /*seq=*/3, /*rows=*/1), 2.0 * 162 * 3 + 2.0 * 3 * 3 * 2 * 2);
+}
+
 // Projection costs from FLOP and byte counts, checked by hand on a tiny shape.
 TEST(Projection, CostsFollowTheFlopAndByteCounts) {
   ModelShape m;
