@@ -1,5 +1,7 @@
 #include "engine/router_board.h"
 
+#include <cstring>
+
 #include <torch/torch.h>
 
 #include "common/error.h"
@@ -7,12 +9,22 @@
 namespace rp::engine {
 namespace {
 
-// A layer's slot: counts [E], probability sums [E], rows. The total's: counts [E], rows.
+// A layer's slot: counts [E], probability sums [E], rows (an int64 over two floats: a pass's rows, tokens x
+// sparse layers, outgrow float's exact integers). The total's: counts [E], rows.
 std::size_t layerFloats(int experts) {
-  return 2 * static_cast<std::size_t>(experts) + 1;
+  return 2 * static_cast<std::size_t>(experts) + 2;
 }
 std::size_t totalFloats(int experts) {
-  return static_cast<std::size_t>(experts) + 1;
+  return static_cast<std::size_t>(experts) + 2;
+}
+
+void putRows(float* at, std::int64_t rows) {
+  std::memcpy(at, &rows, sizeof(rows));
+}
+std::int64_t getRows(const float* at) {
+  std::int64_t rows = 0;
+  std::memcpy(&rows, at, sizeof(rows));
+  return rows;
 }
 
 torch::Tensor view(float* at, int n) {
@@ -43,7 +55,7 @@ float* RouterBoard::totalSlot(int mb) const {
 
 void RouterBoard::putLayer(int mb, int layer, const model::RouterStats& stats) {
   float* slot = layerSlot(mb, layer);
-  slot[2 * experts_] = static_cast<float>(stats.rows);
+  putRows(slot + 2 * experts_, stats.rows);
   if (stats.rows == 0) return;
   torch::NoGradGuard noGrad;
   view(slot, experts_).copy_(stats.counts);
@@ -54,7 +66,7 @@ model::RouterStats RouterBoard::before(int mb, int layer) const {
   model::RouterStats out;
   for (int l = 0; l < layer; ++l) {
     float* slot = layerSlot(mb, l);
-    const auto rows = static_cast<std::int64_t>(slot[2 * experts_]);
+    const std::int64_t rows = getRows(slot + 2 * experts_);
     if (rows > 0) out.add(view(slot, experts_).clone(), view(slot + experts_, experts_).clone(), rows);
   }
   return out;
@@ -64,14 +76,14 @@ void RouterBoard::putTotal(int mb, const model::RouterStats& total) {
   float* slot = totalSlot(mb);
   torch::NoGradGuard noGrad;
   view(slot, experts_).copy_(total.counts);
-  slot[experts_] = static_cast<float>(total.rows);
+  putRows(slot + experts_, total.rows);
 }
 
 model::RouterStats RouterBoard::total(int mb) const {
   float* slot = totalSlot(mb);
   model::RouterStats out;
   out.counts = view(slot, experts_).clone();
-  out.rows = static_cast<std::int64_t>(slot[experts_]);
+  out.rows = getRows(slot + experts_);
   return out;
 }
 
