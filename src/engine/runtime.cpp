@@ -15,9 +15,7 @@
 #include "common/error.h"
 #include "common/fault.h"
 #include "common/log.h"
-#include "common/resident_memory.h"
 #include "control/channel.h"
-#include "device/placement.h"
 #include "engine/costs.h"
 #include "engine/regions.h"
 #include "model/batch.h"
@@ -170,53 +168,6 @@ PipelineRuntime::~PipelineRuntime() {
   optimizer_.reset();                       // joins the thread that uses the store and its channels
 }
 
-// The device this rank computes on (pipeline.backend, device/placement.h) and the per-worker memory budget
-// the partitioner packs stages by: pipeline.memory_limit_gb, or on cuda the device's free memory less
-// pipeline.memory_reserve_gb, the least over every rank (rank 0 plans for all of them).
-void PipelineRuntime::placeWorker() {
-  const auto& c = config_;
-  const device::Placed placed = device::place(
-      {c.pipeline.backend, id_.localRank, id_.localSize, static_cast<int>(c.pipeline.ranksPerGpu)}, device::probe());
-  worker_ = device::makeWorker(placed.backend, {static_cast<std::size_t>(c.pipeline.uploadChunkMb * 1024 * 1024),
-                                                placed.device, fault::slowWorkerSpeed(id_.rank)});
-  device_ = torchDevice(worker_->placement());
-  const bool fromDevice = c.pipeline.memoryLimitGb == 0 && placed.backend == device::Backend::kCuda;
-  const double free = fromDevice ? static_cast<double>(worker_->freeMemory()) : 0.0;
-  double least = fromDevice ? free - c.pipeline.memoryReserveGb * 1e9 : std::numeric_limits<double>::infinity();
-  worldChannel_->allreduce(&least, 1, control::Reduce::kMin);  // every rank, before any of them may throw
-  if (least <= 0) {
-    if (fromDevice && free - c.pipeline.memoryReserveGb * 1e9 <= 0) {
-      RP_THROW(InputError,
-               "rank {}: {} has {:.2f} GB free, no more than pipeline.memory_reserve_gb = {}: free the GPU (other "
-               "processes on it?) or lower the reserve",
-               id_.rank, worker_->describe(), free / 1e9, c.pipeline.memoryReserveGb);
-    }
-    RP_THROW(InputError,
-             "rank {}: another rank's GPU has no memory beyond pipeline.memory_reserve_gb (its error names it)",
-             id_.rank);
-  }
-  memoryBudget_ = std::isinf(least) ? c.pipeline.memoryLimitGb * 1e9 : least;
-  if (memoryBudget_ > 0 && c.pipeline.tensorChannel == config::TensorChannelKind::kDirect) {
-    // The device-direct channel's hand-off ring lives in worker memory beside the stage slots.
-    const double ring =
-        static_cast<double>(transport::deviceDirectBytes(static_cast<int>(c.train.microbatches), tensorBytes()));
-    memoryBudget_ -= ring;
-    if (memoryBudget_ <= 0) {
-      RP_THROW(InputError,
-               "rank {}: the device-direct hand-off ring ({:.1f} MB: 4 x {} microbatches x {:.1f} MB) leaves no worker "
-               "memory for stages; use pipeline.tensor_channel = \"host\" or fewer, smaller microbatches",
-               id_.rank, ring / 1e6, c.train.microbatches, static_cast<double>(tensorBytes()) / 1e6);
-    }
-  }
-  RP_LOG_INFO("rank {}: backend {} ({}); {}", id_.rank, device::backendName(placed.backend), placed.why,
-              worker_->describe());
-  if (leader_ && memoryBudget_ > 0) {
-    RP_LOG_INFO("pipeline: stages planned for {:.2f} GB of worker memory each ({})", memoryBudget_ / 1e9,
-                std::isinf(least) ? "pipeline.memory_limit_gb" : "the least free GPU memory less the reserve");
-  }
-}
-
-// One microbatch's hidden states (or their gradient) and its bytes: what the tensor plane moves.
 std::vector<std::int64_t> PipelineRuntime::activationShape() const {
   return {rowsPerMicrobatch_, config_.train.seqLen, model_->model().config().hiddenSize};
 }
@@ -319,32 +270,6 @@ void PipelineRuntime::buildStore() {
   options.activity = activity_.get();
   options.crossNode = crossNode_.get();
   optimizer_ = std::make_unique<OptimizerWorker>(std::move(tensors), *fences_, std::move(options), *channel_);
-}
-
-// Note [Host memory]: the node store and the optimizer state are the bulk of a node's memory and both are sized
-// before anything is allocated or loaded, so a run that cannot fit stops here, on every rank, naming the parts
-// (docs/training.md, "Host memory"). Worker stage slots, the activation arena and LibTorch come on top.
-void PipelineRuntime::checkHostMemory(double storeBytes) {
-  double trainable = 0.0;
-  for (const auto& t : model_->tensors()) trainable += t.trainable ? static_cast<double>(t.local.numel()) : 0.0;
-  // Per trainable element, over the node's optimizers: a float32 gradient and the AdamW moments.
-  const double optimizer = trainable * sizeof(float) * (config_.optim.amsgrad ? 4.0 : 3.0);
-  const HostMemory host = availableHostMemory();
-  const double need = storeBytes + optimizer;
-  std::int32_t fits = host.availableBytes == 0 || need <= static_cast<double>(host.availableBytes) ? 1 : 0;
-  worldChannel_->allreduce(&fits, 1, control::Reduce::kMin);  // every rank, before any of them may throw
-  if (fits == 1) return;
-  if (need <= static_cast<double>(host.availableBytes)) {
-    RP_THROW(InputError, "rank {}: another node has not enough host memory for this run (its error names it)",
-             id_.rank);
-  }
-  RP_THROW(InputError,
-           "node {} ({}): this run needs {:.2f} GB of host memory — the node store {:.2f} GB (weights, gradient slots, "
-           "float32 masters of {:.0f}M trainable parameters) and the optimizer {:.2f} GB (float32 gradients and "
-           "moments) — but {} leaves {:.2f} GB: train LoRA (lora.rank), lower optim.staleness, or use a node with "
-           "more memory (docs/training.md, \"Host memory\")",
-           id_.node, id_.hostname, need / 1e9, storeBytes / 1e9, trainable / 1e6, optimizer / 1e9, host.source,
-           static_cast<double>(host.availableBytes) / 1e9);
 }
 
 model::LoraConfig PipelineRuntime::loraConfig() const {

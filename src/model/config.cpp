@@ -132,14 +132,13 @@ MoeConfig parseMoe(const json& j, const Fields& f) {
       m.mlpOnlyLayers.push_back(l.get<std::int64_t>());
     }
   }
+  m.routerAuxLossCoef = 0.001;
   if (f.has("router_aux_loss_coef")) {
     const json& v = j.at("router_aux_loss_coef");
     if (!v.is_number() || v.get<double>() < 0) {
       RP_THROW(InputError, "{}: field 'router_aux_loss_coef' is {}, expected a number >= 0", f.source(), v.dump());
     }
     m.routerAuxLossCoef = v.get<double>();
-  } else {
-    m.routerAuxLossCoef = 0.001;
   }
   m.outputRouterLogits = f.boolOr("output_router_logits", false);
   return m;

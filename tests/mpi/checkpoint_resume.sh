@@ -57,6 +57,16 @@ PY
     fail "the final state of $2 differs from $1"
 }
 
+# resumes_bitwise <name> <ranks> <what> [--set ...]: a run into $work/<name> and one resumed from its step-3
+# checkpoint on the same ranks give the same losses of steps 4..6 and the same final state, bitwise.
+resumes_bitwise() {
+  local name="$1" n="$2" what="$3"; shift 3
+  run "$work/$name" "$n" "$@" || { tail -20 "$work/$name.log"; fail "the $what run failed"; }
+  run "$work/r$name" "$n" "$@" --resume "$work/$name/checkpoints/step-00000003" || fail "$what resume failed"
+  same_losses "$work/$name" "$work/r$name" 4 0
+  same_state "$work/$name" "$work/r$name"
+}
+
 # 1. Resharding (sync).
 run "$work/w4" 4 --set optim.mode=sync || { tail -20 "$work/w4.log"; fail "the 4-worker run failed"; }
 [[ -f "$work/w4/checkpoints/step-00000003/manifest.json" ]] || fail "no step-3 checkpoint"
@@ -104,11 +114,7 @@ for prec in "bf16 --set model.dtype=bfloat16 --set optim.mode=async" \
             "fp16 --set model.dtype=float16 --set optim.mode=sync --set precision.growth_interval=2"; do
   read -r name flags <<<"$prec"
   # shellcheck disable=SC2086
-  run "$work/$name" 2 $flags || { tail -20 "$work/$name.log"; fail "the $name run failed"; }
-  # shellcheck disable=SC2086
-  run "$work/r$name" 2 $flags --resume "$work/$name/checkpoints/step-00000003" || fail "$name resume failed"
-  same_losses "$work/$name" "$work/r$name" 4 0
-  same_state "$work/$name" "$work/r$name"
+  resumes_bitwise "$name" 2 "$name" $flags
   python3 - "$work/$name/metrics.jsonl" "$work/r$name/metrics.jsonl" <<'PY' || fail "$name: the loss scales differ"
 import json, sys
 a, b = ({j["step"]: j.get("loss_scale") for j in map(json.loads, open(p))} for p in sys.argv[1:3])
@@ -117,23 +123,12 @@ PY
 done
 
 # LoRA (adapters only; the base comes from model.path) and the generated Qwen3: bitwise on the same workers.
-run "$work/l2" 2 --set optim.mode=sync --set lora.rank=4 || fail "the LoRA run failed"
-run "$work/rl2" 2 --set optim.mode=sync --set lora.rank=4 --resume "$work/l2/checkpoints/step-00000003" ||
-  fail "LoRA resume failed"
-same_losses "$work/l2" "$work/rl2" 4 0
-same_state "$work/l2" "$work/rl2"
+resumes_bitwise l2 2 LoRA --set optim.mode=sync --set lora.rank=4
 if [[ -d "${RP_GOLDEN_DIR:-}/qwen3-tiny" ]]; then
   q=(--set "model.path=$RP_GOLDEN_DIR/qwen3-tiny" --set optim.mode=sync
      --set "model.tokenizer=$(cd "$(dirname "$0")/../../configs/builtin-tiny" && pwd)")
-  run "$work/q3" 3 "${q[@]}" || { tail -20 "$work/q3.log"; fail "the Qwen3 run failed"; }
-  run "$work/rq3" 3 "${q[@]}" --resume "$work/q3/checkpoints/step-00000003" || fail "Qwen3 resume failed"
-  same_losses "$work/q3" "$work/rq3" 4 0
-  same_state "$work/q3" "$work/rq3"
-  run "$work/q3l" 3 "${q[@]}" --set lora.rank=4 || fail "the Qwen3 LoRA run failed"
-  run "$work/rq3l" 3 "${q[@]}" --set lora.rank=4 --resume "$work/q3l/checkpoints/step-00000003" ||
-    fail "Qwen3 LoRA resume failed"
-  same_losses "$work/q3l" "$work/rq3l" 4 0
-  same_state "$work/q3l" "$work/rq3l"
+  resumes_bitwise q3 3 Qwen3 "${q[@]}"
+  resumes_bitwise q3l 3 "Qwen3 LoRA" "${q[@]}" --set lora.rank=4
 else
   echo "note: RP_GOLDEN_DIR/qwen3-tiny absent, the generated Qwen3 case is not run"
 fi
@@ -142,11 +137,7 @@ fi
 if [[ -d "${RP_GOLDEN_DIR:-}/qwen3-moe-tiny" ]]; then
   moe=(--set "model.path=$RP_GOLDEN_DIR/qwen3-moe-tiny" --set optim.mode=async
        --set "model.tokenizer=$(cd "$(dirname "$0")/../../configs/builtin-tiny" && pwd)")
-  run "$work/moe" 3 "${moe[@]}" || { tail -20 "$work/moe.log"; fail "the Qwen3-MoE run failed"; }
-  run "$work/rmoe" 3 "${moe[@]}" --resume "$work/moe/checkpoints/step-00000003" || fail "Qwen3-MoE resume failed"
-  same_losses "$work/moe" "$work/rmoe" 4 0
-  same_state "$work/moe" "$work/rmoe"
-  echo "Qwen3-MoE: resumed bitwise"
+  resumes_bitwise moe 3 Qwen3-MoE "${moe[@]}"
 else
   echo "note: RP_GOLDEN_DIR/qwen3-moe-tiny absent, the generated Qwen3-MoE case is not run"
 fi
