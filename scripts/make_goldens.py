@@ -17,6 +17,12 @@ Models:
                     the load-balancing loss on with coefficient 0.05); `loss` includes it, `aux_loss` is the
                     coefficient times it. save_pretrained stores the experts one tensor each, as published.
                     Its vocabulary is TinyStories' (2048) so runs can use that tokenizer (the export test).
+  gpt-oss-tiny      a random GptOssForCausalLM (8 experts, top 2, attention sinks, sliding window 6 on layers 0 and
+                    2, YaRN rope as published, swiglu_limit 0.5 so the clamps bite, the load-balancing loss on with
+                    coefficient 0.05), with packed-document goldens (the window inside documents).
+  gpt-oss-mxfp4     gpt-oss-tiny's checkpoint with its experts stored MXFP4-quantized (random codes and scales,
+                    as published GPT-OSS checkpoints store them) and `dequantized.<name>`: transformers'
+                    convert_moe_packed_tensors of each, in float32.
   optim/            torch.optim.AdamW on random tensors (two hyper-parameter sets, 100 steps, the grads of every
                     step stored), transformers' LR schedules sampled per step, and the fixture's AdamW
                     reference weights (optim/test_adamw.npz) re-encoded as safetensors.
@@ -114,8 +120,34 @@ def generated(name, config, seed, out, with_docs=False):
 
 def config_to_model(config):
     classes = {"qwen3": transformers.Qwen3ForCausalLM, "qwen3_moe": transformers.Qwen3MoeForCausalLM,
-               "llama": transformers.LlamaForCausalLM}
+               "llama": transformers.LlamaForCausalLM, "gpt_oss": transformers.GptOssForCausalLM}
     return classes[config.model_type](config).float().eval()
+
+
+def mxfp4_checkpoint(source, out):
+    """The checkpoint at `source` with each stacked expert tensor replaced by random MXFP4 blocks and scales."""
+    from safetensors.torch import load_file
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+    tensors = load_file(os.path.join(source, "model.safetensors"))
+    g = torch.Generator().manual_seed(97)
+    dequantized = {}
+    for name in [n for n in tensors if n.endswith(("experts.gate_up_proj", "experts.down_proj"))]:
+        experts, k, n = tensors.pop(name).shape
+        blocks = torch.randint(0, 256, (experts, n, k // 32, 16), generator=g, dtype=torch.uint8)
+        scales = torch.randint(120, 131, (experts, n, k // 32), generator=g, dtype=torch.uint8)
+        tensors[name + "_blocks"] = blocks
+        tensors[name + "_scales"] = scales
+        dequantized["dequantized." + name] = convert_moe_packed_tensors(blocks, scales, dtype=torch.float32)
+    os.makedirs(out, exist_ok=True)
+    save_file(tensors, os.path.join(out, "model.safetensors"))
+    with open(os.path.join(source, "config.json")) as f:
+        config = json.load(f)
+    config["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn",
+                                     "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    write(out, dequantized)
 
 
 def optimizer_goldens(fixtures, out):
@@ -402,6 +434,13 @@ def main():
         output_router_logits=True, router_aux_loss_coef=0.05, tie_word_embeddings=False,
         attn_implementation="eager")
     generated("qwen3-moe-tiny", qwen3_moe, 2468, args.out)
+    gpt_oss = transformers.GptOssConfig(
+        vocab_size=2048, hidden_size=64, intermediate_size=32, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=131072, rms_norm_eps=1e-5, num_local_experts=8,
+        num_experts_per_tok=2, sliding_window=6, swiglu_limit=0.5, output_router_logits=True,
+        router_aux_loss_coef=0.05, tie_word_embeddings=False, attn_implementation="eager")
+    generated("gpt-oss-tiny", gpt_oss, 8642, args.out, with_docs=True)
+    mxfp4_checkpoint(os.path.join(args.out, "gpt-oss-tiny"), os.path.join(args.out, "gpt-oss-mxfp4"))
 
     with open(os.path.join(args.out, "versions.json"), "w") as f:
         json.dump({"torch": torch.__version__, "transformers": transformers.__version__}, f)

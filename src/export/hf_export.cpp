@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "model/expert_layout.h"
+#include "model/mxfp4.h"
 #include "model/safetensors_writer.h"
 #include "model/torch_bridge.h"
 
@@ -111,6 +112,31 @@ std::vector<std::string> adaptedModules(const std::map<std::string, torch::Tenso
   return {modules.begin(), modules.end()};
 }
 
+// A GPT-OSS base's MXFP4 experts (model/mxfp4.h): `name` "X_blocks" becomes the dequantized "X" (float32);
+// "X_scales" is consumed with it. False for every other tensor.
+bool dequantizedInto(std::map<std::string, torch::Tensor>& weights, const safetensors::CheckpointReader& reader,
+                     const std::string& name) {
+  auto stem = [&](const char* suffix) {
+    const std::string s(suffix);
+    return name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0
+               ? name.substr(0, name.size() - s.size())
+               : std::string();
+  };
+  if (!stem("_scales").empty() && reader.find(stem("_scales") + "_blocks") != nullptr) return true;
+  const std::string tensor = stem("_blocks");
+  const safetensors::TensorView* scales = tensor.empty() ? nullptr : reader.find(tensor + "_scales");
+  if (scales == nullptr) return false;
+  const safetensors::TensorView& blocks = reader.get(name);
+  if (blocks.shape.size() != 4) {
+    RP_THROW(InputError, "{}: MXFP4 tensor '{}' has {} dimensions, expected 4", *blocks.file, name,
+             blocks.shape.size());
+  }
+  auto dense = torch::empty({blocks.shape[0], blocks.shape[2] * 32, blocks.shape[1]}, torch::kFloat);
+  model::dequantizeMxfp4(blocks, *scales, dense);
+  weights[tensor] = dense;
+  return true;
+}
+
 }  // namespace
 
 void exportCheckpoint(const fs::path& dir, const fs::path& out, const ExportOptions& options) {
@@ -155,7 +181,9 @@ void exportCheckpoint(const fs::path& dir, const fs::path& out, const ExportOpti
   std::map<std::string, torch::Tensor> weights;
   if (m.model.value("init", "pretrained") == "pretrained") {
     const safetensors::CheckpointReader reader(base.string());
-    for (const auto& name : reader.names()) weights[name] = model::toTorch(reader.get(name)).to(torch::kFloat);
+    for (const auto& name : reader.names()) {
+      if (!dequantizedInto(weights, reader, name)) weights[name] = model::toTorch(reader.get(name)).to(torch::kFloat);
+    }
   }
   const double scale = m.lora.is_null() ? 0.0 : m.lora.at("alpha").get<double>() / m.lora.at("rank").get<double>();
   for (auto& [name, t] : masters) {
@@ -174,15 +202,16 @@ void exportCheckpoint(const fs::path& dir, const fs::path& out, const ExportOpti
     }
     w->second = w->second + scale * torch::matmul(b->second, t);  // W + (alpha / r) B A
   }
-  // MoE experts as published checkpoints store them, one tensor per expert projection (what transformers 4.x and
-  // 5.x and vLLM load); over the base's copies of the same tensors.
-  model::toPublishedLayout(weights);
+  json config = m.model.at("config");
+  // Qwen3-MoE experts as published checkpoints store them, one tensor per expert projection (what transformers
+  // 4.x and 5.x and vLLM load); over the base's copies of the same tensors. GPT-OSS keeps the stacked tensors.
+  if (config.value("model_type", "") == "qwen3_moe") model::toPublishedLayout(weights);
+  config.erase("quantization_config");  // MXFP4 experts are written dequantized
   // Tied embeddings are stored once, as the embedding (what save_pretrained writes); a base checkpoint that
   // stored them as lm_head.weight would otherwise shadow the trained embedding.
   if (m.model.at("config").value("tie_word_embeddings", false) && weights.count("model.embed_tokens.weight")) {
     weights.erase("lm_head.weight");
   }
-  json config = m.model.at("config");
   // transformers 5.x reads "dtype" (and loads in it by default); 4.x reads "torch_dtype". The base's values
   // would otherwise load the exported weights upcast.
   config["dtype"] = target.name;

@@ -41,7 +41,7 @@ Batch toDevice(const Batch& b, torch::Device device) {
 }
 
 AttentionContext toDevice(const AttentionContext& c, torch::Device device) {
-  return {onDevice(c.cos, device), onDevice(c.sin, device), onDevice(c.mask, device)};
+  return {onDevice(c.cos, device), onDevice(c.sin, device), onDevice(c.mask, device), onDevice(c.windowMask, device)};
 }
 
 }  // namespace rp::model

@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -67,9 +68,32 @@ class Fields {
   const std::string& source_;
 };
 
-// RoPE: the pre-v5 form (rope_theta + rope_scaling) and the v5 form (rope_parameters) are both accepted.
-RopeConfig parseRope(const json& j, const Fields& f) {
-  RopeConfig rope;
+// transformers' get_mscale: the YaRN attention factor for a context extended `scale` times.
+double yarnMscale(double scale, double mscale) {
+  return scale <= 1.0 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
+}
+
+// YaRN as transformers' _compute_yarn_parameters reads it; the frequencies themselves are computed in
+// model/layers.cpp.
+void parseYarn(const Fields& p, RopeConfig& rope) {
+  rope.factor = p.positiveNumber(p.required("factor", "a positive number"), "factor");
+  rope.originalMaxPositions = p.positiveInt("original_max_position_embeddings");
+  rope.betaFast = p.positiveNumberOr("beta_fast", 32.0);
+  rope.betaSlow = p.positiveNumberOr("beta_slow", 1.0);
+  rope.truncate = p.boolOr("truncate", true);
+  const double mscale = p.positiveNumberOr("mscale", 0.0), mscaleAllDim = p.positiveNumberOr("mscale_all_dim", 0.0);
+  if (p.has("attention_factor")) {
+    rope.attentionFactor = p.positiveNumberOr("attention_factor", 1.0);
+  } else if (mscale > 0 && mscaleAllDim > 0) {
+    rope.attentionFactor = yarnMscale(rope.factor, mscale) / yarnMscale(rope.factor, mscaleAllDim);
+  } else {
+    rope.attentionFactor = yarnMscale(rope.factor, 1.0);
+  }
+}
+
+// RoPE: the pre-v5 form (rope_theta + rope_scaling) and the v5 form (rope_parameters) are both accepted;
+// `rope` holds the architecture's defaults.
+RopeConfig parseRope(const json& j, const Fields& f, RopeConfig rope) {
   const json* params = nullptr;
   const char* paramsKey = nullptr;
   for (const char* key : {"rope_parameters", "rope_scaling"}) {
@@ -103,7 +127,11 @@ RopeConfig parseRope(const json& j, const Fields& f) {
     }
     return rope;
   }
-  RP_THROW(InputError, "{}: {}.rope_type '{}' is not supported (supported: default, linear, llama3)", f.source(),
+  if (rope.type == "yarn") {
+    parseYarn(p, rope);
+    return rope;
+  }
+  RP_THROW(InputError, "{}: {}.rope_type '{}' is not supported (supported: default, linear, llama3, yarn)", f.source(),
            paramsKey, rope.type);
 }
 
@@ -144,6 +172,72 @@ MoeConfig parseMoe(const json& j, const Fields& f) {
   return m;
 }
 
+// GPT-OSS's experts (every layer sparse, `intermediate_size` wide); defaults are GptOssConfig's.
+MoeConfig parseGptOssMoe(const json& j, const Fields& f) {
+  MoeConfig m;
+  m.kind = MoeKind::kGptOss;
+  m.numExperts = f.has("num_experts") ? f.positiveInt("num_experts") : f.positiveIntOr("num_local_experts", 128);
+  m.expertsPerToken = f.positiveIntOr("num_experts_per_tok", 4);
+  if (m.expertsPerToken > m.numExperts) {
+    RP_THROW(InputError, "{}: num_experts_per_tok ({}) exceeds the number of experts ({})", f.source(),
+             m.expertsPerToken, m.numExperts);
+  }
+  m.expertIntermediateSize = f.positiveInt("intermediate_size");
+  m.swigluLimit = f.positiveNumberOr("swiglu_limit", 7.0);
+  m.swigluAlpha = f.positiveNumberOr("swiglu_alpha", 1.702);
+  m.routerAuxLossCoef = 0.001;
+  if (f.has("router_aux_loss_coef")) {
+    const json& v = j.at("router_aux_loss_coef");
+    if (!v.is_number() || v.get<double>() < 0) {
+      RP_THROW(InputError, "{}: field 'router_aux_loss_coef' is {}, expected a number >= 0", f.source(), v.dump());
+    }
+    m.routerAuxLossCoef = v.get<double>();
+  }
+  m.outputRouterLogits = f.boolOr("output_router_logits", false);
+  return m;
+}
+
+// layer_types: "full_attention" everywhere, or (GPT-OSS) also "sliding_attention"; GPT-OSS's default
+// alternates, sliding first.
+std::vector<bool> parseLayerTypes(const json& j, const Fields& f, std::int64_t layers, bool slidingAllowed) {
+  std::vector<bool> sliding(layers, false);
+  if (!f.has("layer_types")) {
+    if (slidingAllowed) {
+      for (std::int64_t i = 0; i < layers; i += 2) sliding[i] = true;
+    }
+    return sliding;
+  }
+  const json& types = j.at("layer_types");
+  if (!types.is_array() || static_cast<std::int64_t>(types.size()) != layers) {
+    RP_THROW(InputError, "{}: field 'layer_types' is {}, expected a list of {} layer types", f.source(), types.dump(),
+             layers);
+  }
+  for (std::int64_t i = 0; i < layers; ++i) {
+    if (types[i] == "sliding_attention" && slidingAllowed) {
+      sliding[i] = true;
+    } else if (types[i] != "full_attention") {
+      RP_THROW(InputError, "{}: layer_types[{}] is {}; supported: \"full_attention\"{}", f.source(), i, types[i].dump(),
+               slidingAllowed ? ", \"sliding_attention\"" : "");
+    }
+  }
+  return sliding;
+}
+
+// A quantized checkpoint: only GPT-OSS's MXFP4 experts, which loading dequantizes (model/mxfp4.h).
+void checkQuantization(const json& j, const Fields& f, Architecture arch) {
+  if (!f.has("quantization_config")) return;
+  const json& q = j.at("quantization_config");
+  const std::string method = q.is_object() && q.contains("quant_method") && q.at("quant_method").is_string()
+                                 ? q.at("quant_method").get<std::string>()
+                                 : q.dump();
+  if (arch != Architecture::kGptOss || method != "mxfp4") {
+    RP_THROW(InputError,
+             "{}: quantization_config.quant_method '{}' is not supported (only GPT-OSS's mxfp4 experts, which are "
+             "dequantized at load; give the unquantized checkpoint)",
+             f.source(), method);
+  }
+}
+
 }  // namespace
 
 bool MoeConfig::sparse(std::int64_t layer) const {
@@ -160,6 +254,8 @@ const char* architectureName(Architecture arch) {
       return "qwen3";
     case Architecture::kQwen3Moe:
       return "qwen3_moe";
+    case Architecture::kGptOss:
+      return "gpt_oss";
     case Architecture::kLlama:
       break;
   }
@@ -170,17 +266,21 @@ ModelConfig parseModelConfig(const json& j, const std::string& source) {
   if (!j.is_object()) RP_THROW(InputError, "{}: expected a JSON object", source);
   const Fields f(j, source);
   ModelConfig c;
-  const json& type = f.required("model_type", "\"llama\", \"qwen3\" or \"qwen3_moe\"");
+  const json& type = f.required("model_type", "\"llama\", \"qwen3\", \"qwen3_moe\" or \"gpt_oss\"");
   if (type == "llama") {
     c.arch = Architecture::kLlama;
   } else if (type == "qwen3") {
     c.arch = Architecture::kQwen3;
   } else if (type == "qwen3_moe") {
     c.arch = Architecture::kQwen3Moe;
+  } else if (type == "gpt_oss") {
+    c.arch = Architecture::kGptOss;
   } else {
-    RP_THROW(InputError, "{}: model_type {} is not supported (supported: \"llama\", \"qwen3\", \"qwen3_moe\")", source,
+    RP_THROW(InputError,
+             "{}: model_type {} is not supported (supported: \"llama\", \"qwen3\", \"qwen3_moe\", \"gpt_oss\")", source,
              type.dump());
   }
+  const bool gptOss = c.arch == Architecture::kGptOss;
   c.vocabSize = f.positiveInt("vocab_size");
   c.hiddenSize = f.positiveInt("hidden_size");
   c.intermediateSize = f.positiveInt("intermediate_size");
@@ -195,16 +295,33 @@ ModelConfig parseModelConfig(const json& j, const std::string& source) {
     RP_THROW(InputError, "{}: hidden_size ({}) is not a multiple of num_attention_heads ({}) and head_dim is absent",
              source, c.hiddenSize, c.numHeads);
   }
-  c.headDim = f.positiveIntOr("head_dim", c.hiddenSize / c.numHeads);
+  c.headDim = f.positiveIntOr("head_dim", gptOss ? 64 : c.hiddenSize / c.numHeads);
   if (c.headDim % 2 != 0) RP_THROW(InputError, "{}: head_dim ({}) must be even for RoPE", source, c.headDim);
   c.maxPositions = f.positiveIntOr("max_position_embeddings", 4096);
-  c.rmsNormEps = f.positiveNumberOr("rms_norm_eps", 1e-6);
-  c.rope = parseRope(j, f);
+  c.rmsNormEps = f.positiveNumberOr("rms_norm_eps", gptOss ? 1e-5 : 1e-6);
+  RopeConfig rope;
+  if (gptOss && !f.has("rope_parameters") && !f.has("rope_scaling")) {
+    // GptOssConfig's default: YaRN from 4096 positions, 32 times.
+    rope.type = "yarn";
+    rope.factor = 32.0;
+    rope.originalMaxPositions = 4096;
+    rope.truncate = false;
+    rope.attentionFactor = yarnMscale(rope.factor, 1.0);
+  }
+  if (gptOss) rope.theta = 150000.0;
+  c.rope = parseRope(j, f, rope);
   c.tieWordEmbeddings = f.boolOr("tie_word_embeddings", false);
-  c.attentionBias = f.boolOr("attention_bias", false);
+  c.attentionBias = f.boolOr("attention_bias", gptOss);
   c.mlpBias = f.boolOr("mlp_bias", false);
-  c.qkNorm = c.arch != Architecture::kLlama;
+  c.qkNorm = c.arch == Architecture::kQwen3 || c.arch == Architecture::kQwen3Moe;
   if (c.arch == Architecture::kQwen3Moe) c.moe = parseMoe(j, f);
+  if (gptOss) {
+    c.moe = parseGptOssMoe(j, f);
+    c.attentionSinks = true;
+    c.slidingWindow = f.positiveIntOr("sliding_window", 128);
+  }
+  c.slidingLayers = parseLayerTypes(j, f, c.numLayers, gptOss);
+  checkQuantization(j, f, c.arch);
   c.bosTokenId = f.tokenIdOr("bos_token_id");
   c.eosTokenId = f.tokenIdOr("eos_token_id");
   c.initializerRange = f.positiveNumberOr("initializer_range", 0.02);
@@ -214,14 +331,6 @@ ModelConfig parseModelConfig(const json& j, const std::string& source) {
   if (act != "silu") RP_THROW(InputError, "{}: hidden_act '{}' is not supported (supported: silu)", source, act);
   if (f.boolOr("use_sliding_window", false)) {
     RP_THROW(InputError, "{}: use_sliding_window=true is not supported (full causal attention only)", source);
-  }
-  if (f.has("layer_types")) {
-    for (const auto& layerType : j.at("layer_types")) {
-      if (layerType != "full_attention") {
-        RP_THROW(InputError, "{}: layer_types contains {}; only \"full_attention\" is supported", source,
-                 layerType.dump());
-      }
-    }
   }
   if (f.positiveIntOr("pretraining_tp", 1) != 1) {
     RP_THROW(InputError, "{}: pretraining_tp > 1 is not supported", source);

@@ -1,4 +1,5 @@
-// The model architecture as described by a Hugging Face config.json (Llama, Qwen3, Qwen3-MoE). Torch-free.
+// The model architecture as described by a Hugging Face config.json (Llama, Qwen3, Qwen3-MoE, GPT-OSS).
+// Torch-free.
 #pragma once
 
 #include <cstdint>
@@ -9,20 +10,29 @@
 
 namespace rp::model {
 
-enum class Architecture { kLlama, kQwen3, kQwen3Moe };
+enum class Architecture { kLlama, kQwen3, kQwen3Moe, kGptOss };
 
 struct RopeConfig {
   double theta = 10000.0;
-  std::string type = "default";              // default | linear | llama3
-  double factor = 1.0;                       // linear, llama3
+  std::string type = "default";              // default | linear | llama3 | yarn
+  double factor = 1.0;                       // linear, llama3, yarn
   double lowFreqFactor = 1.0;                // llama3
   double highFreqFactor = 4.0;               // llama3
-  std::int64_t originalMaxPositions = 8192;  // llama3
+  std::int64_t originalMaxPositions = 8192;  // llama3, yarn
+  double betaFast = 32.0;                    // yarn: the ramp between extrapolated and interpolated frequencies
+  double betaSlow = 1.0;                     // yarn
+  bool truncate = true;                      // yarn: round the ramp's ends to whole dimensions
+  double attentionFactor = 1.0;              // yarn: cos and sin are scaled by it (from factor unless given)
 };
 
-// Mixture of experts (Qwen3-MoE, docs/moe.md): which decoder layers route each token to `expertsPerToken` of
-// `numExperts` SwiGLU experts, and the load-balancing loss transformers adds to the training loss.
+// Mixture of experts (docs/moe.md): which decoder layers route each token to `expertsPerToken` of
+// `numExperts` experts, and the load-balancing loss transformers adds to the training loss.
+//   kQwen3: softmax over all experts then top-k; SwiGLU experts without biases.
+//   kGptOss: top-k of the logits (router with a bias) then softmax over the k; experts with biases and
+//            the clamped GLU (up + 1) * gate * sigmoid(alpha * gate), gate <= limit, |up| <= limit.
+enum class MoeKind { kQwen3, kGptOss };
 struct MoeConfig {
+  MoeKind kind = MoeKind::kQwen3;
   std::int64_t numExperts = 0;  // 0: a dense model
   std::int64_t expertsPerToken = 0;
   std::int64_t expertIntermediateSize = 0;
@@ -31,6 +41,8 @@ struct MoeConfig {
   std::vector<std::int64_t> mlpOnlyLayers;  // dense layers regardless of the step
   double routerAuxLossCoef = 0.0;
   bool outputRouterLogits = false;  // transformers adds the auxiliary loss only when this is true
+  double swigluLimit = 7.0;         // kGptOss
+  double swigluAlpha = 1.702;       // kGptOss
 
   // Whether decoder layer `layer` is a sparse (expert) layer.
   bool sparse(std::int64_t layer) const;
@@ -53,12 +65,19 @@ struct ModelConfig {
   bool tieWordEmbeddings = false;
   bool attentionBias = false;  // q/k/v/o projections carry biases
   bool mlpBias = false;
-  bool qkNorm = false;  // per-head RMSNorm on queries and keys (Qwen3)
+  bool qkNorm = false;              // per-head RMSNorm on queries and keys (Qwen3)
+  bool attentionSinks = false;      // GPT-OSS: a learned per-head logit each softmax row also normalises over
+  std::int64_t slidingWindow = 0;   // keys within this many positions of the query, on the sliding layers
+  std::vector<bool> slidingLayers;  // per layer: sliding-window attention (layer_types), else full causal
   std::int64_t bosTokenId = -1;
   std::int64_t eosTokenId = -1;
   double initializerRange = 0.02;       // std of the normal init for training from scratch
   std::string storedDtype = "float32";  // torch_dtype / dtype of the checkpoint, informational
   MoeConfig moe;
+
+  bool sliding(std::int64_t layer) const {
+    return layer < static_cast<std::int64_t>(slidingLayers.size()) && slidingLayers[layer];
+  }
 };
 
 const char* architectureName(Architecture arch);

@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "model/causal_lm.h"
 #include "model/expert_layout.h"
+#include "model/mxfp4.h"
 #include "model/safetensors.h"
 #include "model/torch_bridge.h"
 
@@ -44,7 +45,23 @@ std::vector<std::string> loadHfWeights(CausalLM& model, const std::string& direc
     const safetensors::TensorView* view = reader.find(name);
     // Tied embeddings may be stored under either name (TinyStories stores only lm_head.weight).
     if (view == nullptr && tied && name == "model.embed_tokens.weight") view = reader.find("lm_head.weight");
-    if (view == nullptr && isStackedExperts(name)) {
+    const Architecture arch = model.config().arch;
+    if (view == nullptr && arch == Architecture::kGptOss && isStackedExperts(name)) {
+      // Published GPT-OSS checkpoints store the experts MXFP4-quantized (model/mxfp4.h).
+      const safetensors::TensorView* blocks = reader.find(name + "_blocks");
+      const safetensors::TensorView* scales = reader.find(name + "_scales");
+      if (blocks == nullptr || scales == nullptr) {
+        RP_THROW(InputError,
+                 "{}: tensor '{}' is missing from the checkpoint (neither stored as such nor MXFP4-quantized as "
+                 "'{}_blocks' and '{}_scales')",
+                 directory, name, name, name);
+      }
+      dequantizeMxfp4(*blocks, *scales, param);
+      used.insert(blocks->name);
+      used.insert(scales->name);
+      continue;
+    }
+    if (view == nullptr && arch == Architecture::kQwen3Moe && isStackedExperts(name)) {
       // Published MoE checkpoints store each expert's projections (model/expert_layout.h).
       for (auto& [part, slice] : perExpertViews(name, param)) {
         const safetensors::TensorView* partView = reader.find(part);

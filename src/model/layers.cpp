@@ -1,5 +1,6 @@
 #include "model/layers.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -22,6 +23,29 @@ torch::Tensor applyRotary(const torch::Tensor& x, const torch::Tensor& cos, cons
   return x * cos + rotateHalf(x) * sin;
 }
 
+// YaRN (transformers' _compute_yarn_parameters): frequencies below the correction range are interpolated
+// (divided by the factor), those above it kept, with a linear ramp between.
+torch::Tensor yarnFrequencies(const torch::Tensor& extrapolated, const ModelConfig& c) {
+  const RopeConfig& r = c.rope;
+  const double dim = static_cast<double>(c.headDim);
+  auto correctionDim = [&](double rotations) {
+    return dim * std::log(static_cast<double>(r.originalMaxPositions) / (rotations * 2.0 * std::numbers::pi)) /
+           (2.0 * std::log(r.theta));
+  };
+  double low = correctionDim(r.betaFast), high = correctionDim(r.betaSlow);
+  if (r.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, dim - 1);
+  if (low == high) high += 0.001;
+  const auto ramp = ((torch::arange(c.headDim / 2, torch::kFloat) - low) / (high - low)).clamp(0, 1);
+  const auto extrapolationFactor = 1 - ramp;
+  const auto interpolated = extrapolated / r.factor;
+  return interpolated * (1 - extrapolationFactor) + extrapolated * extrapolationFactor;
+}
+
 // inv_freq exactly as transformers builds it (float32), then scaled by the configured rope type.
 torch::Tensor inverseFrequencies(const ModelConfig& c) {
   const auto dim = c.headDim;
@@ -29,6 +53,7 @@ torch::Tensor inverseFrequencies(const ModelConfig& c) {
   auto invFreq = 1.0 / torch::pow(torch::scalar_tensor(c.rope.theta, torch::kFloat), exponents);
   const RopeConfig& r = c.rope;
   if (r.type == "linear") return invFreq / r.factor;
+  if (r.type == "yarn") return yarnFrequencies(invFreq, c);
   if (r.type != "llama3") return invFreq;
   const double lowFreqWavelen = static_cast<double>(r.originalMaxPositions) / r.lowFreqFactor;
   const double highFreqWavelen = static_cast<double>(r.originalMaxPositions) / r.highFreqFactor;
@@ -63,20 +88,30 @@ Batch causalBatch(const torch::Tensor& inputIds) {
   return batch;
 }
 
-Rotary::Rotary(const ModelConfig& config) : invFreq_(inverseFrequencies(config)) {}
+Rotary::Rotary(const ModelConfig& config)
+    : invFreq_(inverseFrequencies(config)),
+      scaling_(config.rope.type == "yarn" ? config.rope.attentionFactor : 1.0),
+      window_(std::find(config.slidingLayers.begin(), config.slidingLayers.end(), true) != config.slidingLayers.end()
+                  ? config.slidingWindow
+                  : 0) {}
 
 AttentionContext Rotary::context(const Batch& batch, torch::ScalarType dtype) const {
   AttentionContext ctx;
   // [B, T, 1] x [1, 1, D/2] in float32, duplicated to [B, T, D] as transformers does.
   const auto freqs = batch.positionIds.to(torch::kFloat).unsqueeze(-1) * invFreq_.view({1, 1, -1});
   const auto emb = torch::cat({freqs, freqs}, -1);
-  ctx.cos = emb.cos().to(dtype);
-  ctx.sin = emb.sin().to(dtype);
+  ctx.cos = scaling_ == 1.0 ? emb.cos().to(dtype) : (emb.cos() * scaling_).to(dtype);
+  ctx.sin = scaling_ == 1.0 ? emb.sin().to(dtype) : (emb.sin() * scaling_).to(dtype);
+  const auto T = batch.inputIds.size(1);
+  const auto causal = torch::ones({T, T}, torch::kBool).tril();
   if (batch.segmentIds.defined()) {
-    const auto T = batch.inputIds.size(1);
-    const auto causal = torch::ones({T, T}, torch::kBool).tril();
     const auto sameSegment = batch.segmentIds.unsqueeze(2) == batch.segmentIds.unsqueeze(1);  // [B, T, T]
     ctx.mask = sameSegment.logical_and(causal).unsqueeze(1);
+  }
+  if (window_ > 0) {
+    // transformers' sliding_window_overlay: key j is visible from query i when j > i - window.
+    const auto window = causal.logical_and(torch::ones({T, T}, torch::kBool).triu(1 - window_));
+    ctx.windowMask = ctx.mask.defined() ? ctx.mask.logical_and(window) : window.view({1, 1, T, T});
   }
   return ctx;
 }
@@ -114,8 +149,8 @@ void appendProjection(std::vector<NamedTensor>& out, const std::string& name, co
 }
 }  // namespace
 
-Attention::Attention(const ModelConfig& c, const ParamOptions& o)
-    : numHeads_(c.numHeads), numKvHeads_(c.numKvHeads), headDim_(c.headDim) {
+Attention::Attention(const ModelConfig& c, bool sliding, const ParamOptions& o)
+    : numHeads_(c.numHeads), numKvHeads_(c.numKvHeads), headDim_(c.headDim), sliding_(sliding) {
   q_ =
       register_module("q_proj", std::make_shared<Projection>(c.hiddenSize, c.numHeads * c.headDim, c.attentionBias, o));
   k_ = register_module("k_proj",
@@ -128,6 +163,7 @@ Attention::Attention(const ModelConfig& c, const ParamOptions& o)
     qNorm_ = register_module("q_norm", std::make_shared<RmsNorm>(c.headDim, c.rmsNormEps, o));
     kNorm_ = register_module("k_norm", std::make_shared<RmsNorm>(c.headDim, c.rmsNormEps, o));
   }
+  if (c.attentionSinks) sinks_ = register_parameter("sinks", newParameter({c.numHeads}, o, 0.0));
 }
 
 torch::Tensor Attention::forward(const torch::Tensor& x, const AttentionContext& ctx) const {
@@ -148,13 +184,31 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const AttentionContext&
   k = applyRotary(k, cos, sin);
   const double scale = 1.0 / std::sqrt(static_cast<double>(headDim_));
   const bool gqa = numKvHeads_ != numHeads_;
+  const torch::Tensor& mask = sliding_ ? ctx.windowMask : ctx.mask;
+  RP_CHECK(!sliding_ || mask.defined(), "a sliding-window layer needs the context's window mask");
   torch::Tensor out;
-  if (ctx.mask.defined()) {
-    out = at::scaled_dot_product_attention(q, k, v, ctx.mask, 0.0, /*is_causal=*/false, scale, gqa);
+  if (sinks_.defined()) {
+    out = withSinks(q, k, v, mask, scale);
+  } else if (mask.defined()) {
+    out = at::scaled_dot_product_attention(q, k, v, mask, 0.0, /*is_causal=*/false, scale, gqa);
   } else {
     out = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, scale, gqa);
   }
   return o_->forward(out.transpose(1, 2).reshape({B, T, numHeads_ * headDim_}));
+}
+
+torch::Tensor Attention::withSinks(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                   const torch::Tensor& mask, double scale) const {
+  const auto B = q.size(0), T = q.size(2);
+  const auto groups = numHeads_ / numKvHeads_;
+  const auto keys = groups == 1 ? k : k.repeat_interleave(groups, 1);
+  const auto values = groups == 1 ? v : v.repeat_interleave(groups, 1);
+  const auto allowed = mask.defined() ? mask : torch::ones({T, T}, torch::kBool).tril().view({1, 1, T, T});
+  const auto scores = (torch::matmul(q, keys.transpose(2, 3)) * scale).masked_fill(allowed.logical_not(), -INFINITY);
+  auto logits = torch::cat({scores, sinks_.view({1, -1, 1, 1}).expand({B, numHeads_, T, 1})}, -1);
+  logits = logits - std::get<0>(logits.max(-1, /*keepdim=*/true));
+  const auto probs = torch::softmax(logits, -1).narrow(-1, 0, T);  // the sink's share attends to nothing
+  return torch::matmul(probs, values);
 }
 
 Projection* Attention::projection(const std::string& name) const {
@@ -175,6 +229,7 @@ std::vector<NamedTensor> Attention::hfParameters(const std::string& prefix) cons
     out.emplace_back(prefix + "q_norm.weight", qNorm_->weight);
     out.emplace_back(prefix + "k_norm.weight", kNorm_->weight);
   }
+  if (sinks_.defined()) out.emplace_back(prefix + "sinks", sinks_);
   return out;
 }
 
@@ -219,27 +274,59 @@ torch::Tensor routerAuxLoss(const RouterStats& stats, const MoeConfig& moe) {
   return (stats.counts * stats.probSums).sum() * routerAuxScale(moe, stats.rows);
 }
 
-SparseMoe::SparseMoe(const ModelConfig& c, const ParamOptions& o)
-    : topK_(c.moe.expertsPerToken), normTopk_(c.moe.normTopkProb) {
+SparseMoe::SparseMoe(const ModelConfig& c, const ParamOptions& o) : config_(c.moe) {
   const auto E = c.moe.numExperts, I = c.moe.expertIntermediateSize, H = c.hiddenSize;
-  router = register_parameter("gate", newParameter({E, H}, o));
-  gateUp = register_parameter("gate_up_proj", newParameter({E, 2 * I, H}, o));
-  down = register_parameter("down_proj", newParameter({E, H, I}, o));
+  if (c.moe.kind == MoeKind::kQwen3) {
+    router = register_parameter("gate", newParameter({E, H}, o));
+    gateUp = register_parameter("gate_up_proj", newParameter({E, 2 * I, H}, o));
+    down = register_parameter("down_proj", newParameter({E, H, I}, o));
+    return;
+  }
+  router = register_parameter("router", newParameter({E, H}, o));
+  routerBias = register_parameter("router_bias", newParameter({E}, o, 0.0));
+  gateUp = register_parameter("gate_up_proj", newParameter({E, H, 2 * I}, o));
+  gateUpBias = register_parameter("gate_up_proj_bias", newParameter({E, 2 * I}, o, 0.0));
+  down = register_parameter("down_proj", newParameter({E, I, H}, o));
+  downBias = register_parameter("down_proj_bias", newParameter({E, H}, o, 0.0));
+}
+
+torch::Tensor SparseMoe::expert(std::int64_t e, const torch::Tensor& x) const {
+  if (config_.kind == MoeKind::kQwen3) {
+    const auto gu = torch::linear(x, gateUp[e]).chunk(2, -1);
+    return torch::linear(torch::silu(gu[0]) * gu[1], down[e]);
+  }
+  // GptOssExperts: the clamped GLU on interleaved gate/up columns.
+  using torch::indexing::Slice;
+  const auto gu = torch::matmul(x, gateUp[e]) + gateUpBias[e];
+  const double limit = config_.swigluLimit;
+  const auto gate = gu.index({Slice(), Slice(0, torch::indexing::None, 2)}).clamp_max(limit);
+  const auto up = gu.index({Slice(), Slice(1, torch::indexing::None, 2)}).clamp(-limit, limit);
+  const auto glu = gate * torch::sigmoid(gate * config_.swigluAlpha);
+  return torch::matmul((up + 1) * glu, down[e]) + downBias[e];
 }
 
 torch::Tensor SparseMoe::forward(const torch::Tensor& x, RouterStats* stats) const {
-  const auto E = router.size(0), H = x.size(-1);
+  const auto E = router.size(0), H = x.size(-1), topK = config_.expertsPerToken;
   const auto flat = x.reshape({-1, H});
   const auto rows = flat.size(0);
-  // Routing as transformers' Qwen3MoeTopKRouter: softmax in float32, top-k, optional renormalisation.
-  const auto logits = torch::linear(flat, router);
+  const auto logits = torch::linear(flat, router, routerBias);
+  // The probabilities the load-balancing loss uses: softmax over every expert, in float32.
   const auto probs = torch::softmax(logits, -1, torch::kFloat);
-  auto [topWeights, topExperts] = probs.topk(topK_, -1);
-  if (normTopk_) topWeights = topWeights / topWeights.sum(-1, /*keepdim=*/true);
+  torch::Tensor topWeights, topExperts;
+  if (config_.kind == MoeKind::kQwen3) {
+    // Qwen3MoeTopKRouter: top-k of the probabilities, optionally renormalised.
+    std::tie(topWeights, topExperts) = probs.topk(topK, -1);
+    if (config_.normTopkProb) topWeights = topWeights / topWeights.sum(-1, /*keepdim=*/true);
+  } else {
+    // GptOssTopKRouter: top-k of the logits, softmax over the k.
+    torch::Tensor topLogits;
+    std::tie(topLogits, topExperts) = logits.topk(topK, -1);
+    topWeights = torch::softmax(topLogits, -1);
+  }
   // Group the (token, slot) pairs by expert: a stable sort keeps each expert's tokens in token order.
   const auto flatExperts = topExperts.reshape({-1});
   const auto order = flatExperts.argsort(/*stable=*/true);
-  const auto tokenOf = order.div(topK_, "floor");
+  const auto tokenOf = order.div(topK, "floor");
   const auto counts = torch::bincount(flatExperts, {}, E);
   const auto perExpert = counts.to(torch::kCPU);
   const auto* n = perExpert.data_ptr<std::int64_t>();
@@ -248,8 +335,7 @@ torch::Tensor SparseMoe::forward(const torch::Tensor& x, RouterStats* stats) con
   std::int64_t offset = 0;
   for (std::int64_t e = 0; e < E; ++e) {
     if (n[e] == 0) continue;
-    const auto gu = torch::linear(grouped.narrow(0, offset, n[e]), gateUp[e]).chunk(2, -1);
-    outputs.push_back(torch::linear(torch::silu(gu[0]) * gu[1], down[e]));
+    outputs.push_back(expert(e, grouped.narrow(0, offset, n[e])));
     offset += n[e];
   }
   const auto weights = topWeights.to(logits.scalar_type()).reshape({-1}).index_select(0, order).unsqueeze(1);
@@ -259,14 +345,19 @@ torch::Tensor SparseMoe::forward(const torch::Tensor& x, RouterStats* stats) con
 }
 
 std::vector<NamedTensor> SparseMoe::hfParameters(const std::string& prefix) const {
-  return {{prefix + "gate.weight", router},
-          {prefix + "experts.gate_up_proj", gateUp},
-          {prefix + "experts.down_proj", down}};
+  if (config_.kind == MoeKind::kQwen3) {
+    return {{prefix + "gate.weight", router},
+            {prefix + "experts.gate_up_proj", gateUp},
+            {prefix + "experts.down_proj", down}};
+  }
+  return {{prefix + "router.weight", router},        {prefix + "router.bias", routerBias},
+          {prefix + "experts.gate_up_proj", gateUp}, {prefix + "experts.gate_up_proj_bias", gateUpBias},
+          {prefix + "experts.down_proj", down},      {prefix + "experts.down_proj_bias", downBias}};
 }
 
 DecoderLayer::DecoderLayer(const ModelConfig& c, std::int64_t index, const ParamOptions& o) : index_(index) {
   inputNorm_ = register_module("input_layernorm", std::make_shared<RmsNorm>(c.hiddenSize, c.rmsNormEps, o));
-  attention_ = register_module("self_attn", std::make_shared<Attention>(c, o));
+  attention_ = register_module("self_attn", std::make_shared<Attention>(c, c.sliding(index), o));
   postAttentionNorm_ =
       register_module("post_attention_layernorm", std::make_shared<RmsNorm>(c.hiddenSize, c.rmsNormEps, o));
   if (c.moe.sparse(index)) {

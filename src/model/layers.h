@@ -33,9 +33,10 @@ Batch causalBatch(const torch::Tensor& inputIds);
 
 // Per-microbatch attention inputs shared by every decoder layer.
 struct AttentionContext {
-  torch::Tensor cos;   // [B, T, head_dim]
-  torch::Tensor sin;   // [B, T, head_dim]
-  torch::Tensor mask;  // undefined (plain causal) or bool [B, 1, T, T], true = may attend
+  torch::Tensor cos;         // [B, T, head_dim]
+  torch::Tensor sin;         // [B, T, head_dim]
+  torch::Tensor mask;        // undefined (plain causal) or bool [B, 1, T, T], true = may attend
+  torch::Tensor windowMask;  // models with sliding-window layers: bool [B or 1, 1, T, T] for those layers
 };
 
 // How a model's parameters are created: allocated in `dtype` (uninitialised; norms start at one, biases at
@@ -49,7 +50,8 @@ struct ParamOptions {
 // A parameter tensor of `sizes` under `options`, filled with `fill` when allocated and a fill is given.
 torch::Tensor newParameter(at::IntArrayRef sizes, const ParamOptions& options, std::optional<double> fill = {});
 
-// Rotary position embedding frequencies (default, linear and llama3 scaling as transformers computes them).
+// Rotary position embedding frequencies (default, linear, llama3 and yarn scaling as transformers computes
+// them) and the attention masks of a microbatch.
 class Rotary {
  public:
   explicit Rotary(const ModelConfig& config);
@@ -57,6 +59,8 @@ class Rotary {
 
  private:
   torch::Tensor invFreq_;  // [head_dim / 2] float32
+  double scaling_;         // yarn's attention factor on cos and sin
+  std::int64_t window_;    // sliding window of the sliding layers; 0 = none
 };
 
 class RmsNorm : public torch::nn::Module {
@@ -88,18 +92,26 @@ class Projection : public torch::nn::Module {
   std::shared_ptr<LoraAdapter> lora_;
 };
 
+// Grouped-query attention. GPT-OSS: on sliding layers keys come from the last `sliding_window` positions
+// (AttentionContext::windowMask), and each head's softmax also normalises over a learned sink logit, which
+// attends to nothing (computed eagerly, as transformers' eager_attention_forward).
 class Attention : public torch::nn::Module {
  public:
-  Attention(const ModelConfig& config, const ParamOptions& options);
+  Attention(const ModelConfig& config, bool sliding, const ParamOptions& options);
   torch::Tensor forward(const torch::Tensor& x, const AttentionContext& ctx) const;
   std::vector<NamedTensor> hfParameters(const std::string& prefix) const;
   // "q", "k", "v", "o"; nullptr for other names.
   Projection* projection(const std::string& name) const;
 
  private:
+  torch::Tensor withSinks(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                          const torch::Tensor& mask, double scale) const;
+
   std::int64_t numHeads_, numKvHeads_, headDim_;
+  bool sliding_;
   std::shared_ptr<Projection> q_, k_, v_, o_;
   std::shared_ptr<RmsNorm> qNorm_, kNorm_;  // Qwen3 only
+  torch::Tensor sinks_;                     // GPT-OSS: [heads]
 };
 
 class Mlp : public torch::nn::Module {
@@ -129,10 +141,12 @@ struct RouterStats {
 torch::Tensor routerAuxLoss(const RouterStats& stats, const MoeConfig& moe);
 double routerAuxScale(const MoeConfig& moe, std::int64_t rows);
 
-// Qwen3-MoE's sparse block: a softmax top-k router and SwiGLU experts. Experts are stored stacked as
-// transformers 5 holds them in memory (gate_up_proj [E, 2I, H], down_proj [E, H, I]); model/expert_layout.h
-// converts to and from the per-expert tensors of published checkpoints. Tokens are grouped by expert, one
-// matrix product per expert that has any.
+// A sparse block (MoeConfig::kind): a top-k router and experts, stored stacked as transformers 5 holds them
+// in memory. Qwen3-MoE: router `gate` [E, H], gate_up_proj [E, 2I, H] (gate over up), down_proj [E, H, I];
+// model/expert_layout.h converts to and from the per-expert tensors of published checkpoints. GPT-OSS:
+// router `router` [E, H] with a bias, gate_up_proj [E, H, 2I] (gate and up interleaved by column),
+// down_proj [E, I, H], each with a bias — the layout of its published checkpoints. Tokens are grouped by
+// expert, one matrix product per projection per expert that has any.
 class SparseMoe : public torch::nn::Module {
  public:
   SparseMoe(const ModelConfig& config, const ParamOptions& options);
@@ -140,12 +154,15 @@ class SparseMoe : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, RouterStats* stats) const;
   std::vector<NamedTensor> hfParameters(const std::string& prefix) const;
   torch::Tensor router;  // [E, H]
-  torch::Tensor gateUp;  // [E, 2I, H]
-  torch::Tensor down;    // [E, H, I]
+  torch::Tensor gateUp;
+  torch::Tensor down;
+  torch::Tensor routerBias, gateUpBias, downBias;  // GPT-OSS: [E], [E, 2I], [E, H]
 
  private:
-  std::int64_t topK_;
-  bool normTopk_;
+  // One expert on its tokens `x` [n, H].
+  torch::Tensor expert(std::int64_t e, const torch::Tensor& x) const;
+
+  MoeConfig config_;
 };
 
 class DecoderLayer : public torch::nn::Module {

@@ -29,8 +29,11 @@ torch::Tensor toTorch(const safetensors::TensorView& view) {
     case safetensors::DType::kI32:
       type = torch::kInt32;
       break;
+    case safetensors::DType::kU8:
+      type = torch::kUInt8;
+      break;
     default:
-      RP_THROW(InputError, "{}: tensor '{}' has dtype {}; expected F64, F32, BF16, F16, I64 or I32", *view.file,
+      RP_THROW(InputError, "{}: tensor '{}' has dtype {}; expected F64, F32, BF16, F16, I64, I32 or U8", *view.file,
                view.name, safetensors::dtypeName(view.dtype));
   }
   auto tensor = torch::empty(view.shape, torch::TensorOptions().dtype(type));

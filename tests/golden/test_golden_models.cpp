@@ -2,12 +2,15 @@
 // Tolerances are relative to the largest reference magnitude: |ours - ref|_inf <= tol * |ref|_inf,
 // 1e-5 for logits and losses, 1e-4 for gradients (fp32).
 #include <filesystem>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "common/error.h"
 #include "model/causal_lm.h"
 #include "model/safetensors.h"
+#include "model/safetensors_writer.h"
 #include "model/torch_bridge.h"
 #include "support/fixtures.h"
 
@@ -118,7 +121,8 @@ TEST_P(GoldenModel, PackedDocumentsMatchSeparateTransformersRuns) {
 
 INSTANTIATE_TEST_SUITE_P(Models, GoldenModel,
                          ::testing::Values(Case{"tinystories-656k", true}, Case{"qwen3-tiny", false},
-                                           Case{"llama3-tiny", false}, Case{"qwen3-moe-tiny", false}),
+                                           Case{"llama3-tiny", false}, Case{"qwen3-moe-tiny", false},
+                                           Case{"gpt-oss-tiny", false}),
                          [](const auto& info) {
                            std::string n = info.param.name;
                            for (auto& c : n) {
@@ -126,6 +130,47 @@ INSTANTIATE_TEST_SUITE_P(Models, GoldenModel,
                            }
                            return n;
                          });
+
+// GPT-OSS's published layout: experts MXFP4-quantized, dequantized at load exactly as transformers does.
+TEST(GoldenMxfp4, QuantizedExpertsLoadAsTransformersDequantizesThem) {
+  const auto golden = test::goldenDir();
+  RP_SKIP_UNLESS(golden, "golden directory");
+  const std::string dir = *golden + "/gpt-oss-mxfp4";
+  const safetensors::SafetensorsFile reference(dir + "/golden.safetensors");
+  const auto model = loadHfModel(dir, torch::kFloat);
+  std::size_t compared = 0;
+  for (const auto& [name, param] : model->hfParameters()) {
+    const auto* view = reference.find("dequantized." + name);
+    if (view == nullptr) continue;
+    EXPECT_TRUE(torch::equal(param, toTorch(*view))) << name << " differs from transformers' dequantization";
+    ++compared;
+  }
+  EXPECT_EQ(compared, 6u) << "3 layers x (gate_up_proj, down_proj)";
+}
+
+TEST(GoldenMxfp4, ATruncatedScaleTensorIsNamed) {
+  const auto golden = test::goldenDir();
+  RP_SKIP_UNLESS(golden, "golden directory");
+  const std::string dir = *golden + "/gpt-oss-mxfp4";
+  const safetensors::SafetensorsFile source(dir + "/model.safetensors");
+  // The same checkpoint with one layer's scales cut to half the rows.
+  const auto out = std::filesystem::path(::testing::TempDir()) / "rp-mxfp4-bad";
+  std::filesystem::create_directories(out);
+  std::filesystem::copy_file(dir + "/config.json", out / "config.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  std::vector<safetensors::OutTensor> tensors;
+  for (const auto& view : source.tensors()) {
+    tensors.push_back({view.name, view.dtype, view.shape, view.data});
+    if (view.name == "model.layers.1.mlp.experts.down_proj_scales") tensors.back().shape[1] /= 2;
+  }
+  safetensors::writeFile((out / "model.safetensors").string(), tensors);
+  try {
+    loadHfModel(out.string(), torch::kFloat);
+    FAIL() << "loading a truncated scale tensor succeeded";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.layers.1.mlp.experts.down_proj_scales"), std::string::npos) << e.what();
+  }
+}
 
 }  // namespace
 }  // namespace rp::model

@@ -132,15 +132,17 @@ if [[ -d "${RP_GOLDEN_DIR:-}/qwen3-tiny" ]]; then
 else
   echo "note: RP_GOLDEN_DIR/qwen3-tiny absent, the generated Qwen3 case is not run"
 fi
-# The generated Qwen3-MoE with its load-balancing loss, async: stacked expert tensors and the one-step-stale
-# weights in the checkpoint, bitwise.
-if [[ -d "${RP_GOLDEN_DIR:-}/qwen3-moe-tiny" ]]; then
-  moe=(--set "model.path=$RP_GOLDEN_DIR/qwen3-moe-tiny" --set optim.mode=async
-       --set "model.tokenizer=$(cd "$(dirname "$0")/../../configs/builtin-tiny" && pwd)")
-  resumes_bitwise moe 3 Qwen3-MoE "${moe[@]}"
-else
-  echo "note: RP_GOLDEN_DIR/qwen3-moe-tiny absent, the generated Qwen3-MoE case is not run"
-fi
+# The generated MoE models with their load-balancing loss, async: stacked expert tensors and the one-step-stale
+# weights in the checkpoint, bitwise. GPT-OSS starts from its MXFP4 experts (dequantized at load).
+for generated in qwen3-moe-tiny gpt-oss-mxfp4; do
+  if [[ -d "${RP_GOLDEN_DIR:-}/$generated" ]]; then
+    moe=(--set "model.path=$RP_GOLDEN_DIR/$generated" --set optim.mode=async
+         --set "model.tokenizer=$(cd "$(dirname "$0")/../../configs/builtin-tiny" && pwd)")
+    resumes_bitwise "$generated" 3 "$generated" "${moe[@]}"
+  else
+    echo "note: RP_GOLDEN_DIR/$generated absent, the generated $generated case is not run"
+  fi
+done
 
 # 3. kill -9 during a save (every 2 steps; the save of step 4 is hit).
 for point in 1:4:save-shard 0:4:save-manifest 0:4:save-rename; do

@@ -243,7 +243,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"llama3_fp16", "golden:llama3-tiny", "", {"model.dtype=float16", "precision.loss_scale=1048576"}},
         // Qwen3-MoE with the load-balancing loss: decoder 0 sparse in a forward stage, decoder 1 dense, decoder 2
         // sparse in the fused stage; the statistics cross processes through the node store.
-        Case{"qwen3_moe_aux", "golden:qwen3-moe-tiny", "", {"pipeline.plan=2,1 | 1 | 1,1,1"}}),
+        Case{"qwen3_moe_aux", "golden:qwen3-moe-tiny", "", {"pipeline.plan=2,1 | 1 | 1,1,1"}},
+        // GPT-OSS from its MXFP4 checkpoint (every rank dequantizes at load), sinks, sliding layers 0 and 2.
+        Case{"gpt_oss_aux", "golden:gpt-oss-mxfp4", "", {"pipeline.plan=2,1 | 1 | 1,1,1"}}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace

@@ -1,3 +1,4 @@
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -131,6 +132,74 @@ TEST(ModelConfig, Qwen3MoeErrorsNameTheField) {
   EXPECT_NE(errorOf(j).find("'router_aux_loss_coef' is \"high\""), std::string::npos) << errorOf(j);
 }
 
+json gptOss() {
+  return {{"model_type", "gpt_oss"}, {"vocab_size", 100},        {"hidden_size", 64},       {"intermediate_size", 32},
+          {"num_hidden_layers", 4},  {"num_attention_heads", 4}, {"num_key_value_heads", 2}};
+}
+
+TEST(ModelConfig, GptOssFieldsAndTransformersDefaults) {
+  json j = gptOss();
+  ModelConfig c = parseModelConfig(j, "cfg.json");
+  EXPECT_EQ(c.arch, Architecture::kGptOss);
+  EXPECT_STREQ(architectureName(c.arch), "gpt_oss");
+  // GptOssConfig's defaults.
+  EXPECT_EQ(c.headDim, 64);
+  EXPECT_TRUE(c.attentionBias);
+  EXPECT_TRUE(c.attentionSinks);
+  EXPECT_FALSE(c.qkNorm);
+  EXPECT_DOUBLE_EQ(c.rmsNormEps, 1e-5);
+  EXPECT_EQ(c.slidingWindow, 128);
+  EXPECT_EQ(c.slidingLayers, (std::vector<bool>{true, false, true, false}));
+  EXPECT_EQ(c.rope.type, "yarn");
+  EXPECT_DOUBLE_EQ(c.rope.theta, 150000.0);
+  EXPECT_DOUBLE_EQ(c.rope.factor, 32.0);
+  EXPECT_EQ(c.rope.originalMaxPositions, 4096);
+  EXPECT_FALSE(c.rope.truncate);
+  EXPECT_DOUBLE_EQ(c.rope.attentionFactor, 0.1 * std::log(32.0) + 1.0);
+  EXPECT_EQ(c.moe.kind, MoeKind::kGptOss);
+  EXPECT_EQ(c.moe.numExperts, 128);
+  EXPECT_EQ(c.moe.expertsPerToken, 4);
+  EXPECT_EQ(c.moe.expertIntermediateSize, 32);
+  EXPECT_DOUBLE_EQ(c.moe.swigluLimit, 7.0);
+  EXPECT_DOUBLE_EQ(c.moe.swigluAlpha, 1.702);
+  for (int l = 0; l < 4; ++l) EXPECT_TRUE(c.moe.sparse(l)) << l;
+
+  // As published (gpt-oss-20b): explicit layer types, old-form rope scaling, MXFP4 experts.
+  j["num_local_experts"] = 32;
+  j["layer_types"] = {"full_attention", "sliding_attention", "full_attention", "full_attention"};
+  j["rope_theta"] = 10000.0;
+  j["rope_scaling"] = {{"rope_type", "yarn"},
+                       {"factor", 8.0},
+                       {"original_max_position_embeddings", 64},
+                       {"mscale", 2.0},
+                       {"mscale_all_dim", 1.0}};
+  j["quantization_config"] = {{"quant_method", "mxfp4"}};
+  c = parseModelConfig(j, "cfg.json");
+  EXPECT_EQ(c.moe.numExperts, 32);
+  EXPECT_EQ(c.slidingLayers, (std::vector<bool>{false, true, false, false}));
+  EXPECT_DOUBLE_EQ(c.rope.theta, 10000.0);
+  EXPECT_TRUE(c.rope.truncate);
+  EXPECT_DOUBLE_EQ(c.rope.attentionFactor, (0.2 * std::log(8.0) + 1.0) / (0.1 * std::log(8.0) + 1.0));
+}
+
+TEST(ModelConfig, GptOssErrorsNameTheField) {
+  json j = gptOss();
+  j["layer_types"] = {"full_attention", "chunked_attention", "full_attention", "full_attention"};
+  EXPECT_NE(errorOf(j).find("layer_types[1] is \"chunked_attention\""), std::string::npos) << errorOf(j);
+  j["layer_types"] = {"full_attention"};
+  EXPECT_NE(errorOf(j).find("expected a list of 4 layer types"), std::string::npos) << errorOf(j);
+  j = gptOss();
+  j["quantization_config"] = {{"quant_method", "fp8"}};
+  EXPECT_NE(errorOf(j).find("quant_method 'fp8' is not supported"), std::string::npos) << errorOf(j);
+  j = gptOss();
+  j["swiglu_limit"] = -1;
+  EXPECT_NE(errorOf(j).find("'swiglu_limit' is -1"), std::string::npos) << errorOf(j);
+  j = gptOss();
+  j["num_experts_per_tok"] = 200;
+  EXPECT_NE(errorOf(j).find("num_experts_per_tok (200) exceeds the number of experts (128)"), std::string::npos)
+      << errorOf(j);
+}
+
 TEST(ModelConfig, Llama3RopeScalingOldForm) {
   json j = llama();
   j["rope_scaling"] = {{"rope_type", "llama3"},
@@ -162,8 +231,23 @@ TEST(ModelConfig, ErrorsNameFileAndField) {
   EXPECT_NE(errorOf(j).find("not a multiple of num_key_value_heads (3)"), std::string::npos) << errorOf(j);
 
   j = llama();
+  j["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 4.0}};
+  EXPECT_NE(errorOf(j).find("rope_type 'dynamic' is not supported"), std::string::npos) << errorOf(j);
+
+  j = llama();
   j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
-  EXPECT_NE(errorOf(j).find("rope_type 'yarn' is not supported"), std::string::npos) << errorOf(j);
+  EXPECT_NE(errorOf(j).find("field 'original_max_position_embeddings' is missing"), std::string::npos) << errorOf(j);
+
+  j = llama();
+  j["layer_types"] = {"full_attention", "sliding_attention"};
+  EXPECT_NE(errorOf(j).find("layer_types[1] is \"sliding_attention\"; supported: \"full_attention\""),
+            std::string::npos)
+      << errorOf(j);
+
+  j = llama();
+  j["quantization_config"] = {{"quant_method", "bitsandbytes"}};
+  EXPECT_NE(errorOf(j).find("quantization_config.quant_method 'bitsandbytes' is not supported"), std::string::npos)
+      << errorOf(j);
 
   j = llama();
   j["hidden_act"] = "gelu";

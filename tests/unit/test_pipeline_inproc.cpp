@@ -31,6 +31,7 @@ struct Case {
   bool untied = false;     // a randomly initialised untied TinyStories (no tied embedding to sum)
   bool moe = false;        // ... made Qwen3-MoE: layer 0 sparse (4 experts, top 2), layer 1 dense
   bool auxLoss = false;    // ... both layers sparse, with the load-balancing loss (coefficient 0.1)
+  bool gptOss = false;     // ... made GPT-OSS instead: sinks, layer 0 sliding (window 8), clamped experts
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
@@ -71,6 +72,17 @@ TEST_P(InProcPipeline, EqualsTheSingleProcessTrainer) {
                    {"norm_topk_prob", true},
                    {"mlp_only_layers", c.auxLoss ? std::vector<int>{} : std::vector<int>{1}},
                    {"output_router_logits", c.auxLoss},
+                   {"router_aux_loss_coef", 0.1}});
+    }
+    if (c.gptOss) {
+      json.update({{"model_type", "gpt_oss"},
+                   {"head_dim", 16},
+                   {"num_local_experts", 4},
+                   {"num_experts_per_tok", 2},
+                   {"intermediate_size", 64},
+                   {"sliding_window", 8},
+                   {"swiglu_limit", 0.1},  // random weights: the clamps bite
+                   {"output_router_logits", true},
                    {"router_aux_loss_coef", 0.1}});
     }
     std::ofstream(model + "/config.json") << json.dump();
@@ -136,7 +148,9 @@ INSTANTIATE_TEST_SUITE_P(
                           Case{"moe", {}, 0, {}, false, true, true},
                           Case{"moe_aux", {}, 0, {}, false, true, true, true},
                           Case{"moe_aux_layer_recompute", {"pipeline.recompute=layer"}, 0, {}, false, true, true, true},
-                          Case{"moe_aux_async_lora", {"lora.rank=4"}, 1, {}, false, true, true, true}),
+                          Case{"moe_aux_async_lora", {"lora.rank=4"}, 1, {}, false, true, true, true},
+                          Case{"gpt_oss", {}, 0, {}, false, true, true, true, true},
+                          Case{"gpt_oss_async_lora", {"lora.rank=4"}, 1, {}, false, true, true, true, true}),
         ::testing::Values(TensorPlane::kHostStaged, TensorPlane::kInProcess, TensorPlane::kDirect)),
     [](const auto& info) {
       return fmt::format("w{}_{}_{}", std::get<0>(info.param), std::get<1>(info.param).name,
