@@ -101,6 +101,10 @@ int run(int argc, char** argv) {
   app.add_option("--model", modelPath, "GPU projection: a Hugging Face config.json");
   app.add_option("--seq", seq, "GPU projection: tokens per sequence");
   app.add_option("--rows", rows, "GPU projection: sequences per microbatch");
+  bool lora = false;
+  app.add_flag("--lora", lora,
+               "GPU projection: LoRA on a frozen bf16 base (no weight gradients computed or downloaded, no optimizer "
+               "state on the baselines' GPUs)");
   std::string planner = "reference";
   app.add_option("--planner", planner, "RoundPipe plan without --plan: reference (the partitioner) | search");
   int ahead = 1;
@@ -125,6 +129,7 @@ int run(int argc, char** argv) {
   if (projecting && (hardwarePath.empty() || modelPath.empty())) {
     RP_THROW(rp::InputError, "a GPU projection needs both --hardware and --model");
   }
+  if (lora && !projecting) RP_THROW(rp::InputError, "--lora applies to GPU projections (--hardware and --model)");
   Hardware hardware;
   ModelShape shape;
   if (projecting) {
@@ -133,10 +138,10 @@ int run(int argc, char** argv) {
     workers = hardware.gpus;
     std::cout << fmt::format(
         "PROJECTION, not a measurement: {} ({} x {}, {:.0f} TFLOPS x {:.0f}% efficiency, host link {:.0f} GB/s per "
-        "{} GPUs, {}), {:.2f}B parameters, {} x {} tokens per microbatch; times in ms\n\n",
+        "{} GPUs, {}), {:.2f}B parameters{}, {} x {} tokens per microbatch; times in ms\n\n",
         modelPath, hardware.gpus, hardware.name, hardware.tensorTflops, 100 * hardware.efficiency, hardware.pcieGBs,
         hardware.gpusPerBridge, hardware.p2p ? fmt::format("P2P {:.0f} GB/s", hardware.p2pGBs) : "no P2P",
-        shape.params() / 1e9, rows, seq);
+        shape.params() / 1e9, lora ? " (LoRA: frozen base)" : "", rows, seq);
   }
   std::optional<TraceInput> trace;
   if (!tracePath.empty()) {
@@ -147,7 +152,7 @@ int run(int argc, char** argv) {
     std::cout << fmt::format("trace {}: {} workers, {} microbatches, plan {}\n\n", tracePath, workers,
                              trace->microbatches, describe(trace->plan));
   }
-  const SimCosts costs = projecting        ? projectCosts(shape, hardware, seq, rows)
+  const SimCosts costs = projecting        ? projectCosts(shape, hardware, seq, rows, lora)
                          : trace           ? trace->costs
                          : profile.empty() ? uniformCosts(layers, fwd, bwd, headFwd, headBwd, hop)
                                            : loadProfile(profile, hop);
@@ -209,12 +214,14 @@ int run(int argc, char** argv) {
       for (int st = 0; st < stagesCount; ++st) {
         const int inFlight = s == SimSchedule::kGpipe ? setup.microbatches * setup.rounds : workers;
         const int layersOnWorker = setup.stageLayers[static_cast<std::size_t>(st)] * setup.virtualStages;
-        fits = fits &&
-               boundStageFits(shape, hardware, layersOnWorker, st == stagesCount - 1, seq, rows, inFlight, recompute);
+        fits = fits && boundStageFits(shape, hardware, layersOnWorker, st == stagesCount - 1, seq, rows, inFlight,
+                                      recompute, lora);
       }
       if (!fits) {
-        std::cout << simScheduleName(s) << ": OOM (a stage's weights, gradients, fp32 masters, Adam moments and "
-                  << "activations exceed " << hardware.memoryGb << " GB)\n\n";
+        std::cout << simScheduleName(s)
+                  << (lora ? ": OOM (a stage's frozen weights and activations exceed "
+                           : ": OOM (a stage's weights, gradients, fp32 masters, Adam moments and activations exceed ")
+                  << hardware.memoryGb << " GB)\n\n";
         results.emplace_back(s, SimResult{});
         continue;
       }

@@ -99,23 +99,29 @@ Hardware loadHardware(const std::string& path) {
   return h;
 }
 
-SimCosts projectCosts(const ModelShape& m, const Hardware& h, int seq, int rows) {
+SimCosts projectCosts(const ModelShape& m, const Hardware& h, int seq, int rows, bool lora) {
   const double tokens = static_cast<double>(seq) * rows;
   const double flopsPerMs = h.tensorTflops * 1e12 * h.efficiency / 1e3;
   const double hostBytesPerMs = h.pcieGBs * 1e9 / h.gpusPerBridge / 1e3;
   const double layerFwd = decoderLayerFlops(m, seq, rows) / flopsPerMs;
   const double headFwd = headFlops(m, seq, rows) / flopsPerMs;
+  // Full: activation and weight gradients, 2 x forward. LoRA: the matmuls' activation gradients (1 x their
+  // forward) and attention's backward (2 x its forward, it has no weights).
+  const double attention = (decoderLayerFlops(m, seq, rows) - 2.0 * m.layerActiveParams() * tokens) / flopsPerMs;
+  const double layerBwd = lora ? (layerFwd - attention) + 2.0 * attention : 2.0 * layerFwd;
+  const double headBwd = lora ? headFwd : 2.0 * headFwd;
   SimCosts c;
+  c.weightGradients = !lora;
   c.forward.push_back(0.0);  // the embedding lookup
   c.backward.push_back(0.0);
   c.weightTransfer.push_back(2.0 * static_cast<double>(m.vocab) * m.hidden / hostBytesPerMs);
   for (int l = 0; l < m.layers; ++l) {
     c.forward.push_back(layerFwd);
-    c.backward.push_back(2.0 * layerFwd);
+    c.backward.push_back(layerBwd);
     c.weightTransfer.push_back(2.0 * m.layerParams() / hostBytesPerMs);
   }
   c.forward.push_back(headFwd);
-  c.backward.push_back(2.0 * headFwd);
+  c.backward.push_back(headBwd);
   c.weightTransfer.push_back(2.0 * static_cast<double>(m.vocab) * m.hidden / hostBytesPerMs);
   const double activation = 2.0 * tokens * m.hidden;
   c.hop = h.p2p ? activation / (h.p2pGBs * 1e9 / 1e3) : 2.0 * activation / hostBytesPerMs;
@@ -123,14 +129,14 @@ SimCosts projectCosts(const ModelShape& m, const Hardware& h, int seq, int rows)
 }
 
 bool boundStageFits(const ModelShape& m, const Hardware& h, int layers, bool withHead, int seq, int rows, int inFlight,
-                    bool recompute) {
+                    bool recompute, bool lora) {
   const double params = layers * m.layerParams() + (withHead ? static_cast<double>(m.vocab) * m.hidden : 0.0);
   // Activations kept per layer per microbatch without recompute: ~34·s·b·h bytes (+ attention scores,
   // absent with flash attention) — Korthikanti et al., "Reducing Activation Recomputation"; with full
   // recompute only the layer input (2·s·b·h bytes in bf16).
   const double perLayer = (recompute ? 2.0 : 34.0) * seq * rows * static_cast<double>(m.hidden);
   const double activations = perLayer * layers * inFlight;
-  return 16.0 * params + activations <= h.memoryGb * 1e9;
+  return (lora ? 2.0 : 16.0) * params + activations <= h.memoryGb * 1e9;
 }
 
 }  // namespace rp::schedule

@@ -45,13 +45,16 @@ Hardware loadHardware(const std::string& toml);
 
 // Milliseconds per microbatch of `rows` sequences of `seq` tokens in bf16: layer matmuls and causal attention
 // at hardware.efficiency of the tensor peak (backward = 2 x forward), weight uploads over the host link shared
-// by gpusPerBridge GPUs, activation hops over NVLink or (no P2P) twice over the host link.
-SimCosts projectCosts(const ModelShape& model, const Hardware& hardware, int seq, int rows);
+// by gpusPerBridge GPUs, activation hops over NVLink or (no P2P) twice over the host link. With `lora` the
+// base is frozen: backward computes the activation gradients alone (matmuls 1 x forward, attention still 2 x;
+// the adapters' FLOPs are negligible) and no weight gradient is downloaded.
+SimCosts projectCosts(const ModelShape& model, const Hardware& hardware, int seq, int rows, bool lora = false);
 
 // Whether weight-bound training fits: bf16 weights and gradients, fp32 masters and Adam moments (16 bytes
-// per parameter) of one stage of `layers` decoder layers (plus the head on the last), and the activations
-// of `inFlight` microbatches kept for backward (with `recompute`, only each layer's input).
+// per parameter; `lora`: the frozen bf16 weights alone, 2 bytes) of one stage of `layers` decoder layers (plus
+// the head on the last), and the activations of `inFlight` microbatches kept for backward (with `recompute`,
+// only each layer's input).
 bool boundStageFits(const ModelShape& model, const Hardware& hardware, int layers, bool withHead, int seq, int rows,
-                    int inFlight, bool recompute);
+                    int inFlight, bool recompute, bool lora = false);
 
 }  // namespace rp::schedule

@@ -66,7 +66,8 @@ void buildRoundPipe(const SimSetup& s, const SimCosts& c, Builder& b) {
       const double compute = job.kind == JobKind::kForward ? sum(c.forward, a, e) / speed : recompute + backward;
       const double transfer = c.weightTransfer.empty()
                                   ? 0.0
-                                  : sum(c.weightTransfer, a, e) * (job.kind == JobKind::kForward ? 1.0 : 2.0) /
+                                  : sum(c.weightTransfer, a, e) *
+                                        (job.kind == JobKind::kForward || !c.weightGradients ? 1.0 : 2.0) /
                                         static_cast<double>(s.microbatches);
       const double time = std::max(compute, transfer);
       const char* kind = job.kind == JobKind::kForward ? "F" : job.kind == JobKind::kFused ? "T" : "B";

@@ -32,6 +32,9 @@ struct SimCosts {
   // the same time). A job's per-microbatch time is at least its transfers spread over the round's
   // microbatches (transfers overlap compute: one-stage prefetch); empty = transfers are free.
   std::vector<double> weightTransfer;
+  // Whether backward and fused jobs download weight gradients (as many bytes as they upload); false for LoRA,
+  // whose frozen base has none (the adapters' are negligible).
+  bool weightGradients = true;
   int layerCount() const { return static_cast<int>(forward.size()); }
 };
 
@@ -57,9 +60,7 @@ struct SimSetup {
   // Per worker, its compute speed against the costs (0.6: a card at 60%, every compute takes 1/0.6 as long;
   // transfers are not slowed); empty = every worker at 1.
   std::vector<double> workerSpeed;
-  double speedOf(int worker) const {
-    return workerSpeed.empty() ? 1.0 : workerSpeed[static_cast<std::size_t>(worker)];
-  }
+  double speedOf(int worker) const { return workerSpeed.empty() ? 1.0 : workerSpeed[static_cast<std::size_t>(worker)]; }
 };
 
 struct SimOp {

@@ -84,6 +84,10 @@ grep -q 'expected gpipe, 1f1b, interleaved-1f1b or roundpipe' "$work/bad.txt" ||
 code=$?
 [[ $code -eq 2 ]] || fail "a wrong --worker-speeds count exited $code, expected 2"
 grep -q '3 worker speeds (--worker-speeds) for 2 workers' "$work/s2.txt" || { cat "$work/s2.txt"; fail "unclear error"; }
+"$sim" --schedule 1f1b --workers 2 --layers 4 --lora >"$work/l.txt" 2>&1
+code=$?
+[[ $code -eq 2 ]] || fail "--lora without a projection exited $code, expected 2"
+grep -q -- '--lora applies to GPU projections' "$work/l.txt" || { cat "$work/l.txt"; fail "unclear error"; }
 # Earliest-finish dispatch: named on the plan line, and faster than round-robin with one card at 0.3.
 speeds=1,1,1,1,1,1,1,0.3
 "$sim" --schedule roundpipe --workers 8 --microbatches 8 --worker-speeds $speeds >"$work/rr.txt" || fail "round_robin failed"

@@ -335,6 +335,35 @@ TEST(Projection, CostsFollowTheFlopAndByteCounts) {
   h.memoryGb = 16.0 * 144 * 2 / 1e9;                          // exactly the 16 bytes/parameter of 2 layers
   EXPECT_TRUE(boundStageFits(m, h, 2, false, 3, 1, 0, true));
   EXPECT_FALSE(boundStageFits(m, h, 2, false, 3, 1, 1, true));
+
+  // LoRA: the matmuls' backward is their forward (activation gradients only), attention's stays 2x; the head's
+  // backward equals its forward; no gradient downloads; 2 bytes per frozen parameter on a bound stage.
+  const SimCosts lora = projectCosts(m, h, 3, 1, /*lora=*/true);
+  EXPECT_NEAR(lora.backward[1], (2.0 * 144 * 3 + 2 * attention) / 1000.0, 1e-9);
+  EXPECT_NEAR(lora.backward[3], lora.forward[3], 1e-12);
+  EXPECT_DOUBLE_EQ(lora.weightTransfer[1], c.weightTransfer[1]);
+  EXPECT_FALSE(lora.weightGradients);
+  EXPECT_TRUE(c.weightGradients);
+  h.memoryGb = 2.0 * 144 * 2 / 1e9;
+  EXPECT_TRUE(boundStageFits(m, h, 2, false, 3, 1, 0, true, /*lora=*/true));
+  EXPECT_FALSE(boundStageFits(m, h, 2, false, 3, 1, 0, true, /*lora=*/false));
+}
+
+// Without weight gradients (LoRA) a backward or fused job's transfer floor is its upload alone: one worker, one
+// decoder layer whose upload (10) dwarfs every compute (0.1), in the backward stage and then in the fused one.
+TEST(Simulator, LoraJobsDownloadNoWeightGradients) {
+  SimCosts c = uniformCosts(1, 0.1, 0.1, 0.1, 0.1, 0.0);
+  c.weightTransfer = {0.0, 10.0, 0.0};
+  SimSetup s;
+  s.workers = 1;
+  s.microbatches = 1;
+  for (const char* plan : {"2 | 0 | 2", "1 | 1 | 1"}) {
+    s.plan = parsePlan(plan, c.layerCount(), "plan");
+    c.weightGradients = true;
+    const double full = simulate(s, c).makespan;
+    c.weightGradients = false;
+    EXPECT_NEAR(full - simulate(s, c).makespan, 10.0, 1e-9) << plan << ": upload + download vs upload";
+  }
 }
 
 }  // namespace
