@@ -76,10 +76,15 @@ void PipelineModel::unbindAll() {
 }
 
 torch::Tensor PipelineModel::forward(int l, const torch::Tensor& x, const model::Batch& batch,
-                                     const model::AttentionContext& ctx, model::RouterStats* router) {
+                                     const model::AttentionContext& ctx, model::RouterStats* router,
+                                     model::ExpertChoice* choice) {
   RP_CHECK(l >= 0 && l < layerCount() - 1, "layer {} is not a forward layer", l);
   if (l == 0) return model_->embedding().forward(batch.inputIds);
-  return model_->decoderLayer(l - 1).forward(x, ctx, router);
+  return model_->decoderLayer(l - 1).forward(x, ctx, router, choice);
+}
+
+bool PipelineModel::sparse(int l) const {
+  return l > 0 && l < layerCount() - 1 && model_->decoderLayer(l - 1).sparse();
 }
 
 model::LossSum PipelineModel::loss(const torch::Tensor& x, const model::Batch& batch, std::int64_t chunkTokens) {

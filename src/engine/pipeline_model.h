@@ -42,9 +42,12 @@ class PipelineModel {
   void unbindAll();
 
   // Layer l < L-1: layer 0 embeds batch.inputIds (x unused); the others are decoder layers, whose router
-  // statistics (sparse layers) go to `router` when given.
+  // statistics (sparse layers) go to `router` and whose routing is recorded in or replayed from `choice`
+  // (model::SparseMoe::forward) when given.
   torch::Tensor forward(int l, const torch::Tensor& x, const model::Batch& batch, const model::AttentionContext& ctx,
-                        model::RouterStats* router = nullptr);
+                        model::RouterStats* router = nullptr, model::ExpertChoice* choice = nullptr);
+  // Whether layer l is a MoE decoder layer.
+  bool sparse(int l) const;
   // The head (layer L-1): summed token loss.
   model::LossSum loss(const torch::Tensor& x, const model::Batch& batch, std::int64_t chunkTokens);
 

@@ -30,6 +30,10 @@ inline std::string lossRegion(std::int64_t step, int buffers) {
 inline std::string routerRegion(std::int64_t step, int buffers) {
   return fmt::format("router/{}", step % buffers);
 }
+// The MoE routing recorded in the forward passes of iteration `step` (engine/routing_tape.h), likewise.
+inline std::string routingRegion(std::int64_t step, int buffers) {
+  return fmt::format("routing/{}", step % buffers);
+}
 // Per-layer times of an iteration: negative = not measured by this rank (the coordinator then takes the
 // other ranks' measurements, or keeps its estimate).
 inline constexpr double kNotMeasured = -1.0;

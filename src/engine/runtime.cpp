@@ -96,6 +96,7 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
   packer_ = std::make_unique<data::Packer>(corpus_, c.train.seqLen, static_cast<std::uint64_t>(c.train.seed));
   rowsPerMicrobatch_ = c.train.globalBatch / id.nodeCount / c.train.microbatches;
   auxLoss_ = model->config().moe.auxLoss();
+  moe_ = model->config().moe.numExperts > 0;
   versions_ = static_cast<int>(std::max<std::int64_t>(1, c.optim.staleness));
   uploadsAfter_.assign(static_cast<std::size_t>(versions_),
                        std::vector<std::int64_t>(static_cast<std::size_t>(model_->layerCount()), 0));
@@ -214,6 +215,15 @@ void PipelineRuntime::buildStore() {
       layout.add(routerRegion(b, versions_ + 1),
                  RouterBoard::regionBytes(static_cast<int>(c.train.microbatches), L,
                                           static_cast<int>(model_->model().config().moe.numExperts)));
+    }
+  }
+  if (moe_) {
+    const model::MoeConfig& moe = model_->model().config().moe;
+    for (int b = 0; b <= versions_; ++b) {
+      layout.add(
+          routingRegion(b, versions_ + 1),
+          RoutingTape::regionBytes(static_cast<int>(c.train.microbatches), L, rowsPerMicrobatch_ * c.train.seqLen,
+                                   static_cast<int>(moe.expertsPerToken), static_cast<int>(moe.numExperts)));
     }
   }
   layout.add("fences", Fences::regionBytes(L, id.localSize, versions_));

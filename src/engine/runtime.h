@@ -34,6 +34,7 @@
 #include "engine/parts.h"
 #include "engine/pipeline_model.h"
 #include "engine/router_board.h"
+#include "engine/routing_tape.h"
 #include "engine/stage_slots.h"
 #include "memory/node_store.h"
 #include "model/lora.h"
@@ -107,6 +108,8 @@ class PipelineRuntime : public run::Executor {
   void backPropagate(std::int64_t step, int mb, const Recomputed& r, const torch::Tensor& grad);
   // The MoE router statistics of iteration `step` (Note [Router statistics]); only when auxLoss_.
   RouterBoard routerBoard(std::int64_t step) const;
+  // The MoE routing of iteration `step`'s forward stages (Note [Routing tape]); only when moe_.
+  RoutingTape routingTape(std::int64_t step) const;
   // The weight of one microbatch's load-balancing loss in the step's objective: 1 / all microbatches.
   double auxWeight() const;
   Recomputed recompute(std::int64_t step, int from, int to, const StepData& data, int mb);
@@ -177,6 +180,7 @@ class PipelineRuntime : public run::Executor {
   std::vector<std::vector<std::int64_t>> uploadsAfter_;
   std::int64_t rowsPerMicrobatch_ = 0;
   bool auxLoss_ = false;  // a MoE model trained with its load-balancing loss (docs/moe.md)
+  bool moe_ = false;      // a MoE model: forward stages record their routing (Note [Routing tape])
   std::unique_ptr<trace::Timeline> timeline_;
   std::unique_ptr<control::ControlChannel> channel_;         // the node's workers: readiness messages, collectives
   std::unique_ptr<control::ControlChannel> worldChannel_;    // directives and timing reports

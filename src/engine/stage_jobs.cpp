@@ -181,9 +181,11 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
           put({step, l, mb, transport::TensorKind::kActivation}, x, {-1, true});
         const auto start = worker_->mark();
         model::RouterStats router;
-        x = model_->forward(l, x, batch, ctx, auxLoss_ ? &router : nullptr);
+        model::ExpertChoice choice;
+        x = model_->forward(l, x, batch, ctx, auxLoss_ ? &router : nullptr, moe_ ? &choice : nullptr);
         timings_.push_back({start, worker_->mark(), l, l + 1, /*forward=*/true, /*backward=*/false});
         if (auxLoss_) routerBoard(step).putLayer(mb, l, router);
+        if (choice.experts.defined()) routingTape(step).put(mb, l, choice);  // Note [Routing tape]
       }
       // The next job's input, and a backward stage's saved input where one starts here.
       put({step, b, mb, transport::TensorKind::kActivation}, x,
@@ -289,7 +291,11 @@ PipelineRuntime::Recomputed PipelineRuntime::recompute(std::int64_t step, int fr
         fetch({step, from, mb, transport::TensorKind::kActivation}, shape, transport::kSaved).requires_grad_(true);
   }
   r.output = r.input;
-  for (int l = from; l < to; ++l) r.output = model_->forward(l, r.output, batch, ctx, auxLoss_ ? &r.router : nullptr);
+  for (int l = from; l < to; ++l) {
+    // Note [Routing tape]: the experts the forward stage chose.
+    model::ExpertChoice choice = model_->sparse(l) ? routingTape(step).get(mb, l) : model::ExpertChoice{};
+    r.output = model_->forward(l, r.output, batch, ctx, auxLoss_ ? &r.router : nullptr, &choice);
+  }
   return r;
 }
 
@@ -308,6 +314,13 @@ void PipelineRuntime::backPropagate(std::int64_t step, int mb, const Recomputed&
 RouterBoard PipelineRuntime::routerBoard(std::int64_t step) const {
   return RouterBoard(store_->bytes(routerRegion(step, versions_ + 1)), static_cast<int>(config_.train.microbatches),
                      model_->layerCount(), static_cast<int>(model_->model().config().moe.numExperts));
+}
+
+RoutingTape PipelineRuntime::routingTape(std::int64_t step) const {
+  const model::MoeConfig& moe = model_->model().config().moe;
+  return RoutingTape(store_->bytes(routingRegion(step, versions_ + 1)), static_cast<int>(config_.train.microbatches),
+                     model_->layerCount(), rowsPerMicrobatch_ * config_.train.seqLen,
+                     static_cast<int>(moe.expertsPerToken), static_cast<int>(moe.numExperts));
 }
 
 double PipelineRuntime::auxWeight() const {

@@ -305,30 +305,49 @@ torch::Tensor SparseMoe::expert(std::int64_t e, const torch::Tensor& x) const {
   return torch::matmul((up + 1) * glu, down[e]) + downBias[e];
 }
 
-torch::Tensor SparseMoe::forward(const torch::Tensor& x, RouterStats* stats) const {
+torch::Tensor SparseMoe::forward(const torch::Tensor& x, RouterStats* stats, ExpertChoice* choice) const {
   const auto E = router.size(0), H = x.size(-1), topK = config_.expertsPerToken;
   const auto flat = x.reshape({-1, H});
   const auto rows = flat.size(0);
   const auto logits = torch::linear(flat, router, routerBias);
   // The probabilities the load-balancing loss uses: softmax over every expert, in float32.
   const auto probs = torch::softmax(logits, -1, torch::kFloat);
+  const bool replay = choice != nullptr && choice->experts.defined();
   torch::Tensor topWeights, topExperts;
+  if (replay) {
+    RP_CHECK(choice->experts.sizes() == (std::vector<std::int64_t>{rows, topK}) && choice->counts.numel() == E,
+             "a replayed expert choice of [{}] for {} tokens x top {}", fmt::join(choice->experts.sizes(), ", "), rows,
+             topK);
+    topExperts = choice->experts.to(x.device());
+  }
   if (config_.kind == MoeKind::kQwen3) {
     // Qwen3MoeTopKRouter: top-k of the probabilities, optionally renormalised.
-    std::tie(topWeights, topExperts) = probs.topk(topK, -1);
+    if (replay) {
+      topWeights = probs.gather(-1, topExperts);
+    } else {
+      std::tie(topWeights, topExperts) = probs.topk(topK, -1);
+    }
     if (config_.normTopkProb) topWeights = topWeights / topWeights.sum(-1, /*keepdim=*/true);
   } else {
     // GptOssTopKRouter: top-k of the logits, softmax over the k.
     torch::Tensor topLogits;
-    std::tie(topLogits, topExperts) = logits.topk(topK, -1);
+    if (replay) {
+      topLogits = logits.gather(-1, topExperts);
+    } else {
+      std::tie(topLogits, topExperts) = logits.topk(topK, -1);
+    }
     topWeights = torch::softmax(topLogits, -1);
   }
   // Group the (token, slot) pairs by expert: a stable sort keeps each expert's tokens in token order.
   const auto flatExperts = topExperts.reshape({-1});
   const auto order = flatExperts.argsort(/*stable=*/true);
   const auto tokenOf = order.div(topK, "floor");
-  const auto counts = torch::bincount(flatExperts, {}, E);
-  const auto perExpert = counts.to(torch::kCPU);
+  // The tokens per expert, on the host to slice the groups: read back from the device, or replayed.
+  const auto perExpert = replay ? choice->counts : torch::bincount(flatExperts, {}, E).to(torch::kCPU);
+  if (choice != nullptr && !replay) {
+    choice->experts = topExperts;
+    choice->counts = perExpert;
+  }
   const auto* n = perExpert.data_ptr<std::int64_t>();
   const auto grouped = flat.index_select(0, tokenOf);
   std::vector<torch::Tensor> outputs;
@@ -340,7 +359,7 @@ torch::Tensor SparseMoe::forward(const torch::Tensor& x, RouterStats* stats) con
   }
   const auto weights = topWeights.to(logits.scalar_type()).reshape({-1}).index_select(0, order).unsqueeze(1);
   const auto out = torch::zeros_like(flat).index_add(0, tokenOf, torch::cat(outputs) * weights);
-  if (stats != nullptr) stats->add(counts.to(torch::kFloat), probs.sum(0), rows);
+  if (stats != nullptr) stats->add(perExpert.to(x.device()).to(torch::kFloat), probs.sum(0), rows);
   return out.view(x.sizes());
 }
 
@@ -367,11 +386,11 @@ DecoderLayer::DecoderLayer(const ModelConfig& c, std::int64_t index, const Param
   }
 }
 
-torch::Tensor DecoderLayer::forward(const torch::Tensor& hidden, const AttentionContext& ctx,
-                                    RouterStats* router) const {
+torch::Tensor DecoderLayer::forward(const torch::Tensor& hidden, const AttentionContext& ctx, RouterStats* router,
+                                    ExpertChoice* choice) const {
   const auto h = hidden + attention_->forward(inputNorm_->forward(hidden), ctx);
   const auto normed = postAttentionNorm_->forward(h);
-  return h + (moe_ ? moe_->forward(normed, router) : mlp_->forward(normed));
+  return h + (moe_ ? moe_->forward(normed, router, choice) : mlp_->forward(normed));
 }
 
 std::vector<NamedTensor> DecoderLayer::hfParameters() const {

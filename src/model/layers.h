@@ -135,6 +135,15 @@ struct RouterStats {
   void add(const torch::Tensor& layerCounts, const torch::Tensor& layerProbSums, std::int64_t layerRows);
 };
 
+// The experts a sparse layer chose for each token of one forward pass. A pipeline records it in the forward
+// and hands it back to the recompute (engine/routing_tape.h), which then routes identically whatever the
+// arithmetic of the second pass (GPU reductions, ties) and slices the experts' tokens without reading the
+// counts back from the device.
+struct ExpertChoice {
+  torch::Tensor experts;  // [tokens, k] int64; defined on entry: replayed instead of chosen
+  torch::Tensor counts;   // [E] int64 on the CPU: tokens routed to each expert
+};
+
 // The load-balancing loss as transformers computes it, times router_aux_loss_coef:
 // coef * E * sum_e (counts_e / rows) * (probSums_e / rows) = routerAuxScale * sum_e counts_e * probSums_e.
 // A float32 scalar.
@@ -150,8 +159,10 @@ double routerAuxScale(const MoeConfig& moe, std::int64_t rows);
 class SparseMoe : public torch::nn::Module {
  public:
   SparseMoe(const ModelConfig& config, const ParamOptions& options);
-  // `stats`, when given, receives this layer's router statistics.
-  torch::Tensor forward(const torch::Tensor& x, RouterStats* stats) const;
+  // `stats`, when given, receives this layer's router statistics; `choice`, when given, is filled with the
+  // experts chosen, or, when it holds them already, replayed (the routing weights still come from this pass's
+  // router, so its gradient is unchanged).
+  torch::Tensor forward(const torch::Tensor& x, RouterStats* stats, ExpertChoice* choice = nullptr) const;
   std::vector<NamedTensor> hfParameters(const std::string& prefix) const;
   torch::Tensor router;  // [E, H]
   torch::Tensor gateUp;
@@ -168,8 +179,10 @@ class SparseMoe : public torch::nn::Module {
 class DecoderLayer : public torch::nn::Module {
  public:
   DecoderLayer(const ModelConfig& config, std::int64_t index, const ParamOptions& options);
-  // `router` collects a sparse layer's router statistics (routerAuxLoss); dense layers ignore it.
-  torch::Tensor forward(const torch::Tensor& hidden, const AttentionContext& ctx, RouterStats* router = nullptr) const;
+  // `router` collects a sparse layer's router statistics (routerAuxLoss), `choice` records or replays its
+  // routing (SparseMoe::forward); dense layers ignore both.
+  torch::Tensor forward(const torch::Tensor& hidden, const AttentionContext& ctx, RouterStats* router = nullptr,
+                        ExpertChoice* choice = nullptr) const;
   bool sparse() const { return moe_ != nullptr; }
   std::vector<NamedTensor> hfParameters() const;
   std::int64_t index() const { return index_; }

@@ -200,6 +200,65 @@ TEST(ModelLayers, DecoderLayersRunOneByOne) {
 // their mass exceeds p — for probabilities 0.5, 0.3, 0.15, 0.05, p = 0.7 keeps the first two, as transformers'
 // TopPLogitsWarper does (it drops the tokens whose ascending cumulative mass is <= 1 - p: 0.05 and 0.15), p = 0.5
 // keeps one — and draws follow the kept probabilities renormalised, at the temperature's softmax.
+// One token through expert e, written out per token (the reference for the grouped dispatch).
+torch::Tensor naiveExpert(const SparseMoe& moe, const MoeConfig& c, std::int64_t e, const torch::Tensor& x) {
+  if (c.kind == MoeKind::kQwen3) {
+    const auto gu = torch::mv(moe.gateUp[e], x);
+    const auto I = gu.size(0) / 2;
+    return torch::mv(moe.down[e], torch::silu(gu.narrow(0, 0, I)) * gu.narrow(0, I, I));
+  }
+  const auto gu = torch::mv(moe.gateUp[e].t(), x) + moe.gateUpBias[e];
+  const auto I = gu.size(0) / 2;
+  const auto gate = gu.view({I, 2}).select(1, 0).clamp_max(c.swigluLimit);
+  const auto up = gu.view({I, 2}).select(1, 1).clamp(-c.swigluLimit, c.swigluLimit);
+  return torch::mv(moe.down[e].t(), (up + 1) * gate * torch::sigmoid(gate * c.swigluAlpha)) + moe.downBias[e];
+}
+
+// Note [Routing tape]: a sparse layer records the experts it chose, replays a recorded choice bitwise, and
+// honours a replayed choice that differs from what it would choose (weights from this pass's router).
+TEST(ModelLayers, SparseLayersRecordAndReplayTheirRouting) {
+  for (const MoeKind kind : {MoeKind::kQwen3, MoeKind::kGptOss}) {
+    ModelConfig c = tinyConfig(Architecture::kQwen3Moe, false);
+    c.moe.kind = kind;
+    c.moe.numExperts = 5;
+    c.moe.expertsPerToken = 2;
+    c.moe.expertIntermediateSize = 6;
+    c.moe.normTopkProb = true;
+    c.moe.swigluLimit = 0.3;
+    SparseMoe moe(c, {});
+    torch::manual_seed(11);
+    {
+      torch::NoGradGuard noGrad;
+      for (auto& [name, p] : moe.hfParameters("")) p.copy_(0.3 * torch::randn(p.sizes()));
+    }
+    const auto x = torch::randn({2, 5, c.hiddenSize});
+    ExpertChoice recorded;
+    const auto out = moe.forward(x, nullptr, &recorded);
+    ASSERT_EQ(recorded.experts.sizes(), (std::vector<std::int64_t>{10, 2}));
+    EXPECT_TRUE(torch::equal(recorded.counts, torch::bincount(recorded.experts.reshape({-1}), {}, 5)));
+    ExpertChoice same = recorded;
+    EXPECT_TRUE(torch::equal(moe.forward(x, nullptr, &same), out)) << "a replay of the recorded routing";
+
+    // Every token sent to the next experts instead: the output follows the replayed choice.
+    ExpertChoice other{(recorded.experts + 1) % 5, {}};
+    other.counts = torch::bincount(other.experts.reshape({-1}), {}, 5);
+    const auto replayed = moe.forward(x, nullptr, &other).reshape({10, -1});
+    const auto flat = x.reshape({10, -1});
+    const auto logits = torch::linear(flat, moe.router, moe.routerBias);
+    for (std::int64_t t = 0; t < 10; ++t) {
+      const auto chosen = other.experts[t];
+      const auto w = kind == MoeKind::kQwen3 ? torch::softmax(logits[t], -1).index_select(0, chosen)
+                                             : torch::softmax(logits[t].index_select(0, chosen), -1);
+      auto expected = torch::zeros({c.hiddenSize});
+      for (std::int64_t j = 0; j < 2; ++j) {
+        expected += w[j] / w.sum() * naiveExpert(moe, c.moe, chosen[j].item<std::int64_t>(), flat[t]);
+      }
+      EXPECT_TRUE(torch::allclose(replayed[t], expected, 1e-5, 1e-6)) << "token " << t;
+    }
+    EXPECT_FALSE(torch::allclose(replayed, out.reshape({10, -1}))) << "the other choice changed nothing";
+  }
+}
+
 TEST(Sampling, GreedyTopPAndTemperatureDrawAsSpecified) {
   const auto logits = torch::log(torch::tensor({0.05, 0.5, 0.15, 0.3}, torch::kDouble)).to(torch::kFloat);
   std::mt19937_64 rng(7);
