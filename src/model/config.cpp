@@ -135,6 +135,19 @@ RopeConfig parseRope(const json& j, const Fields& f, RopeConfig rope) {
            paramsKey, rope.type);
 }
 
+// The load-balancing loss's fields, with the transformers defaults of both MoE configs.
+void parseAuxLoss(const json& j, const Fields& f, MoeConfig& m) {
+  m.routerAuxLossCoef = 0.001;
+  if (f.has("router_aux_loss_coef")) {
+    const json& v = j.at("router_aux_loss_coef");
+    if (!v.is_number() || v.get<double>() < 0) {
+      RP_THROW(InputError, "{}: field 'router_aux_loss_coef' is {}, expected a number >= 0", f.source(), v.dump());
+    }
+    m.routerAuxLossCoef = v.get<double>();
+  }
+  m.outputRouterLogits = f.boolOr("output_router_logits", false);
+}
+
 // Qwen3-MoE's expert fields; defaults are Qwen3MoeConfig's for the optional ones.
 MoeConfig parseMoe(const json& j, const Fields& f) {
   MoeConfig m;
@@ -160,15 +173,7 @@ MoeConfig parseMoe(const json& j, const Fields& f) {
       m.mlpOnlyLayers.push_back(l.get<std::int64_t>());
     }
   }
-  m.routerAuxLossCoef = 0.001;
-  if (f.has("router_aux_loss_coef")) {
-    const json& v = j.at("router_aux_loss_coef");
-    if (!v.is_number() || v.get<double>() < 0) {
-      RP_THROW(InputError, "{}: field 'router_aux_loss_coef' is {}, expected a number >= 0", f.source(), v.dump());
-    }
-    m.routerAuxLossCoef = v.get<double>();
-  }
-  m.outputRouterLogits = f.boolOr("output_router_logits", false);
+  parseAuxLoss(j, f, m);
   return m;
 }
 
@@ -185,15 +190,7 @@ MoeConfig parseGptOssMoe(const json& j, const Fields& f) {
   m.expertIntermediateSize = f.positiveInt("intermediate_size");
   m.swigluLimit = f.positiveNumberOr("swiglu_limit", 7.0);
   m.swigluAlpha = f.positiveNumberOr("swiglu_alpha", 1.702);
-  m.routerAuxLossCoef = 0.001;
-  if (f.has("router_aux_loss_coef")) {
-    const json& v = j.at("router_aux_loss_coef");
-    if (!v.is_number() || v.get<double>() < 0) {
-      RP_THROW(InputError, "{}: field 'router_aux_loss_coef' is {}, expected a number >= 0", f.source(), v.dump());
-    }
-    m.routerAuxLossCoef = v.get<double>();
-  }
-  m.outputRouterLogits = f.boolOr("output_router_logits", false);
+  parseAuxLoss(j, f, m);
   return m;
 }
 
