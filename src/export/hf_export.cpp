@@ -116,15 +116,11 @@ std::vector<std::string> adaptedModules(const std::map<std::string, torch::Tenso
 // "X_scales" is consumed with it. False for every other tensor.
 bool dequantizedInto(std::map<std::string, torch::Tensor>& weights, const safetensors::CheckpointReader& reader,
                      const std::string& name) {
-  auto stem = [&](const char* suffix) {
-    const std::string s(suffix);
-    return name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0
-               ? name.substr(0, name.size() - s.size())
-               : std::string();
-  };
-  if (!stem("_scales").empty() && reader.find(stem("_scales") + "_blocks") != nullptr) return true;
+  auto stem = [&](const std::string& suffix) { return name.substr(0, name.size() - suffix.size()); };
+  if (name.ends_with("_scales")) return reader.find(stem("_scales") + "_blocks") != nullptr;
+  if (!name.ends_with("_blocks")) return false;
   const std::string tensor = stem("_blocks");
-  const safetensors::TensorView* scales = tensor.empty() ? nullptr : reader.find(tensor + "_scales");
+  const safetensors::TensorView* scales = reader.find(tensor + "_scales");
   if (scales == nullptr) return false;
   const safetensors::TensorView& blocks = reader.get(name);
   if (blocks.shape.size() != 4) {

@@ -46,15 +46,12 @@ std::vector<NamedTensor> CausalLM::hfParameters() const {
 
 void initRandom(CausalLM& model) {
   torch::NoGradGuard noGrad;
-  auto endsWith = [](const std::string& s, const std::string& suffix) {
-    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
   for (auto& [name, param] : model.hfParameters()) {
     // As transformers' _init_weights: GPT-OSS's sinks and router bias are drawn, other biases start at zero.
-    const bool drawn = endsWith(name, "sinks") || endsWith(name, "router.bias");
+    const bool drawn = name.ends_with("sinks") || name.ends_with("router.bias");
     if (param.dim() == 1 && name.find("norm") != std::string::npos) {
       param.fill_(1.0);
-    } else if (!drawn && (param.dim() == 1 || endsWith(name, "bias"))) {
+    } else if (!drawn && (param.dim() == 1 || name.ends_with("bias"))) {
       param.zero_();  // biases
     } else {
       param.normal_(0.0, model.config().initializerRange);

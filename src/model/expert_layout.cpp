@@ -11,19 +11,15 @@ namespace {
 constexpr const char* kGateUp = "experts.gate_up_proj";
 constexpr const char* kDown = "experts.down_proj";
 
-bool endsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 }  // namespace
 
 bool isStackedExperts(const std::string& name) {
-  return endsWith(name, std::string(".") + kGateUp) || endsWith(name, std::string(".") + kDown);
+  return name.ends_with(std::string(".") + kGateUp) || name.ends_with(std::string(".") + kDown);
 }
 
 std::vector<NamedTensor> perExpertViews(const std::string& name, const torch::Tensor& stacked) {
   RP_CHECK(isStackedExperts(name) && stacked.dim() == 3, "'{}' is not a stacked expert tensor", name);
-  const bool gateUp = endsWith(name, kGateUp);
+  const bool gateUp = name.ends_with(kGateUp);
   const std::string prefix = name.substr(0, name.size() - std::string(gateUp ? kGateUp : kDown).size());
   std::vector<NamedTensor> out;
   for (std::int64_t e = 0; e < stacked.size(0); ++e) {
