@@ -23,6 +23,10 @@ Models:
   gpt-oss-mxfp4     gpt-oss-tiny's checkpoint with its experts stored MXFP4-quantized (random codes and scales,
                     as published GPT-OSS checkpoints store them) and `dequantized.<name>`: transformers'
                     convert_moe_packed_tensors of each, in float32.
+  <model>-lora      for qwen3-tiny, qwen3-moe-tiny and gpt-oss-tiny: a PEFT LoRA adapter (rank 2, alpha 4, random
+                    non-zero A and B) on q_proj and v_proj and on the MLP (the experts' gate_up_proj and down_proj
+                    through target_parameters on the MoE models), saved with save_pretrained, and the adapted
+                    model's logits, loss and the gradient of every adapter tensor under its saved name.
   optim/            torch.optim.AdamW on random tensors (two hyper-parameter sets, 100 steps, the grads of every
                     step stored), transformers' LR schedules sampled per step, and the fixture's AdamW
                     reference weights (optim/test_adamw.npz) re-encoded as safetensors.
@@ -115,6 +119,35 @@ def generated(name, config, seed, out, with_docs=False):
             tensors["doc_b_ids"] = doc_b
             tensors["doc_a_logits"] = model(input_ids=doc_a).logits.float().contiguous()
             tensors["doc_b_logits"] = model(input_ids=doc_b).logits.float().contiguous()
+    write(target, tensors)
+
+
+def lora_golden(name, seed, out):
+    """A PEFT LoRA adapter with random factors on the model generated as `name`, and the adapted model's goldens."""
+    import peft
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(os.path.join(out, name), dtype=torch.float32,
+                                                              attn_implementation="eager").eval()
+    moe = model.config.model_type in ("qwen3_moe", "gpt_oss")
+    targets = dict(target_modules=["q_proj", "v_proj"],
+                   target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]) if moe else dict(
+        target_modules=["q_proj", "v_proj", "gate_proj", "up_proj", "down_proj"])
+    model = peft.get_peft_model(model, peft.LoraConfig(r=2, lora_alpha=4, lora_dropout=0.0, **targets))
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if p.requires_grad:
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+    target = os.path.join(out, name + "-lora")
+    model.save_pretrained(target, safe_serialization=True)
+    ids = torch.randint(model.config.vocab_size, (2, 24), generator=g)
+    result = model(input_ids=ids, labels=ids)
+    result.loss.backward()
+    tensors = {"input_ids": ids, "logits": result.logits.detach().float().contiguous(),
+               "loss": result.loss.detach().float().reshape(())}
+    for n, p in model.named_parameters():
+        if p.requires_grad:
+            tensors["grad." + n.replace(".default.", ".")] = p.grad.detach().float().contiguous()
     write(target, tensors)
 
 
@@ -441,6 +474,8 @@ def main():
         router_aux_loss_coef=0.05, tie_word_embeddings=False, attn_implementation="eager")
     generated("gpt-oss-tiny", gpt_oss, 8642, args.out, with_docs=True)
     mxfp4_checkpoint(os.path.join(args.out, "gpt-oss-tiny"), os.path.join(args.out, "gpt-oss-mxfp4"))
+    for i, name in enumerate(("qwen3-tiny", "qwen3-moe-tiny", "gpt-oss-tiny")):
+        lora_golden(name, 97 + i, args.out)
 
     with open(os.path.join(args.out, "versions.json"), "w") as f:
         json.dump({"torch": torch.__version__, "transformers": transformers.__version__}, f)

@@ -95,7 +95,8 @@ const std::vector<KeySpec>& runSchema() {
       {"lora.rank", Type::kInt, I(0), "LoRA rank (0 = full fine-tune)"},
       {"lora.alpha", Type::kFloat, 16.0, "LoRA alpha (scaling = alpha / rank)"},
       {"lora.dropout", Type::kFloat, 0.0, "dropout on the LoRA input"},
-      {"lora.targets", Type::kStringList, L{"q", "k", "v", "o", "gate", "up", "down"}, "projections with adapters"},
+      {"lora.targets", Type::kStringList, L{"q", "k", "v", "o", "gate", "up", "down"},
+       "projections with adapters (MoE: gate+up and down adapt the experts, docs/moe.md)"},
 
       {"output.dir", Type::kString, S("out"), "output directory (metrics.jsonl, config.effective.toml)"},
       {"output.log_every", Type::kInt, I(1), "print a log line every N steps"},

@@ -86,7 +86,7 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
   auto model = std::make_shared<model::CausalLM>(model::loadModelConfig(c.model.path), run::torchDtype(c.model.dtype),
                                                  /*allocate=*/false);
   std::vector<model::NamedTensor> adapters;
-  if (c.lora.rank > 0) adapters = model::attachLora(*model, loraConfig());
+  if (c.lora.rank > 0) adapters = model::attachLora(*model, run::loraConfigFor(c));
   model_ = std::make_unique<PipelineModel>(model, adapters);
   tokenizer_ = std::make_unique<data::Tokenizer>(data::Tokenizer::fromFile(c.model.tokenizer));
   run::Corpora corpora = run::loadCorporaFor(c, model->config(), *tokenizer_);
@@ -282,11 +282,6 @@ void PipelineRuntime::buildStore() {
   optimizer_ = std::make_unique<OptimizerWorker>(std::move(tensors), *fences_, std::move(options), *channel_);
 }
 
-model::LoraConfig PipelineRuntime::loraConfig() const {
-  const auto& c = config_;
-  return {c.lora.rank, c.lora.alpha, c.lora.dropout, c.lora.targets};
-}
-
 // Local rank 0 writes the initial weights straight into the store — the model's tensors bound to their
 // regions, drawing random numbers (model.init = random, LoRA) in the single-process trainer's order — then
 // the float32 masters and the other versions of the trainable weights (the first k iterations all read W_0).
@@ -294,7 +289,7 @@ void PipelineRuntime::publishInitialWeights() {
   torch::NoGradGuard noGrad;
   bindToStore();
   run::initModelFor(config_, model_->model());
-  if (config_.lora.rank > 0) model::resetLora(model_->model(), loraConfig());
+  if (config_.lora.rank > 0) model::resetLora(model_->model(), run::loraConfigFor(config_));
   for (const auto& t : model_->tensors()) {
     if (!t.trainable) continue;
     storeTensor(masterRegion(t.name), t.local.sizes(), torch::kFloat).copy_(t.local);

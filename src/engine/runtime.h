@@ -37,7 +37,6 @@
 #include "engine/routing_tape.h"
 #include "engine/stage_slots.h"
 #include "memory/node_store.h"
-#include "model/lora.h"
 #include "run/checkpointing.h"
 #include "run/loop.h"
 #include "schedule/dispatch.h"
@@ -125,7 +124,6 @@ class PipelineRuntime : public run::Executor {
   void queueWeights(device::Ticket& ticket, const schedule::Range& layers, std::int64_t step);
   // The store region of tensor i's weights that iteration `step` reads (frozen tensors have one version).
   std::string weightsOf(int tensor, std::int64_t step) const;
-  model::LoraConfig loraConfig() const;
   void publishInitialWeights();
   void bindToStore();  // every tensor of the model onto its weights in the store
   // A tensor of the tensor plane into worker memory / out of it.

@@ -1,5 +1,6 @@
 #include "export/hf_export.h"
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <set>
@@ -11,6 +12,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "model/expert_layout.h"
+#include "model/lora.h"
 #include "model/mxfp4.h"
 #include "model/safetensors_writer.h"
 #include "model/torch_bridge.h"
@@ -99,17 +101,46 @@ void copyIfPresent(const fs::path& from, const fs::path& to) {
   if (ec) RP_THROW(SystemError, "cannot copy {} to {}: {}", from.string(), to.string(), ec.message());
 }
 
-// PEFT's target_modules: the module names that carry adapters ("...self_attn.q_proj.lora_A.weight" -> q_proj),
-// from the tensors themselves (a MoE run adapts fewer modules than lora.targets names; model/lora.h).
-std::vector<std::string> adaptedModules(const std::map<std::string, torch::Tensor>& masters) {
-  std::set<std::string> modules;
+bool expertAdapter(const std::string& path) {
+  return path.find(".mlp.experts") != std::string::npos;
+}
+
+// PEFT's target_modules and target_parameters, from the tensors themselves (a MoE run adapts attention as
+// modules and experts as parameters; model/lora.h): "...self_attn.q_proj.lora_A.weight" -> module q_proj,
+// "...mlp.experts.base_layer.lora_A.weight" -> parameter mlp.experts.gate_up_proj.
+struct Adapted {
+  std::vector<std::string> modules, parameters;
+};
+Adapted adaptedTargets(const std::map<std::string, torch::Tensor>& masters, const model::ExpertTargets& experts) {
+  std::set<std::string> modules, parameters;
   for (const auto& [name, t] : masters) {
     const auto a = name.find(".lora_A.weight");
     if (a == std::string::npos) continue;
-    const auto dot = name.rfind('.', a - 1);
-    modules.insert(name.substr(dot + 1, a - dot - 1));
+    const std::string path = name.substr(0, a);
+    if (expertAdapter(path)) {
+      const std::string parameter = model::expertParameterOf(path, experts);
+      parameters.insert(parameter.substr(parameter.rfind(".mlp.experts") + 1));
+    } else {
+      modules.insert(path.substr(path.rfind('.') + 1));
+    }
   }
-  return {modules.begin(), modules.end()};
+  return {{modules.begin(), modules.end()}, {parameters.begin(), parameters.end()}};
+}
+
+// Adds an expert adapter's stacked delta to the parameter `name`, or, where the base stores its experts one
+// tensor each (published Qwen3-MoE; model/expert_layout.h), to each expert's tensors.
+void mergeExperts(std::map<std::string, torch::Tensor>& weights, const std::string& name, const torch::Tensor& delta,
+                  const std::string& where) {
+  if (auto w = weights.find(name); w != weights.end()) {
+    w->second = w->second + delta;
+    return;
+  }
+  for (const auto& [part, view] : model::perExpertViews(name, delta)) {
+    const auto w = weights.find(part);
+    if (w == weights.end())
+      RP_THROW(InputError, "{}: LoRA adapts {}, which the base has neither whole nor as {}", where, name, part);
+    w->second = w->second + view;
+  }
 }
 
 // A GPT-OSS base's MXFP4 experts (model/mxfp4.h): `name` "X_blocks" becomes the dequantized "X" (float32);
@@ -149,25 +180,33 @@ void exportCheckpoint(const fs::path& dir, const fs::path& out, const ExportOpti
   fs::create_directories(out, ec);
   if (ec) RP_THROW(SystemError, "cannot create {}: {}", out.string(), ec.message());
   std::map<std::string, torch::Tensor> masters = readMasters(dir, m);
+  const bool expertAdapters = std::any_of(masters.begin(), masters.end(), [](const auto& t) {
+    return t.first.rfind(kPeftPrefix, 0) == 0 && expertAdapter(t.first);
+  });
+  const model::ExpertTargets experts = expertAdapters
+                                           ? model::expertTargets(m.lora.at("targets").get<std::vector<std::string>>())
+                                           : model::ExpertTargets{};
 
   if (options.adapter) {
     if (m.lora.is_null())
       RP_THROW(InputError, "{}: --adapter needs a LoRA run; this checkpoint is a full fine-tune", where);
-    const std::vector<std::string> modules = adaptedModules(masters);
-    writeJson(out / "adapter_config.json", {{"peft_type", "LORA"},
-                                            {"task_type", "CAUSAL_LM"},
-                                            {"base_model_name_or_path", base.string()},
-                                            {"r", m.lora.at("rank")},
-                                            {"lora_alpha", m.lora.at("alpha")},
-                                            {"lora_dropout", m.lora.at("dropout")},
-                                            {"target_modules", modules},
-                                            {"bias", "none"},
-                                            {"fan_in_fan_out", false},
-                                            {"inference_mode", true},
-                                            {"init_lora_weights", true},
-                                            {"use_rslora", false},
-                                            {"use_dora", false},
-                                            {"modules_to_save", nullptr}});
+    const Adapted adapted = adaptedTargets(masters, experts);
+    json config = {{"peft_type", "LORA"},
+                   {"task_type", "CAUSAL_LM"},
+                   {"base_model_name_or_path", base.string()},
+                   {"r", m.lora.at("rank")},
+                   {"lora_alpha", m.lora.at("alpha")},
+                   {"lora_dropout", m.lora.at("dropout")},
+                   {"target_modules", adapted.modules},
+                   {"bias", "none"},
+                   {"fan_in_fan_out", false},
+                   {"inference_mode", true},
+                   {"init_lora_weights", true},
+                   {"use_rslora", false},
+                   {"use_dora", false},
+                   {"modules_to_save", nullptr}};
+    if (!adapted.parameters.empty()) config["target_parameters"] = adapted.parameters;
+    writeJson(out / "adapter_config.json", config);
     writeSharded(out, "adapter_model", masters, target, 1e30);
     RP_LOG_INFO("exported the LoRA adapter of {} (step {}) to {}", dir.string(), m.step, out.string());
     return;
@@ -190,11 +229,18 @@ void exportCheckpoint(const fs::path& dir, const fs::path& out, const ExportOpti
     const auto a = name.find(".lora_A.weight");
     if (a == std::string::npos) continue;  // lora_B: merged with its A
     const std::string module = name.substr(std::strlen(kPeftPrefix), a - std::strlen(kPeftPrefix));
-    const auto w = weights.find(module + ".weight");
     const auto b = masters.find(name.substr(0, a) + ".lora_B.weight");
-    if (w == weights.end() || b == masters.end()) {
-      RP_THROW(InputError, "{}: LoRA tensor {} has no base weight {}.weight in {} or no lora_B", where, name, module,
-               base.string());
+    if (b == masters.end()) RP_THROW(InputError, "{}: LoRA tensor {} has no lora_B", where, name);
+    if (expertAdapter(module)) {
+      const bool transposed = m.model.at("config").value("model_type", "") == "gpt_oss";  // [E, in, out]
+      const auto rank = m.lora.at("rank").get<std::int64_t>();
+      mergeExperts(weights, model::expertParameterOf(module, experts),
+                   model::expertDeltaWeight(t, b->second, rank, scale, transposed), where);
+      continue;
+    }
+    const auto w = weights.find(module + ".weight");
+    if (w == weights.end()) {
+      RP_THROW(InputError, "{}: LoRA tensor {} has no base weight {}.weight in {}", where, name, module, base.string());
     }
     w->second = w->second + scale * torch::matmul(b->second, t);  // W + (alpha / r) B A
   }

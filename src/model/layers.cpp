@@ -290,19 +290,31 @@ SparseMoe::SparseMoe(const ModelConfig& c, const ParamOptions& o) : config_(c.mo
   downBias = register_parameter("down_proj_bias", newParameter({E, H}, o, 0.0));
 }
 
+void SparseMoe::attach(std::shared_ptr<ExpertLoraAdapter> gateUp, std::shared_ptr<ExpertLoraAdapter> down) {
+  RP_CHECK(!gateUpLora_ && !downLora_, "experts already have LoRA adapters");
+  if (gateUp) gateUpLora_ = register_module("gate_up_lora", std::move(gateUp));
+  if (down) downLora_ = register_module("down_lora", std::move(down));
+}
+
 torch::Tensor SparseMoe::expert(std::int64_t e, const torch::Tensor& x) const {
+  // A LoRA delta adds to the projection's output before any slicing (it adapts the fused parameter).
+  auto adapted = [e](torch::Tensor y, const std::shared_ptr<ExpertLoraAdapter>& lora, const torch::Tensor& in) {
+    return lora ? y + lora->delta(e, in) : y;
+  };
   if (config_.kind == MoeKind::kQwen3) {
-    const auto gu = torch::linear(x, gateUp[e]).chunk(2, -1);
-    return torch::linear(torch::silu(gu[0]) * gu[1], down[e]);
+    const auto gu = adapted(torch::linear(x, gateUp[e]), gateUpLora_, x).chunk(2, -1);
+    const auto h = torch::silu(gu[0]) * gu[1];
+    return adapted(torch::linear(h, down[e]), downLora_, h);
   }
   // GptOssExperts: the clamped GLU on interleaved gate/up columns.
   using torch::indexing::Slice;
-  const auto gu = torch::matmul(x, gateUp[e]) + gateUpBias[e];
+  const auto gu = adapted(torch::matmul(x, gateUp[e]) + gateUpBias[e], gateUpLora_, x);
   const double limit = config_.swigluLimit;
   const auto gate = gu.index({Slice(), Slice(0, torch::indexing::None, 2)}).clamp_max(limit);
   const auto up = gu.index({Slice(), Slice(1, torch::indexing::None, 2)}).clamp(-limit, limit);
   const auto glu = gate * torch::sigmoid(gate * config_.swigluAlpha);
-  return torch::matmul((up + 1) * glu, down[e]) + downBias[e];
+  const auto h = (up + 1) * glu;
+  return adapted(torch::matmul(h, down[e]) + downBias[e], downLora_, h);
 }
 
 torch::Tensor SparseMoe::forward(const torch::Tensor& x, RouterStats* stats, ExpertChoice* choice) const {

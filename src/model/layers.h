@@ -74,6 +74,7 @@ class RmsNorm : public torch::nn::Module {
 };
 
 class LoraAdapter;
+class ExpertLoraAdapter;
 
 // y = x W^T (+ b) (+ LoRA delta); weights stored as [out, in] like nn.Linear.
 class Projection : public torch::nn::Module {
@@ -164,6 +165,10 @@ class SparseMoe : public torch::nn::Module {
   // router, so its gradient is unchanged).
   torch::Tensor forward(const torch::Tensor& x, RouterStats* stats, ExpertChoice* choice = nullptr) const;
   std::vector<NamedTensor> hfParameters(const std::string& prefix) const;
+  // Attaches LoRA adapters (model/lora.h) to gate_up_proj and down_proj; either may be null; at most once.
+  void attach(std::shared_ptr<ExpertLoraAdapter> gateUp, std::shared_ptr<ExpertLoraAdapter> down);
+  const std::shared_ptr<ExpertLoraAdapter>& gateUpAdapter() const { return gateUpLora_; }
+  const std::shared_ptr<ExpertLoraAdapter>& downAdapter() const { return downLora_; }
   torch::Tensor router;  // [E, H]
   torch::Tensor gateUp;
   torch::Tensor down;
@@ -174,6 +179,7 @@ class SparseMoe : public torch::nn::Module {
   torch::Tensor expert(std::int64_t e, const torch::Tensor& x) const;
 
   MoeConfig config_;
+  std::shared_ptr<ExpertLoraAdapter> gateUpLora_, downLora_;
 };
 
 class DecoderLayer : public torch::nn::Module {
@@ -184,6 +190,8 @@ class DecoderLayer : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& hidden, const AttentionContext& ctx, RouterStats* router = nullptr,
                         ExpertChoice* choice = nullptr) const;
   bool sparse() const { return moe_ != nullptr; }
+  // The sparse block of a sparse layer; nullptr for dense ones.
+  SparseMoe* experts() const { return moe_.get(); }
   std::vector<NamedTensor> hfParameters() const;
   std::int64_t index() const { return index_; }
   // The projection a LoRA target names ("q", "k", "v", "o", "gate", "up", "down") and its HF module path

@@ -1,5 +1,7 @@
 // LoRA adapters (Hu et al.) as PEFT defines them: delta(x) = B(A(dropout(x))) * alpha / r, with A [r, in]
-// Kaiming-uniform(a = sqrt(5)) and B [out, r] zeros, so a fresh adapter changes nothing.
+// Kaiming-uniform(a = sqrt(5)) and B [out, r] zeros, so a fresh adapter changes nothing. On a mixture-of-experts
+// model the attention projections take these, and the stacked expert parameters take PEFT's target_parameters
+// adapters (ExpertLoraAdapter); docs/moe.md, "LoRA".
 #pragma once
 
 #include <cstdint>
@@ -33,6 +35,44 @@ class LoraAdapter : public torch::nn::Module {
   double scaling_;
   double dropout_;
 };
+
+// LoRA on a stack of E experts' maps, as PEFT adapts one 3-D parameter (target_parameters, its ParamWrapper):
+// A [r·E, in] holds the experts one after another (A_e = A.view(E, r, in)[e]), B [out, r·E] interleaves them
+// (B_e = B.view(out, r, E)[:, :, e]), and expert e's map gains B_e A_e * alpha / r. Initialised as LoraAdapter
+// (Kaiming over `in`, B zeros); no dropout (PEFT refuses it on parameters).
+class ExpertLoraAdapter : public torch::nn::Module {
+ public:
+  ExpertLoraAdapter(std::int64_t experts, std::int64_t in, std::int64_t out, const LoraConfig& config,
+                    const ParamOptions& options);
+  // Expert e's delta on its tokens x [n, in]: [n, out].
+  torch::Tensor delta(std::int64_t e, const torch::Tensor& x) const;
+  void reset();
+  torch::Tensor a;  // [r·E, in]
+  torch::Tensor b;  // [out, r·E]
+
+ private:
+  std::int64_t experts_;
+  double scaling_;
+};
+
+// The stacked weight an expert adapter adds, B_e A_e * scaling for each e: [E, out, in], or [E, in, out] when
+// `transposed` (GPT-OSS stores its experts input-major). What a merge adds to the stacked parameter.
+torch::Tensor expertDeltaWeight(const torch::Tensor& a, const torch::Tensor& b, std::int64_t rank, double scaling,
+                                bool transposed);
+
+// The expert parameters `lora.targets` adapt on a mixture-of-experts model: gate and up together adapt the
+// fused gate_up_proj (one adapter, as PEFT can only adapt the whole parameter), down the down_proj.
+struct ExpertTargets {
+  bool gateUp = false;
+  bool down = false;
+};
+// Throws InputError when only one of gate and up is named.
+ExpertTargets expertTargets(const std::vector<std::string>& targets);
+// The PEFT module path of an expert adapter under "model.layers.3.mlp.experts": with both parameters adapted
+// PEFT nests its wrappers, gate_up_proj's inside (".base_layer"); and back, the stacked parameter
+// ("....experts.gate_up_proj") an adapter's module path adapts.
+std::string expertAdapterPath(const std::string& experts, bool gateUp, const ExpertTargets& targets);
+std::string expertParameterOf(const std::string& adapterPath, const ExpertTargets& targets);
 
 class CausalLM;
 

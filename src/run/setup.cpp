@@ -39,6 +39,10 @@ std::shared_ptr<model::CausalLM> loadModelFor(const config::RunConfig& c, torch:
   return model;
 }
 
+model::LoraConfig loraConfigFor(const config::RunConfig& c) {
+  return {c.lora.rank, c.lora.alpha, c.lora.dropout, c.lora.targets};
+}
+
 void initModelFor(const config::RunConfig& c, model::CausalLM& model) {
   if (!c.model.randomInit) {
     model::loadHfWeights(model, c.model.path);

@@ -7,6 +7,7 @@
 #include "data/corpus.h"
 #include "data/tokenizer.h"
 #include "model/causal_lm.h"
+#include "model/lora.h"
 #include "optim/adamw.h"
 #include "optim/loss_scaler.h"
 
@@ -23,6 +24,8 @@ optim::LossScalerConfig lossScalerFor(const config::RunConfig& config);
 std::shared_ptr<model::CausalLM> loadModelFor(const config::RunConfig& config, torch::ScalarType dtype);
 // The same into the parameters of an existing model (bound to memory; the pipeline: the node store).
 void initModelFor(const config::RunConfig& config, model::CausalLM& model);
+// The run's lora.* keys as the model's LoRA settings.
+model::LoraConfig loraConfigFor(const config::RunConfig& config);
 
 // data.* with the model's BOS/EOS ids: the training documents, and the evaluation documents (data.eval_path
 // read the same way, or data.eval_fraction of data.path's documents held out by train.seed; else empty).

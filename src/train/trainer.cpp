@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/fault.h"
 #include "common/log.h"
+#include "common/resident_memory.h"
 #include "model/batch.h"
 #include "model/lora.h"
 #include "optim/adamw_simd.h"
@@ -23,6 +24,39 @@
 #include "run/utilisation.h"
 
 namespace rp::train {
+namespace {
+
+// Note [Host memory] for one process: the whole model and, per trainable parameter, its gradient (model dtype),
+// float32 master (bf16/fp16 runs), AdamW gradient slot and moments, sized on a placeholder model from
+// config.json before any weight is allocated or loaded (docs/training.md, "Host memory").
+void checkHostMemory(const config::RunConfig& c, torch::ScalarType dtype) {
+  model::CausalLM placeholder(model::loadModelConfig(c.model.path), dtype, /*allocate=*/false);
+  double params = 0.0, trainable = 0.0;
+  for (const auto& [name, p] : placeholder.hfParameters()) params += static_cast<double>(p.numel());
+  if (c.lora.rank > 0) {
+    for (const auto& [name, p] : model::attachLora(placeholder, run::loraConfigFor(c))) {
+      params += static_cast<double>(p.numel());
+      trainable += static_cast<double>(p.numel());
+    }
+  } else {
+    trainable = params;
+  }
+  const double element = static_cast<double>(c10::elementSize(dtype));
+  const double weights = params * element;
+  const double perTrainable = element + (dtype == torch::kFloat ? 0.0 : 4.0) + 4.0 + (c.optim.amsgrad ? 12.0 : 8.0);
+  const double state = trainable * perTrainable;
+  const HostMemory host = availableHostMemory();
+  if (host.availableBytes == 0 || weights + state <= static_cast<double>(host.availableBytes)) return;
+  RP_THROW(InputError,
+           "{}: this run needs {:.2f} GB of host memory — the weights {:.2f} GB ({:.0f}M parameters in {}) and, for "
+           "{:.0f}M trainable parameters, their gradients, float32 masters and optimizer state {:.2f} GB — but {} "
+           "leaves {:.2f} GB: train LoRA (lora.rank), run the pipeline runtime over more nodes, or use a machine with "
+           "more memory (docs/training.md, \"Host memory\")",
+           c.model.path, (weights + state) / 1e9, weights / 1e9, params / 1e6, config::dtypeName(c.model.dtype),
+           trainable / 1e6, state / 1e9, host.source, static_cast<double>(host.availableBytes) / 1e9);
+}
+
+}  // namespace
 
 Trainer::Trainer(config::RunConfig config) : config_(std::move(config)), dtype_(run::torchDtype(config_.model.dtype)) {
   const auto& c = config_;
@@ -30,11 +64,12 @@ Trainer::Trainer(config::RunConfig config) : config_(std::move(config)), dtype_(
   if (threads > 0) torch::set_num_threads(static_cast<int>(threads));
   torch::manual_seed(static_cast<std::uint64_t>(c.train.seed));
 
+  checkHostMemory(c, dtype_);
   model_ = run::loadModelFor(c, dtype_);
   tokenizer_ = std::make_unique<data::Tokenizer>(data::Tokenizer::fromFile(c.model.tokenizer));
 
   if (c.lora.rank > 0) {
-    trainable_ = model::attachLora(*model_, {c.lora.rank, c.lora.alpha, c.lora.dropout, c.lora.targets});
+    trainable_ = model::attachLora(*model_, run::loraConfigFor(c));
   } else {
     trainable_ = model_->hfParameters();
   }

@@ -79,7 +79,15 @@ TEST_P(ExportTest, TransformersAndPeftGiveOurLogits) {
                   RP_PYTHON, RP_SOURCE_DIR, out, out);
   if (lora) {
     exportCheckpoint(checkpoint, out + "/peft", {true, "", 5e9});
-    EXPECT_TRUE(fs::exists(out + "/peft/adapter_config.json"));
+    std::ifstream in(out + "/peft/adapter_config.json");
+    const auto config = nlohmann::json::parse(in);
+    if (*GetParam().golden != '\0') {  // the MoE models: the experts as PEFT's target_parameters
+      EXPECT_EQ(config.at("target_parameters"),
+                nlohmann::json::array({"mlp.experts.down_proj", "mlp.experts.gate_up_proj"}));
+      EXPECT_EQ(config.at("target_modules"), nlohmann::json::array({"k_proj", "o_proj", "q_proj", "v_proj"}));
+    } else {
+      EXPECT_FALSE(config.contains("target_parameters"));
+    }
     command += fmt::format(" --adapter {}/peft --base {}", out, model);
   } else {
     // A bfloat16 export loads in bfloat16 where the user passes no dtype (the base's config says float32).
@@ -125,9 +133,10 @@ INSTANTIATE_TEST_SUITE_P(Runs, ExportTest,
                          ::testing::Values(Case{"full", {}}, Case{"lora", {"lora.rank=4", "lora.alpha=8"}},
                                            // Experts stacked in training, exported one tensor per expert.
                                            Case{"moe_full", {}, "qwen3-moe-tiny"},
-                                           // The default targets: the MLP ones are left out on a MoE model.
+                                           // The default targets: attention and the experts (the merged
+                                           // export adds each expert's delta to its published tensors).
                                            Case{"moe_lora", {"lora.rank=4", "lora.alpha=8"}, "qwen3-moe-tiny"},
-                                           // GPT-OSS from MXFP4 experts; LoRA on its attention projections.
+                                           // GPT-OSS from MXFP4 experts; LoRA on attention and experts.
                                            Case{"gpt_oss_full", {}, "gpt-oss-mxfp4", -1},
                                            Case{"gpt_oss_lora", {"lora.rank=4", "lora.alpha=8"}, "gpt-oss-tiny"}),
                          [](const auto& info) { return std::string(info.param.name); });

@@ -139,6 +139,8 @@ for generated in qwen3-moe-tiny gpt-oss-mxfp4; do
     moe=(--set "model.path=$RP_GOLDEN_DIR/$generated" --set optim.mode=async
          --set "model.tokenizer=$(cd "$(dirname "$0")/../../configs/builtin-tiny" && pwd)")
     resumes_bitwise "$generated" 3 "$generated" "${moe[@]}"
+    # LoRA on attention and the experts (PEFT's target_parameters layout) in the checkpoint, bitwise.
+    [[ $generated == gpt-oss-mxfp4 ]] && resumes_bitwise "$generated-lora" 3 "$generated LoRA" "${moe[@]}" --set lora.rank=4
   else
     echo "note: RP_GOLDEN_DIR/$generated absent, the generated $generated case is not run"
   fi

@@ -1,5 +1,6 @@
 // LoRA adapters: PEFT initialisation (a fresh adapter changes nothing), PEFT names, frozen base.
 #include <cmath>
+#include <functional>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -83,29 +84,86 @@ std::shared_ptr<CausalLM> tinyMoe(std::vector<std::int64_t> denseLayers) {
   return std::make_shared<CausalLM>(c, torch::kFloat);
 }
 
-// Experts take no adapter, and PEFT reads gate/up/down on a MoE model as the experts: the MLP targets are left
-// out on every layer, dense ones included; with nothing else to adapt it is an error.
-TEST(Lora, MoeModelsAdaptAttentionOnly) {
+std::vector<std::string> namesOf(const std::vector<NamedTensor>& tensors) {
+  std::vector<std::string> out;
+  for (const auto& [name, t] : tensors) out.push_back(name);
+  return out;
+}
+
+std::string errorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// The MLP targets adapt the experts as PEFT's target_parameters do (one adapter per stacked parameter, nested
+// names when both are adapted); dense layers of a MoE model keep their MLP unadapted, as in PEFT.
+TEST(Lora, MoeModelsAdaptAttentionAndExperts) {
   auto mixed = tinyMoe({1});
   LoraConfig config;
   config.rank = 2;
-  config.targets = {"q", "gate"};
-  std::vector<std::string> names;
-  for (const auto& [name, t] : attachLora(*mixed, config)) names.push_back(name);
-  EXPECT_EQ(names, (std::vector<std::string>{"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight",
-                                             "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight",
-                                             "base_model.model.model.layers.1.self_attn.q_proj.lora_A.weight",
-                                             "base_model.model.model.layers.1.self_attn.q_proj.lora_B.weight"}));
+  config.targets = {"q", "gate", "up", "down"};
+  const auto adapters = attachLora(*mixed, config);
+  const std::string l0 = "base_model.model.model.layers.0.";
+  EXPECT_EQ(namesOf(adapters),
+            (std::vector<std::string>{l0 + "self_attn.q_proj.lora_A.weight", l0 + "self_attn.q_proj.lora_B.weight",
+                                      l0 + "mlp.experts.base_layer.lora_A.weight",
+                                      l0 + "mlp.experts.base_layer.lora_B.weight", l0 + "mlp.experts.lora_A.weight",
+                                      l0 + "mlp.experts.lora_B.weight",
+                                      "base_model.model.model.layers.1.self_attn.q_proj.lora_A.weight",
+                                      "base_model.model.model.layers.1.self_attn.q_proj.lora_B.weight"}));
+  // gate_up_proj [E, 2I, H]: A [r E, H], B [2I, r E]; down_proj [E, H, I]: A [r E, I], B [H, r E].
+  EXPECT_EQ(adapters[2].second.sizes(), (std::vector<std::int64_t>{8, 16}));
+  EXPECT_EQ(adapters[3].second.sizes(), (std::vector<std::int64_t>{16, 8}));
+  EXPECT_EQ(adapters[4].second.sizes(), (std::vector<std::int64_t>{8, 8}));
+  EXPECT_EQ(adapters[5].second.sizes(), (std::vector<std::int64_t>{16, 8}));
   resetLora(*mixed, config);
 
-  config.targets = {"gate", "down"};
-  try {
-    attachLora(*tinyMoe({}), config);
-    FAIL() << "no error for MLP-only targets on a MoE model";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("lora.targets [gate, down]: on a mixture-of-experts model only the attention"),
-              std::string::npos)
-        << e.what();
+  config.targets = {"gate", "up"};  // one expert parameter: PEFT does not nest
+  EXPECT_EQ(namesOf(attachLora(*tinyMoe({}), config))[0], l0 + "mlp.experts.lora_A.weight");
+  config.targets = {"q", "gate"};
+  EXPECT_NE(errorOf([&] { attachLora(*tinyMoe({}), config); }).find("gate and up adapt the experts' fused"),
+            std::string::npos);
+  config.targets = {"q", "down"};
+  config.dropout = 0.1;
+  EXPECT_NE(errorOf([&] { attachLora(*tinyMoe({}), config); }).find("lora.dropout = 0.1: the experts' adapters"),
+            std::string::npos);
+  config.targets = {"q", "v"};
+  EXPECT_EQ(errorOf([&] { attachLora(*tinyMoe({}), config); }), "no error");
+}
+
+// The export's merged delta is the forward's: x (W + delta_e)^T = x W^T + delta(e, x), in both layouts.
+TEST(Lora, ExpertDeltaWeightIsTheForwardsDelta) {
+  torch::manual_seed(3);
+  LoraConfig config{3, 6.0, 0.0, {}};
+  ExpertLoraAdapter adapter(4, 5, 7, config, {});
+  torch::NoGradGuard noGrad;
+  adapter.b.copy_(torch::randn(adapter.b.sizes()));
+  const auto x = torch::randn({6, 5});
+  const auto stacked = expertDeltaWeight(adapter.a, adapter.b, 3, 2.0, /*transposed=*/false);
+  const auto inputMajor = expertDeltaWeight(adapter.a, adapter.b, 3, 2.0, /*transposed=*/true);
+  ASSERT_EQ(stacked.sizes(), (std::vector<std::int64_t>{4, 7, 5}));
+  for (std::int64_t e = 0; e < 4; ++e) {
+    EXPECT_TRUE(torch::allclose(adapter.delta(e, x), torch::linear(x, stacked[e]), 1e-5, 1e-5)) << e;
+    EXPECT_TRUE(torch::allclose(adapter.delta(e, x), torch::matmul(x, inputMajor[e]), 1e-5, 1e-5)) << e;
+  }
+  // Expert-major A, rank-major B (PEFT's ParamWrapper): expert 1's factors are rows 3..5 of A, columns 1, 5, 9 of B.
+  const auto b1 = adapter.b.index_select(1, torch::tensor({1, 5, 9}));
+  EXPECT_TRUE(torch::allclose(stacked[1], torch::matmul(b1, adapter.a.narrow(0, 3, 3)) * 2.0, 1e-5, 1e-5));
+}
+
+TEST(Lora, ExpertAdapterPathsRoundTrip) {
+  const std::string experts = "model.layers.2.mlp.experts";
+  for (const ExpertTargets t : {ExpertTargets{true, true}, ExpertTargets{true, false}, ExpertTargets{false, true}}) {
+    if (t.gateUp) {
+      EXPECT_EQ(expertParameterOf(expertAdapterPath(experts, true, t), t), experts + ".gate_up_proj");
+    }
+    if (t.down) {
+      EXPECT_EQ(expertParameterOf(expertAdapterPath(experts, false, t), t), experts + ".down_proj");
+    }
   }
 }
 

@@ -1,10 +1,14 @@
 // The single-process trainer on the real TinyStories-656K checkpoint and tiny-shakespeare.
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include "common/error.h"
 #include "config/run_config.h"
 #include "support/fixtures.h"
 #include "train/trainer.h"
@@ -98,6 +102,39 @@ TEST_F(TrainerTest, LoraTrainsAdaptersOnlyAndLowersLoss) {
   ASSERT_EQ(m.size(), 12u);
   EXPECT_LT(m.back().at("loss").get<double>(), m.front().at("loss").get<double>() - 0.3);
   for (const auto& [name, t] : trainer.trainable()) EXPECT_NE(name.find("lora_"), std::string::npos) << name;
+}
+
+// RP_HOST_MEMORY_MB for one scope.
+struct HostMemoryMb {
+  explicit HostMemoryMb(std::int64_t mb) { ::setenv("RP_HOST_MEMORY_MB", std::to_string(mb).c_str(), 1); }
+  ~HostMemoryMb() { ::unsetenv("RP_HOST_MEMORY_MB"); }
+};
+
+// A float32 full fine-tune costs 20 bytes per parameter (weights, gradients, the optimizer's gradient slot and
+// moments): a host 4% short of that is refused before any weight is read (the model directory below holds
+// config.json alone), one 4% over is not; LoRA fits where the full run did not.
+TEST_F(TrainerTest, RefusesARunTheHostCannotHoldBeforeLoading) {
+  double params = 0;
+  for (const auto& [name, p] : Trainer(configWith({})).model().hfParameters()) params += p.numel();
+  const double mib = 20.0 * params / (1 << 20);
+  const std::string configOnly = out_ + "/config-only";
+  std::filesystem::create_directories(configOnly);
+  std::filesystem::copy_file(*fixtures_ + "/models/tinystories-656k/config.json", configOnly + "/config.json");
+  {
+    HostMemoryMb host(static_cast<std::int64_t>(std::floor(0.96 * mib)));
+    try {
+      Trainer refused(configWith({"model.path=" + configOnly}));
+      FAIL() << "a run needing " << mib << " MiB started on a smaller host";
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(configOnly + ": this run needs"), std::string::npos) << what;
+      EXPECT_NE(what.find("but RP_HOST_MEMORY_MB leaves"), std::string::npos) << what;
+      EXPECT_NE(what.find("train LoRA (lora.rank)"), std::string::npos) << what;
+    }
+    EXPECT_NO_THROW(Trainer(configWith({"lora.rank=4"})));
+  }
+  HostMemoryMb host(static_cast<std::int64_t>(std::ceil(1.04 * mib)));
+  EXPECT_NO_THROW(Trainer(configWith({})));
 }
 
 // model_tflops is the step's model FLOPs over its time: against the standard estimate 6 x parameters x tokens
