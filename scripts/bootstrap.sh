@@ -15,6 +15,8 @@ apt_packages=(
   libicu-dev                                    # tokenizer: Unicode normalization and regexes
   clang libclang-rt-14-dev                      # the fuzz targets (libFuzzer, ASan, UBSan)
   fortunes                                      # the demo's corpus when ../shared is absent
+  slurmd slurmctld slurm-client munge           # the cluster tier's real Slurm (scripts/cluster.sh)
+  iproute2 util-linux                           # its hosts: network namespaces, nsenter, unshare, tc
 )
 
 say() { echo "bootstrap: $*"; }
