@@ -56,6 +56,10 @@ void reduceInto(void* into, const void* from, std::size_t count, Element element
   }
 }
 
+void ControlChannel::boundCollectives(const StallPolicy& policy, std::function<std::string(int)> describe) {
+  bound_ = std::make_shared<const CollectiveBound>(CollectiveBound{policy, std::move(describe)});
+}
+
 void waitOrStall(const StallPolicy& policy, const std::function<bool(ControlChannel::Deadline)>& attempt,
                  const std::function<std::string()>& what, const std::function<std::string()>& late) {
   const auto start = std::chrono::steady_clock::now();

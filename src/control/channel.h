@@ -27,6 +27,12 @@ class PeerError : public Error {
   using Error::Error;
 };
 
+// The stall inspector's two deadlines (docs/protocol.md, "Failure semantics"), for every wait on a peer.
+struct StallPolicy {
+  double warnSeconds = 60.0;    // pipeline.stall_warn_s: log what is late and the late rank's last operation
+  double abortSeconds = 300.0;  // pipeline.stall_timeout_s: then fail with that message
+};
+
 enum class Element { kInt32, kInt64, kFloat32, kFloat64 };
 enum class Reduce { kSum, kMin, kMax };
 
@@ -58,6 +64,20 @@ class ControlChannel {
     allreduce(data, count, elementOf<T>(), op);
   }
 
+  // Bounds every collective's wait by the stall inspector (waitOrStall): a collective some peer never joins —
+  // a cut link, a hung rank — throws PeerError after policy.abortSeconds naming the collective and the
+  // channel's other ranks, each as `describe(world rank)` words it. duplicate() and split() keep the bound.
+  // Unbounded until called; channels whose ranks are threads of one process (inproc/) cannot lose a peer
+  // that way and keep it unused.
+  void boundCollectives(const StallPolicy& policy, std::function<std::string(int worldRank)> describe);
+
+ protected:
+  struct CollectiveBound {
+    StallPolicy policy;
+    std::function<std::string(int)> describe;
+  };
+  std::shared_ptr<const CollectiveBound> bound_;
+
  private:
   template <typename T>
   static constexpr Element elementOf() {
@@ -71,12 +91,6 @@ class ControlChannel {
 std::size_t elementBytes(Element element);
 // `into[i] = op(into[i], from[i])` for `count` elements.
 void reduceInto(void* into, const void* from, std::size_t count, Element element, Reduce op);
-
-// The stall inspector's two deadlines (docs/protocol.md, "Failure semantics"), for every wait on a peer.
-struct StallPolicy {
-  double warnSeconds = 60.0;    // pipeline.stall_warn_s: log what is late and the late rank's last operation
-  double abortSeconds = 300.0;  // pipeline.stall_timeout_s: then fail with that message
-};
 
 // Calls `attempt(deadline)` — true once the awaited thing happened, false at `deadline` — until it succeeds.
 // After policy.warnSeconds logs one warning "still waiting … for <what()><late()>" (when warnSeconds <

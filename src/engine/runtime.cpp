@@ -66,6 +66,14 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
       worldChannel_(std::move(parts.world)) {
   const auto& c = config_;
   const auto& id = id_;
+  // Every collective waits at most pipeline.stall_timeout_s, the cross-node ones (split off the world channel)
+  // included: a cut link or a hung rank ends the job naming who did not join (docs/protocol.md).
+  const auto place = [places = id.places](int r) {
+    const RankPlace& p = places.at(static_cast<std::size_t>(r));
+    return fmt::format("rank {} on node {} ({})", r, p.node, p.host);
+  };
+  worldChannel_->boundCollectives(stallPolicy(), place);
+  channel_->boundCollectives(stallPolicy(), place);
   // Across nodes: data parallel. Every node runs the same pipeline over its share of the global batch.
   config::checkPipelineRun(c, id.nodeCount);
   std::int32_t localSize = id.localSize;

@@ -1,4 +1,7 @@
 // The ControlChannel contract on MPI: real processes.
+#include <chrono>
+#include <string>
+
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -37,6 +40,30 @@ TEST(MpiConformance, Collectives) {
 TEST(MpiConformance, DuplicateAndSplit) {
   MpiChannel channel(MPI_COMM_WORLD);
   test::conformanceDuplicateAndSplit(channel);
+}
+
+// A collective a peer never joins ends at the bound naming the peers; the peers' later join completes it.
+TEST(MpiChannelBound, ACollectiveAPeerNeverJoinsStallsNamingThePeers) {
+  MpiChannel world(MPI_COMM_WORLD);
+  auto channel = world.duplicate();  // the unmatched barrier stays on a communicator of its own
+  channel->boundCollectives({0.2, 0.5}, [](int r) { return "peer " + std::to_string(r); });
+  if (world.rank() == 0) {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      channel->barrier();
+      ADD_FAILURE() << "a barrier the peers never joined returned";
+    } catch (const PeerError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(" s for MPI_Barrier over " + std::to_string(world.size()) +
+                          " ranks to complete; the others: peer 1"),
+                std::string::npos)
+          << what;
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  }
+  world.barrier();
+  if (world.rank() != 0) channel->barrier();  // matches rank 0's pending one
+  world.barrier();
 }
 
 }  // namespace

@@ -1,6 +1,10 @@
 #include "control/mpi/mpi_channel.h"
 
+#include <algorithm>
 #include <thread>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "world/mpi_session.h"
 
@@ -33,6 +37,19 @@ MPI_Op mpiOp(Reduce op) {
   return MPI_SUM;
 }
 
+// Polls `request` until it completes (true) or `deadline` passes (false; the request stays pending).
+bool testUntil(MPI_Request& request, ControlChannel::Deadline deadline) {
+  auto pause = std::chrono::microseconds(1);
+  while (true) {
+    int done = 0;
+    checkMpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test(control)");
+    if (done) return true;
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(100));
+  }
+}
+
 }  // namespace
 
 MpiChannel::MpiChannel(MPI_Comm comm) : comm_(comm) {
@@ -56,51 +73,83 @@ bool MpiChannel::receive(int from, Tag tag, void* data, std::size_t bytes, Deadl
   MPI_Request request = MPI_REQUEST_NULL;
   checkMpi(MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, from, mpiTag(tag), comm_, &request),
            "MPI_Irecv(control)");
-  auto pause = std::chrono::microseconds(1);
-  while (true) {
-    int done = 0;
-    checkMpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test(control)");
-    if (done) return true;
-    if (std::chrono::steady_clock::now() > deadline) {
-      // The message may have matched since the last test: then the cancel fails and the receive completes —
-      // deliver it, or the caller's retry would read the next message and this one would be lost.
-      checkMpi(MPI_Cancel(&request), "MPI_Cancel(control)");
-      MPI_Status status;
-      checkMpi(MPI_Wait(&request, &status), "MPI_Wait(control, cancelled receive)");
-      int cancelled = 0;
-      checkMpi(MPI_Test_cancelled(&status, &cancelled), "MPI_Test_cancelled(control)");
-      return cancelled == 0;
-    }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(200));
+  if (testUntil(request, deadline)) return true;
+  // The message may have matched since the last test: then the cancel fails and the receive completes —
+  // deliver it, or the caller's retry would read the next message and this one would be lost.
+  checkMpi(MPI_Cancel(&request), "MPI_Cancel(control)");
+  MPI_Status status;
+  checkMpi(MPI_Wait(&request, &status), "MPI_Wait(control, cancelled receive)");
+  int cancelled = 0;
+  checkMpi(MPI_Test_cancelled(&status, &cancelled), "MPI_Test_cancelled(control)");
+  return cancelled == 0;
+}
+
+// Collectives are started non-blocking and waited for here: without a bound as MPI_Wait, with one under the
+// stall inspector. MPI cannot cancel a collective, so a timed-out one stays pending; the PeerError ends the
+// process anyway (docs/protocol.md, "Failure semantics").
+void MpiChannel::complete(MPI_Request& request, const char* op) {
+  if (!bound_) {
+    checkMpi(MPI_Wait(&request, MPI_STATUS_IGNORE), op);
+    return;
   }
+  waitOrStall(
+      bound_->policy, [&](Deadline deadline) { return testUntil(request, deadline); },
+      [&] { return fmt::format("{} over {} ranks to complete; the others: {}", op, size_, otherRanks()); });
+}
+
+std::string MpiChannel::otherRanks() const {
+  MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+  checkMpi(MPI_Comm_group(comm_, &group), "MPI_Comm_group(control)");
+  checkMpi(MPI_Comm_group(MPI_COMM_WORLD, &world), "MPI_Comm_group(world)");
+  std::vector<int> ranks(static_cast<std::size_t>(size_)), worldRanks(ranks.size());
+  for (int r = 0; r < size_; ++r) ranks[static_cast<std::size_t>(r)] = r;
+  checkMpi(MPI_Group_translate_ranks(group, size_, ranks.data(), world, worldRanks.data()),
+           "MPI_Group_translate_ranks(control)");
+  MPI_Group_free(&group);
+  MPI_Group_free(&world);
+  std::vector<std::string> out;
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank_) out.push_back(bound_->describe(worldRanks[static_cast<std::size_t>(r)]));
+  }
+  return fmt::format("{}", fmt::join(out, "; "));
 }
 
 void MpiChannel::barrier() {
-  checkMpi(MPI_Barrier(comm_), "MPI_Barrier(control)");
+  MPI_Request request = MPI_REQUEST_NULL;
+  checkMpi(MPI_Ibarrier(comm_, &request), "MPI_Ibarrier(control)");
+  complete(request, "MPI_Barrier");
 }
 
 void MpiChannel::broadcast(void* data, std::size_t bytes, int root) {
-  checkMpi(MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_), "MPI_Bcast(control)");
+  MPI_Request request = MPI_REQUEST_NULL;
+  checkMpi(MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_, &request), "MPI_Ibcast(control)");
+  complete(request, "MPI_Bcast");
 }
 
 void MpiChannel::allreduce(void* data, std::size_t count, Element element, Reduce op) {
-  checkMpi(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), mpiType(element), mpiOp(op), comm_),
-           "MPI_Allreduce(control)");
+  MPI_Request request = MPI_REQUEST_NULL;
+  checkMpi(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), mpiType(element), mpiOp(op), comm_, &request),
+           "MPI_Iallreduce(control)");
+  complete(request, "MPI_Allreduce");
 }
 
 std::vector<std::vector<std::uint8_t>> MpiChannel::gather(const void* data, std::size_t bytes, int root) {
   const int length = static_cast<int>(bytes);
   std::vector<int> lengths(static_cast<std::size_t>(size_)), offsets(static_cast<std::size_t>(size_));
-  checkMpi(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, root, comm_), "MPI_Gather(control lengths)");
+  MPI_Request request = MPI_REQUEST_NULL;
+  checkMpi(MPI_Igather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, root, comm_, &request),
+           "MPI_Igather(control lengths)");
+  complete(request, "MPI_Gather");
   int total = 0;
   for (int r = 0; r < size_; ++r) {
     offsets[static_cast<std::size_t>(r)] = total;
     total += lengths[static_cast<std::size_t>(r)];
   }
   std::vector<std::uint8_t> all(rank_ == root ? static_cast<std::size_t>(total) : 0);
-  checkMpi(MPI_Gatherv(data, length, MPI_BYTE, all.data(), lengths.data(), offsets.data(), MPI_BYTE, root, comm_),
-           "MPI_Gatherv(control)");
+  checkMpi(
+      MPI_Igatherv(data, length, MPI_BYTE, all.data(), lengths.data(), offsets.data(), MPI_BYTE, root, comm_, &request),
+      "MPI_Igatherv(control)");
+  complete(request, "MPI_Gatherv");
   std::vector<std::vector<std::uint8_t>> out;
   if (rank_ != root) return out;
   for (int r = 0; r < size_; ++r) {
@@ -113,13 +162,17 @@ std::vector<std::vector<std::uint8_t>> MpiChannel::gather(const void* data, std:
 std::unique_ptr<ControlChannel> MpiChannel::duplicate() {
   MPI_Comm comm = MPI_COMM_NULL;
   checkMpi(MPI_Comm_dup(comm_, &comm), "MPI_Comm_dup(control)");
-  return std::unique_ptr<ControlChannel>(new MpiChannel(comm, Owned{}));
+  auto out = std::unique_ptr<MpiChannel>(new MpiChannel(comm, Owned{}));
+  out->bound_ = bound_;
+  return out;
 }
 
 std::unique_ptr<ControlChannel> MpiChannel::split(int color, int key) {
   MPI_Comm comm = MPI_COMM_NULL;
   checkMpi(MPI_Comm_split(comm_, color, key, &comm), "MPI_Comm_split(control)");
-  return std::unique_ptr<ControlChannel>(new MpiChannel(comm, Owned{}));
+  auto out = std::unique_ptr<MpiChannel>(new MpiChannel(comm, Owned{}));
+  out->bound_ = bound_;
+  return out;
 }
 
 }  // namespace rp::control

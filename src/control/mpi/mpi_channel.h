@@ -31,6 +31,11 @@ class MpiChannel : public ControlChannel {
   struct Owned {};
   MpiChannel(MPI_Comm comm, Owned);  // takes ownership of `comm` (freed on destruction)
 
+  // Waits for a collective's `request`, under the bound when there is one (boundCollectives).
+  void complete(MPI_Request& request, const char* op);
+  // "rank 2 on node 1 (host-b); ..." for this communicator's other ranks, by their world ranks.
+  std::string otherRanks() const;
+
   MPI_Comm comm_;
   bool owned_ = false;
   int rank_ = 0, size_ = 1;

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# A link cut mid-run (scripts/cluster.sh link h3 down) on a 2 hosts x 2 workers job: every rank ends within
+# pipeline.stall_timeout_s (plus the time to notice), non-zero, and each side's message names the operation it
+# waited on and the host it lost — h2's ranks name h3, h3's (which nobody can reach to kill) name h2 and exit
+# on their own; collectives included (MPI would otherwise wait for TCP to give up, ~15 min). The last
+# published checkpoint is intact: the run resumes from it on the remaining host and finishes.
+# Usage: cut_link.sh <roundpipe_train> <fixtures dir> <scripts/cluster.sh>
+set -uo pipefail
+train="$1"; fixtures="$2"; cluster="$3"
+model="$fixtures/models/tinystories-656k"
+if [[ ! -d "$model" ]]; then echo "SKIP: $model not found"; exit 0; fi
+if ! why="$("$cluster" check)"; then echo "SKIP: cluster tier: $why"; exit 0; fi
+export RP_CLUSTER_DIR="${TMPDIR:-/tmp}/rp-cluster-cut-link"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 RP_NUM_THREADS=1
+work="$(mktemp -d)"
+launcher=""
+trap '[[ -n $launcher ]] && kill -9 "$launcher" 2>/dev/null; "$cluster" down; rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; tail -n 5 "$work"/*.log "$work"/logs/* 2>/dev/null; exit 1; }
+"$cluster" down 2>/dev/null  # what an aborted earlier run left
+"$cluster" up 3 || fail "the cluster did not come up"
+
+timeout_s=10
+args=(--config /dev/null --set "model.path=$model" --set "data.path=$fixtures/text/tinyshakespeare.txt"
+  --set train.seq_len=32 --set train.global_batch=12 --set train.microbatches=3 --set train.max_steps=60
+  --set optim.mode=sync --set checkpoint.every=2 --set "checkpoint.dir=$work/checkpoints"
+  --set "pipeline.stall_timeout_s=$timeout_s" --set pipeline.stall_warn_s=4)
+mkdir -p "$work/logs"
+# Each rank's log in a file of its own: h3's output cannot reach mpirun once the link is down.
+"$cluster" mpirun -np 4 --host h2:2,h3:2 -x RP_NUM_THREADS sh -c \
+  'exec "$0" "$@" 2>"'"$work"'/logs/rank-$OMPI_COMM_WORLD_RANK.log"' "$train" "${args[@]}" \
+  --set "output.dir=$work/cut" >"$work/mpirun.log" 2>&1 &
+launcher=$!
+for _ in $(seq 1 600); do
+  [[ -d $work/checkpoints/step-00000004 ]] && break
+  sleep 0.1
+done
+[[ -d $work/checkpoints/step-00000004 ]] || fail "no checkpoint of step 4 within 60 s"
+alive() { pgrep -f "^$train .*output.dir=$work/cut" >/dev/null; }
+alive || fail "the ranks ended before the cut"
+"$cluster" link h3 down
+start=$SECONDS
+while alive && ((SECONDS - start < timeout_s + 30)); do sleep 0.2; done
+took=$((SECONDS - start))
+alive && fail "ranks still running ${took} s after the cut (pipeline.stall_timeout_s = $timeout_s)"
+echo "ok: every rank ended ${took} s after the cut (pipeline.stall_timeout_s = $timeout_s)"
+((took >= timeout_s - 1)) || fail "the ranks ended after ${took} s: before the stall timeout, so not by it"
+
+# h3's ranks: nobody could kill them, so they ended by the stall inspector, naming h2 and the wait.
+for r in 2 3; do
+  log="$work/logs/rank-$r.log"
+  grep -q "stalled: waited $timeout_s s for .*(h2)" "$log" || fail "rank $r's log does not name the lost host h2"
+  grep -q "rank $r failed; ending the job of 4 ranks" "$log" || fail "rank $r did not end with its error"
+done
+# h2's side: some rank names h3 (the others may be ended by mpirun before their own timeout).
+grep -q "stalled: waited $timeout_s s for .*(h3)" "$work"/logs/rank-[01].log || fail "no rank on h2 names the lost host h3"
+grep -h "stalled:" "$work"/logs/rank-*.log | cut -c1-240
+kill -9 "$launcher" 2>/dev/null  # mpirun may still wait for h3's daemon, as TCP has not given up
+wait "$launcher" 2>/dev/null
+launcher=""
+
+# The last published checkpoint resumes on the remaining host and the run finishes.
+"$cluster" link h3 up
+timeout 120 "$cluster" mpirun -np 4 --host h2:4 -x RP_NUM_THREADS "$train" "${args[@]}" \
+  --set "output.dir=$work/resumed" --resume latest >"$work/resumed.log" 2>&1 || fail "the resumed run failed"
+grep -q "r0 I] resuming from $work/checkpoints/step-" "$work/resumed.log" || fail "the run did not resume"
+[[ $(python3 -c "import json,sys; print(max(json.loads(l)['step'] for l in open(sys.argv[1])))" \
+  "$work/resumed/metrics.jsonl") == 60 ]] || fail "the resumed run did not reach step 60"
+echo "PASS: a cut link ends every rank at the stall timeout, naming the lost host; the checkpoint resumes"
