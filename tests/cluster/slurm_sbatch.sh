@@ -8,17 +8,10 @@
 # Usage: slurm_sbatch.sh <roundpipe_train> <fixtures dir> <scripts/cluster.sh>
 set -uo pipefail
 train="$1"; fixtures="$2"; cluster="$3"
-model="$fixtures/models/tinystories-656k"
-if [[ ! -d "$model" ]]; then echo "SKIP: $model not found"; exit 0; fi
-if ! why="$("$cluster" check)"; then echo "SKIP: cluster tier: $why"; exit 0; fi
 if ! command -v slurmctld >/dev/null; then echo "SKIP: cluster tier: Slurm is not installed (scripts/bootstrap.sh)"; exit 0; fi
 script="$(cd "$(dirname "$0")/../.." && pwd)/launch/slurm/roundpipe.sbatch"
 export RP_CLUSTER_DIR="${TMPDIR:-/tmp}/rp-cluster-sbatch"
-work="$(mktemp -d)"
-trap '"$cluster" down; rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*"; tail -30 "$work"/*.out 2>/dev/null; exit 1; }
-"$cluster" down 2>/dev/null  # what an aborted earlier run left
-"$cluster" up 3 || fail "the cluster did not come up"
+source "$(dirname "$0")/setup.sh"
 slurm() { "$cluster" on h1 "$@"; }
 
 cat >"$work/run.toml" <<TOML
@@ -38,11 +31,12 @@ mode = "sync"
 every = 10
 TOML
 # submit <name> [sbatch options]: the batch script on 2 nodes x 2 tasks (no GPUs here), output into <name>.
+# A 10-minute limit: the script asks for USR1 5 minutes before it (--signal=B:USR1@300), well after the job.
 submit() {
   local name="$1"; shift
   slurm env OMPI_MCA_btl_tcp_if_include=eth0 OMPI_MCA_oob_tcp_if_include=eth0 OMPI_MCA_mpi_yield_when_idle=1 \
-    RP_NUM_THREADS=1 RP_TRAIN="$train" \
-    sbatch --parsable -N 2 --ntasks-per-node=2 --gpus-per-node=0 --cpus-per-task=1 -t 5 -o "$work/$name.out" "$@" \
+    RP_TRAIN="$train" \
+    sbatch --parsable -N 2 --ntasks-per-node=2 --gpus-per-node=0 --cpus-per-task=1 -t 10 -o "$work/$name.out" "$@" \
     "$script" "$work/run.toml" --set "output.dir=$work/$name"
 }
 

@@ -9,16 +9,8 @@
 # Usage: two_hosts.sh <roundpipe_train> <fixtures dir> <scripts/cluster.sh>
 set -uo pipefail
 train="$1"; fixtures="$2"; cluster="$3"
-model="$fixtures/models/tinystories-656k"
-if [[ ! -d "$model" ]]; then echo "SKIP: $model not found"; exit 0; fi
-if ! why="$("$cluster" check)"; then echo "SKIP: cluster tier: $why"; exit 0; fi
 export RP_CLUSTER_DIR="${TMPDIR:-/tmp}/rp-cluster-two-hosts"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-work="$(mktemp -d)"
-trap '"$cluster" down; rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-"$cluster" down 2>/dev/null  # what an aborted earlier run left
-"$cluster" up 3 || fail "the cluster did not come up"
+source "$(dirname "$0")/setup.sh"
 
 # run <dir> <hosts|single> [--set ...]: a 6-step run into <dir>, checkpoints every 3 steps.
 run() {
@@ -28,10 +20,10 @@ run() {
     --set optim.mode=sync --set optim.schedule=cosine --set optim.warmup_steps=2 --set optim.lr=3e-3
     --set train.loss_chunk_tokens=4096 --set checkpoint.every=3 --set "output.dir=$dir" "$@")
   if [[ $where == single ]]; then
-    RP_NUM_THREADS=1 timeout 120 "${cmd[@]}" >"$dir.log" 2>&1
+    timeout 120 "${cmd[@]}" >"$dir.log" 2>&1
   else
-    RP_NUM_THREADS=1 timeout 120 "$cluster" mpirun -np 4 --host "$where" -x RP_NUM_THREADS "${cmd[@]}" >"$dir.log" 2>&1
-  fi || { tail -20 "$dir.log"; fail "the run into $dir ($where) exited $?"; }
+    timeout 120 "$cluster" mpirun -np 4 --host "$where" -x RP_NUM_THREADS "${cmd[@]}" >"$dir.log" 2>&1
+  fi || fail "the run into $dir ($where) exited $?"
 }
 
 # same_losses <a> <b> <first step>: metrics of steps >= first agree within 1e-6 relative.

@@ -1,0 +1,16 @@
+# Sourced by the cluster tests once $train, $fixtures and $cluster are set: skips (one line, exit 0) where the
+# tier cannot run, brings up 3 hosts (scripts/cluster.sh, state in $RP_CLUSTER_DIR) and, on exit, runs the
+# test's `on_exit` (if it defines one), tears the cluster down and removes $work and $RP_CLUSTER_DIR.
+model="$fixtures/models/tinystories-656k"
+if [[ ! -d "$model" ]]; then echo "SKIP: $model not found"; exit 0; fi
+if ! why="$("$cluster" check)"; then echo "SKIP: cluster tier: $why"; exit 0; fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 RP_NUM_THREADS=1
+work="$(mktemp -d)"
+trap 'declare -F on_exit >/dev/null && on_exit; "$cluster" down; rm -rf "$work" "$RP_CLUSTER_DIR"' EXIT
+fail() {
+  echo "FAIL: $*"
+  tail -n 20 "$work"/*.log "$work"/*.out "$work"/logs/* 2>/dev/null
+  exit 1
+}
+"$cluster" down 2>/dev/null  # what an aborted earlier run left
+"$cluster" up 3 || fail "the cluster did not come up"
