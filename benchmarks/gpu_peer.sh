@@ -3,12 +3,12 @@
 # (benchmarks/peer_roundpipe_ref.py) on the same GPUs, model shape (random init), batch, sequence length and
 # microbatch count, bf16: tokens/s and peak GPU memory side by side. The peer's wheels come from
 # benchmarks/peer_wheels.sh (RP_PEER_WHEELS, default offline/wheels) into a venv over this machine's torch.
-# Environment: RP_BENCH_MODEL [benchmarks/configs/qwen3-1.7b-shape], RP_BENCH_SEQ [2048], RP_BENCH_BATCH [8],
+# Environment: RP_BENCH_MODEL [benchmarks/configs/qwen3-1.7b], RP_BENCH_SEQ [2048], RP_BENCH_BATCH [8],
 # RP_BENCH_MICROBATCHES [8], RP_BENCH_STEPS [8: 3 warm-up], RP_BUILD_DIR [build], RP_PYTHON [python3].
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin="${RP_BUILD_DIR:-$root/build}/src/cli/roundpipe_train"
-model="${RP_BENCH_MODEL:-$root/benchmarks/configs/qwen3-1.7b-shape}"
+model="${RP_BENCH_MODEL:-$root/benchmarks/configs/qwen3-1.7b}"
 seq="${RP_BENCH_SEQ:-2048}" batch="${RP_BENCH_BATCH:-8}" mbs="${RP_BENCH_MICROBATCHES:-8}" steps="${RP_BENCH_STEPS:-8}"
 wheels="${RP_PEER_WHEELS:-$root/offline/wheels}"
 python="${RP_PYTHON:-python3}"

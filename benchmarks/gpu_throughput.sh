@@ -5,7 +5,7 @@
 # utilisation against the GPU's dense bf16 peak. Randomly initialised models from config.json shapes, the
 # byte-level tokenizer of configs/builtin-tiny (ids fit any vocabulary), bf16, one row per microbatch.
 # Usage: benchmarks/gpu_throughput.sh   (environment, defaults in brackets)
-#   RP_BENCH_MODELS   config dirs ["benchmarks/configs/qwen3-1.7b-shape benchmarks/configs/llama-3.1-8b"]
+#   RP_BENCH_MODELS   config dirs ["benchmarks/configs/qwen3-1.7b benchmarks/configs/llama-3.1-8b"]
 #   RP_BENCH_LORA     LoRA rank per model, 0 = full fine-tune ["0 16": the 8B's full state exceeds 128 GB RAM]
 #   RP_BENCH_WORKERS  ranks [the number of GPUs, at least 1]    RP_BENCH_SEQ  tokens per row [4096]
 #   RP_BENCH_STEPS    steps, the first 2 not counted [8]        RP_BENCH_MICROBATCHES [2 x workers + 2]
@@ -16,7 +16,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin="${RP_BUILD_DIR:-$root/build}/src/cli/roundpipe_train"
-read -r -a models <<<"${RP_BENCH_MODELS:-$root/benchmarks/configs/qwen3-1.7b-shape $root/benchmarks/configs/llama-3.1-8b}"
+read -r -a models <<<"${RP_BENCH_MODELS:-$root/benchmarks/configs/qwen3-1.7b $root/benchmarks/configs/llama-3.1-8b}"
 read -r -a loras <<<"${RP_BENCH_LORA:-0 16}"
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
 gpuName=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true)

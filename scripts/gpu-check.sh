@@ -6,6 +6,8 @@
 # offline/roundpipe-deps.tar.gz) under a prefix and builds against that (docs/building.md). Without a GPU it is
 # a dry run: everything builds and the GPU tests skip themselves. Exit code = ctest's (1 if a benchmark failed).
 # RP_USE_BUNDLE=1 uses the archive even where the system has the packages (to test the archive).
+# RP_GPU_PARTS: what runs after the build, any of "tests throughput peer" [all three]. RP_GPU_TARGETS: what is
+# built ["gpu": the GPU tier's programs and roundpipe_train; "all": everything].
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 python="${RP_PYTHON:-$(command -v python3 || true)}"
@@ -45,6 +47,8 @@ have_system_deps() {
 cmake_args=()
 if [[ "${RP_USE_BUNDLE:-0}" == 1 ]] || ! have_system_deps; then
   [[ -f "$bundle" ]] || { say "missing dependencies and no $bundle: run scripts/offline-bundle.sh on a connected machine of the same distribution family and copy its archive here"; exit 1; }
+  arch="$(dpkg --print-architecture 2>/dev/null | sed 's/amd64/x86_64/;s/arm64/aarch64/')-linux-gnu"
+  lib="$prefix/usr/lib/$arch"
   if [[ ! -f "$prefix/.unpacked" || "$bundle" -nt "$prefix/.unpacked" ]]; then
     say "unpacking $bundle under $prefix"
     rm -rf "$prefix"; mkdir -p "$prefix/debs"
@@ -53,11 +57,16 @@ if [[ "${RP_USE_BUNDLE:-0}" == 1 ]] || ! have_system_deps; then
     # Relocate what hard-codes /usr: HDF5's compiler wrappers; Open MPI's finds itself through OPAL_PREFIX.
     sed -i "s|^prefix=\"/usr\"|prefix=\"$prefix/usr\"|" "$prefix"/usr/bin/h5cc "$prefix"/usr/bin/h5c++
     for tool in mpirun mpiexec mpicc mpicxx mpic++; do ln -sf "$tool.openmpi" "$prefix/usr/bin/$tool"; done
+    # The archive's libcurl (HDF5 links it for its ros3 driver) needs Debian 12's LDAP and libssh2, which other
+    # distributions name differently: where the system has a libcurl.so.4 of its own, HDF5 gets that one.
+    syscurl="$(ldconfig -p 2>/dev/null | awk '$1 == "libcurl.so.4" {print $NF; exit}')"
+    if [[ -n "$syscurl" ]]; then
+      for so in "$lib"/libcurl.so*; do ln -sf "$syscurl" "$so"; done
+      say "HDF5 uses the system's $syscurl"
+    fi
     touch "$prefix/.unpacked"
     rm -f "$build/CMakeCache.txt"  # found paths from an earlier prefix are stale
   fi
-  arch="$(dpkg --print-architecture 2>/dev/null | sed 's/amd64/x86_64/;s/arm64/aarch64/')-linux-gnu"
-  lib="$prefix/usr/lib/$arch"
   export PATH="$prefix/usr/bin:$PATH"
   export LD_LIBRARY_PATH="$lib:$lib/openmpi/lib:$lib/hdf5/serial${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export OPAL_PREFIX="$prefix/usr"
@@ -80,30 +89,46 @@ cmake -S "$root" -B "$build" -DRP_PYTHON="$python" -DRP_CUDA_ARCHITECTURES="$arc
 if [[ -n "${OPAL_PREFIX:-}" ]]; then  # with the archive: what the build still takes from the system (base libraries only)
   grep -E '^(HDF5|MPI)_.*LIBRARY.*:FILEPATH=/' "$build/CMakeCache.txt" | grep -v "=$prefix" | sed 's/^/gpu-check: from the system: /' || true
 fi
-cmake --build "$build" -j "${RP_JOBS:-$(nproc)}" >"$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
+targets=()
+if [[ "${RP_GPU_TARGETS:-gpu}" == gpu ]]; then
+  targets=(--target test_gpu_device test_cuda_worker test_gpu_pipeline test_pipeline roundpipe_train)
+fi
+say "building ${RP_GPU_TARGETS:-gpu} targets"
+cmake --build "$build" -j "${RP_JOBS:-$(nproc)}" "${targets[@]}" >"$out/build.log" 2>&1 \
+  || { tail -50 "$out/build.log"; exit 1; }
+parts=" ${RP_GPU_PARTS:-tests throughput peer} "
+rc=0
 
 # The fixtures: ../shared/fixtures beside a checkout, or a copy carried to the machine.
 if [[ -z "${RP_FIXTURES_DIR:-}" && ! -d "$root/../shared/fixtures" && -d "$root/offline/fixtures" ]]; then
   export RP_FIXTURES_DIR="$root/offline/fixtures"
 fi
-say "running ctest -L gpu (results in $out/gpu-tests.txt)"
-set +e
-(cd "$build" && ctest -L gpu --output-on-failure --no-tests=error) 2>&1 | tee "$out/gpu-tests.txt"
-rc=${PIPESTATUS[0]}
-set -e
-say "ctest -L gpu exited $rc"
+if [[ "$parts" == *" tests "* ]]; then
+  say "running ctest -L gpu (results in $out/gpu-tests.txt)"
+  set +e
+  # A crashing test binary names the code it crashed in (tests/support/crash_report.h): no debugger needed.
+  (cd "$build" && RP_CRASH_REPORT=1 ctest -L gpu -j "${RP_GPU_TEST_JOBS:-4}" --output-on-failure --no-tests=error) 2>&1 \
+    | tee "$out/gpu-tests.txt"
+  rc=${PIPESTATUS[0]}
+  set -e
+  say "ctest -L gpu exited $rc"
+fi
 
 # The GPU benchmarks (docs/benchmarks.md, G1 and G3), only where there is a GPU: never timed tests.
-if nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  say "no GPU: the benchmarks not run"
+  exit "$rc"
+fi
+if [[ "$parts" == *" throughput "* ]]; then
   say "benchmarks/gpu_throughput.sh (table in $out/gpu-throughput.txt)"
   RP_BUILD_DIR="$build" "$root/benchmarks/gpu_throughput.sh" 2>&1 | tee "$out/gpu-throughput.txt" || rc=1
+fi
+if [[ "$parts" == *" peer "* ]]; then
   if [[ -d "$root/offline/wheels" ]] || "$python" -c "import roundpipe" 2>/dev/null; then
     say "benchmarks/gpu_peer.sh: against the reference library (table in $out/gpu-peer.txt)"
     RP_BUILD_DIR="$build" RP_PYTHON="$python" "$root/benchmarks/gpu_peer.sh" 2>&1 | tee "$out/gpu-peer.txt" || rc=1
   else
     say "no offline/wheels (benchmarks/peer_wheels.sh): the comparison with the reference library not run"
   fi
-else
-  say "no GPU: benchmarks/gpu_throughput.sh not run"
 fi
 exit "$rc"

@@ -25,6 +25,9 @@ inline constexpr Var kAdamWKernel{"RP_ADAMW_KERNEL", "", "force the AdamW kernel
 // Where the golden tests find the files scripts/make_goldens.py wrote.
 inline constexpr Var kGoldenDir{"RP_GOLDEN_DIR", "", "directory with golden files from scripts/make_goldens.py"};
 
+// Testing: test binaries report a crash's code and caller (tests/support/crash_report.h).
+inline constexpr Var kCrashReport{"RP_CRASH_REPORT", "0", "testing: 1 = test binaries print where they crashed"};
+
 // Testing hook (common/fault.h, Note [Fault injection]); empty = off.
 inline constexpr Var kFaultInject{"RP_FAULT_INJECT", "", "testing: kill|throw|hang:<rank>:<step>[:<point>]"};
 

@@ -23,9 +23,7 @@ void PrintTo(const GpuCase& c, std::ostream* os) {
   *os << c.name;
 }
 
-// float32: cuBLAS and the fused attention kernels sum in another order than the CPU: the 1e-5 on
-// the loss; grad norms and weights after 5 updates a little looser.
-constexpr Tolerance kFloat{1e-5, 1e-4, 1e-4};
+constexpr Tolerance kFloat = kCudaFloat;
 // bfloat16 / float16: both sides round after every op, in different places (GPU kernels keep fp32
 // accumulators longer): a percent or two on the loss, looser on what five updates make of it. A first guess,
 // to be confirmed on the first GPU run.

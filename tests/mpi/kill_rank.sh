@@ -4,7 +4,7 @@
 # within 30 s with a message naming the rank, and leave no shared-memory segment behind. Usage: kill_rank.sh <roundpipe_train> <fixtures dir> <mpiexec> [mpiexec flags...]
 # RP_TEST_SETS: more space-separated key=value settings for every run (the GPU tier: pipeline.backend=cuda).
 set -uo pipefail
-train="$1"; fixtures="$2"; shift 2
+train="$1"; fixtures="${RP_FIXTURES_DIR:-$2}"; shift 2  # RP_FIXTURES_DIR: a copy carried to a GPU machine
 model="$fixtures/models/tinystories-656k"
 if [[ ! -d "$model" ]]; then echo "SKIP: $model not found"; exit 0; fi
 work="$(mktemp -d)"

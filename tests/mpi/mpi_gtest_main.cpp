@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "mpi_test_session.h"
+#include "support/crash_report.h"
 #include "support/fixtures.h"
 #include "world/mpi_session.h"
 
@@ -36,6 +37,7 @@ const MpiSession& mpiSession() {
 int main(int argc, char** argv) {
   rp::MpiSession session(&argc, &argv);
   gSession = &session;
+  rp::test::installCrashReport();  // after MPI_Init: Open MPI installs its own handlers there
   ::testing::InitGoogleTest(&argc, argv);
   const int rank = session.identity().rank;
   if (rank != 0) {

@@ -173,7 +173,8 @@ class CudaWorker : public Worker {
     check(cudaSetDevice(device_), "cudaSetDevice", device_);
     std::size_t free = 0, total = 0;
     check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo", device_);
-    // What the caching allocator holds but does not use is free for stages too.
+    // What the caching allocator holds but does not use is free for stages too (nothing before its first use).
+    if (!c10::cuda::CUDACachingAllocator::get()->initialized()) return free;
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device_));
     const auto cached = stats.reserved_bytes[kAggregate].current - stats.allocated_bytes[kAggregate].current;
     return free + static_cast<std::size_t>(std::max<std::int64_t>(0, cached));
