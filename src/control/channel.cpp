@@ -56,6 +56,16 @@ void reduceInto(void* into, const void* from, std::size_t count, Element element
   }
 }
 
+std::unique_ptr<PendingCollective> ControlChannel::startAllreduce(void* data, std::size_t count, Element element,
+                                                                  Reduce op) {
+  struct Done : PendingCollective {
+    bool test() override { return true; }
+    void wait() override {}
+  };
+  allreduce(data, count, element, op);
+  return std::make_unique<Done>();
+}
+
 void ControlChannel::boundCollectives(const StallPolicy& policy, std::function<std::string(int)> describe) {
   bound_ = std::make_shared<const CollectiveBound>(CollectiveBound{policy, std::move(describe)});
 }

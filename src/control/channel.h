@@ -36,6 +36,18 @@ struct StallPolicy {
 enum class Element { kInt32, kInt64, kFloat32, kFloat64 };
 enum class Reduce { kSum, kMin, kMax };
 
+// A collective started and not yet finished (ControlChannel::startAllreduce). Its buffer belongs to the
+// collective until wait() returns. Destroyed unfinished (a rank unwinding after an error) it is abandoned:
+// MPI cannot cancel a collective, and the process is ending.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  // Lets the collective progress (MPI moves a non-blocking collective only inside its calls); true once done.
+  virtual bool test() = 0;
+  // Until it is done, bounded as the channel's blocking collectives are (boundCollectives).
+  virtual void wait() = 0;
+};
+
 class ControlChannel {
  public:
   using Deadline = std::chrono::steady_clock::time_point;
@@ -52,6 +64,10 @@ class ControlChannel {
   virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
   // In place; sums add in rank order on inproc (MPI's order is the library's).
   virtual void allreduce(void* data, std::size_t count, Element element, Reduce op) = 0;
+  // allreduce, started now and finished by the returned handle's wait(): the optimizer overlaps the cross-node
+  // gradient sum with the rest of the backward. Same order rule as the blocking collectives (the start is what
+  // counts). The default finishes it before returning (the blocking call); MPI's runs in the background.
+  virtual std::unique_ptr<PendingCollective> startAllreduce(void* data, std::size_t count, Element element, Reduce op);
   // Every rank's bytes (sizes may differ), in rank order, on `root`; empty elsewhere.
   virtual std::vector<std::vector<std::uint8_t>> gather(const void* data, std::size_t bytes, int root) = 0;
   // A channel over the same ranks that no other channel's messages or collectives touch (for another thread).

@@ -101,7 +101,8 @@ void Fences::startAt(std::int64_t steps) {
   setFusedStarted(steps, -1);
 }
 
-void Fences::wait(std::size_t index, std::int64_t atLeast, const std::string& what, int lateRank) const {
+void Fences::wait(std::size_t index, std::int64_t atLeast, const std::string& what, int lateRank,
+                  const std::function<void()>& meanwhile) const {
   if (at(index).load(std::memory_order_acquire) >= atLeast) return;
   auto pause = std::chrono::microseconds(1);
   control::waitOrStall(
@@ -109,6 +110,7 @@ void Fences::wait(std::size_t index, std::int64_t atLeast, const std::string& wh
       [&](control::ControlChannel::Deadline deadline) {
         while (at(index).load(std::memory_order_acquire) < atLeast) {
           if (std::chrono::steady_clock::now() > deadline) return false;
+          if (meanwhile) meanwhile();
           std::this_thread::sleep_for(pause);
           pause = std::min(pause * 2, std::chrono::microseconds(200));
         }
@@ -126,9 +128,9 @@ std::string Fences::versionOf(std::int64_t step) const {
 void Fences::waitUploads(int l, std::int64_t step, std::int64_t n) const {
   wait(uploadsAt(l, step), n, fmt::format("the uploads of layer {}{}", l, versionOf(step)));
 }
-void Fences::waitDownloads(int l, std::int64_t step) const {
+void Fences::waitDownloads(int l, std::int64_t step, const std::function<void()>& meanwhile) const {
   wait(downloadsAt(l, step), step / versions_ + 1,
-       fmt::format("step {}'s gradient download of layer {}{}", step + 1, l, versionOf(step)));
+       fmt::format("step {}'s gradient download of layer {}{}", step + 1, l, versionOf(step)), -1, meanwhile);
 }
 void Fences::waitCopiedByAll(int l, std::int64_t n) const {
   for (int r = 0; r < ranks_; ++r) wait(copiedAt(l, r), n, fmt::format("rank {}'s weight copy of layer {}", r, l), r);

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "control/channel.h"
@@ -43,7 +44,9 @@ class Fences {
 
   // At least `atLeast` uploads of layer l from the version iteration `step` reads.
   void waitUploads(int layer, std::int64_t step, std::int64_t atLeast) const;
-  void waitDownloads(int layer, std::int64_t step) const;         // iteration `step`'s download of layer l landed
+  // Iteration `step`'s download of layer l landed; `meanwhile` (optional) runs between polls: the optimizer
+  // lets its cross-node gradient exchanges progress there.
+  void waitDownloads(int layer, std::int64_t step, const std::function<void()>& meanwhile = {}) const;
   void waitCopiedByAll(int layer, std::int64_t atLeast) const;    // every rank's slice
   bool copiedByAll(int layer, std::int64_t atLeast) const;        // the same, without waiting
   void waitConsumedByAll(int layer, std::int64_t atLeast) const;  // every rank's slice
@@ -60,7 +63,8 @@ class Fences {
   std::size_t fusedStartedAt() const;
   std::string versionOf(std::int64_t step) const;  // " (version v)" in messages when there are several
   // `lateRank` >= 0: the rank whose counter this is (named in the stall message).
-  void wait(std::size_t index, std::int64_t atLeast, const std::string& what, int lateRank = -1) const;
+  void wait(std::size_t index, std::int64_t atLeast, const std::string& what, int lateRank = -1,
+            const std::function<void()>& meanwhile = {}) const;
 
   std::atomic<std::int64_t>* base_;
   int layers_, ranks_, versions_;

@@ -202,6 +202,16 @@ void OptimizerWorker::restoreScaler(double scale, std::int64_t goodSteps, std::i
   startScale_ = scale;
 }
 
+// Note [Overlapped gradient exchange]: with several nodes the step's gradients are summed in two levels. Within a
+// node the workers' gradient downloads already add up in the node store, so each rank's optimizer reads the
+// node's sum of its own slices; across nodes each rank all-reduces those slices with the same local rank of
+// every other node (crossNode_), so every byte of the gradient crosses the network once per node, spread over
+// the node's ranks. Layers' gradients become final deepest first, while shallower layers are still in their
+// backward: a tensor's exchange starts (non-blocking) right after its shallowest layer is taken and is
+// progressed while the optimizer waits for the next layer's download (MPI moves a non-blocking collective only
+// inside its calls). Only what is still in flight after the last layer is exposed, traced as
+// "gradient exchange across nodes (exposed)". Sums are MPI's either way, so the result is the blocking
+// exchange's.
 OptimizerResult OptimizerWorker::runStep(const Work& work) {
   const std::int64_t t = work.step;
   auto doing = [&](const std::string& what) {
@@ -215,12 +225,19 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
     copyMasters(work, /*waitForUploads=*/true);  // iteration t + k runs on W_t
   }
 
-  // Gradients, deepest layer first, as each layer's download lands.
+  // Gradients, deepest layer first, as each layer's download lands. Across nodes (data parallel: every node's
+  // slice holders sum their gradients, each applies the same update) a tensor's sum starts as soon as its
+  // slice is final — after its shallowest layer — and runs on while the deeper layers' downloads are awaited
+  // (Note [Overlapped gradient exchange]).
   std::optional<trace::Timeline::Scope> gradSpan(std::in_place, options_.timeline, "take gradients", "optimizer", 1);
   std::vector<bool> started(tensors_.size(), false);
+  std::vector<std::unique_ptr<control::PendingCollective>> exchanges;
+  const auto progress = [&] {
+    for (auto& exchange : exchanges) exchange->test();
+  };
   for (int l = options_.layers - 1; l >= 0; --l) {
     doing(fmt::format("take layer {}'s gradients", l));
-    fences_.waitDownloads(l, t);
+    fences_.waitDownloads(l, t, crossNode_ ? std::function<void()>(progress) : std::function<void()>());
     for (std::size_t i = 0; i < tensors_.size(); ++i) {
       const auto& tensor = tensors_[i];
       if (!tensor.trainable) continue;
@@ -231,17 +248,21 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
       const auto [begin, end] = slices_[i];
       widen(grads_[i].data(), slot + begin * c10::elementSize(options_.dtype), end - begin, options_.dtype, started[i]);
       started[i] = true;
+      const bool final = l == *std::min_element(tensor.layers.begin(), tensor.layers.end());
+      if (crossNode_ && final && !grads_[i].empty()) {
+        exchanges.push_back(crossNode_->startAllreduce(grads_[i].data(), grads_[i].size(), control::Element::kFloat32,
+                                                       control::Reduce::kSum));
+      }
     }
     fences_.setConsumed(l, rank_, t + 1);
   }
 
   gradSpan.reset();
-  if (crossNode_) {
-    // Data parallel across nodes: every node's slice holders sum their gradients; each applies the same update.
-    doing("all-reduce gradients across nodes");
-    for (auto& grad : grads_) {
-      if (!grad.empty()) crossNode_->allreduce(grad.data(), grad.size(), control::Reduce::kSum);
-    }
+  if (!exchanges.empty()) {
+    // What of the exchange the backward did not hide: the trace's exposed exchange time.
+    doing("finish the gradient exchange across nodes");
+    trace::Timeline::Scope exposed(options_.timeline, "gradient exchange across nodes (exposed)", "optimizer", 1);
+    for (auto& exchange : exchanges) exchange->wait();
   }
   result.lr = options_.schedule.at(t);
   if (scaler_) {

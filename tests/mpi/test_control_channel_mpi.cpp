@@ -37,6 +37,11 @@ TEST(MpiConformance, Collectives) {
   test::conformanceCollectives(channel);
 }
 
+TEST(MpiConformance, StartedAllreduce) {
+  MpiChannel channel(MPI_COMM_WORLD);
+  test::conformanceStartedAllreduce(channel);
+}
+
 TEST(MpiConformance, DuplicateAndSplit) {
   MpiChannel channel(MPI_COMM_WORLD);
   test::conformanceDuplicateAndSplit(channel);
@@ -63,6 +68,31 @@ TEST(MpiChannelBound, ACollectiveAPeerNeverJoinsStallsNamingThePeers) {
   }
   world.barrier();
   if (world.rank() != 0) channel->barrier();  // matches rank 0's pending one
+  world.barrier();
+}
+
+// A started all-reduce a peer never joins: wait() ends at the bound as the blocking collectives do.
+TEST(MpiChannelBound, AStartedAllReduceAPeerNeverJoinsStallsNamingThePeers) {
+  MpiChannel world(MPI_COMM_WORLD);
+  auto channel = world.duplicate();
+  channel->boundCollectives({0.2, 0.5}, [](int r) { return "peer " + std::to_string(r); });
+  float value = 1.0f;
+  if (world.rank() == 0) {
+    auto pending = channel->startAllreduce(&value, 1, Element::kFloat32, Reduce::kSum);
+    EXPECT_FALSE(pending->test());
+    try {
+      pending->wait();
+      ADD_FAILURE() << "an all-reduce the peers never joined finished";
+    } catch (const PeerError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(" s for MPI_Iallreduce over " + std::to_string(world.size()) +
+                          " ranks to complete; the others: peer 1"),
+                std::string::npos)
+          << what;
+    }
+  }
+  world.barrier();
+  if (world.rank() != 0) channel->allreduce(&value, 1, Reduce::kSum);  // matches rank 0's pending one
   world.barrier();
 }
 

@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -110,6 +112,30 @@ inline void conformanceCollectives(control::ControlChannel& c) {
   } else {
     EXPECT_TRUE(all.empty());
   }
+}
+
+// Started all-reduces (startAllreduce) finish, in any order of waiting, with the blocking call's sums, and a
+// blocking collective may run while they are in flight; polled with test() they complete without wait().
+inline void conformanceStartedAllreduce(control::ControlChannel& c) {
+  const int n = c.size(), r = c.rank();
+  std::vector<float> grads(100'000, static_cast<float>(r + 1));  // beyond MPI's eager sizes
+  std::int32_t high = 10 + r;
+  auto first = c.startAllreduce(grads.data(), grads.size(), control::Element::kFloat32, control::Reduce::kSum);
+  auto second = c.startAllreduce(&high, 1, control::Element::kInt32, control::Reduce::kMax);
+  std::int64_t count = 1;
+  c.allreduce(&count, 1, control::Reduce::kSum);  // a blocking one between the start and the wait
+  EXPECT_EQ(count, n);
+  second->wait();
+  first->wait();
+  EXPECT_EQ(high, 10 + n - 1);
+  EXPECT_EQ(grads.front(), static_cast<float>(n * (n + 1) / 2));
+  EXPECT_EQ(grads.back(), static_cast<float>(n * (n + 1) / 2));
+  double sum = r;
+  auto polled = c.startAllreduce(&sum, 1, control::Element::kFloat64, control::Reduce::kSum);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!polled->test() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+  EXPECT_TRUE(polled->test()) << "test() alone did not finish the all-reduce within 10 s";
+  EXPECT_EQ(sum, n * (n - 1) / 2.0);
 }
 
 // A duplicate carries its own messages; a split groups ranks by color, ordered by key.

@@ -44,6 +44,9 @@ TEST_P(InProcConformance, ShortDeadlinesLoseNothing) {
 TEST_P(InProcConformance, Collectives) {
   onThreadsAsRanks(GetParam(), test::conformanceCollectives);
 }
+TEST_P(InProcConformance, StartedAllreduce) {
+  onThreadsAsRanks(GetParam(), test::conformanceStartedAllreduce);
+}
 TEST_P(InProcConformance, DuplicateAndSplit) {
   onThreadsAsRanks(GetParam(), test::conformanceDuplicateAndSplit);
 }

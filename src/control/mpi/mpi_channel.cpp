@@ -133,6 +133,32 @@ void MpiChannel::allreduce(void* data, std::size_t count, Element element, Reduc
   complete(request, "MPI_Allreduce");
 }
 
+std::unique_ptr<PendingCollective> MpiChannel::startAllreduce(void* data, std::size_t count, Element element,
+                                                              Reduce op) {
+  class Pending : public PendingCollective {
+   public:
+    explicit Pending(MpiChannel& channel) : channel_(channel) {}
+    bool test() override {
+      if (request_ == MPI_REQUEST_NULL) return true;
+      int done = 0;
+      checkMpi(MPI_Test(&request_, &done, MPI_STATUS_IGNORE), "MPI_Test(control)");
+      return done != 0;
+    }
+    void wait() override {
+      if (request_ != MPI_REQUEST_NULL) channel_.complete(request_, "MPI_Iallreduce");
+    }
+    MPI_Request request_ = MPI_REQUEST_NULL;
+
+   private:
+    MpiChannel& channel_;
+  };
+  auto pending = std::make_unique<Pending>(*this);
+  checkMpi(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), mpiType(element), mpiOp(op), comm_,
+                          &pending->request_),
+           "MPI_Iallreduce(control)");
+  return pending;
+}
+
 std::vector<std::vector<std::uint8_t>> MpiChannel::gather(const void* data, std::size_t bytes, int root) {
   const int length = static_cast<int>(bytes);
   std::vector<int> lengths(static_cast<std::size_t>(size_)), offsets(static_cast<std::size_t>(size_));

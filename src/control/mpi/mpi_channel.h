@@ -22,6 +22,7 @@ class MpiChannel : public ControlChannel {
   void barrier() override;
   void broadcast(void* data, std::size_t bytes, int root) override;
   void allreduce(void* data, std::size_t count, Element element, Reduce op) override;
+  std::unique_ptr<PendingCollective> startAllreduce(void* data, std::size_t count, Element element, Reduce op) override;
   std::vector<std::vector<std::uint8_t>> gather(const void* data, std::size_t bytes, int root) override;
   std::unique_ptr<ControlChannel> duplicate() override;
   std::unique_ptr<ControlChannel> split(int color, int key) override;
