@@ -142,6 +142,14 @@ int run(int argc, char** argv) {
         modelPath, hardware.gpus, hardware.name, hardware.tensorTflops, 100 * hardware.efficiency, hardware.pcieGBs,
         hardware.gpusPerBridge, hardware.p2p ? fmt::format("P2P {:.0f} GB/s", hardware.p2pGBs) : "no P2P",
         shape.params() / 1e9, lora ? " (LoRA: frozen base)" : "", rows, seq);
+    if (hardware.nodes > 1) {
+      std::cout << fmt::format(
+          "{} such nodes, data parallel over {:.0f} Gbit/s Ethernet at {:.0f}% of it: each node sends {:.1f} MB of "
+          "gradient sums per step, {:.1f} ms added to every step (counted unhidden); tokens/s below are the {} "
+          "nodes'\n\n",
+          hardware.nodes, hardware.networkGbps, 100 * hardware.networkEfficiency,
+          exchangeBytes(shape, hardware.nodes, lora) / 1e6, exchangeMs(shape, hardware, lora), hardware.nodes);
+    }
   }
   std::optional<TraceInput> trace;
   if (!tracePath.empty()) {
@@ -252,7 +260,10 @@ int run(int argc, char** argv) {
       }
       std::cout << fmt::format("| {} | {:.2f} | {:.1f}% | {} |", simScheduleName(s), r.makespan, 100 * r.bubbleRatio(),
                                base > 0 ? fmt::format("{:.2f}x", base / r.makespan) : std::string("—"));
-      if (projecting) std::cout << fmt::format(" {:.0f} |", 1000.0 * mb * rows * seq / r.makespan);
+      if (projecting) {
+        std::cout << fmt::format(
+            " {:.0f} |", 1000.0 * hardware.nodes * mb * rows * seq / (r.makespan + exchangeMs(shape, hardware, lora)));
+      }
       std::cout << "\n";
     }
   }

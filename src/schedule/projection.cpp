@@ -96,7 +96,39 @@ Hardware loadHardware(const std::string& path) {
              "positive and assumptions.matmul_efficiency in (0, 1]",
              path);
   }
+  if (t.contains("network")) {
+    h.nodes = static_cast<int>(number("network.nodes"));
+    h.networkGbps = number("network.gbit_per_s");
+    h.networkEfficiency = number("network.achieved_fraction");
+    if (h.nodes < 1 || h.networkGbps <= 0 || h.networkEfficiency <= 0 || h.networkEfficiency > 1) {
+      RP_THROW(InputError,
+               "{}: network.nodes must be at least 1, network.gbit_per_s positive and network.achieved_fraction "
+               "in (0, 1]",
+               path);
+    }
+  }
   return h;
+}
+
+double exchangeBytes(const ModelShape& m, int nodes, bool lora) {
+  if (nodes <= 1) return 0.0;
+  double trainable = m.params();
+  if (lora) {
+    // rank x (in + out) per adapted projection: attention's four, the dense MLP's three; each expert's fused
+    // gate_up (in h, out 2 x its width) and down (docs/moe.md).
+    const double attn = static_cast<double>(m.heads) * m.headDim, kv = static_cast<double>(m.kvHeads) * m.headDim;
+    const double attention = (m.hidden + attn) + 2.0 * (m.hidden + kv) + (attn + m.hidden);
+    const double dense = 3.0 * (m.hidden + static_cast<double>(m.intermediate));
+    const double sparse = m.experts * (2.0 * m.hidden + 3.0 * m.expertIntermediate);
+    const double fraction = m.layers > 0 ? static_cast<double>(m.sparseLayers) / m.layers : 0.0;
+    trainable = kProjectionLoraRank * m.layers * (attention + (1.0 - fraction) * dense + fraction * sparse);
+  }
+  return 4.0 * trainable * 2.0 * (nodes - 1) / nodes;
+}
+
+double exchangeMs(const ModelShape& m, const Hardware& h, bool lora) {
+  if (h.nodes <= 1) return 0.0;
+  return exchangeBytes(m, h.nodes, lora) / (h.networkGbps * 1e9 / 8.0 * h.networkEfficiency) * 1e3;
 }
 
 SimCosts projectCosts(const ModelShape& m, const Hardware& h, int seq, int rows, bool lora) {

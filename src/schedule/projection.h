@@ -40,8 +40,24 @@ struct Hardware {
   double memoryGb = 0, tensorTflops = 0, pcieGBs = 0, p2pGBs = 0, efficiency = 0;
   int gpusPerBridge = 1;
   bool p2p = false;
+  // [network], optional: `nodes` such hosts, data parallel over an Ethernet link of `networkGbps` Gbit/s of
+  // which the exchange achieves `networkEfficiency`.
+  int nodes = 1;
+  double networkGbps = 0, networkEfficiency = 1;
 };
 Hardware loadHardware(const std::string& toml);
+
+// The LoRA rank the projections count adapters at (every projection of the default targets, experts included).
+inline constexpr int kProjectionLoraRank = 16;
+
+// Bytes each node sends per step in the cross-node gradient all-reduce over `nodes` (docs/optimizer.md): the
+// runtime sums fp32 gradients of the trainable parameters (every weight; with `lora`, rank-16 adapters on q, k,
+// v, o, gate, up, down, and on every expert's gate_up and down), and a ring all-reduce sends 2 (N-1)/N times
+// them. 0 for one node.
+double exchangeBytes(const ModelShape& model, int nodes, bool lora);
+// Milliseconds per step that exchange takes on the hardware's network, counted unhidden: the overlap with the
+// backward was measured to hide nothing on our test cluster (docs/benchmarks.md).
+double exchangeMs(const ModelShape& model, const Hardware& hardware, bool lora);
 
 // Milliseconds per microbatch of `rows` sequences of `seq` tokens in bf16: layer matmuls and causal attention
 // at hardware.efficiency of the tensor peak (backward = 2 x forward), weight uploads over the host link shared

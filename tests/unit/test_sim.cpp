@@ -349,6 +349,60 @@ TEST(Projection, CostsFollowTheFlopAndByteCounts) {
   EXPECT_FALSE(boundStageFits(m, h, 2, false, 3, 1, 0, true, /*lora=*/false));
 }
 
+// The cross-node gradient exchange a multi-node profile adds to each step, by hand on the tiny shape of
+// CostsFollowTheFlopAndByteCounts (untied head: 368 parameters), and the [network] section's checks.
+TEST(Projection, ExchangeFollowsTheTrainableBytesAndTheLink) {
+  ModelShape m;
+  m.layers = 2;
+  m.hidden = 4;
+  m.intermediate = 8;
+  m.heads = 2;
+  m.kvHeads = 1;
+  m.headDim = 2;
+  m.vocab = 10;
+  ASSERT_DOUBLE_EQ(m.params(), 368);
+  EXPECT_DOUBLE_EQ(exchangeBytes(m, 1, false), 0.0);
+  EXPECT_DOUBLE_EQ(exchangeBytes(m, 2, false), 4.0 * 368);            // a 2-node ring sends the vector once
+  EXPECT_DOUBLE_EQ(exchangeBytes(m, 4, false), 4.0 * 368 * 2 * 3 / 4);  // 2 (N-1)/N of it
+  // LoRA rank 16: q (4+4), k and v (4+2 each), o (4+4), gate and up (4+8 each), down (8+4) = 64 per layer.
+  EXPECT_DOUBLE_EQ(exchangeBytes(m, 2, true), 4.0 * 16 * 64 * 2);
+
+  const std::string path = test::scratchDir() + "/net.toml";
+  const std::string common = R"([gpu]
+name = "test"
+count = 2
+memory_gb = 1
+tensor_tflops = 1
+[link]
+pcie_gbps = 1
+gpus_per_host_bridge = 1
+[assumptions]
+matmul_efficiency = 1
+)";
+  std::ofstream(path) << common << "[network]\nnodes = 2\ngbit_per_s = 8e-6\nachieved_fraction = 0.5\n";
+  const Hardware h = loadHardware(path);
+  EXPECT_EQ(h.nodes, 2);
+  // 8e-6 Gbit/s = 1000 bytes/s, half of it achieved: 1472 bytes in 2.944 s.
+  EXPECT_NEAR(exchangeMs(m, h, false), 2944.0, 1e-9);
+  std::ofstream(path) << common;
+  EXPECT_EQ(loadHardware(path).nodes, 1);
+  EXPECT_DOUBLE_EQ(exchangeMs(m, loadHardware(path), false), 0.0);
+  std::ofstream(path) << common << "[network]\nnodes = 2\ngbit_per_s = 25\nachieved_fraction = 1.5\n";
+  try {
+    loadHardware(path);
+    ADD_FAILURE() << "an achieved fraction above 1 was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(path + ": network.nodes must be at least 1"), std::string::npos) << e.what();
+  }
+  std::ofstream(path) << common << "[network]\nnodes = 2\n";
+  try {
+    loadHardware(path);
+    ADD_FAILURE() << "a network without its rate was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("number 'network.gbit_per_s' is missing"), std::string::npos) << e.what();
+  }
+}
+
 // Without weight gradients (LoRA) a backward or fused job's transfer floor is its upload alone: one worker, one
 // decoder layer whose upload (10) dwarfs every compute (0.1), in the backward stage and then in the fused one.
 TEST(Simulator, LoraJobsDownloadNoWeightGradients) {
