@@ -307,8 +307,8 @@ TEST(Projection, MoeLayersStoreEveryExpertAndComputeTheChosen) {
   EXPECT_DOUBLE_EQ(decoderLayerFlops(m, /*seq=*/3, /*rows=*/1), 2.0 * 162 * 3 + 2.0 * 3 * 3 * 2 * 2);
 }
 
-// Projection costs from FLOP and byte counts, checked by hand on a tiny shape.
-TEST(Projection, CostsFollowTheFlopAndByteCounts) {
+// A dense shape small enough to count by hand: 2 layers of hidden 4, MLP 8, 2 heads and 1 KV head of 2, vocab 10.
+ModelShape tinyShape() {
   ModelShape m;
   m.layers = 2;
   m.hidden = 4;
@@ -317,6 +317,12 @@ TEST(Projection, CostsFollowTheFlopAndByteCounts) {
   m.kvHeads = 1;
   m.headDim = 2;
   m.vocab = 10;
+  return m;
+}
+
+// Projection costs from FLOP and byte counts, checked by hand on a tiny shape.
+TEST(Projection, CostsFollowTheFlopAndByteCounts) {
+  const ModelShape m = tinyShape();
   EXPECT_DOUBLE_EQ(m.layerParams(), 4 * 4 + 2 * 4 * 2 + 4 * 4 + 3 * 4 * 8);  // q, k+v, o, gate+up+down = 144
   Hardware h;
   h.gpus = 2;
@@ -352,17 +358,10 @@ TEST(Projection, CostsFollowTheFlopAndByteCounts) {
 // The cross-node gradient exchange a multi-node profile adds to each step, by hand on the tiny shape of
 // CostsFollowTheFlopAndByteCounts (untied head: 368 parameters), and the [network] section's checks.
 TEST(Projection, ExchangeFollowsTheTrainableBytesAndTheLink) {
-  ModelShape m;
-  m.layers = 2;
-  m.hidden = 4;
-  m.intermediate = 8;
-  m.heads = 2;
-  m.kvHeads = 1;
-  m.headDim = 2;
-  m.vocab = 10;
+  const ModelShape m = tinyShape();
   ASSERT_DOUBLE_EQ(m.params(), 368);
   EXPECT_DOUBLE_EQ(exchangeBytes(m, 1, false), 0.0);
-  EXPECT_DOUBLE_EQ(exchangeBytes(m, 2, false), 4.0 * 368);            // a 2-node ring sends the vector once
+  EXPECT_DOUBLE_EQ(exchangeBytes(m, 2, false), 4.0 * 368);              // a 2-node ring sends the vector once
   EXPECT_DOUBLE_EQ(exchangeBytes(m, 4, false), 4.0 * 368 * 2 * 3 / 4);  // 2 (N-1)/N of it
   // LoRA rank 16: q (4+4), k and v (4+2 each), o (4+4), gate and up (4+8 each), down (8+4) = 64 per layer.
   EXPECT_DOUBLE_EQ(exchangeBytes(m, 2, true), 4.0 * 16 * 64 * 2);
