@@ -57,6 +57,9 @@ const std::vector<KeySpec>& runSchema() {
        "async: iteration t computes on the weights after step t-k-1, the optimizer up to k steps behind (1..8; "
        "0 = sync). Set alone, it decides the mode"},
       {"optim.threads", Type::kInt, I(1), "AdamW threads per rank (each takes a contiguous part of every tensor)"},
+      {"optim.shard_across_nodes", Type::kBool, false,
+       "several nodes: each node keeps 1/N of the AdamW moments (reduce-scatter the gradients, update its shard, "
+       "all-gather the masters); same results"},
 
       {"pipeline.schedule", Type::kString, S("roundpipe"),
        "roundpipe | gpipe | 1f1b (baselines: weights bound to workers)"},

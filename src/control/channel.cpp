@@ -56,14 +56,18 @@ void reduceInto(void* into, const void* from, std::size_t count, Element element
   }
 }
 
-std::unique_ptr<PendingCollective> ControlChannel::startAllreduce(void* data, std::size_t count, Element element,
-                                                                  Reduce op) {
+std::unique_ptr<PendingCollective> finishedCollective() {
   struct Done : PendingCollective {
     bool test() override { return true; }
     void wait() override {}
   };
-  allreduce(data, count, element, op);
   return std::make_unique<Done>();
+}
+
+std::unique_ptr<PendingCollective> ControlChannel::startAllreduce(void* data, std::size_t count, Element element,
+                                                                  Reduce op) {
+  allreduce(data, count, element, op);
+  return finishedCollective();
 }
 
 void ControlChannel::boundCollectives(const StallPolicy& policy, std::function<std::string(int)> describe) {

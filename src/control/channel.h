@@ -68,6 +68,16 @@ class ControlChannel {
   // gradient sum with the rest of the backward. Same order rule as the blocking collectives (the start is what
   // counts). The default finishes it before returning (the blocking call); MPI's runs in the background.
   virtual std::unique_ptr<PendingCollective> startAllreduce(void* data, std::size_t count, Element element, Reduce op);
+  // In place over `data`, cut into one block per rank (`counts[r]` elements for rank r, in rank order): every
+  // rank's blocks are summed (reduced by `op`) and rank r receives block r's result at the START of `data`
+  // (MPI's in-place rule); the rest of `data` is then undefined. Started now, finished by the handle's wait()
+  // (inproc/ finishes it before returning). The optimizer's gradient exchange with optim.shard_across_nodes.
+  virtual std::unique_ptr<PendingCollective> startReduceScatter(void* data, const std::vector<std::size_t>& counts,
+                                                                Element element, Reduce op) = 0;
+  // In place over `data`, cut into blocks as startReduceScatter's: rank r's block r (at its offset) goes to every
+  // rank's block r. Started now, finished by the handle's wait() (inproc/: before returning).
+  virtual std::unique_ptr<PendingCollective> startAllgather(void* data, const std::vector<std::size_t>& counts,
+                                                            Element element) = 0;
   // Every rank's bytes (sizes may differ), in rank order, on `root`; empty elsewhere.
   virtual std::vector<std::vector<std::uint8_t>> gather(const void* data, std::size_t bytes, int root) = 0;
   // A channel over the same ranks that no other channel's messages or collectives touch (for another thread).
@@ -105,6 +115,8 @@ class ControlChannel {
 };
 
 std::size_t elementBytes(Element element);
+// A collective that finished before its start returned (channels without background progress).
+std::unique_ptr<PendingCollective> finishedCollective();
 // `into[i] = op(into[i], from[i])` for `count` elements.
 void reduceInto(void* into, const void* from, std::size_t count, Element element, Reduce op);
 

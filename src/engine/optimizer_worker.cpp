@@ -68,19 +68,30 @@ OptimizerWorker::OptimizerWorker(std::vector<OptimTensor> tensors, Fences& fence
       adamw_(options_.adamw, optim::bestAdamWKernel()) {
   adamw_.setThreads(options_.threads);
   if (options_.crossNode != nullptr) crossNode_ = options_.crossNode->duplicate();
+  sharded_ = options_.shardAcrossNodes && crossNode_ && crossNode_->size() > 1;
   RP_CHECK(static_cast<int>(options_.losses.size()) == versions_ + 1, "{} loss buffers for {} weight versions",
            options_.losses.size(), versions_);
   // Sync bf16/fp16: the update writes the rounded weights in the same pass (async copies W_t before the
-  // update, so it cannot).
+  // update, so it cannot; sharded, the masters are gathered whole before the copy).
   const optim::ModelCopy copy = run::modelCopyFor(options_.dtype);
-  fusedCopy_ = options_.staleness == 0 && copy != optim::ModelCopy::kNone;
+  fusedCopy_ = options_.staleness == 0 && copy != optim::ModelCopy::kNone && !sharded_;
   for (auto& t : tensors_) {
     slices_.push_back(sliceOf(t.numel, rank_, ranks_));
     const auto [begin, end] = slices_.back();
+    auto& counts = shardCounts_.emplace_back();
+    shards_.emplace_back(0, end - begin);
+    if (sharded_ && t.trainable) {
+      for (int n = 0; n < crossNode_->size(); ++n) {
+        const auto [from, to] = sliceOf(end - begin, n, crossNode_->size());
+        counts.push_back(to - from);
+        if (n == crossNode_->rank()) shards_.back() = {from, to - from};
+      }
+    }
     grads_.emplace_back(t.trainable ? end - begin : 0, 0.0f);
     if (!t.trainable) continue;
+    const auto [offset, count] = shards_.back();
     auto* weights = reinterpret_cast<std::uint16_t*>(t.weights.front()) + begin;
-    adamw_.add(t.name, t.master + begin, grads_.back().data(), end - begin, fusedCopy_ ? weights : nullptr,
+    adamw_.add(t.name, t.master + begin + offset, grads_.back().data(), count, fusedCopy_ ? weights : nullptr,
                fusedCopy_ ? copy : optim::ModelCopy::kNone);
   }
   if (options_.lossScaling) {
@@ -173,10 +184,11 @@ void OptimizerWorker::copyMaster(std::size_t i, int version) {
 bool OptimizerWorker::unscaleAndCheck(double scale) {
   const float s = static_cast<float>(scale);
   std::int32_t bad = 0;
-  for (auto& grad : grads_) {
-    for (float& g : grad) {
-      g /= s;
-      bad |= std::isfinite(g) ? 0 : 1;
+  for (std::size_t i = 0; i < grads_.size(); ++i) {
+    if (grads_[i].empty()) continue;
+    for (float* g = grads_[i].data(); g != grads_[i].data() + shards_[i].second; ++g) {
+      *g /= s;
+      bad |= std::isfinite(*g) ? 0 : 1;
     }
   }
   node_->allreduce(&bad, 1, control::Reduce::kMax);
@@ -250,8 +262,11 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
       started[i] = true;
       const bool final = l == *std::min_element(tensor.layers.begin(), tensor.layers.end());
       if (crossNode_ && final && !grads_[i].empty()) {
-        exchanges.push_back(crossNode_->startAllreduce(grads_[i].data(), grads_[i].size(), control::Element::kFloat32,
-                                                       control::Reduce::kSum));
+        exchanges.push_back(shardCounts_[i].empty()
+                                ? crossNode_->startAllreduce(grads_[i].data(), grads_[i].size(),
+                                                             control::Element::kFloat32, control::Reduce::kSum)
+                                : crossNode_->startReduceScatter(grads_[i].data(), shardCounts_[i],
+                                                                 control::Element::kFloat32, control::Reduce::kSum));
       }
     }
     fences_.setConsumed(l, rank_, t + 1);
@@ -285,23 +300,50 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
   if (!result.skipped) {
     doing("AdamW");
     trace::Timeline::Scope updateSpan(options_.timeline, fmt::format("AdamW step {}", t + 1), "optimizer", 1);
-    // The global norm: this rank's slices' sum of squares, summed over the node's ranks.
+    // The global norm: this rank's slices' (sharded: shards') sum of squares, summed over the node's ranks
+    // (sharded: and over the nodes).
     std::vector<optim::GradBuffer> buffers;
-    for (auto& grad : grads_) buffers.push_back({grad.data(), grad.size()});
+    for (std::size_t i = 0; i < grads_.size(); ++i) {
+      buffers.push_back({grads_[i].data(), grads_[i].empty() ? 0 : shards_[i].second});
+    }
     double sumSq = optim::sumOfSquares(buffers);
     node_->allreduce(&sumSq, 1, control::Reduce::kSum);
+    if (sharded_) crossNode_->allreduce(&sumSq, 1, control::Reduce::kSum);
     result.gradNorm = std::sqrt(sumSq);
     // A diverged step (non-finite loss or norm) is skipped by every rank alike: both are all-reduced.
     result.skipped = !std::isfinite(result.gradNorm) || !std::isfinite(result.lossSum);
     if (!result.skipped) {
       optim::clipToNorm(buffers, result.gradNorm, options_.gradClip);
       adamw_.step(result.lr);
+      if (sharded_) gatherMasters(t);
     }
   }
   if (options_.staleness == 0) copyMasters(work, /*waitForUploads=*/false);  // the next iteration runs on W_{t+1}
   result.finished = std::chrono::steady_clock::now();
   result.rankPeakMb = gatherPeaks();
   return result;
+}
+
+// Note [Sharded optimizer]: with optim.shard_across_nodes every rank's slice is cut once more, into one shard
+// per node (ZeRO stage 1 across nodes). The gradient exchange is a reduce-scatter instead of an all-reduce, so
+// each rank receives the nodes' sum of its own shard only; the norm's sum of squares is summed over the nodes
+// too; AdamW updates the shard, whose moments are the only ones this rank keeps (1/N of the node's); and the
+// updated masters are all-gathered, so every node holds W_{t+1} whole — for its uploads (copyMasters), its
+// evaluation, sampling and export, exactly as unsharded. A reduce-scatter plus an all-gather of float32 moves
+// the bytes an all-reduce moves. Sums are the same additions as the all-reduce's for two nodes (bitwise equal);
+// with more, MPI may associate them differently.
+void OptimizerWorker::gatherMasters(std::int64_t step) {
+  if (options_.activity != nullptr) {
+    options_.activity->set(rank_, 1, fmt::format("gather the masters across nodes (step {})", step + 1));
+  }
+  trace::Timeline::Scope span(options_.timeline, "all-gather masters across nodes", "optimizer", 1);
+  std::vector<std::unique_ptr<control::PendingCollective>> gathers;
+  for (std::size_t i = 0; i < tensors_.size(); ++i) {
+    if (shardCounts_[i].empty()) continue;
+    gathers.push_back(
+        crossNode_->startAllgather(tensors_[i].master + slices_[i].first, shardCounts_[i], control::Element::kFloat32));
+  }
+  for (auto& gather : gathers) gather->wait();
 }
 
 std::vector<double> OptimizerWorker::gatherPeaks() {
@@ -315,19 +357,21 @@ std::vector<double> OptimizerWorker::gatherPeaks() {
   return peaks;
 }
 
-std::vector<checkpoint::Slice> OptimizerWorker::stateSlices(std::int64_t steps, bool withWeights) {
+std::vector<checkpoint::Slice> OptimizerWorker::stateSlices(std::int64_t steps, bool withWeights, Purpose purpose) {
   std::vector<checkpoint::Slice> out;
   stagedWeights_.clear();
   std::size_t a = 0;  // the tensor's index in adamw_ (trainable tensors, in order)
   for (std::size_t i = 0; i < tensors_.size(); ++i) {
     const auto& t = tensors_[i];
     if (!t.trainable) continue;
-    const auto [begin, end] = slices_[i];
-    const auto offset = static_cast<std::int64_t>(begin), count = static_cast<std::int64_t>(end - begin);
-    auto add = [&](checkpoint::Kind kind, const std::string& name, float* data) {
-      out.push_back({kind, name, t.shape, offset, count, data});
+    // The shard of the moments; of the masters and weights too when saving (Note [Sharded optimizer]).
+    const std::size_t shardBegin = slices_[i].first + shards_[i].first, shardEnd = shardBegin + shards_[i].second;
+    const std::size_t begin = purpose == Purpose::kSave ? shardBegin : slices_[i].first;
+    const std::size_t end = purpose == Purpose::kSave ? shardEnd : slices_[i].second;
+    auto add = [&](checkpoint::Kind kind, const std::string& name, std::size_t from, std::size_t to, float* data) {
+      out.push_back({kind, name, t.shape, static_cast<std::int64_t>(from), static_cast<std::int64_t>(to - from), data});
     };
-    add(checkpoint::Kind::kMaster, t.name, t.master + begin);
+    add(checkpoint::Kind::kMaster, t.name, begin, end, t.master + begin);
     // What iteration steps + ahead uploads: version (steps + ahead) mod V.
     for (int ahead = 0; withWeights && ahead < versions_; ++ahead) {
       const int version = static_cast<int>((steps + ahead) % versions_);
@@ -336,16 +380,18 @@ std::vector<checkpoint::Slice> OptimizerWorker::stateSlices(std::int64_t steps, 
       if (options_.dtype == c10::ScalarType::Float) {
         data = reinterpret_cast<float*>(weights) + begin;
       } else {
-        auto& staged = stagedWeights_.emplace_back(StagedWeights{i, version, std::vector<float>(end - begin)});
+        auto& staged = stagedWeights_.emplace_back(StagedWeights{i, version, begin, std::vector<float>(end - begin)});
         widen(staged.values.data(), weights + begin * c10::elementSize(options_.dtype), end - begin, options_.dtype,
               false);
         data = staged.values.data();
       }
-      add(checkpoint::Kind::kWeights, checkpoint::weightsAhead(t.name, ahead), data);
+      add(checkpoint::Kind::kWeights, checkpoint::weightsAhead(t.name, ahead), begin, end, data);
     }
-    add(checkpoint::Kind::kExpAvg, t.name, adamw_.expAvg(a).data());
-    add(checkpoint::Kind::kExpAvgSq, t.name, adamw_.expAvgSq(a).data());
-    if (options_.adamw.amsgrad) add(checkpoint::Kind::kMaxExpAvgSq, t.name, adamw_.maxExpAvgSq(a).data());
+    add(checkpoint::Kind::kExpAvg, t.name, shardBegin, shardEnd, adamw_.expAvg(a).data());
+    add(checkpoint::Kind::kExpAvgSq, t.name, shardBegin, shardEnd, adamw_.expAvgSq(a).data());
+    if (options_.adamw.amsgrad) {
+      add(checkpoint::Kind::kMaxExpAvgSq, t.name, shardBegin, shardEnd, adamw_.maxExpAvgSq(a).data());
+    }
     ++a;
   }
   return out;
@@ -363,7 +409,7 @@ std::size_t OptimizerWorker::stateBytes() const {
 void OptimizerWorker::restoreStagedWeights() {
   for (const auto& staged : stagedWeights_) {
     narrowInto(tensors_[staged.tensor].weights[static_cast<std::size_t>(staged.version)] +
-                   slices_[staged.tensor].first * c10::elementSize(options_.dtype),
+                   staged.begin * c10::elementSize(options_.dtype),
                staged.values.data(), staged.values.size(), options_.dtype);
   }
   stagedWeights_.clear();

@@ -65,6 +65,8 @@ struct OptimizerOptions {
   trace::Timeline* timeline = nullptr;           // optional: spans on thread 1
   ActivityBoard* activity = nullptr;             // optional: what this thread is doing, for the stall inspector
   control::ControlChannel* crossNode = nullptr;  // multi-node: sums gradients and losses over the nodes
+  // Multi-node: this rank keeps the AdamW moments of 1/N of its slice (its shard; Note [Sharded optimizer]).
+  bool shardAcrossNodes = false;
 };
 
 struct OptimizerResult {
@@ -109,8 +111,11 @@ class OptimizerWorker {
   // checkpoint::weightsAhead) of its slice of every trainable tensor — as float32 slices pointing into the
   // store and the optimizer (bf16/fp16 weights: into a float32 staging copy; after reading a checkpoint into
   // them, restoreStagedWeights() writes them back; once a save has copied them, releaseStagedWeights() frees
-  // them). Only while the thread is idle (every enqueued step waited for).
-  std::vector<checkpoint::Slice> stateSlices(std::int64_t steps, bool withWeights);
+  // them). Only while the thread is idle (every enqueued step waited for). Sharded across nodes, a save takes
+  // the shard of everything (the nodes together write each element once) and a restore the whole slice of the
+  // masters and weights (every node holds them whole) and the shard of the moments.
+  enum class Purpose { kSave, kRestore };
+  std::vector<checkpoint::Slice> stateSlices(std::int64_t steps, bool withWeights, Purpose purpose);
   void restoreStagedWeights();
   void releaseStagedWeights() { stagedWeights_.clear(); }
   // This rank's optimizer state in its own memory: the float32 gradient slices and the AdamW moments.
@@ -134,6 +139,8 @@ class OptimizerWorker {
   void copyMaster(std::size_t i, int version);
   // Unscales this rank's gradient slices; false if any rank's hold a non-finite value.
   bool unscaleAndCheck(double scale);
+  // Sharded: every node's updated shards of the masters, gathered so that every node holds them whole.
+  void gatherMasters(std::int64_t step);
   // Collective over the node (and across nodes): OptimizerResult::rankPeakMb.
   std::vector<double> gatherPeaks();
   // The scale after step `step` (< the thread's current step), or the starting scale before the first.
@@ -143,18 +150,26 @@ class OptimizerWorker {
   Fences& fences_;
   OptimizerOptions options_;
   int rank_, ranks_;
-  int versions_;                                        // max(1, staleness)
-  std::unique_ptr<control::ControlChannel> node_;       // a duplicate of the node's channel, for this thread
-  std::unique_ptr<control::ControlChannel> crossNode_;  // a duplicate of options.crossNode, for this thread
-  std::vector<std::pair<std::size_t, std::size_t>> slices_;
-  std::vector<std::vector<float>> grads_;  // this rank's slice of each trainable tensor's gradient
-  struct StagedWeights {                   // checkpoints of bf16/fp16 weights, as float32
+  int versions_;                                             // max(1, staleness)
+  std::unique_ptr<control::ControlChannel> node_;            // a duplicate of the node's channel, for this thread
+  std::unique_ptr<control::ControlChannel> crossNode_;       // a duplicate of options.crossNode, for this thread
+  std::vector<std::pair<std::size_t, std::size_t>> slices_;  // this rank's [begin, end) of each tensor
+  // Sharded across nodes: each node's part of every slice, in node order (empty: not sharded), and this rank's
+  // (offset in the slice, count) — the whole slice when not sharded.
+  std::vector<std::vector<std::size_t>> shardCounts_;
+  std::vector<std::pair<std::size_t, std::size_t>> shards_;
+  // This rank's slice of each trainable tensor's gradient (sharded: after the exchange, its shard's sum is at
+  // the front).
+  std::vector<std::vector<float>> grads_;
+  struct StagedWeights {  // checkpoints of bf16/fp16 weights, as float32
     std::size_t tensor;
     int version;
+    std::size_t begin;  // the first element
     std::vector<float> values;
   };
   std::deque<StagedWeights> stagedWeights_;  // a deque: slices point into its elements
   optim::AdamW adamw_;
+  bool sharded_ = false;    // options.shardAcrossNodes over more than one node
   bool fusedCopy_ = false;  // sync bf16/fp16: AdamW writes the rounded weights in its pass (one version)
   std::unique_ptr<optim::LossScaler> scaler_;
   std::int64_t scalerStart_ = 0;  // the first step this scaler ran (the resumed step)

@@ -168,6 +168,12 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
     // Ranks with the same local rank hold the same slices: they sum their nodes' gradients.
     crossNode_ = worldChannel_->split(id.localRank, id.node);
   }
+  if (c.optim.shardAcrossNodes && leader_) {
+    RP_LOG_INFO("{}", shardedAcrossNodes()
+                          ? fmt::format("optimizer state sharded across {} nodes: each keeps 1/{} of the AdamW moments",
+                                        id.nodeCount, id.nodeCount)
+                          : std::string("optim.shard_across_nodes: one node, nothing to shard"));
+  }
   buildStore();
   if (const auto resume = run::openResume(c, identity_)) restore(*resume);
 }
@@ -287,6 +293,7 @@ void PipelineRuntime::buildStore() {
   options.timeline = timeline_.get();
   options.activity = activity_.get();
   options.crossNode = crossNode_.get();
+  options.shardAcrossNodes = shardedAcrossNodes();
   optimizer_ = std::make_unique<OptimizerWorker>(std::move(tensors), *fences_, std::move(options), *channel_);
 }
 

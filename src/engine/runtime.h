@@ -93,6 +93,8 @@ class PipelineRuntime : public run::Executor {
   void buildStore();
   // Stops every rank with a clear error where this node cannot hold the store and the optimizer state.
   void checkHostMemory(double storeBytes);
+  // optim.shard_across_nodes over more than one node (Note [Sharded optimizer]).
+  bool shardedAcrossNodes() const { return config_.optim.shardAcrossNodes && id_.nodeCount > 1; }
   void setCheckpoints();
   void runStep(std::int64_t step, const coordinator::Directive& directive);
   void runJob(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table, const StepData& data);

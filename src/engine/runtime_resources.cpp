@@ -68,8 +68,10 @@ void PipelineRuntime::placeWorker() {
 void PipelineRuntime::checkHostMemory(double storeBytes) {
   double trainable = 0.0;
   for (const auto& t : model_->tensors()) trainable += t.trainable ? static_cast<double>(t.local.numel()) : 0.0;
-  // Per trainable element, over the node's optimizers: a float32 gradient and the AdamW moments.
-  const double optimizer = trainable * sizeof(float) * (config_.optim.amsgrad ? 4.0 : 3.0);
+  // Per trainable element, over the node's optimizers: a float32 gradient and the AdamW moments (sharded across
+  // nodes: 1/N of them).
+  const double moments = (config_.optim.amsgrad ? 3.0 : 2.0) / (shardedAcrossNodes() ? id_.nodeCount : 1);
+  const double optimizer = trainable * sizeof(float) * (1.0 + moments);
   const HostMemory host = availableHostMemory();
   const double need = storeBytes + optimizer;
   std::int32_t fits = host.availableBytes == 0 || need <= static_cast<double>(host.availableBytes) ? 1 : 0;

@@ -32,7 +32,9 @@ void PipelineRuntime::writeProfile() const {
 }
 
 std::optional<run::CheckpointWriters> PipelineRuntime::checkpointWriters() const {
-  // Node 0's ranks write checkpoints; the other nodes hold replicas of node 0's state.
+  // Node 0's ranks write checkpoints; the other nodes hold replicas of node 0's state. Sharded across nodes
+  // (Note [Sharded optimizer]) every rank writes its shard.
+  if (shardedAcrossNodes()) return run::CheckpointWriters{worldChannel_.get(), worldRank_};
   if (id_.node != 0) return std::nullopt;
   return run::CheckpointWriters{channel_.get(), worldRank_};
 }
@@ -45,7 +47,7 @@ std::optional<checkpoint::SaveJob> PipelineRuntime::snapshot(std::int64_t steps)
   job.step = steps;
   // In async mode the weights the next k iterations upload (W_{t-k} .. W_{t-1}) differ from the masters (W_t):
   // saved too.
-  for (const auto& s : optimizer_->stateSlices(steps, c.optim.async())) {
+  for (const auto& s : optimizer_->stateSlices(steps, c.optim.async(), OptimizerWorker::Purpose::kSave)) {
     checkpoint::StagedSlice staged{s, std::vector<float>(s.data, s.data + s.count)};
     staged.slice.data = nullptr;
     job.slices.push_back(std::move(staged));
@@ -92,7 +94,8 @@ void PipelineRuntime::restore(const run::Resume& r) {
     RP_LOG_INFO("{}: saved with optim.staleness = {}, resumed with {}: the next iterations start from the masters",
                 r.where(), savedStaleness, c.optim.staleness);
   }
-  checkpoint::readSlices(r.dir, r.manifest, optimizer_->stateSlices(r.manifest.step, withWeights));
+  checkpoint::readSlices(r.dir, r.manifest,
+                         optimizer_->stateSlices(r.manifest.step, withWeights, OptimizerWorker::Purpose::kRestore));
   optimizer_->restoreStagedWeights();
   if (!withWeights) optimizer_->publishMasters();
   const json& t = r.manifest.training;

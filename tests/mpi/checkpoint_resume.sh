@@ -3,6 +3,7 @@
 #  1. resharding: a 4-worker run saved at step 3 resumes on 4, 2, 3 workers and on the single-process trainer;
 #     losses of steps 4..6 equal the uninterrupted run's (bitwise on 4 workers, 1e-6 relative otherwise), and
 #     so does the final state (every dataset's CRC-32 in the step-6 checkpoints) on the same workers;
+#  1b. optimizer state sharded across two nodes (RP_RANKS_PER_NODE=2) resumes bitwise, and across 1 <-> 2 nodes;
 #  2. async mode resumes bitwise (the saved one-step-stale weights); so do async bfloat16, staleness 3 in
 #     bfloat16 (three saved weight versions), float16 with its loss scaler, LoRA and, with $RP_GOLDEN_DIR, the
 #     generated Qwen3 (full and LoRA) and Qwen3-MoE (async, with the load-balancing loss);
@@ -81,6 +82,21 @@ for n in 4 2 3 1; do
     same_losses "$work/w4" "$work/r$n" 4 1e-6
   fi
 done
+
+# 1b. Optimizer state sharded across two nodes of two workers (RP_RANKS_PER_NODE=2, optim.shard_across_nodes):
+# every rank of both nodes saves its shard; sync and async bfloat16 (the stale weights' shards) resume bitwise;
+# the sharded checkpoint resumes on one node of four workers and the one-node checkpoint sharded, within 1e-6.
+sharded=(--set optim.shard_across_nodes=true)
+RP_RANKS_PER_NODE=2 resumes_bitwise s22 4 "sharded sync" --set optim.mode=sync "${sharded[@]}"
+RP_RANKS_PER_NODE=2 resumes_bitwise sa22 4 "sharded async bf16" --set optim.mode=async --set model.dtype=bfloat16 \
+  "${sharded[@]}"
+grep -q "optimizer state sharded across 2 nodes" "$work/s22.log" || fail "the sharded run did not say so"
+run "$work/s22to4" 4 --set optim.mode=sync --resume "$work/s22/checkpoints/step-00000003" ||
+  { tail -20 "$work/s22to4.log"; fail "resuming the sharded checkpoint on one node failed"; }
+same_losses "$work/s22" "$work/s22to4" 4 1e-6
+RP_RANKS_PER_NODE=2 run "$work/w4to22" 4 --set optim.mode=sync "${sharded[@]}" \
+  --resume "$work/w4/checkpoints/step-00000003" || { tail -20 "$work/w4to22.log"; fail "resuming sharded failed"; }
+same_losses "$work/w4" "$work/w4to22" 4 1e-6
 
 # 2. Async mode, same workers: bitwise.
 run "$work/a2" 2 --set optim.mode=async || fail "the async run failed"

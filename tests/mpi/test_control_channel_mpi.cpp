@@ -42,6 +42,11 @@ TEST(MpiConformance, StartedAllreduce) {
   test::conformanceStartedAllreduce(channel);
 }
 
+TEST(MpiConformance, ReduceScatterAndAllgather) {
+  MpiChannel channel(MPI_COMM_WORLD);
+  test::conformanceReduceScatterAndAllgather(channel);
+}
+
 TEST(MpiConformance, DuplicateAndSplit) {
   MpiChannel channel(MPI_COMM_WORLD);
   test::conformanceDuplicateAndSplit(channel);

@@ -220,6 +220,57 @@ TEST(MultiNode, TwoNodesEqualTheSingleProcessTrainer) {
       {"tinystories_two_nodes", model, model, {"optim.mode=async", "train.loss_chunk_tokens=4096"}}, *fixtures, 2e-5);
 }
 
+// optim.shard_across_nodes (Note [Sharded optimizer]): each node keeps the moments of half of every slice,
+// reduce-scatters the gradients and all-gathers the masters — the same training as the single-process trainer
+// (sync), and node 0's ranks hold a float32 gradient slice and the moments of half of it: 8 bytes per trainable
+// parameter over the node instead of 12. The parameter count comes from the saved masters' shapes; every rank
+// of both nodes saves its shard, so the masters' slices cover each tensor once.
+TEST(MultiNode, ShardedOptimizerStateEqualsTheSingleProcessTrainer) {
+  if (!requestedNodeSplit()) GTEST_SKIP() << "no node split requested (run with RP_RANKS_PER_NODE)";
+  const auto fixtures = test::fixturesDir();
+  RP_SKIP_UNLESS(fixtures, "shared fixtures");
+  const Case c{"tinystories_sharded", "models/tinystories-656k", "", {}};
+  const std::string model = *fixtures + "/" + c.model;
+  const Case run{
+      c.name, model, model, {"optim.shard_across_nodes=true", "train.loss_chunk_tokens=4096", "checkpoint.every=5"}};
+  const std::string out = freshScratch(c.name);
+  std::unique_ptr<PipelineRuntime> runtime;
+  std::vector<trace::StepMetrics> metrics;
+  try {
+    auto config = config::loadRunConfig("", baseConfig(run, *fixtures, out));
+    const auto channel = config.pipeline.tensorChannel;
+    runtime = std::make_unique<PipelineRuntime>(std::move(config), mpiParts(test::mpiSession(), channel));
+    metrics = runtime->run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[rank %d] %s\n", worldRank(), e.what());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  if (worldRank() != 0) return;
+  ASSERT_EQ(metrics.size(), 5u);
+  test::expectEqualsTrainer(config::loadRunConfig("", baseConfig(run, *fixtures, scratch(c.name + "-ref"))),
+                            {metrics, [&](const std::string& name) { return runtime->storeWeight(name); }},
+                            test::Tolerance{1e-6, 1e-5, 2e-5});
+
+  double parameters = 0.0;  // every trainable tensor's, from the checkpoint's masters, each counted once
+  std::set<std::string> counted;
+  const auto manifest = nlohmann::json::parse(std::ifstream(out + "/checkpoints/step-00000005/manifest.json"));
+  for (const auto& t : manifest.at("tensors")) {
+    if (t.at("kind") != "master" || !counted.insert(t.at("name").get<std::string>()).second) continue;
+    double numel = 1.0, saved = 0.0;
+    for (const auto& d : t.at("shape")) numel *= d.get<double>();
+    for (const auto& s : t.at("slices")) saved += s.at("count").get<double>();
+    EXPECT_EQ(saved, numel) << t.at("name") << ": the nodes' shards should save each element once";
+    parameters += numel;
+  }
+  const auto memory = nlohmann::json::parse(std::ifstream(out + "/memory.json"));
+  double optimizerMb = 0.0;
+  for (const auto& r : memory.at("ranks")) optimizerMb += r.at("optimizer_mb").get<double>();
+  ASSERT_GT(parameters, 0.0);
+  EXPECT_NEAR(optimizerMb, 8.0 * parameters / 1e6, 0.01 * 8.0 * parameters / 1e6)
+      << "node 0's optimizer state for " << parameters << " parameters (unsharded: " << 12.0 * parameters / 1e6
+      << " MB)";
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Models, Equivalence,
     ::testing::Values(

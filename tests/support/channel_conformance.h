@@ -138,6 +138,50 @@ inline void conformanceStartedAllreduce(control::ControlChannel& c) {
   EXPECT_EQ(sum, n * (n - 1) / 2.0);
 }
 
+// Reduce-scatter and all-gather over uneven blocks (one rank's may be empty), in place: rank r gets the sum of
+// every rank's block r at the start of its buffer; an all-gather puts every rank's block r at block r.
+inline void conformanceReduceScatterAndAllgather(control::ControlChannel& c) {
+  const int n = c.size(), r = c.rank();
+  std::vector<std::size_t> counts, offsets;
+  std::size_t total = 0;
+  for (int q = 0; q < n; ++q) {
+    counts.push_back(q == 1 ? 0 : 50'000 + static_cast<std::size_t>(q) * 7);  // beyond MPI's eager sizes
+    offsets.push_back(total);
+    total += counts.back();
+  }
+  // Element i of rank q's buffer is q * 1000 + i % 1000: exact in float32 summed over any n here.
+  std::vector<float> grads(total);
+  for (std::size_t i = 0; i < total; ++i) grads[i] = static_cast<float>(r * 1000 + static_cast<int>(i % 1000));
+  auto scatter = c.startReduceScatter(grads.data(), counts, control::Element::kFloat32, control::Reduce::kSum);
+  std::int64_t between = 1;
+  c.allreduce(&between, 1, control::Reduce::kSum);  // a blocking one between the start and the wait
+  scatter->wait();
+  EXPECT_EQ(between, n);
+  const float ranks = static_cast<float>(n * (n - 1) / 2 * 1000);
+  const std::size_t mine = offsets[static_cast<std::size_t>(r)];
+  for (std::size_t i = 0; i < counts[static_cast<std::size_t>(r)]; ++i) {
+    const float expected = ranks + static_cast<float>(n * static_cast<int>((mine + i) % 1000));
+    if (grads[i] != expected) {
+      ADD_FAILURE() << "rank " << r << ": reduced element " << i << " of its block is " << grads[i] << ", expected "
+                    << expected;
+      break;
+    }
+  }
+  // All-gather: rank q's block holds q + 0.5 everywhere in it; every rank ends with all of them.
+  std::vector<double> weights(total, -1.0);
+  for (std::size_t i = 0; i < counts[static_cast<std::size_t>(r)]; ++i) weights[mine + i] = r + 0.5;
+  c.startAllgather(weights.data(), counts, control::Element::kFloat64)->wait();
+  for (int q = 0; q < n; ++q) {
+    for (std::size_t i = 0; i < counts[static_cast<std::size_t>(q)]; ++i) {
+      if (weights[offsets[static_cast<std::size_t>(q)] + i] != q + 0.5) {
+        ADD_FAILURE() << "rank " << r << ": element " << i << " of rank " << q << "'s block is "
+                      << weights[offsets[static_cast<std::size_t>(q)] + i];
+        return;
+      }
+    }
+  }
+}
+
 // A duplicate carries its own messages; a split groups ranks by color, ordered by key.
 inline void conformanceDuplicateAndSplit(control::ControlChannel& c) {
   const int n = c.size(), r = c.rank();

@@ -47,6 +47,9 @@ TEST_P(InProcConformance, Collectives) {
 TEST_P(InProcConformance, StartedAllreduce) {
   onThreadsAsRanks(GetParam(), test::conformanceStartedAllreduce);
 }
+TEST_P(InProcConformance, ReduceScatterAndAllgather) {
+  onThreadsAsRanks(GetParam(), test::conformanceReduceScatterAndAllgather);
+}
 TEST_P(InProcConformance, DuplicateAndSplit) {
   onThreadsAsRanks(GetParam(), test::conformanceDuplicateAndSplit);
 }

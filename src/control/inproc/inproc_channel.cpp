@@ -103,6 +103,50 @@ void InProcChannel::allreduce(void* data, std::size_t count, Element element, Re
   if (bytes > 0) std::memcpy(data, out.data(), bytes);
 }
 
+namespace {
+
+// Block r of `counts` (rank order) as a byte range: its offset and its length.
+std::pair<std::size_t, std::size_t> blockOf(const std::vector<std::size_t>& counts, int r, std::size_t elementSize) {
+  std::size_t offset = 0;
+  for (int q = 0; q < r; ++q) offset += counts[static_cast<std::size_t>(q)];
+  return {offset * elementSize, counts[static_cast<std::size_t>(r)] * elementSize};
+}
+
+}  // namespace
+
+std::unique_ptr<PendingCollective> InProcChannel::startReduceScatter(void* data, const std::vector<std::size_t>& counts,
+                                                                     Element element, Reduce op) {
+  RP_CHECK(static_cast<int>(counts.size()) == size(), "reduce-scatter of {} blocks over {} ranks", counts.size(),
+           size());
+  std::size_t total = 0;
+  for (std::size_t c : counts) total += c;
+  const auto parts = exchange(data, total * elementBytes(element));
+  const auto [offset, bytes] = blockOf(counts, rank_, elementBytes(element));
+  std::vector<std::uint8_t> out(parts.front().begin() + static_cast<std::ptrdiff_t>(offset),
+                                parts.front().begin() + static_cast<std::ptrdiff_t>(offset + bytes));
+  for (std::size_t r = 1; r < parts.size(); ++r) {
+    RP_CHECK(parts[r].size() == parts.front().size(), "reduce-scatter of {} bytes from rank {} into {}",
+             parts[r].size(), r, parts.front().size());
+    reduceInto(out.data(), parts[r].data() + offset, counts[static_cast<std::size_t>(rank_)], element, op);
+  }
+  if (bytes > 0) std::memcpy(data, out.data(), bytes);
+  return finishedCollective();
+}
+
+std::unique_ptr<PendingCollective> InProcChannel::startAllgather(void* data, const std::vector<std::size_t>& counts,
+                                                                 Element element) {
+  RP_CHECK(static_cast<int>(counts.size()) == size(), "all-gather of {} blocks over {} ranks", counts.size(), size());
+  const auto [mine, myBytes] = blockOf(counts, rank_, elementBytes(element));
+  const auto parts = exchange(static_cast<const std::uint8_t*>(data) + mine, myBytes);
+  for (int r = 0; r < size(); ++r) {
+    const auto [offset, bytes] = blockOf(counts, r, elementBytes(element));
+    const auto& part = parts[static_cast<std::size_t>(r)];
+    RP_CHECK(part.size() == bytes, "all-gather block of {} bytes from rank {} into {}", part.size(), r, bytes);
+    if (r != rank_ && bytes > 0) std::memcpy(static_cast<std::uint8_t*>(data) + offset, part.data(), bytes);
+  }
+  return finishedCollective();
+}
+
 std::vector<std::vector<std::uint8_t>> InProcChannel::gather(const void* data, std::size_t bytes, int root) {
   auto parts = exchange(data, bytes);
   if (rank_ != root) return {};

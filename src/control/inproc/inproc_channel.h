@@ -59,6 +59,10 @@ class InProcChannel : public ControlChannel {
   void barrier() override;
   void broadcast(void* data, std::size_t bytes, int root) override;
   void allreduce(void* data, std::size_t count, Element element, Reduce op) override;
+  std::unique_ptr<PendingCollective> startReduceScatter(void* data, const std::vector<std::size_t>& counts,
+                                                        Element element, Reduce op) override;
+  std::unique_ptr<PendingCollective> startAllgather(void* data, const std::vector<std::size_t>& counts,
+                                                    Element element) override;
   std::vector<std::vector<std::uint8_t>> gather(const void* data, std::size_t bytes, int root) override;
   std::unique_ptr<ControlChannel> duplicate() override;
   std::unique_ptr<ControlChannel> split(int color, int key) override;

@@ -133,29 +133,60 @@ void MpiChannel::allreduce(void* data, std::size_t count, Element element, Reduc
   complete(request, "MPI_Allreduce");
 }
 
+// A started collective: its request, and the count arrays MPI reads until it completes.
+class MpiChannel::Pending : public PendingCollective {
+ public:
+  Pending(MpiChannel& channel, const char* op) : channel_(channel), op_(op) {}
+  bool test() override {
+    if (request == MPI_REQUEST_NULL) return true;
+    int done = 0;
+    checkMpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test(control)");
+    return done != 0;
+  }
+  void wait() override {
+    if (request != MPI_REQUEST_NULL) channel_.complete(request, op_);
+  }
+  MPI_Request request = MPI_REQUEST_NULL;
+  std::vector<int> counts, offsets;
+
+ private:
+  MpiChannel& channel_;
+  const char* op_;
+};
+
 std::unique_ptr<PendingCollective> MpiChannel::startAllreduce(void* data, std::size_t count, Element element,
                                                               Reduce op) {
-  class Pending : public PendingCollective {
-   public:
-    explicit Pending(MpiChannel& channel) : channel_(channel) {}
-    bool test() override {
-      if (request_ == MPI_REQUEST_NULL) return true;
-      int done = 0;
-      checkMpi(MPI_Test(&request_, &done, MPI_STATUS_IGNORE), "MPI_Test(control)");
-      return done != 0;
-    }
-    void wait() override {
-      if (request_ != MPI_REQUEST_NULL) channel_.complete(request_, "MPI_Iallreduce");
-    }
-    MPI_Request request_ = MPI_REQUEST_NULL;
-
-   private:
-    MpiChannel& channel_;
-  };
-  auto pending = std::make_unique<Pending>(*this);
+  auto pending = std::make_unique<Pending>(*this, "MPI_Iallreduce");
   checkMpi(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), mpiType(element), mpiOp(op), comm_,
-                          &pending->request_),
+                          &pending->request),
            "MPI_Iallreduce(control)");
+  return pending;
+}
+
+std::unique_ptr<PendingCollective> MpiChannel::startReduceScatter(void* data, const std::vector<std::size_t>& counts,
+                                                                  Element element, Reduce op) {
+  RP_CHECK(static_cast<int>(counts.size()) == size_, "reduce-scatter of {} blocks over {} ranks", counts.size(), size_);
+  auto pending = std::make_unique<Pending>(*this, "MPI_Ireduce_scatter");
+  for (std::size_t c : counts) pending->counts.push_back(static_cast<int>(c));
+  checkMpi(MPI_Ireduce_scatter(MPI_IN_PLACE, data, pending->counts.data(), mpiType(element), mpiOp(op), comm_,
+                               &pending->request),
+           "MPI_Ireduce_scatter(control)");
+  return pending;
+}
+
+std::unique_ptr<PendingCollective> MpiChannel::startAllgather(void* data, const std::vector<std::size_t>& counts,
+                                                              Element element) {
+  RP_CHECK(static_cast<int>(counts.size()) == size_, "all-gather of {} blocks over {} ranks", counts.size(), size_);
+  auto pending = std::make_unique<Pending>(*this, "MPI_Iallgatherv");
+  int offset = 0;
+  for (std::size_t c : counts) {
+    pending->counts.push_back(static_cast<int>(c));
+    pending->offsets.push_back(offset);
+    offset += static_cast<int>(c);
+  }
+  checkMpi(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, pending->counts.data(), pending->offsets.data(),
+                           mpiType(element), comm_, &pending->request),
+           "MPI_Iallgatherv(control)");
   return pending;
 }
 

@@ -23,6 +23,10 @@ class MpiChannel : public ControlChannel {
   void broadcast(void* data, std::size_t bytes, int root) override;
   void allreduce(void* data, std::size_t count, Element element, Reduce op) override;
   std::unique_ptr<PendingCollective> startAllreduce(void* data, std::size_t count, Element element, Reduce op) override;
+  std::unique_ptr<PendingCollective> startReduceScatter(void* data, const std::vector<std::size_t>& counts,
+                                                        Element element, Reduce op) override;
+  std::unique_ptr<PendingCollective> startAllgather(void* data, const std::vector<std::size_t>& counts,
+                                                    Element element) override;
   std::vector<std::vector<std::uint8_t>> gather(const void* data, std::size_t bytes, int root) override;
   std::unique_ptr<ControlChannel> duplicate() override;
   std::unique_ptr<ControlChannel> split(int color, int key) override;
@@ -32,6 +36,7 @@ class MpiChannel : public ControlChannel {
   struct Owned {};
   MpiChannel(MPI_Comm comm, Owned);  // takes ownership of `comm` (freed on destruction)
 
+  class Pending;
   // Waits for a collective's `request`, under the bound when there is one (boundCollectives).
   void complete(MPI_Request& request, const char* op);
   // "rank 2 on node 1 (host-b); ..." for this communicator's other ranks, by their world ranks.
