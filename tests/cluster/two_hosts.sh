@@ -5,7 +5,8 @@
 #     RP_RANKS_PER_NODE) give the per-step losses of 1 host x 4 workers and of the single-process trainer
 #     (sync; 1e-6 relative: the node sums before the nodes do, a different float association);
 #  2. the 2-host run's step-3 checkpoint resumes on 1 host and the 1-host run's on 2 hosts, and steps 4..6
-#     continue each uninterrupted curve (1e-6).
+#     continue each uninterrupted curve (1e-6);
+#  3. optim.shard_across_nodes on 2 hosts gives the unsharded losses, and its checkpoint resumes on 1 host.
 # Usage: two_hosts.sh <roundpipe_train> <fixtures dir> <scripts/cluster.sh>
 set -uo pipefail
 train="$1"; fixtures="$2"; cluster="$3"
@@ -54,4 +55,12 @@ run "$work/two-on-one" h2:4 --set "checkpoint.resume=$work/two/checkpoints/step-
 same_losses "$work/two" "$work/two-on-one" 4
 run "$work/one-on-two" h2:2,h3:2 --set "checkpoint.resume=$work/one/checkpoints/step-00000003"
 same_losses "$work/one" "$work/one-on-two" 4
-echo "PASS: 2 hosts = 1 host = one process; checkpoints move between 1 and 2 hosts"
+
+# The optimizer state sharded across the two hosts (reduce-scatter, update the shard, all-gather the masters):
+# the same losses as unsharded; its checkpoint (every rank of both hosts writes its shard) resumes on 1 host.
+run "$work/sharded" h2:2,h3:2 --set optim.shard_across_nodes=true
+grep -q "optimizer state sharded across 2 nodes" "$work/sharded.log" || { cat "$work/sharded.log"; fail "not sharded"; }
+same_losses "$work/two" "$work/sharded" 1
+run "$work/sharded-on-one" h2:4 --set "checkpoint.resume=$work/sharded/checkpoints/step-00000003"
+same_losses "$work/sharded" "$work/sharded-on-one" 4
+echo "PASS: 2 hosts = 1 host = one process, sharded or not; checkpoints move between 1 and 2 hosts"
