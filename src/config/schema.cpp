@@ -74,8 +74,9 @@ const std::vector<KeySpec>& runSchema() {
       {"pipeline.profile", Type::kString, S(""),
        "automatic plans: start from the layer times of this profile.json (an earlier run's) instead of the FLOP "
        "estimate"},
-      {"pipeline.planner", Type::kString, S("reference"),
-       "automatic plans: the reference partitioner, or the best simulated plan among more candidates (search)"},
+      {"pipeline.planner", Type::kString, S("search"),
+       "automatic plans: search (the best simulated plan among the reference's and more candidates, fused tails of "
+       "every size included) | reference (the reference partitioner alone)"},
       {"pipeline.dispatch", Type::kString, S("round_robin"),
        "round_robin | earliest_finish (roundpipe: each job to the worker predicted to finish it first, from the "
        "measured layer times and each worker's measured speed; for uneven GPUs)"},

@@ -21,6 +21,15 @@ std::function<std::string()> lateRank(const std::function<std::string(int)>& des
   return [describeRank, rank] { return describeRank(rank); };
 }
 
+// "fwd/bwd" milliseconds per layer, for the log.
+std::string layerTimes(const schedule::LayerCosts& costs) {
+  std::vector<std::string> times;
+  for (std::size_t l = 0; l < costs.forward.size(); ++l) {
+    times.push_back(fmt::format("{:.2f}/{:.2f}", costs.forward[l], costs.backward[l]));
+  }
+  return fmt::format("{}", fmt::join(times, " "));
+}
+
 }  // namespace
 
 Coordination::Coordination(control::ControlChannel& channel, CoordinationOptions options, schedule::Plan plan,
@@ -91,6 +100,9 @@ Directive Coordination::begin(std::int64_t step, const std::function<std::string
     // between iterations to one).
     if (step - 2 >= collected_) collect(step - 2, describeRank);
     if (options_.replanEvery > 0 && step % options_.replanEvery == 0) replan(step);
+    // The search of the next re-planning step runs during this one (Note [Background re-plan]).
+    const bool search = options_.planner == schedule::PlannerKind::kSearch;
+    if (search && options_.replanEvery > 0 && (step + 1) % options_.replanEvery == 0) startSearch();
   }
   if (stopRequested()) stop_ = true;
   const Directive d = decide(step);
@@ -169,31 +181,52 @@ void Coordination::collect(std::int64_t step, const std::function<std::string(in
   profile_.update(forward, backward);
 }
 
+// Note [Background re-plan]: the plan search simulates thousands of candidate plans (0.5 s for Qwen3-1.7B's
+// 30 layers, about 2 s for Qwen3-32B's 66 on 8 workers and 16 microbatches), and rank 0 decides every directive:
+// searching in place would hold every rank's next iteration that long. So the search of a re-planning step s
+// starts one directive early, at s - 1, on a thread of its own from the profile as it stands then, and runs
+// while that iteration computes; the directive of step s takes its plan (waiting for the rest of the search,
+// if any) and adopts it or not. Plans change at the same steps as with the reference partitioner, which is
+// fast and re-plans in place at s.
 void Coordination::replan(std::int64_t step) {
+  if (searching_) {
+    PendingPlan done = std::move(*searching_);
+    searching_.reset();
+    adopt(done.plan.get(), done.measured, step);
+    return;
+  }
   if (!profile_.ready()) return;
   const schedule::LayerCosts measured = profile_.applyTo(proxy_);
-  const schedule::PlanTarget target{options_.workers, options_.microbatches, options_.memoryLimitBytes,
-                                    options_.recomputeAhead};
-  const schedule::Plan candidate = schedule::choosePlan(options_.planner, measured, target);
+  RP_LOG_DEBUG("coordinator: measured fwd/bwd ms per layer at step {}: {}", step + 1, layerTimes(measured));
+  adopt(schedule::choosePlan(options_.planner, measured, planTarget()), measured, step);
+}
+
+void Coordination::startSearch() {
+  if (!profile_.ready()) return;
+  const schedule::LayerCosts measured = profile_.applyTo(proxy_);
+  const schedule::PlanTarget target = planTarget();
+  searching_ = PendingPlan{
+      std::async(std::launch::async,
+                 [measured, target] { return schedule::choosePlan(schedule::PlannerKind::kSearch, measured, target); }),
+      measured};
+}
+
+void Coordination::adopt(const schedule::Plan& candidate, const schedule::LayerCosts& measured, std::int64_t step) {
   // The predicted relative gain of the candidate over the current plan, by the measure the planner optimises.
   double gain = 0;
   if (options_.planner == schedule::PlannerKind::kSearch) {
-    const double now = schedule::simulatedStep(measured, plan_, target);
-    gain = 1.0 - schedule::simulatedStep(measured, candidate, target) / now;
+    const double now = schedule::simulatedStep(measured, plan_, planTarget());
+    gain = 1.0 - schedule::simulatedStep(measured, candidate, planTarget()) / now;
   } else {
     gain = 1.0 - schedule::planObjective(candidate, measured, options_.workers) /
                      schedule::planObjective(plan_, measured, options_.workers);
   }
-  std::vector<std::string> times;
-  for (int l = 0; l < layers_; ++l)
-    times.push_back(fmt::format("{:.2f}/{:.2f}", profile_.forward(l), profile_.backward(l)));
-  RP_LOG_DEBUG("coordinator: measured fwd/bwd ms per layer at step {}: {}", step + 1, fmt::join(times, " "));
   // Switch only for a predicted gain of 3% or more, so timing noise does not make the plan flap.
   if (candidate == plan_ || gain < 0.03) return;
   plan_ = candidate;
   changed_ = true;
   RP_LOG_INFO("pipeline: plan changed at step {} from measured times (fwd/bwd ms per layer: {}): {} ({} stages)",
-              step + 1, fmt::join(times, " "), schedule::describe(plan_), plan_.stageCount());
+              step + 1, layerTimes(measured), schedule::describe(plan_), plan_.stageCount());
 }
 
 int Coordination::workerOf(int rank) const {

@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -78,7 +80,16 @@ class Coordination {
   // Rank 0: every rank's report of `step`, summed per layer (each layer is run by one worker per node) and
   // averaged over nodes, into the profile.
   void collect(std::int64_t step, const std::function<std::string(int)>& describeRank);
+  // Rank 0, every pipeline.replan_every steps: a candidate plan from the measured profile — the plan search's
+  // started at the step before (Note [Background re-plan]) — adopted or not.
   void replan(std::int64_t step);
+  // Rank 0: the plan search for the next re-planning step, on a thread of its own.
+  void startSearch();
+  schedule::PlanTarget planTarget() const {
+    return {options_.workers, options_.microbatches, options_.memoryLimitBytes, options_.recomputeAhead};
+  }
+  // Switches to `candidate` for a predicted gain of 3% or more on `measured`.
+  void adopt(const schedule::Plan& candidate, const schedule::LayerCosts& measured, std::int64_t step);
   int workerOf(int rank) const;
   std::vector<double> workerSpeeds(const SpeedModel::Fit& fit) const;
   void logSpeeds(std::int64_t step, const std::vector<double>& speeds, const schedule::DispatchTable& table);
@@ -100,6 +111,11 @@ class Coordination {
   bool changed_ = true;                              // the next directive carries a new plan
   bool stop_ = false;                                // rank 0: the next directive says stop; else: rank 0 was told
   std::map<std::int64_t, std::vector<double>> own_;  // rank 0's reports not yet collected
+  struct PendingPlan {
+    std::future<schedule::Plan> plan;
+    schedule::LayerCosts measured;  // the costs it was searched on
+  };
+  std::optional<PendingPlan> searching_;  // rank 0: a plan search running in the background
 };
 
 }  // namespace rp::coordinator

@@ -140,26 +140,37 @@ TEST_P(Equivalence, LossesAndWeightsEqualTheSingleProcessTrainer) {
                             onCuda ? test::kCudaFloat : test::Tolerance{});
 }
 
-// optim.mode = async: runs the pipeline for `c` on every rank and, on rank 0, compares it with the
-// delayed-update reference of its staleness (tests/support/pipeline_reference.h); the final masters agree within
-// `weightTolerance`.
-void expectEqualsDelayedUpdateReference(const Case& c, const std::string& fixtures, double weightTolerance) {
+// A pipeline run with `sets` on every rank: its runtime (for the final weights) and metrics (rank 0's). A
+// failure on one rank would leave the others waiting in a collective: it aborts the job instead.
+struct PipelineRun {
   std::unique_ptr<PipelineRuntime> runtime;
   std::vector<trace::StepMetrics> metrics;
+};
+
+PipelineRun runPipeline(std::vector<std::string> sets) {
+  PipelineRun out;
   try {
-    auto config = config::loadRunConfig("", baseConfig(c, fixtures, freshScratch(c.name)));
+    auto config = config::loadRunConfig("", std::move(sets));
     const auto channel = config.pipeline.tensorChannel;
-    runtime = std::make_unique<PipelineRuntime>(std::move(config), mpiParts(test::mpiSession(), channel));
-    metrics = runtime->run();
+    out.runtime = std::make_unique<PipelineRuntime>(std::move(config), mpiParts(test::mpiSession(), channel));
+    out.metrics = out.runtime->run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[rank %d] %s\n", worldRank(), e.what());
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
+  return out;
+}
+
+// optim.mode = async: runs the pipeline for `c` on every rank and, on rank 0, compares it with the
+// delayed-update reference of its staleness (tests/support/pipeline_reference.h); the final masters agree within
+// `weightTolerance`.
+void expectEqualsDelayedUpdateReference(const Case& c, const std::string& fixtures, double weightTolerance) {
+  const PipelineRun run = runPipeline(baseConfig(c, fixtures, freshScratch(c.name)));
   if (worldRank() != 0) return;
-  ASSERT_EQ(metrics.size(), 5u);
-  test::expectEqualsDelayedUpdate(config::loadRunConfig("", baseConfig(c, fixtures, scratch(c.name + "-ref"))),
-                                  {metrics, [&](const std::string& name) { return runtime->storeWeight(name); }},
-                                  weightTolerance);
+  ASSERT_EQ(run.metrics.size(), 5u);
+  test::expectEqualsDelayedUpdate(
+      config::loadRunConfig("", baseConfig(c, fixtures, scratch(c.name + "-ref"))),
+      {run.metrics, [&](const std::string& name) { return run.runtime->storeWeight(name); }}, weightTolerance);
 }
 
 TEST(AsyncEquivalence, EqualsTheSingleProcessTrainerWithAOneStepDelayedUpdate) {
@@ -234,22 +245,13 @@ TEST(MultiNode, ShardedOptimizerStateEqualsTheSingleProcessTrainer) {
   const Case run{
       c.name, model, model, {"optim.shard_across_nodes=true", "train.loss_chunk_tokens=4096", "checkpoint.every=5"}};
   const std::string out = freshScratch(c.name);
-  std::unique_ptr<PipelineRuntime> runtime;
-  std::vector<trace::StepMetrics> metrics;
-  try {
-    auto config = config::loadRunConfig("", baseConfig(run, *fixtures, out));
-    const auto channel = config.pipeline.tensorChannel;
-    runtime = std::make_unique<PipelineRuntime>(std::move(config), mpiParts(test::mpiSession(), channel));
-    metrics = runtime->run();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "[rank %d] %s\n", worldRank(), e.what());
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
+  const PipelineRun sharded = runPipeline(baseConfig(run, *fixtures, out));
   if (worldRank() != 0) return;
-  ASSERT_EQ(metrics.size(), 5u);
-  test::expectEqualsTrainer(config::loadRunConfig("", baseConfig(run, *fixtures, scratch(c.name + "-ref"))),
-                            {metrics, [&](const std::string& name) { return runtime->storeWeight(name); }},
-                            test::Tolerance{1e-6, 1e-5, 2e-5});
+  ASSERT_EQ(sharded.metrics.size(), 5u);
+  test::expectEqualsTrainer(
+      config::loadRunConfig("", baseConfig(run, *fixtures, scratch(c.name + "-ref"))),
+      {sharded.metrics, [&](const std::string& name) { return sharded.runtime->storeWeight(name); }},
+      test::Tolerance{1e-6, 1e-5, 2e-5});
 
   double parameters = 0.0;  // every trainable tensor's, from the checkpoint's masters, each counted once
   std::set<std::string> counted;

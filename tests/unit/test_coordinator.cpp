@@ -66,8 +66,9 @@ TEST(Coordinator, EveryRankRunsRankZerosTableTheCounterContinuesAndAStopReachesA
 }
 
 // A preemption signal that reaches a rank other than 0 (SIGTERM to one process) stops every rank at the same
-// step: the rank tells rank 0, whose next directive (this step's, or the next one's if rank 0 already sent
-// it) says stop.
+// step: the rank tells rank 0, whose next directive says stop. Rank 0 may have sent up to two directives
+// beyond the requesting rank's step (it waits for step t-2's reports before step t's directive), so the stop
+// requested at step 1 lands at step 1, 2 or 3 (3 in about 3% of runs here).
 TEST(Coordinator, AStopRequestedByAnotherRankReachesAllAtOneStep) {
   const LayerCosts proxy = uniformLayerCosts(6, 3.0);
   const Plan plan = schedule::partition(proxy, {3, 1.1, 0}).plan;
@@ -83,7 +84,7 @@ TEST(Coordinator, AStopRequestedByAnotherRankReachesAllAtOneStep) {
     stoppedAt[static_cast<std::size_t>(channel.rank())] = step;
     coordination.finish(step);
   });
-  EXPECT_TRUE(stoppedAt[0] == 1 || stoppedAt[0] == 2) << stoppedAt[0];
+  EXPECT_TRUE(stoppedAt[0] >= 1 && stoppedAt[0] <= 3) << stoppedAt[0];
   EXPECT_EQ(stoppedAt[1], stoppedAt[0]);
   EXPECT_EQ(stoppedAt[2], stoppedAt[0]);
 }
@@ -97,6 +98,17 @@ TEST(Coordinator, BoundSchedulesGetTheSameTableEveryIteration) {
   });
 }
 
+// Rank `rank` of 2 reports `layers` layers' times of `step` with a head of six decoder layers of work: each
+// layer is measured by one rank (rank l % 2); the other reports "not measured".
+void reportHeavyHead(Coordination& coordination, int rank, std::int64_t step, int layers) {
+  std::vector<double> fwd(static_cast<std::size_t>(layers), -1.0), bwd(fwd);
+  for (int l = rank; l < layers; l += 2) {
+    fwd[static_cast<std::size_t>(l)] = l == layers - 1 ? 6.0 : (l == 0 ? 0.05 : 1.0);
+    bwd[static_cast<std::size_t>(l)] = 2 * fwd[static_cast<std::size_t>(l)];
+  }
+  coordination.report(step, fwd, bwd);
+}
+
 // Reports say the head is six decoder layers of work (the proxy said one): rank 0 re-partitions and every
 // rank receives the new plan, flagged as changed, from the first re-planning step on.
 TEST(Coordinator, ReplansFromReportedTimesAndEveryRankGetsTheNewPlan) {
@@ -108,13 +120,7 @@ TEST(Coordinator, ReplansFromReportedTimesAndEveryRankGetsTheNewPlan) {
     Coordination coordination(channel, {2, 1, true, 2, 0, {10.0, 10.0}}, initial, proxy);
     for (int step = 0; step < 6; ++step) {
       got[static_cast<std::size_t>(channel.rank())].push_back(coordination.begin(step));
-      // Each layer is measured by one rank (rank l % 2); the other reports "not measured".
-      std::vector<double> fwd(L, -1.0), bwd(L, -1.0);
-      for (int l = channel.rank(); l < L; l += 2) {
-        fwd[static_cast<std::size_t>(l)] = l == L - 1 ? 6.0 : (l == 0 ? 0.05 : 1.0);
-        bwd[static_cast<std::size_t>(l)] = 2 * fwd[static_cast<std::size_t>(l)];
-      }
-      coordination.report(step, fwd, bwd);
+      reportHeavyHead(coordination, channel.rank(), step, L);
     }
   });
   // Steps 2 and 3 fold in iterations 0 (dropped as warm-up) and 1; step 4 is the first re-planning step.
@@ -133,6 +139,45 @@ TEST(Coordinator, ReplansFromReportedTimesAndEveryRankGetsTheNewPlan) {
   EXPECT_NE(replanned, initial);
   EXPECT_LT(schedule::planObjective(replanned, measured, 2), 0.97 * schedule::planObjective(initial, measured, 2))
       << schedule::describe(initial) << " -> " << schedule::describe(replanned);
+}
+
+// The plan search re-plans in the background (Note [Background re-plan]): rank 0 starts the search for
+// re-planning step 4 at step 3 (the first with a profile: iteration 0 is dropped as warm-up) and adopts its
+// plan at step 4, as the reference partitioner would; every rank gets the plan, flagged once, and it is faster
+// than the initial one in simulation on the reported times.
+TEST(Coordinator, TheSearchReplansInTheBackgroundAndEveryRankGetsItsPlan) {
+  const LayerCosts proxy = uniformLayerCosts(6, 1.0);
+  const int L = 8, steps = 8;
+  const schedule::PlanTarget target{2, 2, 0.0, 1};
+  const Plan initial = schedule::choosePlan(schedule::PlannerKind::kSearch, proxy, target);
+  std::vector<std::vector<Directive>> got(2);
+  onThreadsAsRanks(2, [&](control::ControlChannel& channel) {
+    CoordinationOptions options{2, 1, true, 2, 0, {10.0, 10.0}};
+    options.planner = schedule::PlannerKind::kSearch;
+    options.microbatches = target.microbatches;
+    options.recomputeAhead = target.recomputeAhead;
+    Coordination coordination(channel, options, initial, proxy);
+    for (int step = 0; step < steps; ++step) {
+      got[static_cast<std::size_t>(channel.rank())].push_back(coordination.begin(step));
+      reportHeavyHead(coordination, channel.rank(), step, L);
+    }
+  });
+  int changedAt = -1;
+  for (int step = 1; step < steps; ++step) {
+    const Directive& d = got[0][static_cast<std::size_t>(step)];
+    EXPECT_EQ(d.plan, got[1][static_cast<std::size_t>(step)].plan) << "step " << step;
+    if (d.planChanged) {
+      EXPECT_EQ(changedAt, -1) << "changed again at step " << step;
+      changedAt = step;
+    }
+  }
+  ASSERT_EQ(changedAt, 4);
+  const Plan& replanned = got[0][static_cast<std::size_t>(changedAt)].plan;
+  LayerCosts measured = uniformLayerCosts(6, 6.0);
+  EXPECT_LT(schedule::simulatedStep(measured, replanned, target),
+            0.97 * schedule::simulatedStep(measured, initial, target))
+      << schedule::describe(initial) << " -> " << schedule::describe(replanned);
+  EXPECT_EQ(got[0].back().plan, replanned);
 }
 
 // Earliest-finish dispatch: rank 2 reports every layer it ran three times as slow as the others do. Rank 0
