@@ -42,6 +42,13 @@ message(STATUS "roundpipe: LibTorch ${Torch_VERSION} from ${_rp_torch_prefix}")
 file(GLOB RP_TORCH_NVIDIA_LIBDIRS LIST_DIRECTORIES true "${RP_SITE_PACKAGES}/nvidia/*/lib")
 add_library(rp_torch INTERFACE)
 target_link_libraries(rp_torch INTERFACE ${TORCH_LIBRARIES})
+# Note [One libstdc++]: the torch wheels export the parts of libstdc++ they link statically (all of
+# std::filesystem, exception_ptr's reference count; pytorch/pytorch#133437). The dynamic linker binds each
+# symbol to the first library of the program's list that defines it, and libtorch_cpu.so comes before
+# libstdc++.so.6, so our std::filesystem calls ran the wheel's copy against objects built by our compiler.
+# Naming libstdc++ ahead of everything else makes the system's copy serve the program and LibTorch alike
+# (tests/unit/test_link_order.cpp checks which library answers).
+target_link_options(rp_torch INTERFACE "LINKER:--push-state,--no-as-needed,-lstdc++,--pop-state")
 if(RP_TORCH_NVIDIA_LIBDIRS)
   list(JOIN RP_TORCH_NVIDIA_LIBDIRS ":" _rp_nv)
   target_link_options(rp_torch INTERFACE "LINKER:-rpath-link,${_rp_nv}")
