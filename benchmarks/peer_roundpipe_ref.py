@@ -4,14 +4,31 @@ weights, fp32 optimizer states (its CPU Adam), random token ids, M microbatches 
 JSON line: tokens/s over the timed steps and the peak GPU memory. Run by benchmarks/gpu_peer.sh beside
 roundpipe_train at the same shape, batch, sequence length and microbatch count.
 
+--memory-gib G makes each GPU a card of G GiB for the peer: its allocator's memory fraction, and the free memory
+its partitioner reads at import (torch.cuda.mem_get_info; its default stage budget is 0.6 of it).
+
 Usage: python peer_roundpipe_ref.py --config benchmarks/configs/qwen3-1.7b-shape --batch 8 --seq 2048 \
-           --microbatches 8 [--lora-rank 16] [--warmup 3 --steps 5]
+           --microbatches 8 [--lora-rank 16] [--warmup 3 --steps 5] [--memory-gib 24] [--recompute-grain layer]
 """
 import argparse
 import json
 import time
 
 import torch
+
+
+def emulate_card(card_bytes):
+    """Every GPU as a card of card_bytes: the allocator may not reserve more, and mem_get_info reports that card."""
+    for d in range(torch.cuda.device_count()):
+        total = torch.cuda.get_device_properties(d).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, card_bytes / total), d)
+    device_free_and_total = torch.cuda.mem_get_info
+
+    def card_free_and_total(device=None):
+        free, total = device_free_and_total(device)
+        return min(free, max(0, int(card_bytes) - torch.cuda.memory_reserved(device))), min(total, int(card_bytes))
+
+    torch.cuda.mem_get_info = card_free_and_total
 
 
 def main():
@@ -23,7 +40,11 @@ def main():
     ap.add_argument("--lora-rank", type=int, default=0)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--memory-gib", type=float, default=0.0, help="emulate a card of this many GiB (0 = the GPU's)")
+    ap.add_argument("--recompute-grain", choices=["stage", "layer"], default="stage")
     a = ap.parse_args()
+    if a.memory_gib > 0:
+        emulate_card(a.memory_gib * 2**30)
 
     import roundpipe
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -40,7 +61,7 @@ def main():
         ).base_model.model
     model = roundpipe.wrap_model_to_roundpipe(
         model,
-        model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch=a.microbatches),
+        model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch=a.microbatches, recompute_grain=a.recompute_grain),
         optim_dtype=torch.float32,
     )
     optim = roundpipe.optim.Adam(model.optim_parameters(), lr=1e-5)

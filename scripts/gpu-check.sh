@@ -125,7 +125,7 @@ if [[ "$parts" == *" throughput "* ]]; then
 fi
 if [[ "$parts" == *" peer "* ]]; then
   if [[ -d "$root/offline/wheels" ]] || "$python" -c "import roundpipe" 2>/dev/null; then
-    say "benchmarks/gpu_peer.sh: against the reference library (table in $out/gpu-peer.txt)"
+    say "benchmarks/gpu_peer.sh: against the reference library (throughput and longest-sequence tables in $out/gpu-peer.txt)"
     RP_BUILD_DIR="$build" RP_PYTHON="$python" "$root/benchmarks/gpu_peer.sh" 2>&1 | tee "$out/gpu-peer.txt" || rc=1
   else
     say "no offline/wheels (benchmarks/peer_wheels.sh): the comparison with the reference library not run"
