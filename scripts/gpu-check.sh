@@ -91,7 +91,7 @@ if [[ -n "${OPAL_PREFIX:-}" ]]; then  # with the archive: what the build still t
 fi
 targets=()
 if [[ "${RP_GPU_TARGETS:-gpu}" == gpu ]]; then
-  targets=(--target test_gpu_device test_cuda_worker test_gpu_pipeline test_pipeline roundpipe_train)
+  targets=(--target test_gpu_device test_cuda_worker test_cuda_marks test_gpu_pipeline test_pipeline roundpipe_train)
 fi
 say "building ${RP_GPU_TARGETS:-gpu} targets"
 cmake --build "$build" -j "${RP_JOBS:-$(nproc)}" "${targets[@]}" >"$out/build.log" 2>&1 \

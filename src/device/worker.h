@@ -114,6 +114,9 @@ class Worker {
   // Copies `bytes` from `src` to `dst` ahead of every queued bulk copy, after the compute submitted so far
   // (which may have produced `src`, or may still read a block `dst` reuses).
   virtual Ticket copyUrgent(void* dst, const void* src, std::size_t bytes) = 0;
+  // A download (`dst` in host memory) ordered after the compute up to `after` (a mark of this worker) only, so
+  // it may overlap the compute submitted since, which must not write `src` (Note [Gradient marks]).
+  virtual Ticket copyUrgentAfter(void* dst, const void* src, std::size_t bytes, const ComputeMark& after) = 0;
   // Queues a copy of `bytes` as chunks of at most chunkBytes, behind urgent copies; adds to `ticket`.
   virtual void copyBulk(Ticket& ticket, void* dst, const void* src, std::size_t bytes) = 0;
   // Hand-off buffers other ranks of the node open (openRing, with the handle), and one of theirs opened here.

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -30,6 +31,7 @@
 #include "engine/activity.h"
 #include "engine/costs.h"
 #include "engine/fences.h"
+#include "engine/gradient_marks.h"
 #include "engine/optimizer_worker.h"
 #include "engine/parts.h"
 #include "engine/pipeline_model.h"
@@ -121,7 +123,12 @@ class PipelineRuntime : public run::Executor {
   void runOneFOneB(std::int64_t step, const schedule::DispatchTable& table, const StepData& data);
   // step < 0: outside training (sampling), no fences.
   void upload(std::int64_t step, const schedule::Range& layers);
-  void download(std::int64_t step, const schedule::Range& layers);
+  // `marks` (optional): each layer's copies wait only for the compute up to its mark (Note [Gradient marks]).
+  void download(std::int64_t step, const schedule::Range& layers, const GradientMarks* marks = nullptr);
+  // The trainable tensors of `layers`, each under its first user in the job: the layer its gradient goes with.
+  std::map<int, std::vector<int>> gradientOwners(const schedule::Range& layers) const;
+  // Hooks on the layers' owned tensors that mark where each layer's gradients become final.
+  std::unique_ptr<GradientMarks> gradientMarks(const schedule::Range& layers);
   // Iteration `step`'s weights (step < 0: version 0) of every tensor the layers use.
   void queueWeights(device::Ticket& ticket, const schedule::Range& layers, std::int64_t step);
   // The store region of tensor i's weights that iteration `step` reads (frozen tensors have one version).

@@ -96,7 +96,7 @@ void PipelineRuntime::prefetchNext(std::int64_t step, std::int64_t k, const sche
 // tensor used twice within one job has one gradient for both uses; the other slot gets zeros).
 // Note [Layer fences]: iteration t writes version t mod V of the slots, only after the optimizer took
 // iteration t-V's gradients out of it.
-void PipelineRuntime::download(std::int64_t step, const schedule::Range& layers) {
+void PipelineRuntime::download(std::int64_t step, const schedule::Range& layers, const GradientMarks* marks) {
   torch::NoGradGuard noGrad;
   {
     activity_->set(rank_, 0, fmt::format("download {}-{} (step {})", layers.begin, layers.end - 1, step + 1));
@@ -105,46 +105,68 @@ void PipelineRuntime::download(std::int64_t step, const schedule::Range& layers)
   }
   trace::Timeline::Scope span(timeline_.get(), fmt::format("download {}-{}", layers.begin, layers.end - 1), "download",
                               0);
-  // Which slot each trainable tensor's gradient goes to: its first user's in this job (ascending layers).
-  struct Slot {
-    int layer, tensor;
-    bool gradient;  // else zeros: a later use of a tensor the first use already carries
-  };
-  std::vector<Slot> slots;
-  std::vector<int> seen;
-  for (int l = layers.begin; l < layers.end; ++l) {
-    for (int i : model_->tensorsOfLayer(l)) {
-      if (!model_->tensors()[static_cast<std::size_t>(i)].trainable) continue;
-      const bool first = std::find(seen.begin(), seen.end(), i) == seen.end();
-      slots.push_back({l, i, first && model_->tensors()[static_cast<std::size_t>(i)].local.grad().defined()});
-      seen.push_back(i);
-    }
-  }
-  // Deepest layer first — the order the optimizer takes them in — each layer's fence moving as soon as its
-  // copies have landed, not when the whole stage's have. The copies wait on the device for the backward that
-  // wrote the gradients (Worker::copyUrgent's ordering), so the host does not.
+  // Which slot each trainable tensor's gradient goes to: its first user's in this job; a later use of the same
+  // tensor gets zeros. Deepest layer first — the order the optimizer takes them in — each layer's fence moving
+  // as soon as its copies have landed, not when the whole stage's have. The copies wait on the device for the
+  // backward that wrote the gradients (Worker::copyUrgent's ordering, or copyUrgentAfter a layer's mark), so
+  // the host does not.
+  const std::map<int, std::vector<int>> owners = gradientOwners(layers);
   const auto onWorker = worker_->enterCompute();
   std::vector<torch::Tensor> sources;  // alive until their copies completed
   std::vector<std::vector<device::Ticket>> copies(static_cast<std::size_t>(layers.end - layers.begin));
-  for (auto it = slots.rbegin(); it != slots.rend(); ++it) {
-    const auto& t = model_->tensors()[static_cast<std::size_t>(it->tensor)];
-    std::uint8_t* slot = store_->bytes(gradRegion(t.name, it->layer, static_cast<int>(step % versions_)));
-    if (it->gradient) {
-      sources.push_back(t.local.grad().contiguous());
-      copies[static_cast<std::size_t>(it->layer - layers.begin)].push_back(
-          worker_->copyUrgent(slot, sources.back().data_ptr(), static_cast<std::size_t>(sources.back().nbytes())));
-    } else {
-      std::memset(slot, 0, model_->bytes(it->tensor));
+  for (int l = layers.end - 1; l >= layers.begin; --l) {
+    const auto owned = owners.find(l);
+    const std::shared_ptr<device::ComputeMark> mark = marks ? marks->of(l) : nullptr;
+    for (int i : model_->tensorsOfLayer(l)) {
+      const auto& t = model_->tensors()[static_cast<std::size_t>(i)];
+      if (!t.trainable) continue;
+      std::uint8_t* slot = store_->bytes(gradRegion(t.name, l, static_cast<int>(step % versions_)));
+      const bool owns =
+          owned != owners.end() && std::find(owned->second.begin(), owned->second.end(), i) != owned->second.end();
+      if (!owns || !t.local.grad().defined()) {
+        std::memset(slot, 0, model_->bytes(i));
+        continue;
+      }
+      const torch::Tensor& grad = t.local.grad();
+      sources.push_back(grad.contiguous());
+      const auto bytes = static_cast<std::size_t>(sources.back().nbytes());
+      // A gradient made contiguous here was copied after the mark: it waits for all the compute.
+      copies[static_cast<std::size_t>(l - layers.begin)].push_back(
+          mark && grad.is_contiguous() ? worker_->copyUrgentAfter(slot, sources.back().data_ptr(), bytes, *mark)
+                                       : worker_->copyUrgent(slot, sources.back().data_ptr(), bytes));
     }
   }
   for (int l = layers.end - 1; l >= layers.begin; --l) {
     for (const auto& copy : copies[static_cast<std::size_t>(l - layers.begin)]) copy.wait();
     fences_->addDownload(l, step);
   }
-  for (int i : seen) {
-    auto local = model_->tensors()[static_cast<std::size_t>(i)].local;
-    if (local.grad().defined()) local.mutable_grad().reset();
+  for (const auto& [layer, tensors] : owners) {
+    for (int i : tensors) {
+      auto local = model_->tensors()[static_cast<std::size_t>(i)].local;
+      if (local.grad().defined()) local.mutable_grad().reset();
+    }
   }
+}
+
+std::unique_ptr<GradientMarks> PipelineRuntime::gradientMarks(const schedule::Range& layers) {
+  std::map<int, std::vector<torch::Tensor>> owned;
+  for (const auto& [layer, tensors] : gradientOwners(layers)) {
+    for (int i : tensors) owned[layer].push_back(model_->tensors()[static_cast<std::size_t>(i)].local);
+  }
+  return std::make_unique<GradientMarks>(owned, [this] { return worker_->mark(); });
+}
+
+std::map<int, std::vector<int>> PipelineRuntime::gradientOwners(const schedule::Range& layers) const {
+  std::map<int, std::vector<int>> owners;
+  std::vector<bool> seen(model_->tensors().size(), false);
+  for (int l = layers.begin; l < layers.end; ++l) {
+    for (int i : model_->tensorsOfLayer(l)) {
+      if (!model_->tensors()[static_cast<std::size_t>(i)].trainable || seen[static_cast<std::size_t>(i)]) continue;
+      seen[static_cast<std::size_t>(i)] = true;
+      owners[l].push_back(i);
+    }
+  }
+  return owners;
 }
 
 // One microbatch of job k: wait for job k-1's output of that microbatch, compute, tell job k+1's worker.
@@ -391,18 +413,24 @@ void PipelineRuntime::runJob(std::int64_t step, std::int64_t k, const schedule::
                        uses == model_->tensorsOf(job.layers.begin, job.layers.end).size();
   const int M = static_cast<int>(config_.train.microbatches);
   const int ahead = job.kind == schedule::JobKind::kBackward ? static_cast<int>(config_.pipeline.recomputeAhead) : 0;
+  const bool downloadsAtEnd = job.kind != schedule::JobKind::kForward && !downloadsPerLayer_;
+  std::unique_ptr<GradientMarks> marks;  // Note [Gradient marks]: over the last microbatch's backward
+  auto run = [&](int mb, Recomputed* recomputed) {
+    if (downloadsAtEnd && mb + 1 == M) marks = gradientMarks(job.layers);
+    runMicrobatch(step, k, table, data, mb, recomputed);
+  };
   if (ahead == 0) {
-    for (int mb = 0; mb < M; ++mb) runMicrobatch(step, k, table, data, mb);
+    for (int mb = 0; mb < M; ++mb) run(mb, nullptr);
   } else {
     std::deque<Recomputed> recomputed;  // Note [Recompute ahead]: microbatches mb..mb+ahead-1
     for (int next = 0, mb = 0; mb < M; ++mb) {
       for (; next < std::min(M, mb + ahead); ++next) recomputed.push_back(recomputeAhead(step, job, data, next));
       Recomputed r = std::move(recomputed.front());
       recomputed.pop_front();
-      runMicrobatch(step, k, table, data, mb, &r);
+      run(mb, &r);
     }
   }
-  if (job.kind != schedule::JobKind::kForward && !downloadsPerLayer_) download(step, job.layers);
+  if (downloadsAtEnd) download(step, job.layers, marks.get());
   downloadsPerLayer_ = false;
   if (job.kind == schedule::JobKind::kFused) fences_->setFusedDone(step);
   deviceJobPeak_ = std::max(deviceJobPeak_, worker_->takePeakComputeBytes());  // the caching allocator's, per job

@@ -43,17 +43,23 @@ TEST(CpuWorker, UrgentCopiesOvertakeQueuedWeightChunks) {
     cv.wait(lock, [&] { return !order.empty(); });
   }
   auto urgent = engine.copyUrgent(urgentDst.data(), urgentSrc.data(), urgentSrc.size());
+  // A download after a mark (Note [Gradient marks]) is as urgent.
+  std::vector<std::uint8_t> markedSrc{5, 6}, markedDst(2, 0);
+  auto marked = engine.copyUrgentAfter(markedDst.data(), markedSrc.data(), markedSrc.size(), *engine.mark());
   {
     std::lock_guard<std::mutex> lock(mutex);
     release = true;
   }
   cv.notify_all();
   urgent.wait();
+  marked.wait();
   weights.wait();
   EXPECT_TRUE(weights.done());
   EXPECT_EQ(dst, src);
   EXPECT_EQ(urgentDst, urgentSrc);
-  const std::vector<std::pair<bool, std::size_t>> expected{{false, 4}, {true, 3}, {false, 4}, {false, 4}, {false, 2}};
+  EXPECT_EQ(markedDst, markedSrc);
+  const std::vector<std::pair<bool, std::size_t>> expected{{false, 4}, {true, 3},  {true, 2},
+                                                           {false, 4}, {false, 4}, {false, 2}};
   EXPECT_EQ(order, expected);
 }
 

@@ -23,9 +23,9 @@ TEST(LinkOrder, TheSystemLibstdcxxAnswersWhatTheTorchWheelAlsoExports) {
   ASSERT_EQ(torch::ones({2}).sum().item<float>(), 2.0F);
   const char* symbols[] = {
       "_ZNSt10filesystem10remove_allERKNS_7__cxx114pathERSt10error_code",  // fs::remove_all(path, error_code&)
-      "_ZNSt10filesystem7__cxx114path14_M_split_cmptsEv",                   // fs::path's parsing
-      "_ZNSt10filesystem7__cxx1118directory_iteratorppEv",                  // directory_iterator::operator++
-      "_ZNSt15__exception_ptr13exception_ptr10_M_releaseEv",                // std::exception_ptr's release
+      "_ZNSt10filesystem7__cxx114path14_M_split_cmptsEv",                  // fs::path's parsing
+      "_ZNSt10filesystem7__cxx1118directory_iteratorppEv",                 // directory_iterator::operator++
+      "_ZNSt15__exception_ptr13exception_ptr10_M_releaseEv",               // std::exception_ptr's release
   };
   for (const char* symbol : symbols) {
     const std::string library = definingLibrary(symbol);

@@ -30,6 +30,10 @@ class CpuWorker : public Worker {
   std::size_t freeMemory() override { return 0; }
   std::size_t takePeakComputeBytes() override { return 0; }
   Ticket copyUrgent(void* dst, const void* src, std::size_t bytes) override;
+  // The compute before any mark has run: the same as copyUrgent.
+  Ticket copyUrgentAfter(void* dst, const void* src, std::size_t bytes, const ComputeMark&) override {
+    return copyUrgent(dst, src, bytes);
+  }
   void copyBulk(Ticket& ticket, void* dst, const void* src, std::size_t bytes) override;
   std::unique_ptr<HandoffRing> shareRing(int slots, std::size_t slotBytes) override;
   std::unique_ptr<PeerRing> openRing(const std::string& handle) override;

@@ -192,15 +192,20 @@ class CudaWorker : public Worker {
   // stream; either first waits for the compute submitted so far (it produced what a download reads, and may
   // still read a block an upload reuses).
   Ticket copyUrgent(void* dst, const void* src, std::size_t bytes) override {
-    Ticket t;
-    if (bytes == 0) return t;
+    if (bytes == 0) return {};
     cudaPointerAttributes attr{};
     check(cudaPointerGetAttributes(&attr, dst), "cudaPointerGetAttributes", device_);
     cudaStream_t stream = attr.type == cudaMemoryTypeDevice ? s_.upload : s_.download;
     afterCompute(stream);
-    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync (urgent)", device_);
-    completeWhenReached(stream, t, device_);
-    return t;
+    return copyOn(stream, dst, src, bytes);
+  }
+
+  // A download after the compute up to `after` only: the download stream waits on the mark's event.
+  Ticket copyUrgentAfter(void* dst, const void* src, std::size_t bytes, const ComputeMark& after) override {
+    if (bytes == 0) return {};
+    check(cudaStreamWaitEvent(s_.download, static_cast<const EventMark&>(after).event, 0),
+          "cudaStreamWaitEvent (download)", device_);
+    return copyOn(s_.download, dst, src, bytes);
   }
 
   // Weights: the queue's thread issues one chunk at a time on the low-priority stream, after the compute
@@ -222,6 +227,13 @@ class CudaWorker : public Worker {
  private:
   RingStreams ringStreams() {
     return {device_, s_.compute, s_.upload, [this](cudaStream_t stream) { afterCompute(stream); }};
+  }
+
+  Ticket copyOn(cudaStream_t stream, void* dst, const void* src, std::size_t bytes) {
+    Ticket t;
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync (urgent)", device_);
+    completeWhenReached(stream, t, device_);
+    return t;
   }
 
   void afterCompute(cudaStream_t stream) {
