@@ -62,7 +62,7 @@ endif()
 if(RP_WITH_NCCL)
   # Prefer the NCCL that LibTorch loads (nvidia-nccl wheel) so one libnccl.so.2 serves both.
   find_path(RP_NCCL_INCLUDE_DIR nccl.h HINTS "${RP_SITE_PACKAGES}/nvidia/nccl/include" ${CUDAToolkit_INCLUDE_DIRS})
-  find_library(RP_NCCL_LIBRARY NAMES nccl libnccl.so.2
+  find_library(RP_NCCL_LIBRARY NAMES nccl libnccl.so.2 NAMES_PER_DIR
                HINTS "${RP_SITE_PACKAGES}/nvidia/nccl/lib" ${CUDAToolkit_LIBRARY_DIR})
   if(NOT RP_NCCL_INCLUDE_DIR OR NOT RP_NCCL_LIBRARY)
     message(FATAL_ERROR "RP_WITH_NCCL=ON but nccl.h/libnccl were not found (looked in the nvidia-nccl wheel and "

@@ -201,7 +201,14 @@ RunConfig buildRunConfig(Values v) {
   c.pipeline.ranksPerGpu = atLeast(v, "pipeline.ranks_per_gpu", 1);
   c.pipeline.memoryReserveGb = inRange(v, "pipeline.memory_reserve_gb", 0.0, 1e6, false);
   c.pipeline.tensorChannel = parseEnum<TensorChannelKind>(
-      v, "pipeline.tensor_channel", {{"host", TensorChannelKind::kHost}, {"direct", TensorChannelKind::kDirect}});
+      v, "pipeline.tensor_channel",
+      {{"host", TensorChannelKind::kHost}, {"direct", TensorChannelKind::kDirect}, {"nccl", TensorChannelKind::kNccl}});
+  if (c.pipeline.tensorChannel == TensorChannelKind::kNccl && c.pipeline.ranksPerGpu > 1) {
+    RP_THROW(InputError,
+             "{}: pipeline.tensor_channel = \"nccl\" needs one GPU per rank, and pipeline.ranks_per_gpu = {} (NCCL "
+             "refuses two ranks on one device): use \"direct\" or \"host\"",
+             v.source({"pipeline.tensor_channel", "pipeline.ranks_per_gpu"}), c.pipeline.ranksPerGpu);
+  }
   c.precision.lossScale = inRange(v, "precision.loss_scale", 1.0, 1e30, false);
   c.precision.growthInterval = atLeast(v, "precision.growth_interval", 1);
 

@@ -16,7 +16,7 @@ namespace rp::config {
 enum class Dtype { kFloat32, kBFloat16, kFloat16 };             // model.dtype
 enum class PipelineSchedule { kRoundPipe, kGPipe, kOneFOneB };  // pipeline.schedule
 enum class Recompute { kStage, kLayer };                        // pipeline.recompute
-enum class TensorChannelKind { kHost, kDirect };                // pipeline.tensor_channel
+enum class TensorChannelKind { kHost, kDirect, kNccl };         // pipeline.tensor_channel
 const char* dtypeName(Dtype dtype);                             // "float32", "bfloat16", "float16"
 const char* scheduleName(PipelineSchedule schedule);            // "roundpipe", "gpipe", "1f1b"
 // optim.staleness: each step of staleness keeps one more version of the trainable weights and gradient slots

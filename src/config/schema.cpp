@@ -88,7 +88,8 @@ const std::vector<KeySpec>& runSchema() {
       {"pipeline.memory_reserve_gb", Type::kFloat, 2.0,
        "cuda: GPU memory kept for activations and the compute when the budget comes from the device"},
       {"pipeline.tensor_channel", Type::kString, S("host"),
-       "host | direct: stage hand-offs through the host arena, or from GPU to GPU (CUDA IPC; needs peer access)"},
+       "host | direct | nccl: stage hand-offs through the host arena, or from GPU to GPU (direct: CUDA IPC, needs "
+       "peer access; nccl: NCCL send/receive, one GPU per rank)"},
       {"pipeline.stall_timeout_s", Type::kFloat, 300.0, "a rank waiting longer than this for a peer aborts the job"},
       {"pipeline.stall_warn_s", Type::kFloat, 60.0,
        "a rank waiting longer than this logs the late rank and its last operation (if below the timeout)"},

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -88,6 +89,20 @@ class PeerRing {
   virtual Ticket read(int slot, void* dst, std::size_t bytes) = 0;
 };
 
+// Point-to-point links among the node's workers (docs/protocol.md, "Peer links"; CUDA: NCCL, one communicator
+// and stream per ordered pair of ranks, so each direction is a FIFO of its own). A pair's receives must be
+// made in the order of its sends; `tag` names the tensor, and a backend that can check the order does (CPU).
+class PeerLinks {
+ public:
+  virtual ~PeerLinks() = default;
+  // Copies `bytes` of worker memory at `src` into send buffer `slot` after the compute submitted so far and
+  // sends it to `peer`; returns at once, and `src` may be reused. The slot is rewritten only after its last
+  // send was received.
+  virtual void send(int peer, int slot, const void* src, std::size_t bytes, std::uint64_t tag) = 0;
+  // Receives the next tensor `peer` sent here into worker memory at `dst`, after the compute submitted so far.
+  virtual Ticket receive(int peer, void* dst, std::size_t bytes, std::uint64_t tag) = 0;
+};
+
 // Thread-safety: submissions from the rank's main thread; tickets may be waited on from any thread.
 class Worker {
  public:
@@ -123,6 +138,12 @@ class Worker {
   // Errors name the call and why (a SystemError; CUDA IPC needs the ranks' GPUs to reach each other).
   virtual std::unique_ptr<HandoffRing> shareRing(int slots, std::size_t slotBytes) = 0;
   virtual std::unique_ptr<PeerRing> openRing(const std::string& handle) = 0;
+  // Peer links among the node's `ranks` workers, collective: `id` is what node rank 0's linksId() returned,
+  // given to every rank; `slots` send buffers of `slotBytes`. Errors name the call and why (a SystemError; an
+  // InputError where this build or backend has no links).
+  virtual std::string linksId() = 0;
+  virtual std::unique_ptr<PeerLinks> joinLinks(const std::string& id, int rank, int ranks, int slots,
+                                               std::size_t slotBytes) = 0;
 };
 
 // The worker of `backend` (registry.cpp); an InputError naming the backend where this build lacks it.

@@ -10,9 +10,10 @@ RuntimeParts mpiParts(const MpiSession& session, config::TensorChannelKind chann
   parts.node = std::make_unique<control::MpiChannel>(session.node());
   parts.world = std::make_unique<control::MpiChannel>(session.world());
   parts.nodeMemory = memory::mapSharedMemory;
-  parts.tensors = channel == config::TensorChannelKind::kDirect
-                      ? transport::TensorChannelFactory(transport::deviceDirect)
-                      : transport::TensorChannelFactory(transport::hostStaged);
+  parts.tensors =
+      channel == config::TensorChannelKind::kDirect ? transport::TensorChannelFactory(transport::deviceDirect)
+      : channel == config::TensorChannelKind::kNccl ? transport::TensorChannelFactory(transport::peerLinks)
+                                                    : transport::TensorChannelFactory(transport::hostStaged);
   return parts;
 }
 

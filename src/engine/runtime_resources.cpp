@@ -41,16 +41,17 @@ void PipelineRuntime::placeWorker() {
              id_.rank);
   }
   memoryBudget_ = std::isinf(least) ? c.pipeline.memoryLimitGb * 1e9 : least;
-  if (memoryBudget_ > 0 && c.pipeline.tensorChannel == config::TensorChannelKind::kDirect) {
-    // The device-direct channel's hand-off ring lives in worker memory beside the stage slots.
+  if (memoryBudget_ > 0 && c.pipeline.tensorChannel != config::TensorChannelKind::kHost) {
+    // The device-direct ring, or the peer links' send slots, live in worker memory beside the stage slots.
     const double ring =
-        static_cast<double>(transport::deviceDirectBytes(static_cast<int>(c.train.microbatches), tensorBytes()));
+        static_cast<double>(transport::handOffSlotBytes(static_cast<int>(c.train.microbatches), tensorBytes()));
     memoryBudget_ -= ring;
     if (memoryBudget_ <= 0) {
       RP_THROW(InputError,
-               "rank {}: the device-direct hand-off ring ({:.1f} MB: 4 x {} microbatches x {:.1f} MB) leaves no worker "
-               "memory for stages; use pipeline.tensor_channel = \"host\" or fewer, smaller microbatches",
-               id_.rank, ring / 1e6, c.train.microbatches, static_cast<double>(tensorBytes()) / 1e6);
+               "rank {}: the {} hand-off slots ({:.1f} MB: 4 x {} microbatches x {:.1f} MB) leave no worker memory for "
+               "stages; use pipeline.tensor_channel = \"host\" or fewer, smaller microbatches",
+               id_.rank, c.pipeline.tensorChannel == config::TensorChannelKind::kDirect ? "device-direct" : "nccl",
+               ring / 1e6, c.train.microbatches, static_cast<double>(tensorBytes()) / 1e6);
     }
   }
   RP_LOG_INFO("rank {}: backend {} ({}); {}", id_.rank, device::backendName(placed.backend), placed.why,

@@ -277,10 +277,11 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
       }
       const auto start = worker_->mark();
       const Recomputed r = ahead ? std::move(*ahead) : recompute(step, a, b, data, mb);  // stage grain
-      // A stage of frozen layers over the token ids (LoRA: the embedding) has nothing to differentiate.
-      if (r.output.requires_grad()) {
-        backPropagate(step, mb, r, fetch({step, b, mb, transport::TensorKind::kGradient}, shape, prevWorker));
-      }
+      // A stage of frozen layers over the token ids (LoRA: the embedding) has nothing to differentiate; its
+      // gradient is read all the same, as every hand-off is: peer links pair each send with a receive (Note
+      // [Link order]).
+      const torch::Tensor grad = fetch({step, b, mb, transport::TensorKind::kGradient}, shape, prevWorker);
+      if (r.output.requires_grad()) backPropagate(step, mb, r, grad);
       timings_.push_back({start, worker_->mark(), a, b, /*forward=*/false, /*backward=*/true});
       if (a > 0) put({step, a, mb, transport::TensorKind::kGradient}, r.input.grad(), {nextWorker, false});
       break;

@@ -6,8 +6,9 @@
 // A put names its readers: the next job's worker (a hand-off, read once by that job) and/or any later job (a
 // saved stage input, read by the backward job that recomputes from it); a get names the writer of a hand-off.
 // Backends, one folder each: host/ (host-staged: a node-shared arena + readiness on the control channel),
-// direct/ (device-direct: hand-offs through the producer's device ring, saved tensors in the host arena) and
-// inproc/ (threads as ranks: a shared map that checks every get against its put's readers).
+// direct/ (device-direct: hand-offs through the producer's device ring, saved tensors in the host arena),
+// peer/ (hand-offs over the workers' peer links, NCCL on GPUs) and inproc/ (threads as ranks: a shared map
+// that checks every get against its put's readers).
 // Thread-safety: one channel per rank, used by its main thread.
 #pragma once
 
@@ -70,11 +71,14 @@ using TensorChannelFactory = std::function<std::unique_ptr<TensorChannel>(const 
 
 // The backends, one line each (defined in their folders). hostStaged: every rank of a node, processes or
 // threads. deviceDirect: the same, with hand-offs in worker memory (docs/protocol.md, "Device-direct").
+// peerLinks: hand-offs over the workers' peer links (NCCL between GPUs; CPU workers: threads as ranks only).
 // inProcess: threads as ranks only; the ranks that share `hub` share its tensors.
 std::unique_ptr<TensorChannel> hostStaged(const TensorChannelContext& context);
 std::unique_ptr<TensorChannel> deviceDirect(const TensorChannelContext& context);
-// The worker memory deviceDirect's ring takes on each rank (the memory rule counts it).
-std::size_t deviceDirectBytes(int microbatches, std::size_t tensorBytes);
+std::unique_ptr<TensorChannel> peerLinks(const TensorChannelContext& context);
+// The worker memory deviceDirect's ring, or peerLinks' send slots, take on each rank (the memory rule counts
+// it): 4 slots per microbatch (Note [Hand-off slots]).
+std::size_t handOffSlotBytes(int microbatches, std::size_t tensorBytes);
 class InProcTensorHub;
 TensorChannelFactory inProcess(std::shared_ptr<InProcTensorHub> hub);
 std::shared_ptr<InProcTensorHub> newInProcTensorHub();

@@ -34,9 +34,10 @@ ThreadRun runOnThreads(const config::RunConfig& config, int workers, TensorPlane
                        const std::vector<std::string>& names, bool failing) {
   control::InProcHub node(workers), world(workers);
   const transport::TensorChannelFactory tensors =
-      plane == TensorPlane::kHostStaged ? transport::TensorChannelFactory(transport::hostStaged)
-      : plane == TensorPlane::kDirect   ? transport::TensorChannelFactory(transport::deviceDirect)
-                                        : transport::inProcess(transport::newInProcTensorHub());
+      plane == TensorPlane::kHostStaged  ? transport::TensorChannelFactory(transport::hostStaged)
+      : plane == TensorPlane::kDirect    ? transport::TensorChannelFactory(transport::deviceDirect)
+      : plane == TensorPlane::kPeerLinks ? transport::TensorChannelFactory(transport::peerLinks)
+                                         : transport::inProcess(transport::newInProcTensorHub());
   // LibTorch creates its default CPU generator and its CUDA hooks lazily, once, under guards inside its own
   // (uninstrumented) library, and every rank seeds them: create them here, before the ranks start, as a real
   // rank's process does alone (otherwise ThreadSanitizer reports the first use as a race).

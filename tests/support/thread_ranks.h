@@ -15,7 +15,7 @@
 
 namespace rp::test {
 
-enum class TensorPlane { kHostStaged, kInProcess, kDirect };  // the tensor-plane backend under test
+enum class TensorPlane { kHostStaged, kInProcess, kDirect, kPeerLinks };  // the tensor-plane backend under test
 inline const char* planeName(TensorPlane plane) {
   switch (plane) {
     case TensorPlane::kHostStaged:
@@ -24,6 +24,8 @@ inline const char* planeName(TensorPlane plane) {
       return "inproc_tensors";
     case TensorPlane::kDirect:
       return "device_direct";
+    case TensorPlane::kPeerLinks:
+      return "peer_links";
   }
   return "?";
 }

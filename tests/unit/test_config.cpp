@@ -103,12 +103,18 @@ TEST(RunConfig, BackendKeys) {
             std::string::npos)
       << errorOf(kMinimal, {"pipeline.backend=gpu"});
   EXPECT_NE(errorOf(kMinimal, {"pipeline.ranks_per_gpu=0"}).find("pipeline.ranks_per_gpu"), std::string::npos);
+  const std::string shared = errorOf(kMinimal, {"pipeline.tensor_channel=nccl", "pipeline.ranks_per_gpu=2"});
+  EXPECT_NE(shared.find("pipeline.tensor_channel = \"nccl\" needs one GPU per rank, and pipeline.ranks_per_gpu = 2"),
+            std::string::npos)
+      << shared;
   EXPECT_NE(errorOf(kMinimal, {"pipeline.memory_reserve_gb=-1"}).find("pipeline.memory_reserve_gb"), std::string::npos);
   EXPECT_EQ(config.pipeline.tensorChannel, TensorChannelKind::kHost);
   EXPECT_EQ(loadRunConfig(writeToml(kMinimal), {"pipeline.tensor_channel=direct"}).pipeline.tensorChannel,
             TensorChannelKind::kDirect);
-  EXPECT_NE(errorOf(kMinimal, {"pipeline.tensor_channel=nccl"})
-                .find("pipeline.tensor_channel = \"nccl\": expected one of \"host\", \"direct\""),
+  EXPECT_EQ(loadRunConfig(writeToml(kMinimal), {"pipeline.tensor_channel=nccl"}).pipeline.tensorChannel,
+            TensorChannelKind::kNccl);
+  EXPECT_NE(errorOf(kMinimal, {"pipeline.tensor_channel=gloo"})
+                .find("pipeline.tensor_channel = \"gloo\": expected one of \"host\", \"direct\", \"nccl\""),
             std::string::npos);
 }
 

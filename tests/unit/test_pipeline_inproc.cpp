@@ -1,5 +1,5 @@
 // The whole pipeline runtime with threads as ranks — inproc channels, the node store on a plain buffer, each
-// tensor-plane backend (host-staged arena, in-process map) — so
+// tensor-plane backend (host-staged arena, in-process map, device-direct ring, peer links) — so
 // the engine's protocol (stage jobs, readiness, fences, the sharded optimizer, the coordinator, checkpoints)
 // is exercised in one process in seconds: W = 1..4 workers give the single-process trainer's losses, grad
 // norms and weights (tests/support/pipeline_reference.h, the references of the MPI tier too).
@@ -151,7 +151,8 @@ INSTANTIATE_TEST_SUITE_P(
                           Case{"moe_aux_async_lora", {"lora.rank=4"}, 1, {}, false, true, true, true},
                           Case{"gpt_oss", {}, 0, {}, false, true, true, true, true},
                           Case{"gpt_oss_async_lora", {"lora.rank=4"}, 1, {}, false, true, true, true, true}),
-        ::testing::Values(TensorPlane::kHostStaged, TensorPlane::kInProcess, TensorPlane::kDirect)),
+        ::testing::Values(TensorPlane::kHostStaged, TensorPlane::kInProcess, TensorPlane::kDirect,
+                          TensorPlane::kPeerLinks)),
     [](const auto& info) {
       return fmt::format("w{}_{}_{}", std::get<0>(info.param), std::get<1>(info.param).name,
                          test::planeName(std::get<2>(info.param)));

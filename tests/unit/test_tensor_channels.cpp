@@ -2,18 +2,20 @@
 // of one node: the device-direct backend hands a stage output to the next worker through the producer's ring
 // (not the host arena), keeps saved tensors in the arena, double-buffers by iteration parity; the in-process
 // backend refuses a get that does not match its put's readers (which is how the engine's equivalence tests
-// check that it names them).
+// check that it names them); the peer-link backend hands off over the workers' links in each pair's send order.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "common/error.h"
 #include "control/inproc/inproc_channel.h"
 #include "device/cpu/cpu_worker.h"
 #include "transport/tensor_channel.h"
@@ -135,6 +137,68 @@ TEST(DeviceDirect, ASetUpFailureOnOneRankEndsEveryRankNamingIt) {
   EXPECT_NE(errors[2].find("rank 2: rank 2: the device-direct tensor channel could not be set up on rank 1"),
             std::string::npos)
       << errors[2];
+}
+
+// Note [Link order]: hand-offs go over the pair's link, in order; saved tensors through the arena.
+TEST(PeerLinks, HandsOffOverTheLinksAndSavesThroughTheArena) {
+  std::vector<std::vector<std::uint8_t>> got(4, std::vector<std::uint8_t>(kBytes));
+  const auto errors = onRanks(3, peerLinks, [&](int rank, TensorChannel& channel) {
+    const TensorId first{0, 2, 0, TensorKind::kActivation}, second{0, 2, 1, TensorKind::kActivation};
+    const TensorId checkpoint{0, 1, 1, TensorKind::kActivation};
+    if (rank == 0) {
+      channel.put(first, filled(5).data(), kBytes, {2, false});
+      channel.put(second, filled(6).data(), kBytes, {2, true});
+      channel.put(checkpoint, filled(9).data(), kBytes, {-1, true});
+      channel.signal(2, ready(0, 1));
+    } else if (rank == 2) {
+      channel.await(0, ready(0, 1), [] { return std::string("rank 0"); });
+      channel.get(first, got[0].data(), kBytes, 0);
+      channel.get(second, got[1].data(), kBytes, 0);
+      channel.get(checkpoint, got[2].data(), kBytes, kSaved);
+      channel.get(first, got[3].data(), kBytes, kSaved);  // the arena never saw a hand-off not marked saved
+    }
+  });
+  ASSERT_TRUE(errors.empty()) << errors.front();
+  EXPECT_EQ(got[0], filled(5));
+  EXPECT_EQ(got[1], filled(6));
+  EXPECT_EQ(got[2], filled(9));
+  EXPECT_EQ(got[3], filled(0));
+}
+
+// What NCCL cannot check, the CPU links do: a receive out of the pair's send order is named.
+TEST(PeerLinks, AReceiveOutOfTheSendOrderIsNamed) {
+  const auto errors = onRanks(2, peerLinks, [&](int rank, TensorChannel& channel) {
+    const TensorId first{3, 2, 0, TensorKind::kActivation}, second{3, 2, 1, TensorKind::kActivation};
+    std::vector<std::uint8_t> got(kBytes);
+    if (rank == 0) {
+      channel.put(first, filled(1).data(), kBytes, {1, false});
+      channel.put(second, filled(2).data(), kBytes, {1, false});
+      channel.signal(1, ready(3, 1));
+      return;
+    }
+    channel.await(0, ready(3, 1), [] { return std::string("rank 0"); });
+    channel.get(second, got.data(), kBytes, 0);
+  });
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_TRUE(std::regex_search(errors[0], std::regex("rank 1: internal error: rank 1 receives tensor 0x[0-9a-f]+ from "
+                                                      "rank 0, whose next send is 0x[0-9a-f]+: a pair's sends and "
+                                                      "receives are out of order")))
+      << errors[0];
+}
+
+// CPU workers' links join threads of one process only; processes need CUDA workers (NCCL).
+TEST(PeerLinks, CpuWorkersInDifferentProcessesCannotJoin) {
+  device::CpuWorker worker({});
+  try {
+    worker.joinLinks("cpu-links 1 0", 1, 2, 4, kBytes);
+    FAIL() << "joined links made by another process";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1: CPU workers' peer links join only ranks of one process (threads as "
+                                         "ranks), and these were made by process 1: pipeline.tensor_channel = "
+                                         "\"nccl\" needs CUDA workers; use \"host\""),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(InProcTensors, AGetThatDoesNotMatchThePutsReadersIsRefused) {

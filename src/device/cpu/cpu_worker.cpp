@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "device/cpu/cpu_links.h"
 #include "memory/shm_segment.h"
 
 namespace rp::device {
@@ -168,6 +169,15 @@ std::unique_ptr<HandoffRing> CpuWorker::shareRing(int slots, std::size_t slotByt
 
 std::unique_ptr<PeerRing> CpuWorker::openRing(const std::string& handle) {
   return std::make_unique<CpuPeerRing>(*this, decode(handle));
+}
+
+std::string CpuWorker::linksId() {
+  return cpuLinksId();
+}
+
+std::unique_ptr<PeerLinks> CpuWorker::joinLinks(const std::string& id, int rank, int ranks, int slots,
+                                                std::size_t slotBytes) {
+  return joinCpuLinks(id, rank, ranks, slots, slotBytes);
 }
 
 }  // namespace rp::device

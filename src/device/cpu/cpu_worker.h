@@ -37,6 +37,9 @@ class CpuWorker : public Worker {
   void copyBulk(Ticket& ticket, void* dst, const void* src, std::size_t bytes) override;
   std::unique_ptr<HandoffRing> shareRing(int slots, std::size_t slotBytes) override;
   std::unique_ptr<PeerRing> openRing(const std::string& handle) override;
+  std::string linksId() override;
+  std::unique_ptr<PeerLinks> joinLinks(const std::string& id, int rank, int ranks, int slots,
+                                       std::size_t slotBytes) override;
 
   // Test hook: every copy first calls this with (urgent, bytes).
   void setObserver(std::function<void(bool, std::size_t)> observer) { observer_ = std::move(observer); }

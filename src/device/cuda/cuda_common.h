@@ -27,4 +27,9 @@ struct RingStreams {
 std::unique_ptr<HandoffRing> shareCudaRing(const RingStreams& streams, int slots, std::size_t slotBytes);
 std::unique_ptr<PeerRing> openCudaRing(const RingStreams& streams, const std::string& handle);
 
+// NCCL peer links (cuda_links.cpp); an InputError saying so where the build has no NCCL.
+std::string cudaLinksId();
+std::unique_ptr<PeerLinks> joinCudaLinks(const RingStreams& streams, const std::string& id, int rank, int ranks,
+                                         int slots, std::size_t slotBytes);
+
 }  // namespace rp::device::cuda

@@ -223,6 +223,11 @@ class CudaWorker : public Worker {
     return shareCudaRing(ringStreams(), slots, slotBytes);
   }
   std::unique_ptr<PeerRing> openRing(const std::string& handle) override { return openCudaRing(ringStreams(), handle); }
+  std::string linksId() override { return cudaLinksId(); }
+  std::unique_ptr<PeerLinks> joinLinks(const std::string& id, int rank, int ranks, int slots,
+                                       std::size_t slotBytes) override {
+    return joinCudaLinks(ringStreams(), id, rank, ranks, slots, slotBytes);
+  }
 
  private:
   RingStreams ringStreams() {

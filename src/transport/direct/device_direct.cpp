@@ -112,7 +112,7 @@ std::unique_ptr<TensorChannel> deviceDirect(const TensorChannelContext& context)
   return std::make_unique<DeviceDirect>(context);
 }
 
-std::size_t deviceDirectBytes(int microbatches, std::size_t tensorBytes) {
+std::size_t handOffSlotBytes(int microbatches, std::size_t tensorBytes) {
   return static_cast<std::size_t>(kSlotsPerMicrobatch * microbatches) * tensorBytes;
 }
 
