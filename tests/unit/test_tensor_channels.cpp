@@ -113,7 +113,7 @@ TEST(DeviceDirect, AHandOffOfTheWrongSizeIsNamed) {
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_NE(
       errors[0].find(
-          "rank 0: internal error: hand-off (layer 1, mb 0) of 32 bytes; the ring holds 2 microbatches of 64 bytes"),
+          "rank 0: internal error: hand-off (layer 1, mb 0) of 32 bytes; the slots hold 2 microbatches of 64 bytes"),
       std::string::npos)
       << errors[0];
 }

@@ -1,7 +1,7 @@
 // The peer-links tensor backend (docs/protocol.md, "Peer links"): a stage's hand-off to the next job's worker
 // goes over the workers' point-to-point links (Worker::joinLinks; CUDA: NCCL send/receive, GPU to GPU), while
 // saved stage inputs, read much later by a backward job, and hand-offs to the same worker go through the host
-// arena as on the host-staged backend.
+// arena as on the host-staged backend (transport/hand_off.h).
 //
 // Note [Link order]: each ordered pair of ranks is a FIFO, so a consumer must receive a producer's hand-offs in
 // the order they were sent. Both sides follow the iteration's job order: a producer sends job k's microbatches
@@ -14,24 +14,19 @@
 #include <cstdint>
 #include <string>
 
-#include <fmt/format.h>
-
 #include "common/error.h"
-#include "transport/tensor_channel.h"
+#include "transport/hand_off.h"
 
 namespace rp::transport {
 namespace {
 
-constexpr int kSlotsPerMicrobatch = 4;  // 2 parities x 2 kinds, as the device-direct ring
-
-class PeerLinkChannel : public TensorChannel {
+class PeerLinkChannel : public HandOffChannel {
  public:
-  explicit PeerLinkChannel(const TensorChannelContext& c)
-      : arena_(hostStaged(c)), rank_(c.node.rank()), microbatches_(c.microbatches), tensorBytes_(c.tensorBytes) {
+  explicit PeerLinkChannel(const TensorChannelContext& c) : HandOffChannel(c) {
     // Collective: node rank 0 makes the links' id and every rank learns it; then all learn whether any failed.
     std::string error, id;
     try {
-      if (rank_ == 0) id = c.worker.linksId();
+      if (rank() == 0) id = c.worker.linksId();
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -41,49 +36,21 @@ class PeerLinkChannel : public TensorChannel {
     if (size > 0) c.node.broadcast(id.data(), size, 0);
     if (size > 0) {
       try {
-        links_ = c.worker.joinLinks(id, rank_, c.node.size(), kSlotsPerMicrobatch * microbatches_, tensorBytes_);
+        links_ = c.worker.joinLinks(id, rank(), c.node.size(), slots(c.microbatches), c.tensorBytes);
       } catch (const std::exception& e) {
         error = e.what();
       }
     }
-    std::int32_t failed = error.empty() && size > 0 ? 0 : rank_ + 1;
-    c.node.allreduce(&failed, 1, control::Reduce::kMax);
-    if (!error.empty()) {
-      RP_THROW(SystemError, "rank {}: the peer-link tensor channel could not be set up: {}", rank_, error);
-    }
-    if (failed > 0) {
-      RP_THROW(SystemError,
-               "rank {}: the peer-link tensor channel could not be set up on rank {} (its error names why)", rank_,
-               failed - 1);
-    }
-  }
-
-  void put(const TensorId& id, const void* src, std::size_t bytes, const Readers& readers) override {
-    const bool handOff = readers.next >= 0 && readers.next != rank_;
-    if (handOff) links_->send(readers.next, slotOf(id, bytes), src, bytes, tagOf(id));
-    if (!handOff || readers.saved) arena_->put(id, src, bytes, readers);
-  }
-
-  void get(const TensorId& id, void* dst, std::size_t bytes, int writer) override {
-    if (writer == kSaved || writer == rank_) {
-      arena_->get(id, dst, bytes, writer);
-      return;
-    }
-    links_->receive(writer, dst, bytes, tagOf(id)).wait();
-  }
-
-  void signal(int to, const control::StageReady& ready) override { arena_->signal(to, ready); }
-  void await(int from, const control::StageReady& expected, const std::function<std::string()>& describe) override {
-    arena_->await(from, expected, describe);
+    agreeOnSetUp(c.node, error, "peer-link");
   }
 
  private:
-  int slotOf(const TensorId& id, std::size_t bytes) const {
-    RP_CHECK(bytes == tensorBytes_ && id.microbatch >= 0 && id.microbatch < microbatches_,
-             "hand-off (layer {}, mb {}) of {} bytes; the links hold {} microbatches of {} bytes", id.layer,
-             id.microbatch, bytes, microbatches_, tensorBytes_);
-    const int kind = id.kind == TensorKind::kActivation ? 0 : 1;
-    return (static_cast<int>(id.step % 2) * 2 + kind) * microbatches_ + id.microbatch;
+  void handOff(int to, int slot, const TensorId& id, const void* src, std::size_t bytes) override {
+    links_->send(to, slot, src, bytes, tagOf(id));
+  }
+
+  void takeIn(int writer, int, const TensorId& id, void* dst, std::size_t bytes) override {
+    links_->receive(writer, dst, bytes, tagOf(id)).wait();
   }
 
   // The tensor's id in one word (step, layer, microbatch, kind), for the links that check the order.
@@ -92,10 +59,6 @@ class PeerLinkChannel : public TensorChannel {
            (static_cast<std::uint64_t>(id.microbatch) << 1) ^ (id.kind == TensorKind::kGradient ? 1U : 0U);
   }
 
-  std::unique_ptr<TensorChannel> arena_;  // saved tensors, hand-offs to this rank, readiness
-  int rank_;
-  int microbatches_;
-  std::size_t tensorBytes_;
   std::unique_ptr<device::PeerLinks> links_;
 };
 
