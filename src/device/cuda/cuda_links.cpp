@@ -37,6 +37,43 @@ class CudaLinks : public PeerLinks {
       : s_(streams), rank_(rank), slots_(slots), slotBytes_(slotBytes), sendTo_(ranks), receiveFrom_(ranks) {
     RP_CHECK(id.size() == NCCL_UNIQUE_ID_BYTES, "an NCCL unique id of {} bytes, expected {}", id.size(),
              NCCL_UNIQUE_ID_BYTES);
+    try {
+      join(id, rank, ranks, slots, slotBytes);
+    } catch (...) {
+      release();  // what was made before the failure
+      throw;
+    }
+  }
+
+  // Aborting never waits for a peer that may be gone; after a finished run nothing is in flight.
+  ~CudaLinks() override { release(); }
+
+  void send(int peer, int slot, const void* src, std::size_t bytes, std::uint64_t) override {
+    const Pair& pair = pairOf(sendTo_, peer, "send to");
+    RP_CHECK(slot >= 0 && slot < slots_ && bytes <= slotBytes_, "link slot {} of {} bytes ({} slots of {} bytes)", slot,
+             bytes, slots_, slotBytes_);
+    void* buffer = static_cast<std::uint8_t*>(buffer_) + static_cast<std::size_t>(slot) * slotBytes_;
+    const auto k = static_cast<std::size_t>(slot);
+    check(cudaStreamWaitEvent(s_.compute, sent_[k], 0), "cudaStreamWaitEvent (link slot)", s_.device);
+    check(cudaMemcpyAsync(buffer, src, bytes, cudaMemcpyDeviceToDevice, s_.compute), "cudaMemcpyAsync (link slot)",
+          s_.device);
+    check(cudaEventRecord(staged_[k], s_.compute), "cudaEventRecord", s_.device);
+    check(cudaStreamWaitEvent(pair.stream, staged_[k], 0), "cudaStreamWaitEvent (link)", s_.device);
+    checkNccl(ncclSend(buffer, bytes, ncclUint8, 1, pair.comm, pair.stream), "ncclSend", s_.device);
+    check(cudaEventRecord(sent_[k], pair.stream), "cudaEventRecord", s_.device);
+  }
+
+  Ticket receive(int peer, void* dst, std::size_t bytes, std::uint64_t) override {
+    const Pair& pair = pairOf(receiveFrom_, peer, "receive from");
+    s_.afterCompute(pair.stream);
+    checkNccl(ncclRecv(dst, bytes, ncclUint8, 0, pair.comm, pair.stream), "ncclRecv", s_.device);
+    Ticket t;
+    completeWhenReached(pair.stream, t, s_.device);
+    return t;
+  }
+
+ private:
+  void join(const std::string& id, int rank, int ranks, int slots, std::size_t slotBytes) {
     check(cudaSetDevice(s_.device), "cudaSetDevice", s_.device);
     ncclUniqueId unique{};
     std::memcpy(unique.internal, id.data(), NCCL_UNIQUE_ID_BYTES);
@@ -70,8 +107,7 @@ class CudaLinks : public PeerLinks {
     }
   }
 
-  // Aborting never waits for a peer that may be gone; after a finished run nothing is in flight.
-  ~CudaLinks() override {
+  void release() {
     cudaSetDevice(s_.device);
     for (auto* pairs : {&sendTo_, &receiveFrom_}) {
       for (Pair& pair : *pairs) {
@@ -88,31 +124,6 @@ class CudaLinks : public PeerLinks {
     if (buffer_) cudaFree(buffer_);
   }
 
-  void send(int peer, int slot, const void* src, std::size_t bytes, std::uint64_t) override {
-    const Pair& pair = pairOf(sendTo_, peer, "send to");
-    RP_CHECK(slot >= 0 && slot < slots_ && bytes <= slotBytes_, "link slot {} of {} bytes ({} slots of {} bytes)", slot,
-             bytes, slots_, slotBytes_);
-    void* buffer = static_cast<std::uint8_t*>(buffer_) + static_cast<std::size_t>(slot) * slotBytes_;
-    const auto k = static_cast<std::size_t>(slot);
-    check(cudaStreamWaitEvent(s_.compute, sent_[k], 0), "cudaStreamWaitEvent (link slot)", s_.device);
-    check(cudaMemcpyAsync(buffer, src, bytes, cudaMemcpyDeviceToDevice, s_.compute), "cudaMemcpyAsync (link slot)",
-          s_.device);
-    check(cudaEventRecord(staged_[k], s_.compute), "cudaEventRecord", s_.device);
-    check(cudaStreamWaitEvent(pair.stream, staged_[k], 0), "cudaStreamWaitEvent (link)", s_.device);
-    checkNccl(ncclSend(buffer, bytes, ncclUint8, 1, pair.comm, pair.stream), "ncclSend", s_.device);
-    check(cudaEventRecord(sent_[k], pair.stream), "cudaEventRecord", s_.device);
-  }
-
-  Ticket receive(int peer, void* dst, std::size_t bytes, std::uint64_t) override {
-    const Pair& pair = pairOf(receiveFrom_, peer, "receive from");
-    s_.afterCompute(pair.stream);
-    checkNccl(ncclRecv(dst, bytes, ncclUint8, 0, pair.comm, pair.stream), "ncclRecv", s_.device);
-    Ticket t;
-    completeWhenReached(pair.stream, t, s_.device);
-    return t;
-  }
-
- private:
   struct Pair {
     ncclComm_t comm = nullptr;
     cudaStream_t stream = nullptr;
