@@ -125,8 +125,9 @@ class PipelineRuntime : public run::Executor {
   void upload(std::int64_t step, const schedule::Range& layers);
   // `marks` (optional): each layer's copies wait only for the compute up to its mark (Note [Gradient marks]).
   void download(std::int64_t step, const schedule::Range& layers, const GradientMarks* marks = nullptr);
-  // The trainable tensors of `layers`, each under its first user in the job: the layer its gradient goes with.
-  std::map<int, std::vector<int>> gradientOwners(const schedule::Range& layers) const;
+  // Per tensor of the model, the layer of `layers` its gradient goes with — its first user in the job — or -1
+  // (frozen, or not used by these layers).
+  std::vector<int> gradientOwners(const schedule::Range& layers) const;
   // Hooks on the layers' owned tensors that mark where each layer's gradients become final.
   std::unique_ptr<GradientMarks> gradientMarks(const schedule::Range& layers);
   // Iteration `step`'s weights (step < 0: version 0) of every tensor the layers use.

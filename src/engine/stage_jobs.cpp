@@ -110,20 +110,17 @@ void PipelineRuntime::download(std::int64_t step, const schedule::Range& layers,
   // as soon as its copies have landed, not when the whole stage's have. The copies wait on the device for the
   // backward that wrote the gradients (Worker::copyUrgent's ordering, or copyUrgentAfter a layer's mark), so
   // the host does not.
-  const std::map<int, std::vector<int>> owners = gradientOwners(layers);
+  const std::vector<int> owner = gradientOwners(layers);
   const auto onWorker = worker_->enterCompute();
   std::vector<torch::Tensor> sources;  // alive until their copies completed
   std::vector<std::vector<device::Ticket>> copies(static_cast<std::size_t>(layers.end - layers.begin));
   for (int l = layers.end - 1; l >= layers.begin; --l) {
-    const auto owned = owners.find(l);
     const std::shared_ptr<device::ComputeMark> mark = marks ? marks->of(l) : nullptr;
     for (int i : model_->tensorsOfLayer(l)) {
       const auto& t = model_->tensors()[static_cast<std::size_t>(i)];
       if (!t.trainable) continue;
       std::uint8_t* slot = store_->bytes(gradRegion(t.name, l, static_cast<int>(step % versions_)));
-      const bool owns =
-          owned != owners.end() && std::find(owned->second.begin(), owned->second.end(), i) != owned->second.end();
-      if (!owns || !t.local.grad().defined()) {
+      if (owner[static_cast<std::size_t>(i)] != l || !t.local.grad().defined()) {
         std::memset(slot, 0, model_->bytes(i));
         continue;
       }
@@ -140,33 +137,29 @@ void PipelineRuntime::download(std::int64_t step, const schedule::Range& layers,
     for (const auto& copy : copies[static_cast<std::size_t>(l - layers.begin)]) copy.wait();
     fences_->addDownload(l, step);
   }
-  for (const auto& [layer, tensors] : owners) {
-    for (int i : tensors) {
-      auto local = model_->tensors()[static_cast<std::size_t>(i)].local;
-      if (local.grad().defined()) local.mutable_grad().reset();
-    }
+  for (std::size_t i = 0; i < owner.size(); ++i) {
+    auto local = model_->tensors()[i].local;
+    if (owner[i] >= 0 && local.grad().defined()) local.mutable_grad().reset();
   }
 }
 
 std::unique_ptr<GradientMarks> PipelineRuntime::gradientMarks(const schedule::Range& layers) {
   std::map<int, std::vector<torch::Tensor>> owned;
-  for (const auto& [layer, tensors] : gradientOwners(layers)) {
-    for (int i : tensors) owned[layer].push_back(model_->tensors()[static_cast<std::size_t>(i)].local);
+  const std::vector<int> owner = gradientOwners(layers);
+  for (std::size_t i = 0; i < owner.size(); ++i) {
+    if (owner[i] >= 0) owned[owner[i]].push_back(model_->tensors()[i].local);
   }
   return std::make_unique<GradientMarks>(owned, [this] { return worker_->mark(); });
 }
 
-std::map<int, std::vector<int>> PipelineRuntime::gradientOwners(const schedule::Range& layers) const {
-  std::map<int, std::vector<int>> owners;
-  std::vector<bool> seen(model_->tensors().size(), false);
-  for (int l = layers.begin; l < layers.end; ++l) {
+std::vector<int> PipelineRuntime::gradientOwners(const schedule::Range& layers) const {
+  std::vector<int> owner(model_->tensors().size(), -1);
+  for (int l = layers.end - 1; l >= layers.begin; --l) {  // the shallowest user wins
     for (int i : model_->tensorsOfLayer(l)) {
-      if (!model_->tensors()[static_cast<std::size_t>(i)].trainable || seen[static_cast<std::size_t>(i)]) continue;
-      seen[static_cast<std::size_t>(i)] = true;
-      owners[l].push_back(i);
+      if (model_->tensors()[static_cast<std::size_t>(i)].trainable) owner[static_cast<std::size_t>(i)] = l;
     }
   }
-  return owners;
+  return owner;
 }
 
 // One microbatch of job k: wait for job k-1's output of that microbatch, compute, tell job k+1's worker.

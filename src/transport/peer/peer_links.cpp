@@ -33,8 +33,8 @@ class PeerLinkChannel : public HandOffChannel {
     std::uint64_t size = id.size();
     c.node.broadcast(&size, sizeof(size), 0);
     id.resize(size);
-    if (size > 0) c.node.broadcast(id.data(), size, 0);
     if (size > 0) {
+      c.node.broadcast(id.data(), size, 0);
       try {
         links_ = c.worker.joinLinks(id, rank(), c.node.size(), slots(c.microbatches), c.tensorBytes);
       } catch (const std::exception& e) {
