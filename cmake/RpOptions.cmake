@@ -43,10 +43,15 @@ if(RP_SANITIZE)
   add_link_options(-fsanitize=${RP_SANITIZE})
 endif()
 
+# ccache, set up so that a fresh clone elsewhere hits the cache an earlier build filled (docs/building.md):
+# paths under the source tree hashed relative to it (base_dir, no cwd in the hash for -g builds), and the
+# precompiled headers' objects cacheable (CMake includes the header with -include; pch_defines, time_macros).
 find_program(RP_CCACHE ccache)
 if(RP_CCACHE)
-  set(CMAKE_CXX_COMPILER_LAUNCHER ${RP_CCACHE})
-  set(CMAKE_CUDA_COMPILER_LAUNCHER ${RP_CCACHE})
+  set(_rp_ccache env CCACHE_BASEDIR=${PROJECT_SOURCE_DIR} CCACHE_NOHASHDIR=true
+      CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime ${RP_CCACHE})
+  set(CMAKE_CXX_COMPILER_LAUNCHER ${_rp_ccache})
+  set(CMAKE_CUDA_COMPILER_LAUNCHER ${_rp_ccache})
 endif()
 
 # Warnings for our own targets (third-party headers come in as -isystem).

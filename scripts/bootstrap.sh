@@ -7,7 +7,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
 apt_packages=(
-  build-essential cmake ccache pkg-config git
+  build-essential cmake ninja-build ccache pkg-config git
   openmpi-bin libopenmpi-dev libucx-dev         # MPI processes; UCX for multi-node transports
   libhdf5-dev zlib1g-dev                        # checkpoints (serial HDF5; zlib's crc32 for checksums)
   libgtest-dev libgmock-dev libbenchmark-dev    # tests and benchmarks

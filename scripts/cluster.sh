@@ -5,7 +5,9 @@
 # slurmctld and h2..hN slurmd (munge authenticates). Needs root, iproute2, util-linux (nsenter, unshare),
 # and for Slurm the Debian packages slurmd slurmctld slurm-client munge (scripts/bootstrap.sh).
 #
-#   cluster.sh up [N]          bring up N hosts (default 3: h1 = controller, h2 h3 = compute), Slurm included
+#   cluster.sh up [N]          bring up N hosts (default 3: h1 = controller, h2 h3 = compute), Slurm included;
+#                              what an earlier run whose owner died left (namespaces, bridge, daemons) is
+#                              removed first; a cluster whose owner lives stops it with exit code 75 (busy)
 #   cluster.sh down            stop what `up` started, delete the namespaces
 #   cluster.sh on hN CMD...    run CMD on host hN
 #   cluster.sh mpirun ARGS...  Open MPI's mpirun on h1, its daemons started on the hosts ARGS names
@@ -14,11 +16,13 @@
 #   cluster.sh link hN up|down cut or restore host hN's link
 #   cluster.sh check           exit 0 when this machine can run the cluster (root, namespaces), else say why
 # State and logs: $RP_CLUSTER_DIR (default /tmp/rp-cluster). Slurm clients need SLURM_CONF=$RP_CLUSTER_DIR/slurm.conf,
-# which `on` and `mpirun` set.
+# which `on` and `mpirun` set. The namespaces' names are fixed, so one cluster at a time per machine: `up` writes
+# its owner (RP_CLUSTER_OWNER, default the calling process) and state directory to $owner_file.
 set -euo pipefail
 self="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
 dir="${RP_CLUSTER_DIR:-/tmp/rp-cluster}"
 export SLURM_CONF="$dir/slurm.conf"
+owner_file=/run/roundpipe-cluster.owner
 
 say() { echo "cluster: $*" >&2; }
 die() { say "$*"; exit 1; }
@@ -93,7 +97,18 @@ up() {
   ((n >= 2)) || die "up needs at least 2 hosts, got $n"
   local why; why="$(unable)"
   [[ -z $why ]] || die "$why"
-  [[ ! -e /run/netns/rp-sw ]] || die "a cluster is already up (cluster.sh down)"
+  local left; left="$(leftovers)"
+  if [[ -n $left ]]; then
+    local owner="" owner_dir=""
+    [[ -f $owner_file ]] && read -r owner owner_dir <"$owner_file"
+    if [[ -n $owner ]] && kill -0 "$owner" 2>/dev/null; then
+      say "a cluster is already up, owned by the live process $owner (state in $owner_dir): wait for it, or cluster.sh down"
+      exit 75
+    fi
+    say "removing what an earlier run (owner ${owner:-unknown}, no longer running) left: $left"
+    remove "${owner_dir:-$dir}" "$left"
+  fi
+  echo "${RP_CLUSTER_OWNER:-$PPID} $dir" >"$owner_file"
   rm -rf "$dir"
   mkdir -p "$dir"/{state,log,spool,tmp}
   echo "$n" >"$dir/hosts"
@@ -138,24 +153,34 @@ up() {
   fi
 }
 
-down() {
-  local n; n="$(hosts)"
-  for f in "$dir"/slurmd-h*.bgpid "$dir"/slurmctld.bgpid; do
+# The namespaces a cluster of ours makes (rp-sw and h1..hN), as they exist now.
+leftovers() {
+  ip netns list 2>/dev/null | awk '$1 ~ /^(rp-sw|h[0-9]+)$/ { print $1 }' | sort | tr '\n' ' ' | sed 's/ $//'
+}
+
+# remove <state dir> <namespaces>: stops the daemons the state directory names and everything still running in
+# the namespaces (job steps, ranks of an aborted run), then deletes the namespaces and their /etc/netns files.
+remove() {
+  local state="$1" names="$2"
+  for f in "$state"/slurmd-h*.bgpid "$state"/slurmctld.bgpid; do
     [[ -f $f ]] && kill "$(cat "$f")" 2>/dev/null
   done
   sleep 0.5
-  # What is still inside the hosts (job steps, ranks of an aborted run): killed by pid.
-  for i in $(seq 1 "$n"); do
-    for pid in $(ip netns pids "h$i" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
+  for ns in $names; do
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
   done
-  [[ -f $dir/munged.pid ]] && kill "$(cat "$dir/munged.pid")" 2>/dev/null
-  for i in $(seq 1 "$n"); do
-    ip netns del "h$i" 2>/dev/null
-    rm -rf "/etc/netns/h$i"
+  [[ -f $state/munged.pid ]] && kill "$(cat "$state/munged.pid")" 2>/dev/null
+  for ns in $names; do
+    ip netns del "$ns" 2>/dev/null
+    [[ $ns == rp-sw ]] || rm -rf "/etc/netns/$ns"
   done
-  ip netns del rp-sw 2>/dev/null
-  rm -f "$dir"/*.bgpid "$dir/munged.pid" "$dir/hosts"
+  rm -f "$state"/*.bgpid "$state/munged.pid" "$state/hosts"
   return 0
+}
+
+down() {
+  remove "$dir" "$(leftovers)"
+  rm -f "$owner_file"
 }
 
 # Open MPI's remote launcher: mpirun runs `<agent> <host> <orted words>`, the words quoted for a remote

@@ -2,8 +2,11 @@
 # The libFuzzer targets (tests/fuzz, docs/testing.md "Fuzzing"): builds them with clang, ASan and UBSan into
 # ${RP_FUZZ_BUILD_DIR:-build-fuzz} and runs each over its corpus (${RP_FUZZ_CORPUS:-.fuzz-corpus}/<target>,
 # seeded from the target's own examples and the shared fixtures).
-#   scripts/fuzz.sh --smoke                 every target for 20000 executions (the CI tier, label fuzz)
+#   scripts/fuzz.sh --smoke                 every target for 20000 executions or 60 s, whichever comes first
+#                                           (`scripts/test.sh --all`, test fuzz.smoke)
 #   scripts/fuzz.sh [--runs N] [target...]  long runs: N executions each (default 1000000), all targets by default
+#   --seed S                                libFuzzer's -seed (default 1, logged): a run is repeatable
+#   --max-time S                            a time cap per target in seconds (default none; 60 with --smoke)
 # Prints one line per target (executions, seconds, corpus size); exits non-zero on the first finding, whose
 # input is kept in ${RP_FUZZ_CORPUS}/crashes/ (reproduce: build-fuzz/tests/fuzz/fuzz_<target> <that file>).
 set -euo pipefail
@@ -11,12 +14,16 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${RP_FUZZ_BUILD_DIR:-$root/build-fuzz}"
 corpora="${RP_FUZZ_CORPUS:-$root/.fuzz-corpus}"
 runs=1000000
+seed=1
+max_time=0
 targets=()
 while (($#)); do
   case "$1" in
-    --smoke) runs=20000 ;;
+    --smoke) runs=20000; max_time=60 ;;
     --runs) runs="$2"; shift ;;
-    -*) echo "fuzz.sh: unknown option $1 (expected --smoke, --runs N, target names)" >&2; exit 2 ;;
+    --seed) seed="$2"; shift ;;
+    --max-time) max_time="$2"; shift ;;
+    -*) echo "fuzz.sh: unknown option $1 (expected --smoke, --runs N, --seed S, --max-time S, target names)" >&2; exit 2 ;;
     *) targets+=("$1") ;;
   esac
   shift
@@ -40,6 +47,9 @@ mkdir -p "$corpora/crashes"
 export TMPDIR="$corpora/tmp"
 rm -rf "$TMPDIR" && mkdir -p "$TMPDIR"
 trap 'rm -rf "$TMPDIR"' EXIT
+cap=""
+((max_time > 0)) && cap=" or $max_time s"
+echo "fuzz.sh: -seed=$seed, at most $runs executions$cap per target"
 printf '%-14s %12s %9s %8s\n' target executions seconds corpus
 for t in "${targets[@]}"; do
   bin="$build/tests/fuzz/fuzz_$t"
@@ -51,7 +61,7 @@ for t in "${targets[@]}"; do
   RP_FUZZ_SEEDS="$seeds" "$bin" >/dev/null 2>&1
   log="$corpora/$t.log"
   # Findings fixed stay in tests/fuzz/regressions/<target>/ and are run first, every time.
-  if ! "$bin" -runs="$runs" -max_len=8192 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+  if ! "$bin" -seed="$seed" -runs="$runs" -max_total_time="$max_time" -max_len=8192 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
       -dict="$root/tests/fuzz/fuzz.dict" -artifact_prefix="$corpora/crashes/$t-" "$corpus" "$seeds" "${extra[@]}" >"$log" 2>&1; then
     tail -40 "$log"
     echo "fuzz.sh: fuzz_$t found a problem; the input is in $corpora/crashes/ (log: $log)" >&2

@@ -1,9 +1,32 @@
 #!/usr/bin/env bash
-# The test command: installs what is missing, builds, runs every test tier through CTest
-# (labels unit, mpi, golden, gpu, cluster, fuzz). Exit code = result. Extra arguments go to ctest (e.g. -L unit).
+# The test command: installs what is missing, builds, runs the test tiers through CTest (labels unit, mpi,
+# golden, gpu, cluster, fuzz; docs/testing.md). Exit code = result.
+#   scripts/test.sh [ctest args]        the default suite: every tier but the cases labelled long, two at a time
+#   scripts/test.sh --all [ctest args]  everything: the full in-process matrix, MPI at 3 ranks, mutation fuzzing
+#                                       (a clang build of its own), and the benchmarks built
+# Extra arguments go to ctest (e.g. -L unit, -R Safetensors). RP_TEST_JOBS sets ctest's parallelism (default 2).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+all=0
+if [[ "${1:-}" == --all ]]; then
+  all=1
+  shift
+fi
+start=$SECONDS
 "$root/scripts/bootstrap.sh"
-"$root/scripts/build.sh"
+echo "test.sh: bootstrap took $((SECONDS - start)) s"
+start=$SECONDS
+if ((all)); then
+  "$root/scripts/build.sh" --target all rp_benchmarks
+else
+  "$root/scripts/build.sh"
+fi
+echo "test.sh: build took $((SECONDS - start)) s"
 cd "${RP_BUILD_DIR:-$root/build}"
-ctest --output-on-failure --no-tests=error "$@"
+select=(-LE long)
+((all)) && select=()
+start=$SECONDS
+status=0
+ctest --output-on-failure --no-tests=error -j "${RP_TEST_JOBS:-2}" "${select[@]}" "$@" || status=$?
+echo "test.sh: ctest took $((SECONDS - start)) s"
+exit $status

@@ -3,10 +3,12 @@
 # top-p so small that only the most likely token survives gives the greedy continuation; --chat without a chat
 # template of the model's, or bad sampling values, are clear errors (exit 2); a run with output.sample_chat
 # prints its sample reply.
-# Usage: generate_sampling.sh <bin dir> <fixtures dir>
+# The greedy chat reply is held to transformers' greedy continuation of the same conversation in ChatML.
+# Usage: generate_sampling.sh <bin dir> <fixtures dir> <python with transformers>
 set -uo pipefail
 bin="$1"
 fixtures="$2"
+python="$3"
 model="$fixtures/models/tinystories-656k"
 if [[ ! -d "$model" ]]; then
   echo "SKIP: $model not found (set RP_FIXTURES_DIR)"
@@ -25,6 +27,28 @@ first=$(gen --temperature 1.5 --seed 11) && second=$(gen --temperature 1.5 --see
 [[ "$first" == "$second" ]] || fail "the same seed sampled '$first' and '$second'"
 reply=$(gen --chat --template chatml --temperature 0.8 --top-p 0.9) || fail "--chat failed: $(cat "$work/err.txt")"
 [[ "$reply" == "sampled: "* && "$reply" != *"Once upon a time"* ]] || fail "a chat reply repeats the prompt: $reply"
+# The user turn in ChatML (its published form) and the assistant's turn opened; greedy to 12 tokens or a special
+# token (where roundpipe_generate stops), decoded as transformers decodes.
+chat=$(gen --chat --template chatml) || fail "greedy --chat failed: $(cat "$work/err.txt")"
+want=$(HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error "$python" - "$model" <<'PY'
+import sys, torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+tok = AutoTokenizer.from_pretrained(sys.argv[1])
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1], torch_dtype=torch.float32).eval()
+text = "<|im_start|>user\nOnce upon a time<|im_end|>\n<|im_start|>assistant\n"
+ids = tok(text, add_special_tokens=False).input_ids
+specials = set(tok.all_special_ids)
+reply = []
+with torch.no_grad():
+    for _ in range(12):
+        nxt = int(model(torch.tensor([ids + reply])).logits[0, -1].argmax())
+        if nxt in specials:
+            break
+        reply.append(nxt)
+print(tok.decode(reply))
+PY
+) || fail "the transformers reference failed"
+[[ "${chat#greedy: }" == "$want" ]] || fail "the greedy chat reply '${chat#greedy: }' is not transformers' '$want'"
 
 expect2() {  # <stderr pattern> <generate args...>
   local pattern="$1"

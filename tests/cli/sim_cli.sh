@@ -66,8 +66,10 @@ grep -q "makespan 6.000" "$work/ta.txt" || { cat "$work/ta.txt"; fail "recompute
   fail "interleaved-1f1b failed"
 "$sim" --schedule interleaved-1f1b --workers 2 --virtual 2 --layers 6 --microbatches 2 --stages 3,1,1,1 \
   >"$work/i1.txt" || fail "interleaved-1f1b with --stages failed"
-[[ "$(grep -o 'makespan [0-9.]*' "$work/i0.txt")" != "$(grep -o 'makespan [0-9.]*' "$work/i1.txt")" ]] ||
-  fail "--stages 3,1,1,1 gave the balanced split's makespan"
+makespan() { grep -o 'makespan [0-9.]*' "$1" | head -1 | cut -d' ' -f2; }
+# 3 of the 6 layers in one chunk: that chunk is the slowest stage, so the pipeline takes longer than balanced.
+awk -v a="$(makespan "$work/i1.txt")" -v b="$(makespan "$work/i0.txt")" 'BEGIN { exit !(a > b) }' ||
+  fail "--stages 3,1,1,1 ($(makespan "$work/i1.txt")) not slower than the balanced split ($(makespan "$work/i0.txt"))"
 "$sim" --schedule interleaved-1f1b --workers 2 --virtual 2 --layers 6 --stages 3,3 >"$work/i2.txt" 2>&1
 code=$?
 [[ $code -eq 2 ]] || fail "a wrong --stages count exited $code, expected 2"
@@ -78,8 +80,9 @@ code=$?
 grep -q 'expected gpipe, 1f1b, interleaved-1f1b or roundpipe' "$work/bad.txt" || fail "unclear error"
 "$sim" --schedule 1f1b --workers 2 --layers 4 --worker-speeds 1,0.5 >"$work/s1.txt" || fail "--worker-speeds failed"
 "$sim" --schedule 1f1b --workers 2 --layers 4 >"$work/s0.txt" || fail "1f1b failed"
-[[ "$(grep -o 'makespan [0-9.]*' "$work/s1.txt")" != "$(grep -o 'makespan [0-9.]*' "$work/s0.txt")" ]] ||
-  fail "--worker-speeds 1,0.5 did not change the makespan"
+# Worker 1 at half speed: slower than two equal workers, and at most twice as slow (every op at most doubles).
+awk -v a="$(makespan "$work/s1.txt")" -v b="$(makespan "$work/s0.txt")" 'BEGIN { exit !(a > b && a <= 2 * b) }' ||
+  fail "--worker-speeds 1,0.5 gave makespan $(makespan "$work/s1.txt"), expected in ($(makespan "$work/s0.txt"), 2x]"
 "$sim" --schedule 1f1b --workers 2 --layers 4 --worker-speeds 1,1,1 >"$work/s2.txt" 2>&1
 code=$?
 [[ $code -eq 2 ]] || fail "a wrong --worker-speeds count exited $code, expected 2"

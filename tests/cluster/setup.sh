@@ -6,11 +6,21 @@ if [[ ! -d "$model" ]]; then echo "SKIP: $model not found"; exit 0; fi
 if ! why="$("$cluster" check)"; then echo "SKIP: cluster tier: $why"; exit 0; fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 RP_NUM_THREADS=1
 work="$(mktemp -d)"
-trap 'declare -F on_exit >/dev/null && on_exit; "$cluster" down; rm -rf "$work" "$RP_CLUSTER_DIR"' EXIT
+owned=0  # only the test that brought the cluster up tears it down (another suite's may be up meanwhile)
+trap 'declare -F on_exit >/dev/null && on_exit; ((owned)) && "$cluster" down; rm -rf "$work" "$RP_CLUSTER_DIR"' EXIT
 fail() {
   echo "FAIL: $*"
   tail -n 20 "$work"/*.log "$work"/*.out "$work"/logs/* 2>/dev/null
   exit 1
 }
-"$cluster" down 2>/dev/null  # what an aborted earlier run left
-"$cluster" up 3 || fail "the cluster did not come up"
+# One cluster per machine: while another run's is up (exit 75), wait for it; what a killed run left, `up` removes.
+export RP_CLUSTER_OWNER=$$
+deadline=$((SECONDS + 240))
+until "$cluster" up 3 2>"$work/up.err"; do
+  code=$?
+  cat "$work/up.err" >&2
+  ((code == 75 && SECONDS < deadline)) || fail "the cluster did not come up (exit $code)"
+  sleep 5
+done
+cat "$work/up.err" >&2
+owned=1

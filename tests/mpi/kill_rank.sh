@@ -9,7 +9,20 @@ model="$fixtures/models/tinystories-656k"
 if [[ ! -d "$model" ]]; then echo "SKIP: $model not found"; exit 0; fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-before=$(ls /dev/shm | grep -c '^roundpipe-' || true)
+# Shared-memory segments are named /roundpipe-<creator pid>-<tag>: a leak of this test's runs is a segment that
+# was not there before and whose creator is gone (another suite's live run keeps its creator alive).
+before=$(ls /dev/shm | grep '^roundpipe-' || true)
+leaked() {
+  local f name pid
+  for f in /dev/shm/roundpipe-*; do
+    [[ -e $f ]] || continue
+    name="${f##*/}"
+    grep -qxF "$name" <<<"$before" && continue
+    pid=$(cut -d- -f2 <<<"$name")
+    kill -0 "$pid" 2>/dev/null && continue
+    echo "$name"
+  done
+}
 extra=()
 for kv in ${RP_TEST_SETS:-}; do extra+=(--set "$kv"); done
 
@@ -40,8 +53,14 @@ for fault in kill:1:2 throw:2:1 hang:1:2; do
     echo "FAIL ($fault): the launcher does not report the failed rank's exit code"; cat "$work/out.txt"; exit 1
   fi
   if grep -q "ORTE_ERROR_LOG" "$work/out.txt"; then echo "FAIL ($fault): Open MPI's error noise"; cat "$work/out.txt"; exit 1; fi
-  if [[ "$fault" == hang:* ]] && ! grep -q "stalled: .*" "$work/out.txt"; then
-    echo "FAIL ($fault): no stall report"; cat "$work/out.txt"; exit 1
+  if [[ "$fault" == hang:* ]]; then
+    # The report names the configured timeout, the job ended no sooner than it, and the 1 s warning came first.
+    waited=$(grep -Eo "stalled: waited [0-9]+ s" "$work/out.txt" | head -1 | grep -Eo "[0-9]+")
+    [[ $waited == 3 ]] || { echo "FAIL ($fault): the stall report says '${waited:-nothing}' s, expected 3"; cat "$work/out.txt"; exit 1; }
+    ((elapsed >= 3)) || { echo "FAIL ($fault): ended after ${elapsed}s, before the 3 s stall timeout"; cat "$work/out.txt"; exit 1; }
+    warn_at=$(grep -n "still waiting after 1 s" "$work/out.txt" | head -1 | cut -d: -f1)
+    stall_at=$(grep -n "stalled: waited" "$work/out.txt" | head -1 | cut -d: -f1)
+    ((${warn_at:-999999} < stall_at)) || { echo "FAIL ($fault): the stall warning did not come before the abort"; cat "$work/out.txt"; exit 1; }
   fi
   if [[ "$fault" == hang:* ]] && ! grep -q "W\] still waiting after 1 s for .*; the job aborts at 3 s" "$work/out.txt"; then
     echo "FAIL ($fault): no stall warning before the abort"; cat "$work/out.txt"; exit 1
@@ -51,6 +70,6 @@ for fault in kill:1:2 throw:2:1 hang:1:2; do
   fi
   echo "ok ($fault): exit code $code after ${elapsed}s"
 done
-after=$(ls /dev/shm | grep -c '^roundpipe-' || true)
-if [[ "$after" -gt "$before" ]]; then echo "FAIL: shared-memory segments leaked: $(ls /dev/shm | grep '^roundpipe-')"; exit 1; fi
+left=$(leaked)
+if [[ -n $left ]]; then echo "FAIL: shared-memory segments leaked: $left"; exit 1; fi
 echo "ok: no /dev/shm segment left"

@@ -1,5 +1,7 @@
 // gtest main for tests run under mpiexec. Every rank runs every test; rank 0 prints the usual output,
 // the others print only their failures, prefixed with their rank. The exit code is the worst over ranks.
+#include <unistd.h>
+
 #include <cstdio>
 
 #include <gtest/gtest.h>
@@ -12,6 +14,7 @@
 namespace {
 
 const rp::MpiSession* gSession = nullptr;
+long gJobTag = 0;
 
 class RankFailurePrinter : public ::testing::EmptyTestEventListener {
  public:
@@ -32,6 +35,10 @@ namespace rp::test {
 const MpiSession& mpiSession() {
   return *gSession;
 }
+
+long jobTag() {
+  return gJobTag;
+}
 }  // namespace rp::test
 
 int main(int argc, char** argv) {
@@ -40,12 +47,20 @@ int main(int argc, char** argv) {
   rp::test::installCrashReport();  // after MPI_Init: Open MPI installs its own handlers there
   ::testing::InitGoogleTest(&argc, argv);
   const int rank = session.identity().rank;
+  gJobTag = static_cast<long>(::getpid());
+  rp::checkMpi(MPI_Bcast(&gJobTag, 1, MPI_LONG, 0, MPI_COMM_WORLD), "MPI_Bcast(job tag)");
   if (rank != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());
     listeners.Append(new RankFailurePrinter(rank));
   }
-  const int local = RUN_ALL_TESTS();
+  int local = RUN_ALL_TESTS();
+  // A --gtest_filter that matches no case would otherwise pass, having tested nothing.
+  if (::testing::UnitTest::GetInstance()->test_to_run_count() == 0) {
+    std::fprintf(stderr, "[rank %d] FAIL: no test case ran (--gtest_filter=%s matched none)\n", rank,
+                 GTEST_FLAG_GET(filter).c_str());
+    local = 1;
+  }
   int worst = local;
   rp::checkMpi(MPI_Allreduce(&local, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce(test result)");
   if (rank == 0 && worst != local) std::fprintf(stderr, "[rank 0] another rank failed\n");

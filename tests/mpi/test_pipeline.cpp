@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <gtest/gtest.h>
@@ -33,7 +34,8 @@ int worldRank() {
 
 // Shared by the ranks; removed by rank 0 after the last test (tests/mpi/mpi_gtest_main.cpp).
 std::string scratch(const std::string& name) {
-  const std::string dir = (std::filesystem::temp_directory_path() / ("rp-pipeline-" + name)).string();
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / fmt::format("rp-pipeline-{}-{}", test::jobTag(), name)).string();
   if (worldRank() == 0) test::removeAfterTests(dir);
   return dir;
 }

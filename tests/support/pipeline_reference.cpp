@@ -26,25 +26,82 @@ std::vector<std::string> equivalenceSettings(const std::string& model, const std
           "output.dir=" + out};
 }
 
-void expectEqualsTrainer(const config::RunConfig& config, const PipelineResult& pipeline, Tolerance tolerance) {
-  train::Trainer reference(config);
-  for (std::size_t s = 0; s < pipeline.metrics.size(); ++s) {
-    ASSERT_TRUE(reference.step(static_cast<std::int64_t>(s), false));
-    const auto done = reference.finished();
-    ASSERT_EQ(done.size(), 1u);
-    const trace::StepMetrics& m = done[0];
+Reference trainerReference(const config::RunConfig& config) {
+  train::Trainer trainer(config);
+  Reference r;
+  for (std::int64_t s = 0; s < config.train.maxSteps; ++s) {
+    EXPECT_TRUE(trainer.step(s, false)) << "the reference trainer stopped at step " << s + 1;
+    auto done = trainer.finished();
+    EXPECT_EQ(done.size(), 1u) << "step " << s + 1;
+    if (done.size() != 1) return r;
+    r.steps.push_back(done[0]);
+    // Where the pipeline evaluated, the trainer's weights after the same step are evaluated too.
+    const auto e = trainer.evaluate(s + 1);
+    r.evalLoss.push_back(e ? std::optional<double>(e->loss) : std::nullopt);
+  }
+  for (std::size_t i = 0; i < trainer.trainable().size(); ++i)
+    r.masters.emplace_back(trainer.trainable()[i].first, trainer.masters()[i].clone());
+  return r;
+}
+
+Reference delayedUpdateReference(const config::RunConfig& config) {
+  const auto k = static_cast<std::size_t>(config.optim.staleness);
+  EXPECT_GE(k, 1u) << "the delayed-update reference is for optim.mode = async";
+  train::Trainer trainer(config);
+  std::vector<torch::Tensor> masters;
+  optim::AdamW adamw({config.optim.lr, config.optim.beta1, config.optim.beta2, config.optim.eps,
+                      config.optim.weightDecay, config.optim.amsgrad});
+  for (std::size_t i = 0; i < trainer.trainable().size(); ++i) {
+    masters.push_back(trainer.trainable()[i].second.detach().clone());
+    adamw.add(trainer.trainable()[i].first, masters.back().data_ptr<float>(),
+              trainer.gradSlots()[i].data_ptr<float>(), static_cast<std::size_t>(masters.back().numel()));
+  }
+  auto snapshot = [&] {
+    std::vector<torch::Tensor> w;
+    for (const auto& m : masters) w.push_back(m.clone());
+    return w;
+  };
+  Reference r;
+  std::vector<std::vector<torch::Tensor>> history{snapshot()};  // W_0, W_1, ...: the masters after each step
+  for (std::size_t s = 0; s < static_cast<std::size_t>(config.train.maxSteps); ++s) {
+    {
+      torch::NoGradGuard noGrad;
+      const auto& stale = history[s < k ? 0 : s - k];
+      for (std::size_t i = 0; i < masters.size(); ++i) trainer.trainable()[i].second.copy_(stale[i]);
+    }
+    const auto grads =
+        trainer.computeGradients(trainer.packer().next(config.train.globalBatch), config.train.microbatches);
+    trace::StepMetrics m;
+    m.step = static_cast<std::int64_t>(s) + 1;
+    m.loss = grads.lossSum / static_cast<double>(grads.targetTokens) + grads.auxLoss;  // as applyStep
+    std::vector<optim::GradBuffer> buffers;
+    for (const auto& slot : trainer.gradSlots())
+      buffers.push_back({slot.data_ptr<float>(), static_cast<std::size_t>(slot.numel())});
+    m.gradNorm = optim::clipGradNorm(buffers, config.train.gradClip);
+    adamw.step(config.optim.lr);
+    history.push_back(snapshot());
+    r.steps.push_back(m);
+    r.evalLoss.push_back(std::nullopt);
+  }
+  for (std::size_t i = 0; i < masters.size(); ++i) r.masters.emplace_back(trainer.trainable()[i].first, masters[i]);
+  return r;
+}
+
+void expectMatches(const Reference& reference, const PipelineResult& pipeline, Tolerance tolerance) {
+  ASSERT_EQ(pipeline.metrics.size(), reference.steps.size()) << "steps run by the pipeline and the reference";
+  for (std::size_t s = 0; s < reference.steps.size(); ++s) {
+    const trace::StepMetrics& m = reference.steps[s];
     const trace::StepMetrics& p = pipeline.metrics[s];
     if (std::isfinite(m.loss)) {
       EXPECT_NEAR(p.loss, m.loss, tolerance.loss * std::abs(m.loss)) << "step " << s + 1;
     } else {
-      EXPECT_FALSE(std::isfinite(p.loss)) << "step " << s + 1 << ": the trainer's loss is " << m.loss;
+      EXPECT_FALSE(std::isfinite(p.loss)) << "step " << s + 1 << ": the reference's loss is " << m.loss;
     }
     EXPECT_EQ(p.skipped, m.skipped) << "step " << s + 1;
-    // Where the pipeline evaluated, the trainer evaluates its weights after the same step.
     if (p.evalLoss) {
-      const auto e = reference.evaluate(static_cast<std::int64_t>(s) + 1);
-      ASSERT_TRUE(e.has_value()) << "step " << s + 1 << ": the trainer has no evaluation data";
-      EXPECT_NEAR(*p.evalLoss, e->loss, tolerance.loss * e->loss) << "step " << s + 1;
+      const auto& e = reference.evalLoss[s];
+      ASSERT_TRUE(e.has_value()) << "step " << s + 1 << ": the reference has no evaluation data";
+      EXPECT_NEAR(*p.evalLoss, *e, tolerance.loss * *e) << "step " << s + 1;
     }
     EXPECT_EQ(p.lossScale.has_value(), m.lossScale.has_value()) << "step " << s + 1;
     if (p.lossScale && m.lossScale) {
@@ -54,54 +111,19 @@ void expectEqualsTrainer(const config::RunConfig& config, const PipelineResult& 
       EXPECT_NEAR(p.gradNorm, m.gradNorm, tolerance.gradNorm * m.gradNorm) << "step " << s + 1;
     }
   }
-  for (std::size_t i = 0; i < reference.trainable().size(); ++i) {
-    const auto& name = reference.trainable()[i].first;
-    const double err = (pipeline.weight(name) - reference.masters()[i]).abs().max().item<double>();
+  for (const auto& [name, master] : reference.masters) {
+    const double err = (pipeline.weight(name) - master).abs().max().item<double>();
     EXPECT_LE(err, tolerance.weight) << name;
   }
 }
 
+void expectEqualsTrainer(const config::RunConfig& config, const PipelineResult& pipeline, Tolerance tolerance) {
+  expectMatches(trainerReference(config), pipeline, tolerance);
+}
+
 void expectEqualsDelayedUpdate(const config::RunConfig& config, const PipelineResult& pipeline,
                                double weightTolerance) {
-  const auto k = static_cast<std::size_t>(config.optim.staleness);
-  ASSERT_GE(k, 1u) << "the delayed-update reference is for optim.mode = async";
-  train::Trainer reference(config);
-  std::vector<torch::Tensor> masters;
-  optim::AdamW adamw({config.optim.lr, config.optim.beta1, config.optim.beta2, config.optim.eps,
-                      config.optim.weightDecay, config.optim.amsgrad});
-  for (std::size_t i = 0; i < reference.trainable().size(); ++i) {
-    masters.push_back(reference.trainable()[i].second.detach().clone());
-    adamw.add(reference.trainable()[i].first, masters.back().data_ptr<float>(),
-              reference.gradSlots()[i].data_ptr<float>(), static_cast<std::size_t>(masters.back().numel()));
-  }
-  auto snapshot = [&] {
-    std::vector<torch::Tensor> w;
-    for (const auto& m : masters) w.push_back(m.clone());
-    return w;
-  };
-  std::vector<std::vector<torch::Tensor>> history{snapshot()};  // W_0, W_1, ...: the masters after each step
-  for (std::size_t s = 0; s < pipeline.metrics.size(); ++s) {
-    {
-      torch::NoGradGuard noGrad;
-      const auto& stale = history[s < k ? 0 : s - k];
-      for (std::size_t i = 0; i < masters.size(); ++i) reference.trainable()[i].second.copy_(stale[i]);
-    }
-    const auto grads =
-        reference.computeGradients(reference.packer().next(config.train.globalBatch), config.train.microbatches);
-    const double loss = grads.lossSum / static_cast<double>(grads.targetTokens) + grads.auxLoss;  // as applyStep
-    EXPECT_NEAR(pipeline.metrics[s].loss, loss, 1e-6 * loss) << "step " << s + 1;
-    std::vector<optim::GradBuffer> buffers;
-    for (const auto& slot : reference.gradSlots())
-      buffers.push_back({slot.data_ptr<float>(), static_cast<std::size_t>(slot.numel())});
-    const double norm = optim::clipGradNorm(buffers, config.train.gradClip);
-    EXPECT_NEAR(pipeline.metrics[s].gradNorm, norm, 1e-5 * norm) << "step " << s + 1;
-    adamw.step(config.optim.lr);
-    history.push_back(snapshot());
-  }
-  for (std::size_t i = 0; i < masters.size(); ++i) {
-    const auto& name = reference.trainable()[i].first;
-    EXPECT_LE((pipeline.weight(name) - masters[i]).abs().max().item<double>(), weightTolerance) << name;
-  }
+  expectMatches(delayedUpdateReference(config), pipeline, {1e-6, 1e-5, weightTolerance});
 }
 
 }  // namespace rp::test

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <functional>
+#include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -35,15 +37,30 @@ struct Tolerance {
 // the loss; the grad norms and the weights after 5 updates a little looser.
 constexpr Tolerance kCudaFloat{1e-5, 1e-4, 1e-4};
 
-// optim.mode = sync: `reference` (the pipeline's config with its own output.dir) trained by the single-process
-// trainer's own step loop gives every step's loss, grad norm, skipped steps and loss scale (fp16), and the
-// final masters, within `tolerance`.
-void expectEqualsTrainer(const config::RunConfig& reference, const PipelineResult& pipeline, Tolerance tolerance = {});
+// What the pipeline is held to, computed once and compared with any number of pipeline runs of the same
+// config (the in-process tier runs one case on several planes and worker counts against one reference).
+struct Reference {
+  std::vector<trace::StepMetrics> steps;        // one per step: loss, grad norm, skipped, loss scale
+  std::vector<std::optional<double>> evalLoss;  // the eval loss on the weights after each step (where eval data is)
+  std::vector<std::pair<std::string, torch::Tensor>> masters;  // the final float32 masters by HF/PEFT name
+};
 
-// optim.mode = async, staleness k = reference.optim.staleness: iteration t computes on W_{max(0, t-k)}, the
+// optim.mode = sync: `config` (the pipeline's config with its own output.dir) trained by the single-process
+// trainer's own step loop for train.max_steps steps.
+Reference trainerReference(const config::RunConfig& config);
+
+// optim.mode = async, staleness k = config.optim.staleness: iteration t computes on W_{max(0, t-k)}, the
 // master after step t-k-1. The reference is the trainer's gradients at those weights (the model takes the
 // master's value k steps back before each iteration), each update applied to the master in order.
-void expectEqualsDelayedUpdate(const config::RunConfig& reference, const PipelineResult& pipeline,
+Reference delayedUpdateReference(const config::RunConfig& config);
+
+// Every step's loss, grad norm, skipped flag and loss scale (fp16), every eval loss the pipeline reports, and
+// the final masters, within `tolerance`; the pipeline ran as many steps as the reference.
+void expectMatches(const Reference& reference, const PipelineResult& pipeline, Tolerance tolerance);
+
+// The two in one: the reference of `config` computed and compared.
+void expectEqualsTrainer(const config::RunConfig& config, const PipelineResult& pipeline, Tolerance tolerance = {});
+void expectEqualsDelayedUpdate(const config::RunConfig& config, const PipelineResult& pipeline,
                                double weightTolerance);
 
 }  // namespace rp::test

@@ -34,10 +34,6 @@ struct Case {
   bool gptOss = false;     // ... made GPT-OSS instead: sinks, layer 0 sliding (window 8), clamped experts
 };
 
-void PrintTo(const Case& c, std::ostream* os) {
-  *os << c.name;
-}
-
 // bf16/fp16 with tied embeddings: the pipeline sums the tied matrix's two gradients (the embedding's job and
 // the head's) in float32 where the trainer's autograd sums them in the model dtype, one rounding of 2^-9
 // apart; it moves a bf16 weight by an ulp now and then, which the following steps carry on. An untied model
@@ -46,15 +42,52 @@ constexpr test::Tolerance kTiedHalf{5e-3, 5e-3, 5e-2};
 // 2^21: the first steps' fp16 gradients overflow, the scale halves until they fit.
 constexpr const char* kOverflowingScale = "precision.loss_scale=2097152";
 
-class InProcPipeline : public ::testing::TestWithParam<std::tuple<int, Case, TensorPlane>> {};
+// The matrix: every case on every tensor plane with every worker count. The default suite runs a Latin square
+// of it (docs/testing.md): case i on plane p with W = (i + p) mod 4 + 1 workers, so every (case, plane) pair
+// runs once, every case sees every worker count and every plane sees every worker count. The whole matrix
+// (InProcPipelineAll, label long) runs in `scripts/test.sh --all`. One process per case (or per case and
+// plane), so the single-process reference is computed once for the runs compared with it.
+const std::vector<Case>& matrixCases() {
+  static const std::vector<Case> cases{
+      Case{"auto", {}}, Case{"replanned", {"pipeline.replan_every=2"}},
+      Case{"layer_recompute", {"pipeline.recompute=layer"}}, Case{"async", {}, 1},
+      Case{"no_recompute_ahead", {"pipeline.recompute_ahead=0"}},
+      Case{"layer_recompute_ahead2", {"pipeline.recompute=layer", "pipeline.recompute_ahead=2"}},
+      Case{"async_ahead2", {"pipeline.recompute_ahead=2"}, 1},
+      // Bounded staleness: k versions of the weights and gradient slots, iteration t on
+      // W_{t-k}, equal to the delayed-update reference.
+      Case{"stale2", {}, 2}, Case{"stale3_lora", {"lora.rank=4"}, 3}, Case{"lora", {"lora.rank=4"}},
+      // Weight uploads in 50 KB chunks (a stage of this model is 0.3-1.8 MB): the copy
+      // queue's chunked path, with activation copies going past it, gives the same weights.
+      Case{"small_upload_chunks", {"pipeline.upload_chunk_mb=0.05"}},
+      // Evaluation on 5% held-out documents after steps 2, 4 and 5: rank 0 on the masters
+      // in the store equals the trainer on its weights.
+      Case{"eval", {"data.eval_fraction=0.05", "eval.every=2", "eval.max_rows=8"}},
+      Case{"bf16_tied", {"model.dtype=bfloat16"}, 0, kTiedHalf},
+      Case{"bf16", {"model.dtype=bfloat16"}, 0, {}, false, true},
+      Case{"fp16_overflow", {"model.dtype=float16", kOverflowingScale}, 0, {}, true, true},
+      // Mixture of experts: the router's top-k choice recomputed in the backward stages;
+      // the load-balancing loss summed over stages (Note [Router statistics]).
+      Case{"moe", {}, 0, {}, false, true, true},
+      Case{"moe_aux", {}, 0, {}, false, true, true, true},
+      Case{"moe_aux_layer_recompute", {"pipeline.recompute=layer"}, 0, {}, false, true, true, true},
+      Case{"moe_aux_async_lora", {"lora.rank=4"}, 1, {}, false, true, true, true},
+      Case{"gpt_oss", {}, 0, {}, false, true, true, true, true},
+      Case{"gpt_oss_async_lora", {"lora.rank=4"}, 1, {}, false, true, true, true, true}};
+  return cases;
+}
+constexpr TensorPlane kPlanes[] = {TensorPlane::kHostStaged, TensorPlane::kInProcess, TensorPlane::kDirect,
+                                   TensorPlane::kPeerLinks};
+constexpr int kMaxWorkers = 4;
 
-TEST_P(InProcPipeline, EqualsTheSingleProcessTrainer) {
+int latinWorkers(std::size_t caseIndex, std::size_t plane) {
+  return static_cast<int>((caseIndex + plane) % kMaxWorkers) + 1;
+}
+
+// Runs case `c` on each (workers, plane) of `cells` and holds every run to one reference.
+void expectCellsEqualTheTrainer(const Case& c, const std::vector<std::pair<int, TensorPlane>>& cells) {
   const auto fixtures = test::fixturesDir();
   RP_SKIP_UNLESS(fixtures, "shared fixtures");
-  // Not a structured binding: clang 14 cannot capture one in a lambda.
-  const int workers = std::get<0>(GetParam());
-  const auto& c = std::get<1>(GetParam());
-  const auto backend = std::get<2>(GetParam());
   const std::string scratch = test::scratchDir();
   const std::string tokenizer = *fixtures + "/models/tinystories-656k";
   std::string model = tokenizer;
@@ -96,67 +129,65 @@ TEST_P(InProcPipeline, EqualsTheSingleProcessTrainer) {
     sets.insert(sets.end(), c.extra.begin(), c.extra.end());
     return config::loadRunConfig("", sets);
   };
-  const auto reference = configAt(scratch + "/reference");
+  const auto referenceConfig = configAt(scratch + "/reference");
+  const test::Reference reference = c.staleness > 0 ? test::delayedUpdateReference(referenceConfig)
+                                                    : test::trainerReference(referenceConfig);
   std::vector<std::string> names;
-  {
-    train::Trainer probe(reference);  // the trainable tensors' names
-    for (const auto& [name, param] : probe.trainable()) names.push_back(name);
-  }
-  const ThreadRun run = test::runOnThreads(configAt(scratch + "/pipeline"), workers, backend, names);
-  ASSERT_EQ(run.metrics.size(), 5u);
-  for (const auto& m : run.metrics) {  // every rank's resident peak, gathered by the optimizers
-    ASSERT_EQ(m.rankPeakResidentMb.size(), static_cast<std::size_t>(workers)) << "step " << m.step;
-    for (const double mb : m.rankPeakResidentMb) EXPECT_GT(mb, 0.0) << "step " << m.step;
-  }
-  if (c.overflows) {
-    int skipped = 0;
-    for (const auto& m : run.metrics) skipped += m.skipped ? 1 : 0;
-    EXPECT_GE(skipped, 1) << "the injected loss scale overflowed no step";
-    EXPECT_LT(skipped, 5) << "the scale never backed off far enough";
-  }
-  const test::PipelineResult result{run.metrics, [&](const std::string& name) { return run.weights.at(name); }};
-  if (c.staleness > 0) {
-    test::expectEqualsDelayedUpdate(reference, result, 1e-5);
-  } else {
-    test::expectEqualsTrainer(reference, result, c.tolerance);
+  for (const auto& [name, master] : reference.masters) names.push_back(name);
+  for (const auto& [workers, plane] : cells) {
+    SCOPED_TRACE(fmt::format("W={} on the {} plane", workers, test::planeName(plane)));
+    const std::string out = fmt::format("{}/pipeline-w{}-{}", scratch, workers, test::planeName(plane));
+    const ThreadRun run = test::runOnThreads(configAt(out), workers, plane, names);
+    ASSERT_EQ(run.metrics.size(), 5u);
+    for (const auto& m : run.metrics) {  // every rank's resident peak, gathered by the optimizers
+      ASSERT_EQ(m.rankPeakResidentMb.size(), static_cast<std::size_t>(workers)) << "step " << m.step;
+      for (const double mb : m.rankPeakResidentMb) EXPECT_GT(mb, 0.0) << "step " << m.step;
+    }
+    if (c.overflows) {
+      int skipped = 0;
+      for (const auto& m : run.metrics) skipped += m.skipped ? 1 : 0;
+      EXPECT_GE(skipped, 1) << "the injected loss scale overflowed no step";
+      EXPECT_LT(skipped, 5) << "the scale never backed off far enough";
+    }
+    const test::PipelineResult result{run.metrics, [&](const std::string& name) { return run.weights.at(name); }};
+    test::expectMatches(reference, result, c.staleness > 0 ? test::Tolerance{1e-6, 1e-5, 1e-5} : c.tolerance);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Workers, InProcPipeline,
-    ::testing::Combine(
-        ::testing::Values(1, 2, 3, 4),
-        ::testing::Values(Case{"auto", {}}, Case{"replanned", {"pipeline.replan_every=2"}},
-                          Case{"layer_recompute", {"pipeline.recompute=layer"}}, Case{"async", {}, 1},
-                          Case{"no_recompute_ahead", {"pipeline.recompute_ahead=0"}},
-                          Case{"layer_recompute_ahead2", {"pipeline.recompute=layer", "pipeline.recompute_ahead=2"}},
-                          Case{"async_ahead2", {"pipeline.recompute_ahead=2"}, 1},
-                          // Bounded staleness: k versions of the weights and gradient slots, iteration t on
-                          // W_{t-k}, equal to the delayed-update reference.
-                          Case{"stale2", {}, 2}, Case{"stale3_lora", {"lora.rank=4"}, 3}, Case{"lora", {"lora.rank=4"}},
-                          // Weight uploads in 50 KB chunks (a stage of this model is 0.3-1.8 MB): the copy
-                          // queue's chunked path, with activation copies going past it, gives the same weights.
-                          Case{"small_upload_chunks", {"pipeline.upload_chunk_mb=0.05"}},
-                          // Evaluation on 5% held-out documents after steps 2, 4 and 5: rank 0 on the masters
-                          // in the store equals the trainer on its weights.
-                          Case{"eval", {"data.eval_fraction=0.05", "eval.every=2", "eval.max_rows=8"}},
-                          Case{"bf16_tied", {"model.dtype=bfloat16"}, 0, kTiedHalf},
-                          Case{"bf16", {"model.dtype=bfloat16"}, 0, {}, false, true},
-                          Case{"fp16_overflow", {"model.dtype=float16", kOverflowingScale}, 0, {}, true, true},
-                          // Mixture of experts: the router's top-k choice recomputed in the backward stages;
-                          // the load-balancing loss summed over stages (Note [Router statistics]).
-                          Case{"moe", {}, 0, {}, false, true, true},
-                          Case{"moe_aux", {}, 0, {}, false, true, true, true},
-                          Case{"moe_aux_layer_recompute", {"pipeline.recompute=layer"}, 0, {}, false, true, true, true},
-                          Case{"moe_aux_async_lora", {"lora.rank=4"}, 1, {}, false, true, true, true},
-                          Case{"gpt_oss", {}, 0, {}, false, true, true, true, true},
-                          Case{"gpt_oss_async_lora", {"lora.rank=4"}, 1, {}, false, true, true, true, true}),
-        ::testing::Values(TensorPlane::kHostStaged, TensorPlane::kInProcess, TensorPlane::kDirect,
-                          TensorPlane::kPeerLinks)),
-    [](const auto& info) {
-      return fmt::format("w{}_{}_{}", std::get<0>(info.param), std::get<1>(info.param).name,
-                         test::planeName(std::get<2>(info.param)));
-    });
+std::string caseName(std::size_t caseIndex) {
+  return matrixCases()[caseIndex].name;
+}
+
+// The default suite: one process per case, its four planes each with the Latin square's worker count.
+class InProcPipeline : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(InProcPipeline, EqualsTheSingleProcessTrainer) {
+  const std::size_t i = GetParam();
+  std::vector<std::pair<int, TensorPlane>> cells;
+  for (std::size_t p = 0; p < std::size(kPlanes); ++p) cells.emplace_back(latinWorkers(i, p), kPlanes[p]);
+  expectCellsEqualTheTrainer(matrixCases()[i], cells);
+}
+
+INSTANTIATE_TEST_SUITE_P(LatinSquare, InProcPipeline, ::testing::Range<std::size_t>(0, matrixCases().size()),
+                         [](const auto& info) { return caseName(info.param); });
+
+// `scripts/test.sh --all`: one process per (case, plane), every worker count.
+class InProcPipelineAll : public ::testing::TestWithParam<std::tuple<std::size_t, TensorPlane>> {};
+
+TEST_P(InProcPipelineAll, EqualsTheSingleProcessTrainer) {
+  const auto [i, plane] = GetParam();
+  std::vector<std::pair<int, TensorPlane>> cells;
+  for (int w = 1; w <= kMaxWorkers; ++w) cells.emplace_back(w, plane);
+  expectCellsEqualTheTrainer(matrixCases()[i], cells);
+}
+
+INSTANTIATE_TEST_SUITE_P(Matrix, InProcPipelineAll,
+                         ::testing::Combine(::testing::Range<std::size_t>(0, matrixCases().size()),
+                                            ::testing::ValuesIn(kPlanes)),
+                         [](const auto& info) {
+                           return fmt::format("{}_{}", caseName(std::get<0>(info.param)),
+                                              test::planeName(std::get<1>(info.param)));
+                         });
 
 // A plan whose largest stage (with its prefetched neighbour) exceeds the worker memory budget is an input
 // error naming the stage, its bytes and the budget, on every rank — not an allocation failure mid-run.
