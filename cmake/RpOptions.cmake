@@ -13,6 +13,7 @@ option(RP_WERROR "Treat compiler warnings as errors (on in CI)" OFF)
 option(RP_BUILD_TESTS "Build the test tiers" ON)
 option(RP_BUILD_BENCHMARKS "Build benchmarks/" ON)
 option(RP_USE_PCH "Precompile torch/torch.h for the torch-using targets" ON)
+option(RP_UNITY_BUILD "Compile each library's sources in batches of 4 (unity build): a faster full build" ON)
 set(RP_SANITIZE "" CACHE STRING "Sanitizers for every target: address,undefined | thread | empty for none")
 option(RP_FUZZ "Build the libFuzzer targets in tests/fuzz (clang; implies RP_SANITIZE=address,undefined)" OFF)
 set(RP_PYTHON "${CMAKE_SOURCE_DIR}/.venv/bin/python" CACHE FILEPATH
@@ -58,4 +59,7 @@ endif()
 add_library(rp_warnings INTERFACE)
 target_compile_options(rp_warnings INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>
-  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${RP_WERROR}>>:-Werror>)
+  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${RP_WERROR}>>:-Werror>
+  # g++ takes a type of an anonymous namespace in a class of a file that a unity source includes for one shared
+  # between translation units; each class here is still defined in one source only.
+  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:GNU>,$<BOOL:${RP_UNITY_BUILD}>>:-Wno-subobject-linkage>)
