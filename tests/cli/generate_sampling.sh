@@ -30,7 +30,7 @@ reply=$(gen --chat --template chatml --temperature 0.8 --top-p 0.9) || fail "--c
 # The user turn in ChatML (its published form) and the assistant's turn opened; greedy to 12 tokens or a special
 # token (where roundpipe_generate stops), decoded as transformers decodes.
 chat=$(gen --chat --template chatml) || fail "greedy --chat failed: $(cat "$work/err.txt")"
-want=$(HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error "$python" - "$model" <<'PY'
+want=$(HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error "$python" - "$model" 2>"$work/ref.txt" <<'PY'
 import sys, torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 tok = AutoTokenizer.from_pretrained(sys.argv[1])
@@ -47,7 +47,7 @@ with torch.no_grad():
         reply.append(nxt)
 print(tok.decode(reply))
 PY
-) || fail "the transformers reference failed"
+) || fail "the transformers reference failed: $(cat "$work/ref.txt")"
 [[ "${chat#greedy: }" == "$want" ]] || fail "the greedy chat reply '${chat#greedy: }' is not transformers' '$want'"
 
 expect2() {  # <stderr pattern> <generate args...>
