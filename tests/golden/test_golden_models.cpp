@@ -154,7 +154,7 @@ TEST(GoldenMxfp4, ATruncatedScaleTensorIsNamed) {
   const std::string dir = *golden + "/gpt-oss-mxfp4";
   const safetensors::SafetensorsFile source(dir + "/model.safetensors");
   // The same checkpoint with one layer's scales cut to half the rows.
-  const auto out = std::filesystem::path(::testing::TempDir()) / "rp-mxfp4-bad";
+  const auto out = std::filesystem::path(test::scratchDir()) / "mxfp4-bad";  // removed when the tests pass
   std::filesystem::create_directories(out);
   std::filesystem::copy_file(dir + "/config.json", out / "config.json",
                              std::filesystem::copy_options::overwrite_existing);
