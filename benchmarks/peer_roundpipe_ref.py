@@ -1,7 +1,7 @@
 """G2's peer: the RoundPipe reference library (`roundpipe` 0.1.1 from PyPI, the paper's implementation) training
 a randomly initialised Hugging Face model of a config.json shape, as its own benchmark/train.py does: bf16
 weights, fp32 optimizer states (its CPU Adam), random token ids, M microbatches per step, async step. Prints one
-JSON line: tokens/s over the timed steps and the peak GPU memory. Run by benchmarks/gpu_peer.sh beside
+JSON line: tokens/s over the timed steps and the peak GPU memory. Run by benchmarks/gpu_bench.py beside
 roundpipe_train at the same shape, batch, sequence length and microbatch count.
 
 --memory-gib G makes each GPU a card of G GiB for the peer: its allocator's memory fraction, and the free memory

@@ -1,71 +1,141 @@
 #!/usr/bin/env bash
-# The GPU tier on the machine it runs on: builds roundpipe against this machine's PyTorch (any CUDA-enabled
-# torch >= 2.6, from RP_PYTHON or the python3 on PATH) for this machine's GPU architecture, runs `ctest -L gpu`
-# and the GPU benchmarks, and writes the results under $OUT (or out/gpu-check). Where the system lacks Open MPI, HDF5 or the other
-# Debian dependencies, it unpacks the archive scripts/offline-bundle.sh made (RP_OFFLINE_BUNDLE, default
-# offline/roundpipe-deps.tar.gz) under a prefix and builds against that (docs/building.md). Without a GPU it is
-# a dry run: everything builds and the GPU tests skip themselves. Exit code = ctest's (1 if a benchmark failed).
-# RP_USE_BUNDLE=1 uses the archive even where the system has the packages (to test the archive).
-# RP_GPU_PARTS: what runs after the build, any of "tests throughput peer" [all three]. RP_GPU_TARGETS: what is
-# built ["gpu": the GPU tier's programs and roundpipe_train; "all": everything].
-set -euo pipefail
+# The GPU check, in two budgeted parts that each fit one call to a lent GPU machine (docs/gpu.md gives the
+# exact calls). Every step runs under a hard time cap and is recorded, with its command, in $OUT/results.json
+# and $OUT/results.md (scripts/gpu_report.py); the logs go to $OUT/log.txt (and the bench's to bench-log.txt).
+#   --part build+tests  unpack the carry, build what the GPU tier runs against this machine's PyTorch for its GPU
+#                       (Ninja, -j$(nproc), unity, PCH), prepare the peer (its wheels, its JIT-built CPU Adam, in the
+#                       background), run `ctest -L gpu`: on a GPU machine a skipped test is a failure.
+#   --part bench        benchmarks/gpu_bench.py: G1, G2 (sync and async against roundpipe 0.1.1), G3 and the
+#                       longest-sequence ladder in the time left (builds first where the build is missing).
+#   --budget S          seconds the part may take in all [480]; each step gets what is left, less a margin.
+#   --dry-run           (or RP_GPU_DRY_RUN=1) the same plan on the CPU backend and tiny shapes, on any machine:
+#                       the build step builds the same targets, the GPU tests skip themselves, the benchmarks run
+#                       configs/builtin-tiny on 2 CPU ranks and the peer is skipped (tests/gpu/check_dry_run.sh).
+# Environment: RP_PYTHON [python3 on PATH: a torch >= 2.6; CUDA-enabled unless a dry run], RP_BUILD_DIR
+# [build-gpu; a dry run: build], OUT [out/gpu-check], RP_GPU_CARRY [offline/gpu-carry.tar.xz, made by
+# scripts/offline-bundle.sh: the Debian packages this machine lacks, fixtures, goldens, the peer's wheels],
+# RP_USE_BUNDLE=1 (the carry's packages even where the system has them). Exit: 0 when every step that ran passed.
+set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+part="" budget=480 dry="${RP_GPU_DRY_RUN:-0}"
+while (($#)); do
+  case "$1" in
+    --part) part="$2"; shift 2 ;;
+    --budget) budget="$2"; shift 2 ;;
+    --dry-run) dry=1; shift ;;
+    *) echo "gpu-check: unknown argument $1 (--part build+tests|bench, --budget seconds, --dry-run)"; exit 2 ;;
+  esac
+done
+[[ "$part" == build+tests || "$part" == bench ]] || { echo "gpu-check: --part build+tests or --part bench"; exit 2; }
 python="${RP_PYTHON:-$(command -v python3 || true)}"
-build="${RP_BUILD_DIR:-$root/build-gpu}"
+if [[ "$dry" == 1 ]]; then build="${RP_BUILD_DIR:-$root/build}"; else build="${RP_BUILD_DIR:-$root/build-gpu}"; fi
 out="${OUT:-$root/out/gpu-check}"
-bundle="${RP_OFFLINE_BUNDLE:-$root/offline/roundpipe-deps.tar.gz}"
-prefix="${RP_DEPS_PREFIX:-$root/offline/prefix}"
-say() { echo "gpu-check: $*"; }
+carry="${RP_GPU_CARRY:-$root/offline/gpu-carry.tar.xz}"
+unpacked="$root/offline/carry"
+prefix="$root/offline/prefix"
+report="$root/scripts/gpu_report.py"
 mkdir -p "$out"
+log="$out/log.txt"
+: >"$log"
+say() { echo "gpu-check: $*" | tee -a "$log"; }
+left() { echo $((budget - SECONDS)); }
+failures=0
+# record <name> <status> <seconds> <command> [detail]
+record() {
+  python3 "$report" step "$out" "$@"
+  [[ "$2" == ok || "$2" == skipped ]] || failures=$((failures + 1))
+  say "$1: $2 ($3 s) ${5:-}"
+}
+# step <name> <cap seconds> <command...>: runs it under `timeout` (the whole process group), output to the log.
+step() {
+  local name="$1" cap="$2" t0=$SECONDS rc status; shift 2
+  local room=$(( $(left) - 10 ))
+  ((cap > room)) && cap=$room
+  if ((cap < 5)); then record "$name" skipped 0 "$*" "budget: $(left) s left"; return 1; fi
+  echo "=== $name (cap $cap s): $*" >>"$log"
+  timeout -k 5 "$cap" "$@" >>"$log" 2>&1
+  rc=$?
+  case $rc in 0) status=ok ;; 124|137) status=timeout ;; *) status=failed ;; esac
+  record "$name" "$status" $((SECONDS - t0)) "$*" "$( ((rc == 0)) || tail -3 "$log" | tr '\n|' ' /' | cut -c1-300)"
+  return $rc
+}
 
 # PyTorch: LibTorch for the build, and what it says about the GPUs.
-[[ -n "$python" ]] || { say "no python3 on PATH; set RP_PYTHON to a Python with a CUDA-enabled torch"; exit 1; }
-if ! "$python" - >"$out/torch.txt" 2>&1 <<'PY'; then
+[[ -n "$python" ]] || { say "no python3 on PATH; set RP_PYTHON to a Python with torch"; exit 1; }
+info="$("$python" - "$dry" 2>&1 <<'PY'
 import sys
 import torch
 major, minor = (int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
-print(f"torch {torch.__version__} (CUDA {torch.version.cuda}) from {torch.__file__}")
-if torch.version.cuda is None or (major, minor) < (2, 6):
-    print("needs a CUDA-enabled torch >= 2.6")
-    sys.exit(1)
 n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-print(f"{n} usable CUDA device(s)" + "".join(f"\n  cuda:{i} {torch.cuda.get_device_name(i)}" for i in range(n)))
+names = ", ".join(torch.cuda.get_device_name(i) for i in range(n))
+print(f"torch {torch.__version__} (CUDA {torch.version.cuda})|{n} GPU(s){': ' + names if n else ''}")
+if (major, minor) < (2, 6) or (sys.argv[1] != "1" and (torch.version.cuda is None or n == 0)):
+    sys.exit("needs torch >= 2.6 with CUDA and a usable GPU (or --dry-run)")
 PY
-  cat "$out/torch.txt"; say "$python cannot supply LibTorch (set RP_PYTHON)"; exit 1
-fi
-cat "$out/torch.txt"
+)" || { echo "$info" | tee -a "$log"; say "$python cannot supply LibTorch with a GPU (set RP_PYTHON, or --dry-run)"; exit 1; }
+commit="$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo +changes)"
+device="${info#*|}"
+[[ "$dry" == 1 ]] && device="dry run on $(nproc) CPU cores (${device})"
+python3 "$report" init "$out" "$part" "$dry" "$device" "$commit" "${info%%|*}" "$budget"
+say "part $part, budget $budget s, $device, ${info%%|*}, commit $commit"
 
-# The Debian dependencies: the system's, or the offline archive's under $prefix.
+# The carry: unpacked once per machine (a warm machine keeps it between the two calls).
+if [[ -f "$carry" ]]; then
+  # By content, not time: the second call carries the same archive again with a new mtime.
+  sum="$(sha256sum "$carry" | cut -c1-16)"
+  if [[ "$(cat "$unpacked/.done" 2>/dev/null)" != "$sum" ]]; then
+    rm -rf "$unpacked" "$prefix"
+    mkdir -p "$unpacked"
+    step carry 120 tar -C "$unpacked" -xJf "$carry" && echo "$sum" >"$unpacked/.done"
+  else
+    record carry ok 0 "" "unpacked by an earlier call"
+  fi
+else
+  record carry skipped 0 "" "no $carry (scripts/offline-bundle.sh): dependencies, fixtures and wheels from the machine"
+fi
+if [[ -z "${RP_FIXTURES_DIR:-}" && ! -d "$root/../shared/fixtures" && -d "$unpacked/fixtures" ]]; then
+  export RP_FIXTURES_DIR="$unpacked/fixtures"
+fi
+if [[ -z "${RP_GOLDEN_DIR:-}" ]]; then
+  if [[ -d "$unpacked/goldens" ]]; then export RP_GOLDEN_DIR="$unpacked/goldens"
+  elif [[ -d "$build/goldens" ]]; then export RP_GOLDEN_DIR="$build/goldens"; fi
+fi
+
+# The Debian dependencies: the system's, or the carry's under $prefix.
 have_system_deps() {
-  command -v mpicxx >/dev/null && command -v mpirun >/dev/null || return 1
+  command -v mpicxx >/dev/null && command -v mpirun >/dev/null || { echo "Open MPI"; return 1; }
   local h
-  for h in hdf5/serial/H5Cpp.h fmt/format.h CLI/CLI.hpp toml++/toml.hpp nlohmann/json.hpp gtest/gtest.h \
-           gmock/gmock.h benchmark/benchmark.h unicode/normalizer2.h zlib.h; do
-    [[ -e /usr/include/$h || -e /usr/local/include/$h ]] || { say "the system lacks $h"; return 1; }
+  for h in hdf5/serial/H5Cpp.h fmt/format.h CLI/CLI.hpp toml++/toml.h nlohmann/json.hpp gtest/gtest.h \
+           gmock/gmock.h unicode/normalizer2.h zlib.h; do
+    [[ -e /usr/include/$h || -e /usr/local/include/$h ]] || { echo "$h"; return 1; }
   done
 }
 cmake_args=()
-if [[ "${RP_USE_BUNDLE:-0}" == 1 ]] || ! have_system_deps; then
-  [[ -f "$bundle" ]] || { say "missing dependencies and no $bundle: run scripts/offline-bundle.sh on a connected machine of the same distribution family and copy its archive here"; exit 1; }
+# The peer (Python, the machine's own libraries) runs without the carry's library directories.
+export RP_PEER_LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"
+if lacking="$(have_system_deps)" && [[ "${RP_USE_BUNDLE:-0}" != 1 ]]; then
+  record deps ok 0 "" "the system's"
+else
+  [[ -f "$unpacked/debs/MANIFEST" ]] || { record deps failed 0 "" "the system lacks $lacking and there is no carry"; exit 1; }
   arch="$(dpkg --print-architecture 2>/dev/null | sed 's/amd64/x86_64/;s/arm64/aarch64/')-linux-gnu"
   lib="$prefix/usr/lib/$arch"
-  if [[ ! -f "$prefix/.unpacked" || "$bundle" -nt "$prefix/.unpacked" ]]; then
-    say "unpacking $bundle under $prefix"
-    rm -rf "$prefix"; mkdir -p "$prefix/debs"
-    tar -C "$prefix/debs" -xzf "$bundle"
-    for deb in "$prefix"/debs/*.deb; do dpkg-deb -x "$deb" "$prefix"; done
+  if [[ ! -f "$prefix/.unpacked" ]]; then
+    t0=$SECONDS
+    rm -rf "$prefix"; mkdir -p "$prefix"
+    printf '%s\n' "$unpacked"/debs/*.deb | xargs -P "$(nproc)" -I{} dpkg-deb -x {} "$prefix"
     # Relocate what hard-codes /usr: HDF5's compiler wrappers; Open MPI's finds itself through OPAL_PREFIX.
     sed -i "s|^prefix=\"/usr\"|prefix=\"$prefix/usr\"|" "$prefix"/usr/bin/h5cc "$prefix"/usr/bin/h5c++
     for tool in mpirun mpiexec mpicc mpicxx mpic++; do ln -sf "$tool.openmpi" "$prefix/usr/bin/$tool"; done
-    # The archive's libcurl (HDF5 links it for its ros3 driver) needs Debian 12's LDAP and libssh2, which other
+    # The carry's libcurl (HDF5 links it for its ros3 driver) needs Debian 12's LDAP and libssh2, which other
     # distributions name differently: where the system has a libcurl.so.4 of its own, HDF5 gets that one.
     syscurl="$(ldconfig -p 2>/dev/null | awk '$1 == "libcurl.so.4" {print $NF; exit}')"
-    if [[ -n "$syscurl" ]]; then
-      for so in "$lib"/libcurl.so*; do ln -sf "$syscurl" "$so"; done
-      say "HDF5 uses the system's $syscurl"
-    fi
+    if [[ -n "$syscurl" ]]; then for so in "$lib"/libcurl.so*; do ln -sf "$syscurl" "$so"; done; fi
     touch "$prefix/.unpacked"
     rm -f "$build/CMakeCache.txt"  # found paths from an earlier prefix are stale
+    record deps ok $((SECONDS - t0)) "dpkg-deb -x (the carry's debs)" \
+      "the carry's $(grep -vc '^#' "$unpacked/debs/MANIFEST") packages (the system lacks $lacking)${syscurl:+; HDF5 uses $syscurl}"
+  else
+    record deps ok 0 "" "the carry's packages, unpacked by an earlier call"
   fi
   export PATH="$prefix/usr/bin:$PATH"
   export LD_LIBRARY_PATH="$lib:$lib/openmpi/lib:$lib/hdf5/serial${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -75,60 +145,86 @@ if [[ "${RP_USE_BUNDLE:-0}" == 1 ]] || ! have_system_deps; then
   cmake_args+=(-DMPI_C_COMPILER="$prefix/usr/bin/mpicc" -DMPI_CXX_COMPILER="$prefix/usr/bin/mpicxx"
                -DMPIEXEC_EXECUTABLE="$prefix/usr/bin/mpiexec" -DHDF5_C_COMPILER_EXECUTABLE="$prefix/usr/bin/h5cc"
                -DHDF5_CXX_COMPILER_EXECUTABLE="$prefix/usr/bin/h5c++")
-  say "dependencies from the offline archive ($(wc -l <"$prefix/debs/MANIFEST") lines of MANIFEST)"
-else
-  say "dependencies from the system"
 fi
 
-# This machine's GPU architecture (all of ours where there is no GPU: a dry run).
-archs="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | tr -d . | sort -u | paste -sd';' || true)"
-archs="${archs:-75;80;86;89;90}"
-say "building in $build for CUDA architectures $archs"
-cmake -S "$root" -B "$build" -DRP_PYTHON="$python" -DRP_CUDA_ARCHITECTURES="$archs" -DRP_WERROR=OFF \
-  "${cmake_args[@]}" >"$out/configure.log" 2>&1 || { cat "$out/configure.log"; exit 1; }
-if [[ -n "${OPAL_PREFIX:-}" ]]; then  # with the archive: what the build still takes from the system (base libraries only)
-  grep -E '^(HDF5|MPI)_.*LIBRARY.*:FILEPATH=/' "$build/CMakeCache.txt" | grep -v "=$prefix" | sed 's/^/gpu-check: from the system: /' || true
-fi
-targets=()
-if [[ "${RP_GPU_TARGETS:-gpu}" == gpu ]]; then
-  targets=(--target test_gpu_device test_cuda_worker test_cuda_marks test_gpu_pipeline test_pipeline roundpipe_train)
-fi
-say "building ${RP_GPU_TARGETS:-gpu} targets"
-cmake --build "$build" -j "${RP_JOBS:-$(nproc)}" "${targets[@]}" >"$out/build.log" 2>&1 \
-  || { tail -50 "$out/build.log"; exit 1; }
-parts=" ${RP_GPU_PARTS:-tests throughput peer} "
-rc=0
-
-# The fixtures: ../shared/fixtures beside a checkout, or a copy carried to the machine.
-if [[ -z "${RP_FIXTURES_DIR:-}" && ! -d "$root/../shared/fixtures" && -d "$root/offline/fixtures" ]]; then
-  export RP_FIXTURES_DIR="$root/offline/fixtures"
-fi
-if [[ "$parts" == *" tests "* ]]; then
-  say "running ctest -L gpu (results in $out/gpu-tests.txt)"
-  set +e
-  # A crashing test binary names the code it crashed in (tests/support/crash_report.h): no debugger needed.
-  (cd "$build" && RP_CRASH_REPORT=1 ctest -L gpu -j "${RP_GPU_TEST_JOBS:-4}" --output-on-failure --no-tests=error) 2>&1 \
-    | tee "$out/gpu-tests.txt"
-  rc=${PIPESTATUS[0]}
-  set -e
-  say "ctest -L gpu exited $rc"
-fi
-
-# The GPU benchmarks (docs/benchmarks.md, G1 and G3), only where there is a GPU: never timed tests.
-if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
-  say "no GPU: the benchmarks not run"
-  exit "$rc"
-fi
-if [[ "$parts" == *" throughput "* ]]; then
-  say "benchmarks/gpu_throughput.sh (table in $out/gpu-throughput.txt)"
-  RP_BUILD_DIR="$build" "$root/benchmarks/gpu_throughput.sh" 2>&1 | tee "$out/gpu-throughput.txt" || rc=1
-fi
-if [[ "$parts" == *" peer "* ]]; then
-  if [[ -d "$root/offline/wheels" ]] || "$python" -c "import roundpipe" 2>/dev/null; then
-    say "benchmarks/gpu_peer.sh: against the reference library (throughput and longest-sequence tables in $out/gpu-peer.txt)"
-    RP_BUILD_DIR="$build" RP_PYTHON="$python" "$root/benchmarks/gpu_peer.sh" 2>&1 | tee "$out/gpu-peer.txt" || rc=1
-  else
-    say "no offline/wheels (benchmarks/peer_wheels.sh): the comparison with the reference library not run"
+# Build only what the parts run, for this machine's GPU architecture.
+targets=(roundpipe_train test_gpu_device test_cuda_worker test_cuda_marks test_gpu_pipeline test_pipeline)
+build_step() {
+  if [[ ! -f "$build/CMakeCache.txt" ]]; then
+    local archs
+    archs="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | tr -d . | sort -u | paste -sd';')"
+    local generator=()
+    command -v ninja >/dev/null && generator=(-G Ninja)
+    step configure 180 cmake -S "$root" -B "$build" "${generator[@]}" -DRP_PYTHON="$python" \
+      -DRP_CUDA_ARCHITECTURES="${archs:-90}" -DRP_WERROR=OFF "${cmake_args[@]}" || return 1
   fi
+  step build 420 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
+}
+
+# The peer (roundpipe 0.1.1): its wheels into a site directory, its CPU Adam built by torch's JIT (into the build
+# directory, so the bench part finds it built).
+peer_site="$build/peer-site"
+export TORCH_EXTENSIONS_DIR="$build/torch-extensions"
+peer_prepare() {
+  [[ -d "$unpacked/wheels" ]] || { echo "no wheels in the carry"; return 1; }
+  export LD_LIBRARY_PATH="$RP_PEER_LD_LIBRARY_PATH"
+  "$python" -m pip install -q --no-index --no-deps --no-compile --target "$peer_site" "$unpacked"/wheels/*.whl &&
+    PYTHONPATH="$peer_site${PYTHONPATH:+:$PYTHONPATH}" "$python" -c \
+      "from roundpipe.optim.optim_builder import load_optim_function; load_optim_function('adam')"
+}
+
+if [[ "$part" == build+tests ]]; then
+  build_step
+  built=$?
+  peer_pid=""
+  if [[ "$dry" != 1 ]]; then
+    t_peer=$SECONDS
+    (peer_prepare >"$build/peer-prepare.log" 2>&1) &
+    peer_pid=$!
+  fi
+  if ((built == 0)); then
+    export RP_CRASH_REPORT=1  # a crashing test binary names the code it crashed in
+    t0=$SECONDS
+    jobs=8; [[ "$dry" == 1 ]] && jobs=2  # a dry run runs inside the CI suite
+    step tests 300 ctest --test-dir "$build" -L '^gpu$' -j "$jobs" --output-on-failure --no-tests=error
+    rc=$?
+    # ctest's own count, the skipped and the failed by name.
+    section="$(awk '/^=== tests/{on=1} on' "$log")"
+    counts="$(grep -oE '[0-9]+ tests? failed out of [0-9]+' <<<"$section" | tail -1)"
+    skips="$(grep -E '\(Skipped\)$' <<<"$section" | sed -E 's/^[[:space:]]*[0-9]+ - ([^ ]+).*/\1/')"
+    failed_names="$(grep -E '\((Failed|Timeout|SEGFAULT|Subprocess aborted|Not Run|Exception)\)$' <<<"$section" \
+      | sed -E 's/^[[:space:]]*[0-9]+ - ([^ ]+).*/\1/' | paste -sd' ')"
+    summary="${counts:-no ctest summary}, $(grep -c . <<<"$skips") skipped${failed_names:+; failed: $failed_names}"
+    # Skips allowed on a GPU machine: the NCCL case where it has fewer than the 2 GPUs it needs.
+    allowed='^$'
+    (( $(nvidia-smi -L 2>/dev/null | grep -c '^GPU ') < 2 )) && allowed='^gpu\.pipeline_nccl$'
+    bad_skips="$(grep . <<<"$skips" | grep -vE "$allowed" | paste -sd' ')"
+    if [[ -z "$counts" ]]; then
+      record tests-summary failed 0 "" "no ctest summary in the log"
+    elif [[ "$dry" == 1 ]]; then
+      record tests-summary ok 0 "" "dry run, every GPU test skips itself: $summary"
+    elif [[ -n "$bad_skips" ]]; then
+      record tests-summary failed 0 "" "$summary; skipped on a GPU machine: $bad_skips"
+    else
+      record tests-summary "$( ((rc == 0)) && echo ok || echo failed)" 0 "" "$summary"
+    fi
+  fi
+  if [[ -n "$peer_pid" ]]; then
+    if wait "$peer_pid"; then record peer-prepare ok $((SECONDS - t_peer)) "peer_prepare" "wheels installed, CPU Adam built"
+    else record peer-prepare failed $((SECONDS - t_peer)) "peer_prepare" "$(tail -3 "$build/peer-prepare.log" | tr '\n|' ' /')"; fi
+  fi
+else
+  [[ -x "$build/src/cli/roundpipe_train" ]] || build_step || { python3 "$report" render "$out"; exit 1; }
+  if [[ "$dry" != 1 && ! -d "$peer_site/roundpipe" ]]; then
+    export unpacked python peer_site
+    export -f peer_prepare
+    step peer-prepare 180 bash -c peer_prepare
+  fi
+  export PYTHONPATH="$peer_site${PYTHONPATH:+:$PYTHONPATH}"
+  dryFlag=(); [[ "$dry" == 1 ]] && dryFlag=(--dry-run)
+  step bench $(( $(left) - 10 )) python3 "$root/benchmarks/gpu_bench.py" --build "$build" --out "$out" \
+    --budget $(( $(left) - 25 )) --python "$python" "${dryFlag[@]}"
 fi
-exit "$rc"
+python3 "$report" render "$out"
+say "done in $SECONDS s: $failures step(s) failed; $out/results.md"
+((failures == 0))

@@ -1,15 +1,39 @@
 #!/usr/bin/env bash
-# Packs every non-PyTorch build and run dependency of roundpipe (Open MPI and what it needs, HDF5, fmt, CLI11,
-# toml++, nlohmann-json, GoogleTest, Google Benchmark, ICU) as Debian packages into one archive, on a connected
-# machine of the same distribution family, for GPU machines without a package registry: scripts/gpu-check.sh
-# unpacks it under a prefix when the system lacks them (docs/building.md, "GPU machines without a registry").
-# No root needed. Usage: scripts/offline-bundle.sh [output archive]   (default offline/roundpipe-deps.tar.gz)
+# The GPU check's carry (docs/gpu.md): one xz archive of everything a lent GPU machine without a package
+# registry lacks, made on a connected Debian-family machine. It holds
+#   debs/      every non-PyTorch build and run dependency of roundpipe (Open MPI and what it needs, HDF5, fmt,
+#              CLI11, toml++, nlohmann-json, GoogleTest, ICU) as Debian packages, with debs/MANIFEST;
+#   fixtures/  the shared fixtures the GPU tier reads (the TinyStories checkpoint, tiny-shakespeare);
+#   goldens/   the generated Qwen3 golden the MPI cases on the GPU read (from a build's goldens/);
+#   wheels/    the peer's wheels the GPU machine's python3 lacks (roundpipe 0.1.1 and beartype; its torch,
+#              transformers, ninja, py-cpuinfo, tqdm and typing-extensions are there already);
+#   MANIFEST   one line per file: its size in bytes and its path.
+# scripts/gpu-check.sh unpacks it (RP_GPU_CARRY). The archive must stay within RP_CARRY_MAX_MIB [55]: a call
+# to the GPU machine carries 64 MiB with the checkout. Downloads are cached in RP_OFFLINE_CACHE
+# [~/.cache/roundpipe/offline], so a rebuild (the CI check, tests/gpu/carry.sh) downloads nothing new.
+# No root needed. Usage: scripts/offline-bundle.sh [archive]   (default offline/gpu-carry.tar.xz)
+# Environment: RP_FIXTURES_DIR [../shared/fixtures], RP_GOLDEN_DIR [build/goldens], RP_PIP [.venv/bin/pip].
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-out="${1:-$root/offline/roundpipe-deps.tar.gz}"
+out="${1:-$root/offline/gpu-carry.tar.xz}"
+fixtures="${RP_FIXTURES_DIR:-$root/../shared/fixtures}"
+goldens="${RP_GOLDEN_DIR:-$root/build/goldens}"
+pip="${RP_PIP:-$root/.venv/bin/pip}"
+cache="${RP_OFFLINE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/roundpipe/offline}"
+maxMib="${RP_CARRY_MAX_MIB:-55}"
 say() { echo "offline-bundle: $*"; }
-for tool in apt-get apt-cache dpkg-deb python3; do
+for tool in apt-get apt-cache dpkg-deb python3 xz; do
   command -v "$tool" >/dev/null || { say "needs $tool (a Debian-family machine with apt)"; exit 1; }
+done
+# What the GPU tier and the benchmarks read (tests/gpu/, benchmarks/gpu_bench.py).
+fixtureFiles=(NOTICE.md models/tinystories-656k text/tinyshakespeare.txt)
+goldenDirs=(qwen3-tiny)
+wheels=(roundpipe==0.1.1 beartype==0.23.1)
+for f in "${fixtureFiles[@]}"; do
+  [[ -e "$fixtures/$f" ]] || { say "$fixtures/$f not found (RP_FIXTURES_DIR: the shared fixtures)"; exit 1; }
+done
+for g in "${goldenDirs[@]}"; do
+  [[ -d "$goldens/$g" ]] || { say "$goldens/$g not found (RP_GOLDEN_DIR: a build's goldens, made by its golden tests)"; exit 1; }
 done
 
 # What the build and the tests need beyond a compiler, CMake and Python.
@@ -78,36 +102,67 @@ def closure(roots):
             todo.extend(d.split(":")[0] for d in deps)
     return seen
 
+priorities = {}
 def priority(pkg):
-    text = subprocess.run(["apt-cache", "show", "--no-all-versions", pkg], capture_output=True, text=True).stdout
+    return priorities.get(pkg, "optional")
+
+def learn_priorities(pkgs):  # one apt-cache call for all (one per package took minutes)
+    text = subprocess.run(["apt-cache", "show", "--no-all-versions", *sorted(pkgs)], capture_output=True,
+                          text=True).stdout
+    name = None
     for line in text.splitlines():
-        if line.startswith("Priority:"):
-            return line.split()[1]
-    return "optional"
+        if line.startswith("Package:"):
+            name = line.split()[1]
+        elif line.startswith("Priority:") and name:
+            priorities[name] = line.split()[1]
 
 skip = closure(base)
+candidates = closure(wanted) - skip - skipped - system
+learn_priorities(candidates)
 core = ("required", "important")
-need = {p for p in closure(wanted) - skip - skipped - system if priority(p) not in core + ("standard",)}
+need = {p for p in candidates if priority(p) not in core + ("standard",)}
 need |= set(wanted)
 # A dev package's .so links point at its runtime library: that one comes too, even where a C++ build machine
 # usually has it (ICU, curl, OpenSSL), or the links dangle under the prefix.
+direct = set()
 for deps in depends(sorted(need)).values():
-    names = {d.split(":")[0] for d in deps} - skipped - system
-    need |= {d for d in names if priority(d) not in core}
-need = sorted(need)
-open(out, "w").write("\n".join(need) + "\n")
+    direct |= {d.split(":")[0] for d in deps} - skipped - system
+learn_priorities(direct - set(priorities))
+need |= {d for d in direct if priority(d) not in core}
+open(out, "w").write("\n".join(sorted(need)) + "\n")
 PY
 mapfile -t packages <"$work/packages.txt"
-say "downloading ${#packages[@]} packages: ${packages[*]}"
-mkdir -p "$work/debs"
-chmod 777 "$work/debs"  # writable by apt's sandbox user
-(cd "$work/debs" && apt-get download -q "${packages[@]}" >/dev/null)
+# The exact files apt would fetch (name_version_arch.deb): those not in the cache are downloaded into it.
+mkdir -p "$cache/debs" "$work/carry/debs" "$work/carry/fixtures" "$work/carry/goldens" "$work/carry/wheels"
+mapfile -t uris < <(apt-get download --print-uris "${packages[@]}" | awk '{print $2}')
+missing=()
+for i in "${!uris[@]}"; do [[ -f "$cache/debs/${uris[$i]}" ]] || missing+=("${packages[$i]}"); done
+if ((${#missing[@]})); then
+  say "downloading ${#missing[@]} of ${#packages[@]} packages into $cache/debs"
+  mkdir -p "$work/dl" && chmod 777 "$work/dl"  # writable by apt's sandbox user
+  (cd "$work/dl" && apt-get download -q "${missing[@]}" >/dev/null)
+  mv "$work/dl"/*.deb "$cache/debs/"
+fi
+for f in "${uris[@]}"; do cp "$cache/debs/$f" "$work/carry/debs/"; done
 {
   echo "# roundpipe offline dependencies, made $(date -u +%F) on $(. /etc/os-release && echo "$PRETTY_NAME") ($(dpkg --print-architecture))"
-  for deb in "$work"/debs/*.deb; do dpkg-deb -f "$deb" Package Version | paste -sd' '; done
-} >"$work/debs/MANIFEST"
+  for deb in "$work"/carry/debs/*.deb; do dpkg-deb -f "$deb" Package Version | sed 's/^[^:]*: //' | paste -sd' '; done
+} >"$work/carry/debs/MANIFEST"
+for f in "${fixtureFiles[@]}"; do mkdir -p "$work/carry/fixtures/$(dirname "$f")"; cp -r "$fixtures/$f" "$work/carry/fixtures/$f"; done
+for g in "${goldenDirs[@]}"; do cp -r "$goldens/$g" "$work/carry/goldens/"; done
+mkdir -p "$cache/wheels"
+for w in "${wheels[@]}"; do
+  ls "$cache/wheels/${w%%==*}-${w##*==}-"*.whl >/dev/null 2>&1 \
+    || "$pip" download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+         --platform any -d "$cache/wheels" "$w"
+  cp "$cache/wheels/${w%%==*}-${w##*==}-"*.whl "$work/carry/wheels/"
+done
+(cd "$work/carry" && find . -type f ! -name MANIFEST -printf '%s %P\n' | sort -k2 >MANIFEST)
 mkdir -p "$(dirname "$out")"
-tar -C "$work/debs" -czf "$out" .
-size=$(du -m "$out" | cut -f1)
-say "wrote $out (${#packages[@]} packages, ${size} MiB)"
-if ((size >= 60)); then say "warning: the archive is ${size} MiB, over the 60 MiB it should stay under"; fi
+# The .debs are xz inside already: level 1 loses nothing against 9 and takes seconds.
+tar -C "$work/carry" -cf - . | xz -1 -T0 >"$out.tmp"
+mv "$out.tmp" "$out"
+bytes=$(stat -c %s "$out")
+mib=$(python3 -c "print(f'{$bytes / 2**20:.1f}')")
+say "wrote $out: ${#packages[@]} packages, ${#fixtureFiles[@]} fixtures, ${#goldenDirs[@]} golden(s), ${#wheels[@]} wheels, $mib MiB"
+if ((bytes > maxMib * 1048576)); then say "the archive is $mib MiB, over the $maxMib MiB bound"; exit 1; fi

@@ -24,6 +24,10 @@ inline constexpr Var kNumThreads{"RP_NUM_THREADS", "0", "LibTorch intra-op threa
 inline constexpr Var kAdamWKernel{"RP_ADAMW_KERNEL", "", "force the AdamW kernel: scalar|avx2|avx512"};
 // Where the golden tests find the files scripts/make_goldens.py wrote.
 inline constexpr Var kGoldenDir{"RP_GOLDEN_DIR", "", "directory with golden files from scripts/make_goldens.py"};
+// Testing: where a run must test something (the GPU tier on a GPU machine), a missing fixture or golden is a
+// failure instead of a skip (tests/support/fixtures.h).
+inline constexpr Var kRequireFixtures{"RP_REQUIRE_FIXTURES", "0",
+                                      "testing: 1 = a test whose fixtures or goldens are missing fails, not skips"};
 
 // Testing: test binaries report a crash's code and caller (tests/support/crash_report.h).
 inline constexpr Var kCrashReport{"RP_CRASH_REPORT", "0", "testing: 1 = test binaries print where they crashed"};

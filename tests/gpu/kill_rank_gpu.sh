@@ -7,7 +7,7 @@ script="$1"; shift
 if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
   echo "SKIP: no usable GPU (nvidia-smi lists none)"; exit 0
 fi
-RP_TEST_SETS="pipeline.backend=cuda pipeline.ranks_per_gpu=3" "$script" "$@" || exit 1
+RP_REQUIRE_FIXTURES=1 RP_TEST_SETS="pipeline.backend=cuda pipeline.ranks_per_gpu=3" "$script" "$@" || exit 1
 sleep 2  # the driver reclaims a dead process's memory asynchronously
 left=$(nvidia-smi --query-compute-apps=pid,process_name --format=csv,noheader | grep roundpipe_train || true)
 if [[ -n "$left" ]]; then echo "FAIL: processes of the job still hold GPU memory: $left"; exit 1; fi

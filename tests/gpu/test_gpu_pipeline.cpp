@@ -25,9 +25,10 @@ void PrintTo(const GpuCase& c, std::ostream* os) {
 
 constexpr Tolerance kFloat = kCudaFloat;
 // bfloat16 / float16: both sides round after every op, in different places (GPU kernels keep fp32
-// accumulators longer): a percent or two on the loss, looser on what five updates make of it. A first guess,
-// to be confirmed on the first GPU run.
-constexpr Tolerance kHalf{2e-2, 5e-2, 5e-2};
+// accumulators longer): a percent or two on the loss and grad norm; the final masters within 30% of what the
+// reference's five updates moved them (Tolerance::update: a pipeline that never updated is 100% off). The
+// bound is a first guess; every run prints the error it measured ("[ update   ]" lines).
+constexpr Tolerance kHalf{2e-2, 5e-2, 0, 0.3};
 
 class GpuPipeline : public ::testing::TestWithParam<std::tuple<int, GpuCase, TensorPlane>> {};
 

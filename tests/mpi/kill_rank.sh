@@ -6,7 +6,11 @@
 set -uo pipefail
 train="$1"; fixtures="${RP_FIXTURES_DIR:-$2}"; shift 2  # RP_FIXTURES_DIR: a copy carried to a GPU machine
 model="$fixtures/models/tinystories-656k"
-if [[ ! -d "$model" ]]; then echo "SKIP: $model not found"; exit 0; fi
+if [[ ! -d "$model" ]]; then
+  # The GPU tier on a GPU machine (RP_REQUIRE_FIXTURES=1): a missing fixture fails, a pass must test something.
+  if [[ "${RP_REQUIRE_FIXTURES:-0}" == 1 ]]; then echo "FAIL: $model not found and RP_REQUIRE_FIXTURES=1"; exit 1; fi
+  echo "SKIP: $model not found"; exit 0
+fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 # Shared-memory segments are named /roundpipe-<creator pid>-<tag>: a leak of this test's runs is a segment that

@@ -36,6 +36,10 @@ std::optional<std::string> goldenDir() {
   return dir;
 }
 
+bool fixturesRequired() {
+  return env::get(env::kRequireFixtures) == "1";
+}
+
 std::string scratchDir() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::string name = "rp-test";

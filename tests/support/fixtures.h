@@ -13,6 +13,8 @@ namespace rp::test {
 std::optional<std::string> fixturesDir();
 // $RP_GOLDEN_DIR (set by CTest for golden tests); nullopt if unset or absent.
 std::optional<std::string> goldenDir();
+// RP_REQUIRE_FIXTURES=1: RP_SKIP_UNLESS fails instead of skipping.
+bool fixturesRequired();
 // A fresh empty directory under the system temp dir, named after the running test and the process. Removed when the test
 // program ends with every test passed; kept (and its path printed) when one failed.
 std::string scratchDir();
@@ -25,8 +27,12 @@ void removeScratch(bool passed);
 
 }  // namespace rp::test
 
-// Skips the current test unless `path` (a std::optional<std::string>) has a value.
-#define RP_SKIP_UNLESS(path, what)                                                           \
-  do {                                                                                       \
-    if (!(path)) GTEST_SKIP() << what << " not found (set RP_FIXTURES_DIR / RP_GOLDEN_DIR)"; \
+// Skips the current test unless `path` (a std::optional<std::string>) has a value; fails it instead where
+// RP_REQUIRE_FIXTURES=1 (the GPU tier on a machine with a GPU, where a skip would be a pass that tested nothing).
+#define RP_SKIP_UNLESS(path, what)                                                                        \
+  do {                                                                                                    \
+    if (!(path)) {                                                                                        \
+      if (::rp::test::fixturesRequired()) FAIL() << what << " not found and RP_REQUIRE_FIXTURES=1";       \
+      GTEST_SKIP() << what << " not found (set RP_FIXTURES_DIR / RP_GOLDEN_DIR)";                         \
+    }                                                                                                     \
   } while (0)

@@ -36,9 +36,10 @@ struct Case {
 
 // bf16/fp16 with tied embeddings: the pipeline sums the tied matrix's two gradients (the embedding's job and
 // the head's) in float32 where the trainer's autograd sums them in the model dtype, one rounding of 2^-9
-// apart; it moves a bf16 weight by an ulp now and then, which the following steps carry on. An untied model
-// is the same arithmetic in both: the default tolerances.
-constexpr test::Tolerance kTiedHalf{5e-3, 5e-3, 5e-2};
+// apart; it moves a bf16 weight by an ulp now and then, which the following steps carry on: the final masters
+// are held relative to the reference's movement (Tolerance::update). An untied model is the same arithmetic
+// in both: the default tolerances.
+constexpr test::Tolerance kTiedHalf{5e-3, 5e-3, 0, 0.05};
 // 2^21: the first steps' fp16 gradients overflow, the scale halves until they fit.
 constexpr const char* kOverflowingScale = "precision.loss_scale=2097152";
 

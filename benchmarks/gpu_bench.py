@@ -1,0 +1,293 @@
+#!/usr/bin/env python3
+"""The GPU benchmarks G1-G3 within a time budget (docs/benchmarks.md, docs/gpu.md), run by
+`scripts/gpu-check.sh --part bench`. One shape for all: a randomly initialised model of a config.json shape
+(benchmarks/configs/qwen3-1.7b: 28 layers, hidden 2048), full fine-tune, bf16, `--batch` rows of `--seq`
+tokens in as many microbatches, one worker per GPU. In order, each run under its own time cap and what is left
+of the budget (a run that does not fit is recorded as skipped, never guessed):
+  G1  roundpipe_train with the weights in host RAM against the same run with the uploads skipped
+      (RP_BENCH_NO_UPLOADS=1, as if resident on the GPU), same plan, optim.mode = sync;
+  G2  the same shape in optim.mode = async (the reference steps its optimizer asynchronously: async vs async is
+      the fair row), then the reference library (benchmarks/peer_roundpipe_ref.py, `roundpipe` 0.1.1);
+  G3  model FLOP utilisation of each of our runs against the GPU's dense bf16 peak;
+  the longest sequence on a card of --card-gib (ours: pipeline.memory_limit_gb; the peer: its allocator's
+      fraction), layer recompute, one row per microbatch, 2 steps per rung, bisected between the lengths known
+      to fit and to fail, ours then the peer's, each capped.
+Figures go into <out>/results.json (scripts/gpu_report.py) with the command that made them.
+--dry-run: the CPU backend, configs/builtin-tiny, 64-token rows, 2 ranks under mpirun, the peer skipped (it
+computes on CUDA only): every step of the plan within the same caps, on any machine (tests/gpu/check_dry_run.sh).
+"""
+import argparse
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+import gpu_report  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PEAK_TFLOPS = [("H100 PCIe", 756), ("H100", 989), ("H200", 989), ("A100", 312), ("L40S", 362), ("4090", 165)]
+
+
+class Budget:
+    def __init__(self, seconds):
+        self.deadline = time.monotonic() + seconds
+
+    def cap(self, wanted):
+        return min(wanted, self.deadline - time.monotonic() - 5)
+
+
+def run_logged(cmd, env, cap, log):
+    """Runs cmd in its own process group, killed as a whole at `cap` seconds: (status, seconds)."""
+    start = time.monotonic()
+    with open(log, "w") as f:
+        p = subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rc = p.wait(timeout=max(1, cap))
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            return "timeout", time.monotonic() - start
+    return ("ok" if rc == 0 else "failed"), time.monotonic() - start
+
+
+def tail(path, n=3):
+    try:
+        with open(path, errors="replace") as f:
+            return " / ".join(l.strip() for l in f.readlines()[-n:])[-300:]
+    except OSError:
+        return ""
+
+
+def flops_per_token(model_dir, seq):
+    """Model FLOPs per trained token: forward + backward = 3 x forward, causal attention, recompute not counted."""
+    c = json.load(open(os.path.join(model_dir, "config.json")))
+    h, layers, vocab = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"]
+    heads = c["num_attention_heads"]
+    kv = c.get("num_key_value_heads", heads)
+    hd = c.get("head_dim") or h // heads
+    matmul = layers * (h * heads * hd * 2 + h * kv * hd * 2 + 3 * h * c["intermediate_size"]) + vocab * h
+    attention = layers * 2 * seq * heads * hd  # QK^T and AV, causal: half of 2 x 2 x T x heads x hd per token
+    return 3 * (2 * matmul + attention)
+
+
+class Bench:
+    def __init__(self, a):
+        self.a, self.out, self.budget = a, a.out, Budget(a.budget)
+        self.work = tempfile.mkdtemp(prefix="rp-gpu-bench-")
+        self.data = os.path.join(self.work, "data.txt")
+        with open(self.data, "w") as f:
+            f.write(("the quick brown fox jumps over the lazy dog. " * 40 + "\n") * 4000)
+        self.train = os.path.join(a.build, "src", "cli", "roundpipe_train")
+        self.log = open(os.path.join(self.out, "bench-log.txt"), "a")
+
+    def note(self, text):
+        print(f"gpu_bench: {text}", flush=True)
+        self.log.write(text + "\n")
+        self.log.flush()
+
+    def skip(self, name, reason):
+        gpu_report.step(self.out, name, "skipped", 0, "", reason)
+        self.note(f"{name}: skipped ({reason})")
+
+    def launch(self):
+        cmd = ["mpirun", "-np", str(self.a.workers), "--bind-to", "none", "--oversubscribe"]
+        return cmd + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
+
+    def ours(self, name, seq, batch, steps, warm, cap, sets=(), env_extra=None):
+        """One roundpipe_train run: {"tokens_per_s", "peak_gpu_mb"} or None (recorded as a failed step)."""
+        out = os.path.join(self.work, name)
+        cmd = self.launch() + [
+            self.train, "--config", "/dev/null", "--set", f"model.path={self.a.model}",
+            "--set", f"model.tokenizer={ROOT}/configs/builtin-tiny", "--set", "model.init=random",
+            "--set", "model.dtype=bfloat16", "--set", f"data.path={self.data}", "--set", f"train.seq_len={seq}",
+            "--set", f"train.global_batch={batch}", "--set", f"train.microbatches={batch}",
+            "--set", f"train.max_steps={steps}", "--set", f"pipeline.backend={self.a.backend}",
+            "--set", "checkpoint.every=0", "--set", f"output.dir={out}"]
+        for s in sets:
+            cmd += ["--set", s]
+        env = dict(os.environ, **(env_extra or {}))
+        env.setdefault("RP_NUM_THREADS", "1" if self.a.dry_run else "0")
+        shown = " ".join(f"{k}={v}" for k, v in (env_extra or {}).items()) + " " + shlex.join(cmd)
+        cap = self.budget.cap(cap)
+        if cap < self.a.min_run:
+            self.skip(name, f"budget: {max(0, cap):.0f} s left")
+            return None
+        log = os.path.join(self.work, name + ".log")
+        status, seconds = run_logged(cmd, env, cap, log)
+        result, detail = None, ""
+        if status == "ok":
+            rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if l.strip()]
+            counted = rows[warm:] or rows
+            result = {"tokens_per_s": sum(r["tokens_per_s"] for r in counted) / len(counted), "peak_gpu_mb": None}
+            try:
+                ranks = json.load(open(os.path.join(out, "memory.json")))["ranks"]
+                result["peak_gpu_mb"] = max(r["gpu_job_peak_mb"] + r["stage_slots_mb"] for r in ranks)
+            except (OSError, KeyError, ValueError):
+                pass
+            detail = f"{result['tokens_per_s']:.1f} tokens/s over steps {warm + 1}-{len(rows)}"
+        else:
+            detail = f"after {seconds:.0f} s (cap {cap:.0f} s): {tail(log)}"
+            self.log.write(f"--- {name} log tail\n{tail(log, 30)}\n")
+        gpu_report.step(self.out, name, status, seconds, shown.strip(), detail)
+        self.note(f"{name}: {status} in {seconds:.0f} s {detail}")
+        return result
+
+    def peer(self, name, seq, batch, warm, steps, cap, extra=()):
+        if self.a.dry_run:
+            self.skip(name, "dry run: the reference library computes on CUDA only")
+            return None
+        cmd = [self.a.python, os.path.join(ROOT, "benchmarks", "peer_roundpipe_ref.py"), "--config", self.a.model,
+               "--batch", str(batch), "--seq", str(seq), "--microbatches", str(batch), "--warmup", str(warm),
+               "--steps", str(steps), *extra]
+        cap = self.budget.cap(cap)
+        if cap < self.a.min_run:
+            self.skip(name, f"budget: {max(0, cap):.0f} s left")
+            return None
+        log = os.path.join(self.work, name + ".log")
+        env = dict(os.environ, LD_LIBRARY_PATH=os.environ.get("RP_PEER_LD_LIBRARY_PATH", ""))
+        status, seconds = run_logged(cmd, env, cap, log)
+        result, detail = None, f"after {seconds:.0f} s (cap {cap:.0f} s): {tail(log)}"
+        if status == "ok":
+            lines = [l for l in open(log) if l.startswith("{")]
+            if lines:
+                result = json.loads(lines[-1])
+                detail = f"{result['tokens_per_s']:.1f} tokens/s ({result['peer']})"
+            else:
+                status = "failed"
+        if status != "ok":
+            self.log.write(f"--- {name} log tail\n{tail(log, 30)}\n")
+        gpu_report.step(self.out, name, status, seconds, shlex.join(cmd), detail)
+        self.note(f"{name}: {status} in {seconds:.0f} s {detail}")
+        return result
+
+    def ladder(self, system, card_gib):
+        """Bisection over lengths in multiples of `grain`: the longest that ran within the card, and why not more."""
+        a = self.a
+        lo, hi, why = None, None, "not tried"
+        limit = round(card_gib * 2**30 / 1e9 - a.reserve_gb, 2)  # that card's free memory less our reserve
+        card_mb = card_gib * 2**30 / 1e6
+        grain = a.ladder_grain
+        deadline = time.monotonic() + a.ladder_cap
+        s = a.ladder_start
+        rows = a.workers + 1
+        while True:
+            left = min(deadline - time.monotonic(), self.budget.cap(a.ladder_cap))
+            if left < a.min_run:
+                why = f"{why}; ladder stopped: its cap or the budget"
+                break
+            name = f"ladder-{system}-{s}"
+            if system == "ours":
+                r = self.ours(name, s, rows, 2, 1, left, sets=("pipeline.recompute=layer",
+                                                             f"pipeline.memory_limit_gb={limit}"))
+            else:
+                r = self.peer(name, s, rows, 1, 1, left, extra=("--memory-gib", str(card_gib),
+                                                                "--recompute-grain", "layer"))
+            fits = r is not None and (r.get("peak_gpu_mb") is None or a.dry_run or r["peak_gpu_mb"] <= card_mb)
+            if fits:
+                lo, why = s, f"{s} fits"
+            else:
+                hi, why = s, f"{s} does not fit" if r is not None else f"{s} failed or ran out of time"
+            if hi is None:
+                nxt = min(s * 2, a.seq_max)
+            elif lo is None:
+                nxt = max(grain, (hi // 2) // grain * grain)
+            else:
+                nxt = (lo + hi) // 2 // grain * grain
+            if nxt in (lo, hi) or nxt == s or (hi is None and s >= a.seq_max):
+                break
+            s = nxt
+        return lo, hi, why
+
+    def run(self):
+        a = self.a
+        fpt = flops_per_token(a.model, a.seq)
+        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True).stdout.strip().splitlines() if not a.dry_run else []
+        peak = a.peak_tflops or next((p for key, p in PEAK_TFLOPS if gpu and key in gpu[0]), 0)
+        shape = f"{os.path.basename(a.model)}, {a.batch} x {a.seq} tokens in {a.batch} microbatches, bf16, " \
+                f"{a.workers} worker(s)"
+        self.note(f"shape: {shape}; dense bf16 peak {peak or '?'} TFLOPS per GPU; budget {a.budget} s")
+        steps, warm = a.steps, a.warmup
+        host = self.ours("G1-host-sync", a.seq, a.batch, steps, warm, a.run_cap, sets=("optim.mode=sync",))
+        resident = self.ours("G1-no-upload-sync", a.seq, a.batch, steps, warm, a.run_cap, sets=("optim.mode=sync",),
+                             env_extra={"RP_BENCH_NO_UPLOADS": "1"})
+        commands = lambda: {s["name"]: s["command"] for s in gpu_report.load(self.out)["steps"]}
+        if host and resident:
+            gpu_report.figure(self.out, "G1", "host-resident / no-upload tokens/s (sync)",
+                              host["tokens_per_s"] / resident["tokens_per_s"], "ratio", commands()["G1-host-sync"],
+                              f"{host['tokens_per_s']:.0f} vs {resident['tokens_per_s']:.0f} tokens/s; {shape}")
+        asynchronous = self.ours("G2-ours-async", a.seq, a.batch, steps, warm, a.run_cap, sets=("optim.mode=async",))
+        reference = self.peer("G2-peer", a.seq, a.batch, warm, steps - warm, a.peer_cap)
+        for name, r in (("G1-host-sync", host), ("G1-no-upload-sync", resident), ("G2-ours-async", asynchronous)):
+            if r and peak:
+                tflops = r["tokens_per_s"] * fpt / a.workers / 1e12
+                gpu_report.figure(self.out, "G3", f"MFU of {name}", tflops / peak, "fraction of peak",
+                                  commands()[name], f"{tflops:.1f} TFLOPS per GPU of {peak}; "
+                                  f"{fpt / 1e9:.2f} GFLOP per token")
+        if reference:
+            for name, r in (("G1-host-sync", host), ("G2-ours-async", asynchronous)):
+                if r:
+                    gpu_report.figure(self.out, "G2", f"{name} / peer tokens/s",
+                                      r["tokens_per_s"] / reference["tokens_per_s"], "ratio", commands()[name],
+                                      f"{r['tokens_per_s']:.0f} vs {reference['tokens_per_s']:.0f} tokens/s "
+                                      f"({reference['peer']}, peak {reference['peak_gpu_mb']:.0f} MB); {shape}")
+        for system in ("ours", "peer"):
+            if system == "peer" and a.dry_run:
+                self.skip("ladder-peer", "dry run: the reference library computes on CUDA only")
+                continue
+            lo, hi, why = self.ladder(system, a.card_gib)
+            gpu_report.figure(self.out, "G2-max-seq", f"{system}: longest sequence within {a.card_gib} GiB",
+                              lo if lo is not None else "-", "tokens", "see the ladder-* steps",
+                              f"fits: {lo}; first not fitting: {hi}; {why}")
+
+
+def gpu_count():
+    listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout
+    return sum(1 for line in listing.splitlines() if line.startswith("GPU "))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--out", required=True, help="where results.json is (scripts/gpu_report.py init made it)")
+    ap.add_argument("--budget", type=float, required=True, help="seconds for everything")
+    ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument("--python", default=sys.executable, help="the python that runs the peer")
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--seq", type=int, default=None)
+    ap.add_argument("--batch", type=int, default=None)
+    ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--peak-tflops", type=float, default=0)
+    ap.add_argument("--run-cap", type=float, default=None, help="seconds per run of ours")
+    ap.add_argument("--peer-cap", type=float, default=240)
+    ap.add_argument("--min-run", type=float, default=None, help="a run with less time left is skipped")
+    ap.add_argument("--card-gib", type=float, default=24, help="the card of the longest-sequence ladder (RTX 4090)")
+    ap.add_argument("--reserve-gb", type=float, default=2.0, help="our pipeline.memory_reserve_gb default")
+    ap.add_argument("--ladder-cap", type=float, default=None, help="seconds per system's ladder")
+    ap.add_argument("--ladder-start", type=int, default=None)
+    ap.add_argument("--ladder-grain", type=int, default=None)
+    ap.add_argument("--seq-max", type=int, default=None)
+    a = ap.parse_args()
+    dry = a.dry_run
+    defaults = dict(model=f"{ROOT}/configs/builtin-tiny" if dry else f"{ROOT}/benchmarks/configs/qwen3-1.7b",
+                    seq=64 if dry else 4096, batch=4 if dry else 8, steps=4 if dry else 5,
+                    workers=2 if dry else max(1, gpu_count()),
+                    run_cap=150, min_run=5 if dry else 30, ladder_cap=60 if dry else 120,
+                    ladder_start=128 if dry else 16384, ladder_grain=64 if dry else 2048,
+                    seq_max=512 if dry else 131072)
+    for key, value in defaults.items():
+        if getattr(a, key) is None:
+            setattr(a, key, value)
+    a.backend = "cpu" if dry else "cuda"
+    Bench(a).run()
+
+
+if __name__ == "__main__":
+    main()

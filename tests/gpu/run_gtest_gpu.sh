@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The GPU tier's MPI cases: runs `mpiexec <args>` (a gtest binary under mpiexec, cases selected by name) with
+# RP_REQUIRE_FIXTURES=1 and RP_GOLDEN_DIR passed to every rank, and fails unless at least one case ran and
+# none skipped: on a GPU machine a wrapper that selects cases by name must never pass by testing nothing.
+# Usage: run_gtest_gpu.sh <mpiexec> [mpiexec args and the binary's...]   (stdout: the job's output)
+set -uo pipefail
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+mpiexec="$1"; shift
+RP_REQUIRE_FIXTURES=1 "$mpiexec" -x RP_REQUIRE_FIXTURES -x RP_GOLDEN_DIR -x RP_TEST_SETS "$@" 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+((rc == 0)) || exit "$rc"
+ran=$(grep -c '^\[       OK \]' "$log" || true)
+if grep -q '^\[  SKIPPED \]' "$log"; then echo "FAIL: a case skipped on a GPU machine"; exit 1; fi
+if ((ran == 0)); then echo "FAIL: no test case ran"; exit 1; fi
+echo "ok: $ran case result(s), none skipped"
