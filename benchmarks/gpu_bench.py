@@ -90,6 +90,15 @@ class Bench:
         self.log.write(text + "\n")
         self.log.flush()
 
+    def keep_log(self, name, log, lines=80):
+        """Each run's log (its last lines) into bench-log.txt: the machine and its /tmp go back after the call."""
+        try:
+            text = open(log, errors="replace").read().splitlines()[-lines:]
+        except OSError:
+            text = ["(no log)"]
+        self.log.write(f"--- {name}\n" + "\n".join(text) + "\n")
+        self.log.flush()
+
     def skip(self, name, reason):
         gpu_report.step(self.out, name, "skipped", 0, "", reason)
         self.note(f"{name}: skipped ({reason})")
@@ -107,7 +116,7 @@ class Bench:
             "--set", "model.dtype=bfloat16", "--set", f"data.path={self.data}", "--set", f"train.seq_len={seq}",
             "--set", f"train.global_batch={batch}", "--set", f"train.microbatches={batch}",
             "--set", f"train.max_steps={steps}", "--set", f"pipeline.backend={self.a.backend}",
-            "--set", "checkpoint.every=0", "--set", f"output.dir={out}"]
+            "--set", "checkpoint.every=0", "--set", "checkpoint.at_end=false", "--set", f"output.dir={out}"]
         for s in sets:
             cmd += ["--set", s]
         env = dict(os.environ, **(env_extra or {}))
@@ -119,9 +128,13 @@ class Bench:
             return None
         log = os.path.join(self.work, name + ".log")
         status, seconds = run_logged(cmd, env, cap, log)
+        self.keep_log(name, log)
         result, detail = None, ""
-        if status == "ok":
+        # A run stopped by its cap after its steps were measured still measured them (the steps' own records).
+        rows = []
+        if os.path.exists(os.path.join(out, "metrics.jsonl")):
             rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if l.strip()]
+        if status == "ok" or len(rows) > warm:
             counted = rows[warm:] or rows
             result = {"tokens_per_s": sum(r["tokens_per_s"] for r in counted) / len(counted), "peak_gpu_mb": None}
             try:
@@ -130,9 +143,10 @@ class Bench:
             except (OSError, KeyError, ValueError):
                 pass
             detail = f"{result['tokens_per_s']:.1f} tokens/s over steps {warm + 1}-{len(rows)}"
+            if status != "ok":
+                detail += f" (then stopped by its {cap:.0f} s cap)"
         else:
             detail = f"after {seconds:.0f} s (cap {cap:.0f} s): {tail(log)}"
-            self.log.write(f"--- {name} log tail\n{tail(log, 30)}\n")
         gpu_report.step(self.out, name, status, seconds, shown.strip(), detail)
         self.note(f"{name}: {status} in {seconds:.0f} s {detail}")
         return result
@@ -151,6 +165,7 @@ class Bench:
         log = os.path.join(self.work, name + ".log")
         env = dict(os.environ, LD_LIBRARY_PATH=os.environ.get("RP_PEER_LD_LIBRARY_PATH", ""))
         status, seconds = run_logged(cmd, env, cap, log)
+        self.keep_log(name, log)
         result, detail = None, f"after {seconds:.0f} s (cap {cap:.0f} s): {tail(log)}"
         if status == "ok":
             lines = [l for l in open(log) if l.startswith("{")]
@@ -159,8 +174,6 @@ class Bench:
                 detail = f"{result['tokens_per_s']:.1f} tokens/s ({result['peer']})"
             else:
                 status = "failed"
-        if status != "ok":
-            self.log.write(f"--- {name} log tail\n{tail(log, 30)}\n")
         gpu_report.step(self.out, name, status, seconds, shlex.join(cmd), detail)
         self.note(f"{name}: {status} in {seconds:.0f} s {detail}")
         return result
@@ -203,6 +216,17 @@ class Bench:
             s = nxt
         return lo, hi, why
 
+    def remember(self, name, result):
+        """Measured runs outlive the call in --state (the bench part compares with what build+tests measured)."""
+        state = json.load(open(self.a.state)) if os.path.exists(self.a.state) else {}
+        state[name] = result
+        with open(self.a.state, "w") as f:
+            json.dump(state, f)
+
+    def recall(self, name):
+        state = json.load(open(self.a.state)) if os.path.exists(self.a.state) else {}
+        return state.get(name)
+
     def run(self):
         a = self.a
         fpt = flops_per_token(a.model, a.seq)
@@ -211,39 +235,51 @@ class Bench:
         peak = a.peak_tflops or next((p for key, p in PEAK_TFLOPS if gpu and key in gpu[0]), 0)
         shape = f"{os.path.basename(a.model)}, {a.batch} x {a.seq} tokens in {a.batch} microbatches, bf16, " \
                 f"{a.workers} worker(s)"
-        self.note(f"shape: {shape}; dense bf16 peak {peak or '?'} TFLOPS per GPU; budget {a.budget} s")
-        steps, warm = a.steps, a.warmup
-        host = self.ours("G1-host-sync", a.seq, a.batch, steps, warm, a.run_cap, sets=("optim.mode=sync",))
-        resident = self.ours("G1-no-upload-sync", a.seq, a.batch, steps, warm, a.run_cap, sets=("optim.mode=sync",),
-                             env_extra={"RP_BENCH_NO_UPLOADS": "1"})
+        self.note(f"figures {a.figures}; shape: {shape}; dense bf16 peak {peak or '?'} TFLOPS per GPU; "
+                  f"budget {a.budget} s")
         commands = lambda: {s["name"]: s["command"] for s in gpu_report.load(self.out)["steps"]}
-        if host and resident:
-            gpu_report.figure(self.out, "G1", "host-resident / no-upload tokens/s (sync)",
-                              host["tokens_per_s"] / resident["tokens_per_s"], "ratio", commands()["G1-host-sync"],
-                              f"{host['tokens_per_s']:.0f} vs {resident['tokens_per_s']:.0f} tokens/s; {shape}")
-        asynchronous = self.ours("G2-ours-async", a.seq, a.batch, steps, warm, a.run_cap, sets=("optim.mode=async",))
-        reference = self.peer("G2-peer", a.seq, a.batch, warm, steps - warm, a.peer_cap)
-        for name, r in (("G1-host-sync", host), ("G1-no-upload-sync", resident), ("G2-ours-async", asynchronous)):
+
+        def mfu(name, r):
             if r and peak:
                 tflops = r["tokens_per_s"] * fpt / a.workers / 1e12
                 gpu_report.figure(self.out, "G3", f"MFU of {name}", tflops / peak, "fraction of peak",
                                   commands()[name], f"{tflops:.1f} TFLOPS per GPU of {peak}; "
                                   f"{fpt / 1e9:.2f} GFLOP per token")
-        if reference:
-            for name, r in (("G1-host-sync", host), ("G2-ours-async", asynchronous)):
-                if r:
-                    gpu_report.figure(self.out, "G2", f"{name} / peer tokens/s",
-                                      r["tokens_per_s"] / reference["tokens_per_s"], "ratio", commands()[name],
-                                      f"{r['tokens_per_s']:.0f} vs {reference['tokens_per_s']:.0f} tokens/s "
-                                      f"({reference['peer']}, peak {reference['peak_gpu_mb']:.0f} MB); {shape}")
-        for system in ("ours", "peer"):
-            if system == "peer" and a.dry_run:
-                self.skip("ladder-peer", "dry run: the reference library computes on CUDA only")
-                continue
-            lo, hi, why = self.ladder(system, a.card_gib)
-            gpu_report.figure(self.out, "G2-max-seq", f"{system}: longest sequence within {a.card_gib} GiB",
-                              lo if lo is not None else "-", "tokens", "see the ladder-* steps",
-                              f"fits: {lo}; first not fitting: {hi}; {why}")
+
+        if "g1" in a.figures:
+            host = self.ours("G1-host-sync", a.seq, a.batch, a.steps, a.warmup, a.run_cap, sets=("optim.mode=sync",))
+            resident = self.ours("G1-no-upload-sync", a.seq, a.batch, a.steps, a.warmup, a.run_cap,
+                                 sets=("optim.mode=sync",), env_extra={"RP_BENCH_NO_UPLOADS": "1"})
+            if host and resident:
+                gpu_report.figure(self.out, "G1", "host-resident / no-upload tokens/s (sync)",
+                                  host["tokens_per_s"] / resident["tokens_per_s"], "ratio",
+                                  commands()["G1-host-sync"],
+                                  f"{host['tokens_per_s']:.0f} vs {resident['tokens_per_s']:.0f} tokens/s; {shape}")
+            mfu("G1-host-sync", host)
+            mfu("G1-no-upload-sync", resident)
+            self.remember("G1-host-sync", host)
+        if "g2" in a.figures:
+            host = self.recall("G1-host-sync")
+            asynchronous = self.ours("G2-ours-async", a.seq, a.batch, a.steps, a.warmup, a.run_cap,
+                                     sets=("optim.mode=async",))
+            mfu("G2-ours-async", asynchronous)
+            reference = self.peer("G2-peer", a.seq, a.batch, a.warmup, a.steps - a.warmup, a.peer_cap)
+            if reference:
+                for name, r in (("G1-host-sync (the build+tests part)", host), ("G2-ours-async", asynchronous)):
+                    if r:
+                        gpu_report.figure(self.out, "G2", f"{name} / peer tokens/s",
+                                          r["tokens_per_s"] / reference["tokens_per_s"], "ratio",
+                                          commands().get(name, "see the build+tests part"),
+                                          f"{r['tokens_per_s']:.0f} vs {reference['tokens_per_s']:.0f} tokens/s "
+                                          f"({reference['peer']}, peak {reference['peak_gpu_mb']:.0f} MB); {shape}")
+            for system in ("ours", "peer"):
+                if system == "peer" and a.dry_run:
+                    self.skip("ladder-peer", "dry run: the reference library computes on CUDA only")
+                    continue
+                lo, hi, why = self.ladder(system, a.card_gib)
+                gpu_report.figure(self.out, "G2-max-seq", f"{system}: longest sequence within {a.card_gib} GiB",
+                                  lo if lo is not None else "-", "tokens", "see the ladder-* steps",
+                                  f"fits: {lo}; first not fitting: {hi}; {why}")
 
 
 def gpu_count():
@@ -257,6 +293,9 @@ def main():
     ap.add_argument("--out", required=True, help="where results.json is (scripts/gpu_report.py init made it)")
     ap.add_argument("--budget", type=float, required=True, help="seconds for everything")
     ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument("--figures", default="g1,g2", help="g1: G1 and its G3; g2: G2 (async, the peer), its G3, "
+                    "the ladder")
+    ap.add_argument("--state", default=None, help="measured runs kept between the parts [<out>/../bench-state.json]")
     ap.add_argument("--python", default=sys.executable, help="the python that runs the peer")
     ap.add_argument("--model", default=None)
     ap.add_argument("--seq", type=int, default=None)
@@ -279,13 +318,14 @@ def main():
     defaults = dict(model=f"{ROOT}/configs/builtin-tiny" if dry else f"{ROOT}/benchmarks/configs/qwen3-1.7b",
                     seq=64 if dry else 4096, batch=4 if dry else 8, steps=4 if dry else 5,
                     workers=2 if dry else max(1, gpu_count()),
-                    run_cap=150, min_run=5 if dry else 30, ladder_cap=60 if dry else 120,
+                    run_cap=60 if dry else 180, min_run=5 if dry else 30, ladder_cap=60 if dry else 120,
                     ladder_start=128 if dry else 16384, ladder_grain=64 if dry else 2048,
                     seq_max=512 if dry else 131072)
     for key, value in defaults.items():
         if getattr(a, key) is None:
             setattr(a, key, value)
     a.backend = "cpu" if dry else "cuda"
+    a.state = a.state or os.path.join(a.build, "gpu-bench-state.json")
     Bench(a).run()
 
 

@@ -52,7 +52,7 @@ def main():
     config = AutoConfig.from_pretrained(a.config)
     config.use_cache = False
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.bfloat16, attn_implementation="sdpa")
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16, attn_implementation="sdpa")
     if a.lora_rank > 0:
         import peft
 

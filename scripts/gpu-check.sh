@@ -4,9 +4,10 @@
 # and $OUT/results.md (scripts/gpu_report.py); the logs go to $OUT/log.txt (and the bench's to bench-log.txt).
 #   --part build+tests  unpack the carry, build what the GPU tier runs against this machine's PyTorch for its GPU
 #                       (Ninja, -j$(nproc), unity, PCH), prepare the peer (its wheels, its JIT-built CPU Adam, in the
-#                       background), run `ctest -L gpu`: on a GPU machine a skipped test is a failure.
-#   --part bench        benchmarks/gpu_bench.py: G1, G2 (sync and async against roundpipe 0.1.1), G3 and the
-#                       longest-sequence ladder in the time left (builds first where the build is missing).
+#                       background), run the GPU tier (`ctest -L '^gpu$'`: on a GPU machine a skipped test is a
+#                       failure) and unit.LinkOrder, then benchmarks/gpu_bench.py's G1 and its G3 in the time left.
+#   --part bench        benchmarks/gpu_bench.py's G2 (async against roundpipe 0.1.1, and G1's sync run), its G3 and
+#                       the longest-sequence ladder in the time left (builds first where the build is missing).
 #   --budget S          seconds the part may take in all [480]; each step gets what is left, less a margin.
 #   --dry-run           (or RP_GPU_DRY_RUN=1) the same plan on the CPU backend and tiny shapes, on any machine:
 #                       the build step builds the same targets, the GPU tests skip themselves, the benchmarks run
@@ -148,7 +149,7 @@ else
 fi
 
 # Build only what the parts run, for this machine's GPU architecture.
-targets=(roundpipe_train test_gpu_device test_cuda_worker test_cuda_marks test_gpu_pipeline test_pipeline)
+targets=(roundpipe_train test_gpu_device test_cuda_worker test_cuda_marks test_gpu_pipeline test_pipeline test_link_order)
 build_step() {
   if [[ ! -f "$build/CMakeCache.txt" ]]; then
     local archs
@@ -171,6 +172,14 @@ peer_prepare() {
   "$python" -m pip install -q --no-index --no-deps --no-compile --target "$peer_site" "$unpacked"/wheels/*.whl &&
     PYTHONPATH="$peer_site${PYTHONPATH:+:$PYTHONPATH}" "$python" -c \
       "from roundpipe.optim.optim_builder import load_optim_function; load_optim_function('adam')"
+}
+
+# bench_step <figures>: benchmarks/gpu_bench.py in the time left.
+bench_step() {
+  local dryFlag=()
+  [[ "$dry" == 1 ]] && dryFlag=(--dry-run)
+  step "bench-$1" $(( $(left) - 10 )) python3 "$root/benchmarks/gpu_bench.py" --build "$build" --out "$out" \
+    --budget $(( $(left) - 25 )) --figures "$1" --python "$python" "${dryFlag[@]}"
 }
 
 if [[ "$part" == build+tests ]]; then
@@ -209,10 +218,14 @@ if [[ "$part" == build+tests ]]; then
       record tests-summary "$( ((rc == 0)) && echo ok || echo failed)" 0 "" "$summary"
     fi
   fi
+  # Which libstdc++ answers std::filesystem in a LibTorch program on this machine (Note [One libstdc++]).
+  step link-order 60 ctest --test-dir "$build" -R '^unit\.LinkOrder\.' --output-on-failure --no-tests=error
   if [[ -n "$peer_pid" ]]; then
     if wait "$peer_pid"; then record peer-prepare ok $((SECONDS - t_peer)) "peer_prepare" "wheels installed, CPU Adam built"
     else record peer-prepare failed $((SECONDS - t_peer)) "peer_prepare" "$(tail -3 "$build/peer-prepare.log" | tr '\n|' ' /')"; fi
   fi
+  # G1 and its G3 in the time left (the bench part takes G2 and the ladder).
+  if ((built == 0)); then bench_step g1; fi
 else
   [[ -x "$build/src/cli/roundpipe_train" ]] || build_step || { python3 "$report" render "$out"; exit 1; }
   if [[ "$dry" != 1 && ! -d "$peer_site/roundpipe" ]]; then
@@ -221,9 +234,7 @@ else
     step peer-prepare 180 bash -c peer_prepare
   fi
   export PYTHONPATH="$peer_site${PYTHONPATH:+:$PYTHONPATH}"
-  dryFlag=(); [[ "$dry" == 1 ]] && dryFlag=(--dry-run)
-  step bench $(( $(left) - 10 )) python3 "$root/benchmarks/gpu_bench.py" --build "$build" --out "$out" \
-    --budget $(( $(left) - 25 )) --python "$python" "${dryFlag[@]}"
+  bench_step g2
 fi
 python3 "$report" render "$out"
 say "done in $SECONDS s: $failures step(s) failed; $out/results.md"

@@ -240,6 +240,7 @@ RunConfig buildRunConfig(Values v) {
   if (c.checkpoint.dir.empty()) c.checkpoint.dir = (std::filesystem::path(c.output.dir) / "checkpoints").string();
   c.checkpoint.every = atLeast(v, "checkpoint.every", 0);
   c.checkpoint.keep = atLeast(v, "checkpoint.keep", 0);
+  c.checkpoint.atEnd = v.getBool("checkpoint.at_end");
   c.checkpoint.stopOnError = oneOf(v, "checkpoint.on_error", {"stop", "continue"}) == "stop";
   c.checkpoint.async = v.getBool("checkpoint.async");
   c.checkpoint.resume = v.getString("checkpoint.resume");

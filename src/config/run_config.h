@@ -100,6 +100,7 @@ struct RunConfig {
   struct Checkpoint {
     std::string dir;  // defaults to <output.dir>/checkpoints
     std::int64_t every, keep;
+    bool atEnd;        // at_end: save the last step when the run ends
     bool stopOnError;  // on_error = "stop" (else "continue")
     bool async;
     std::string resume;  // "" | "latest" | a checkpoint name or directory

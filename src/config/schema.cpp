@@ -116,7 +116,9 @@ const std::vector<KeySpec>& runSchema() {
       {"output.sample_top_p", Type::kFloat, 1.0, "nucleus (top-p) of the sample, when the temperature is > 0"},
 
       {"checkpoint.dir", Type::kString, S(""), "where checkpoints go (default: <output.dir>/checkpoints)"},
-      {"checkpoint.every", Type::kInt, I(0), "save every N steps (0 = only when SIGTERM or SIGUSR1 arrives)"},
+      {"checkpoint.every", Type::kInt, I(0), "save every N steps (0 = at the end, and when SIGTERM or SIGUSR1 arrives)"},
+      {"checkpoint.at_end", Type::kBool, true,
+       "save the last step when the run ends (false: benchmarks and throwaway runs; a signal still saves)"},
       {"checkpoint.keep", Type::kInt, I(3), "complete checkpoints to keep (0 = all)"},
       {"checkpoint.on_error", Type::kString, S("stop"), "a failed save: \"stop\" the run or \"continue\" without it"},
       {"checkpoint.async", Type::kBool, true, "write checkpoints on a background thread from a staged copy"},

@@ -135,8 +135,9 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
   // A run that ended early (train.epochs) is evaluated where it ended; a preempted one is not.
   if (result.outcome == Outcome::kCompleted && steps > executor.startStep() && evaluated != steps) evaluate(steps);
   report();
-  // The last step is always saved: it is what roundpipe_export and a later --resume start from.
-  if (steps > saved) save(steps);
+  // The last step is saved (checkpoint.at_end): it is what roundpipe_export and a later --resume start from. A
+  // preempted run saves whatever that says: the signal asked for it.
+  if (steps > saved && (c.checkpoint.atEnd || result.outcome == Outcome::kPreempted)) save(steps);
   if (saver) saver->finish();
   executor.finish();
   if (reports) {

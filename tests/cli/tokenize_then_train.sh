@@ -35,6 +35,14 @@ TOML
 "$bin/roundpipe_train" --config "$work/run.toml" 2>&1 | tee "$work/train.txt"
 lines=$(wc -l <"$work/out/metrics.jsonl")
 [[ "$lines" -eq 3 ]] || { echo "expected 3 metrics records, got $lines"; exit 1; }
+# The last step is saved when the run ends, unless checkpoint.at_end = false (benchmarks).
+ls -d "$work"/out/checkpoints/step-* >/dev/null 2>&1 || { echo "no checkpoint of the last step"; exit 1; }
+"$bin/roundpipe_train" --config "$work/run.toml" --set output.dir="$work/out-no-save" --set checkpoint.at_end=false \
+  >/dev/null 2>&1 || { echo "checkpoint.at_end = false: the run failed"; exit 1; }
+[[ $(wc -l <"$work/out-no-save/metrics.jsonl") -eq 3 ]] || { echo "checkpoint.at_end = false: not 3 steps"; exit 1; }
+if ls -d "$work"/out-no-save/checkpoints/step-* >/dev/null 2>&1; then
+  echo "checkpoint.at_end = false saved a checkpoint"; exit 1
+fi
 
 set +e
 out=$("$bin/roundpipe_train" --config "$work/run.toml" --set train.seqlen=4 2>&1)

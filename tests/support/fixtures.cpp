@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include <ftw.h>
 #include <unistd.h>
 
 #include "common/env.h"
@@ -16,6 +17,20 @@ namespace {
 
 std::mutex gMutex;
 std::vector<fs::path> gScratch;  // guarded by gMutex
+
+// Note [Scratch removal without std::filesystem]: on a GPU machine (torch 2.11 wheel, 2026-11-26) every test
+// binary that removed its scratch directories at exit died in a std::filesystem::remove_all that ran the torch
+// wheel's statically linked copy (the crash report named libtorch.so), after all its tests had passed. The
+// removal is done with libc alone (nftw, depth first, no symlinks followed), so whichever libstdc++ answers
+// std::filesystem, the exit path does not depend on it.
+int removeEntry(const char* path, const struct stat*, int, struct FTW*) {
+  std::remove(path);  // best effort: what cannot go stays, and ends no walk
+  return 0;
+}
+
+void removeTree(const std::string& dir) {
+  ::nftw(dir.c_str(), removeEntry, 16, FTW_DEPTH | FTW_PHYS);
+}
 
 class ScratchCleaner : public ::testing::EmptyTestEventListener {
   void OnTestProgramEnd(const ::testing::UnitTest& unitTest) override { removeScratch(unitTest.Passed()); }
@@ -51,7 +66,7 @@ std::string scratchDir() {
   // must not share a checkpoint directory.
   name += "-" + std::to_string(::getpid());
   const fs::path dir = fs::temp_directory_path() / name;
-  fs::remove_all(dir);
+  removeTree(dir.string());
   fs::create_directories(dir);
   static const bool listening = [] {
     ::testing::UnitTest::GetInstance()->listeners().Append(new ScratchCleaner);
@@ -70,10 +85,9 @@ void removeAfterTests(const std::string& dir) {
 void removeScratch(bool passed) {
   std::lock_guard<std::mutex> lock(gMutex);
   for (const auto& dir : gScratch) {
-    std::error_code ignored;
     if (passed) {
-      fs::remove_all(dir, ignored);
-    } else if (fs::exists(dir, ignored)) {
+      removeTree(dir);
+    } else if (::access(dir.c_str(), F_OK) == 0) {
       std::fprintf(stderr, "test output kept for inspection: %s\n", dir.c_str());
     }
   }
