@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -103,6 +104,14 @@ class Bench:
         gpu_report.step(self.out, name, "skipped", 0, "", reason)
         self.note(f"{name}: skipped ({reason})")
 
+    def room(self, name, wanted):
+        """The seconds a run may take (its own cap or what is left of the budget), or None: recorded as skipped."""
+        cap = self.budget.cap(wanted)
+        if cap < self.a.min_run:
+            self.skip(name, f"budget: {max(0, cap):.0f} s left")
+            return None
+        return cap
+
     def launch(self):
         cmd = ["mpirun", "-np", str(self.a.workers), "--bind-to", "none", "--oversubscribe"]
         return cmd + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
@@ -122,9 +131,8 @@ class Bench:
         env = dict(os.environ, **(env_extra or {}))
         env.setdefault("RP_NUM_THREADS", "1" if self.a.dry_run else "0")
         shown = " ".join(f"{k}={v}" for k, v in (env_extra or {}).items()) + " " + shlex.join(cmd)
-        cap = self.budget.cap(cap)
-        if cap < self.a.min_run:
-            self.skip(name, f"budget: {max(0, cap):.0f} s left")
+        cap = self.room(name, cap)
+        if cap is None:
             return None
         log = os.path.join(self.work, name + ".log")
         status, seconds = run_logged(cmd, env, cap, log)
@@ -158,9 +166,8 @@ class Bench:
         cmd = [self.a.python, os.path.join(ROOT, "benchmarks", "peer_roundpipe_ref.py"), "--config", self.a.model,
                "--batch", str(batch), "--seq", str(seq), "--microbatches", str(batch), "--warmup", str(warm),
                "--steps", str(steps), *extra]
-        cap = self.budget.cap(cap)
-        if cap < self.a.min_run:
-            self.skip(name, f"budget: {max(0, cap):.0f} s left")
+        cap = self.room(name, cap)
+        if cap is None:
             return None
         log = os.path.join(self.work, name + ".log")
         env = dict(os.environ, LD_LIBRARY_PATH=os.environ.get("RP_PEER_LD_LIBRARY_PATH", ""))
@@ -326,7 +333,11 @@ def main():
             setattr(a, key, value)
     a.backend = "cpu" if dry else "cuda"
     a.state = a.state or os.path.join(a.build, "gpu-bench-state.json")
-    Bench(a).run()
+    bench = Bench(a)
+    try:
+        bench.run()
+    finally:
+        shutil.rmtree(bench.work, ignore_errors=True)  # the runs' outputs; their logs are in bench-log.txt
 
 
 if __name__ == "__main__":

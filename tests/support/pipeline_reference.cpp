@@ -131,7 +131,10 @@ void expectMatches(const Reference& reference, const PipelineResult& pipeline, T
     ASSERT_GT(moved, 0.0) << name << ": the reference never moved it, so no relative bound applies";
     EXPECT_LE(err / moved, tolerance.update)
         << name << ": |W_pipeline - W_reference| = " << err << " against the reference's movement " << moved;
-    if (err / moved >= worst) worst = err / moved, worstName = name;
+    if (err / moved >= worst) {
+      worst = err / moved;
+      worstName = name;
+    }
   }
   // One line per comparison, so a GPU run shows how much of the tolerance it used.
   std::printf("[ update   ] largest relative update error %.3g (%s), tolerance %.3g\n", worst, worstName.c_str(),
