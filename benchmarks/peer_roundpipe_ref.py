@@ -31,6 +31,34 @@ def emulate_card(card_bytes):
     torch.cuda.mem_get_info = card_free_and_total
 
 
+def adapt_to_transformers(module, model):
+    """roundpipe 0.1.1 was written against transformers 4.x; the GPU machine has 5.x. Two differences reach its
+    Qwen3 wrapper (`module`, one of roundpipe.models.*): the mask builders take `inputs_embeds` (was
+    `input_embeds`) and no `cache_position`, so keywords are renamed and dropped to fit what is installed; and
+    decoder layers no longer carry `attention_type`, so each of `model`'s layers gets its config.layer_types."""
+    import inspect
+
+    layer_types = getattr(model.config, "layer_types", None)
+    for index, layer in enumerate(model.model.layers):
+        if not hasattr(layer, "attention_type"):
+            layer.attention_type = layer_types[index] if layer_types else "full_attention"
+
+    for name in ("create_causal_mask", "create_sliding_window_causal_mask"):
+        build = getattr(module, name, None)
+        if build is None:
+            continue
+        accepted = inspect.signature(build).parameters
+        if "input_embeds" in accepted:
+            continue
+
+        def adapted(*args, _build=build, _accepted=accepted, **kwargs):
+            if "input_embeds" in kwargs:
+                kwargs["inputs_embeds"] = kwargs.pop("input_embeds")
+            return _build(*args, **{k: v for k, v in kwargs.items() if k in _accepted})
+
+        setattr(module, name, adapted)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", required=True, help="directory with a Hugging Face config.json")
@@ -47,6 +75,7 @@ def main():
         emulate_card(a.memory_gib * 2**30)
 
     import roundpipe
+    import roundpipe.models.qwen3
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.from_pretrained(a.config)
@@ -59,6 +88,7 @@ def main():
         model = peft.get_peft_model(
             model, peft.LoraConfig(r=a.lora_rank, lora_alpha=2 * a.lora_rank, target_modules="all-linear")
         ).base_model.model
+    adapt_to_transformers(roundpipe.models.qwen3, model)
     model = roundpipe.wrap_model_to_roundpipe(
         model,
         model_run_config=roundpipe.RoundPipeRunConfig(num_microbatch=a.microbatches, recompute_grain=a.recompute_grain),

@@ -2,7 +2,9 @@
 # The GPU check's carry (scripts/offline-bundle.sh) as a lent GPU machine gets it: built from the cached downloads
 # (the first run downloads ~45 MiB), within its 55 MiB bound and, with the checkout beside it, within the 64 MiB
 # a call carries; its MANIFEST lists what the build needs, none of the system libraries every machine has, the
-# fixtures and golden the GPU tier reads, and the peer's wheels. Usage: gpu_carry.sh <goldens dir>
+# fixtures and golden the GPU tier reads, and the peer's wheels; the peer's Qwen3 wrapper from that wheel, as
+# benchmarks/peer_roundpipe_ref.py adapts it, reproduces this venv's transformers (peer_adapter_check.py).
+# Usage: carry.sh <goldens dir> <venv python>
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 fixtures="${RP_FIXTURES_DIR:-$root/../shared/fixtures}"
@@ -11,7 +13,8 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 RP_GOLDEN_DIR="$1" RP_FIXTURES_DIR="$fixtures" "$root/scripts/offline-bundle.sh" "$work/carry.tar.xz" \
   || { echo "FAIL: scripts/offline-bundle.sh"; exit 1; }
-tar -C "$work" -xJf "$work/carry.tar.xz" ./MANIFEST ./debs/MANIFEST || { echo "FAIL: no MANIFEST in the archive"; exit 1; }
+tar -C "$work" -xJf "$work/carry.tar.xz" ./MANIFEST ./debs/MANIFEST ./wheels \
+  || { echo "FAIL: no MANIFEST or wheels in the archive"; exit 1; }
 checkout=$(git -C "$root" ls-files -z | (cd "$root" && xargs -0 stat -c %s 2>/dev/null) | awk '{s += $1} END {print s}')
 python3 - "$work" "$(stat -c %s "$work/carry.tar.xz")" "$checkout" <<'PY' || exit 1
 import re, sys
@@ -44,3 +47,4 @@ if not errors:
           f"(+ {checkout / 2**20:.1f} MiB of checkout)")
 sys.exit(1 if errors else 0)
 PY
+"$2" "$root/tests/gpu/peer_adapter_check.py" "$work"/wheels/roundpipe-0.1.1-*.whl "$root/benchmarks"

@@ -3,6 +3,7 @@
 // dlsym(RTLD_DEFAULT) searches the program's global scope in the order the dynamic linker binds our own calls.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <link.h>
 #include <torch/torch.h>
 
 #include <string>
@@ -18,6 +19,21 @@ std::string definingLibrary(const char* symbol) {
   return info.dli_fname;
 }
 
+// The program's loaded objects in load order (the global scope's search order), for the failure message: the
+// first H100 machine's GCC 13 build answered from libtorch.so, and which objects came first is what tells why.
+std::string loadOrder() {
+  std::string order;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) {
+        auto& text = *static_cast<std::string*>(out);
+        text += "\n  ";
+        text += (info->dlpi_name != nullptr && info->dlpi_name[0] != '\0') ? info->dlpi_name : "(the program)";
+        return 0;
+      },
+      &order);
+  return order;
+}
+
 TEST(LinkOrder, TheSystemLibstdcxxAnswersWhatTheTorchWheelAlsoExports) {
   // A tensor op keeps LibTorch among the program's libraries even where the linker drops unused ones.
   ASSERT_EQ(torch::ones({2}).sum().item<float>(), 2.0F);
@@ -29,7 +45,8 @@ TEST(LinkOrder, TheSystemLibstdcxxAnswersWhatTheTorchWheelAlsoExports) {
   };
   for (const char* symbol : symbols) {
     const std::string library = definingLibrary(symbol);
-    EXPECT_NE(library.find("libstdc++.so"), std::string::npos) << symbol << " is answered by '" << library << "'";
+    EXPECT_NE(library.find("libstdc++.so"), std::string::npos)
+        << symbol << " is answered by '" << library << "'; the load order:" << loadOrder();
   }
 }
 
