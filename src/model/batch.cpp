@@ -41,7 +41,11 @@ Batch toDevice(const Batch& b, torch::Device device) {
 }
 
 AttentionContext toDevice(const AttentionContext& c, torch::Device device) {
-  return {onDevice(c.cos, device), onDevice(c.sin, device), onDevice(c.mask, device), onDevice(c.windowMask, device)};
+  AttentionContext out = c;
+  out.cos = onDevice(c.cos, device);
+  out.sin = onDevice(c.sin, device);
+  out.documents.cumulative = onDevice(c.documents.cumulative, device);
+  return out;
 }
 
 }  // namespace rp::model

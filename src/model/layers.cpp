@@ -102,17 +102,8 @@ AttentionContext Rotary::context(const Batch& batch, torch::ScalarType dtype) co
   const auto emb = torch::cat({freqs, freqs}, -1);
   ctx.cos = scaling_ == 1.0 ? emb.cos().to(dtype) : (emb.cos() * scaling_).to(dtype);
   ctx.sin = scaling_ == 1.0 ? emb.sin().to(dtype) : (emb.sin() * scaling_).to(dtype);
-  const auto T = batch.inputIds.size(1);
-  const auto causal = torch::ones({T, T}, torch::kBool).tril();
-  if (batch.segmentIds.defined()) {
-    const auto sameSegment = batch.segmentIds.unsqueeze(2) == batch.segmentIds.unsqueeze(1);  // [B, T, T]
-    ctx.mask = sameSegment.logical_and(causal).unsqueeze(1);
-  }
-  if (window_ > 0) {
-    // transformers' sliding_window_overlay: key j is visible from query i when j > i - window.
-    const auto window = causal.logical_and(torch::ones({T, T}, torch::kBool).triu(1 - window_));
-    ctx.windowMask = ctx.mask.defined() ? ctx.mask.logical_and(window) : window.view({1, 1, T, T});
-  }
+  ctx.documents = Documents::of(batch.segmentIds, batch.inputIds.size(0), batch.inputIds.size(1));
+  ctx.window = window_;
   return ctx;
 }
 
@@ -182,33 +173,11 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const AttentionContext&
   const auto sin = ctx.sin.unsqueeze(1);
   q = applyRotary(q, cos, sin);
   k = applyRotary(k, cos, sin);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(headDim_));
-  const bool gqa = numKvHeads_ != numHeads_;
-  const torch::Tensor& mask = sliding_ ? ctx.windowMask : ctx.mask;
-  RP_CHECK(!sliding_ || mask.defined(), "a sliding-window layer needs the context's window mask");
-  torch::Tensor out;
-  if (sinks_.defined()) {
-    out = withSinks(q, k, v, mask, scale);
-  } else if (mask.defined()) {
-    out = at::scaled_dot_product_attention(q, k, v, mask, 0.0, /*is_causal=*/false, scale, gqa);
-  } else {
-    out = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, scale, gqa);
-  }
-  return o_->forward(out.transpose(1, 2).reshape({B, T, numHeads_ * headDim_}));
-}
-
-torch::Tensor Attention::withSinks(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                   const torch::Tensor& mask, double scale) const {
-  const auto B = q.size(0), T = q.size(2);
-  const auto groups = numHeads_ / numKvHeads_;
-  const auto keys = groups == 1 ? k : k.repeat_interleave(groups, 1);
-  const auto values = groups == 1 ? v : v.repeat_interleave(groups, 1);
-  const auto allowed = mask.defined() ? mask : torch::ones({T, T}, torch::kBool).tril().view({1, 1, T, T});
-  const auto scores = (torch::matmul(q, keys.transpose(2, 3)) * scale).masked_fill(allowed.logical_not(), -INFINITY);
-  auto logits = torch::cat({scores, sinks_.view({1, -1, 1, 1}).expand({B, numHeads_, T, 1})}, -1);
-  logits = logits - std::get<0>(logits.max(-1, /*keepdim=*/true));
-  const auto probs = torch::softmax(logits, -1).narrow(-1, 0, T);  // the sink's share attends to nothing
-  return torch::matmul(probs, values);
+  AttendOptions options{.scale = 1.0 / std::sqrt(static_cast<double>(headDim_)),
+                        .window = sliding_ ? ctx.window : 0,
+                        .sinks = sinks_};
+  RP_CHECK(!sliding_ || options.window > 0, "a sliding-window layer needs the context's window");
+  return o_->forward(attend(q, k, v, ctx.documents, options).reshape({B, T, numHeads_ * headDim_}));
 }
 
 Projection* Attention::projection(const std::string& name) const {

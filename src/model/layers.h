@@ -12,6 +12,7 @@
 
 #include <torch/nn/module.h>
 
+#include "model/attention.h"
 #include "model/config.h"
 
 namespace rp::model {
@@ -33,10 +34,10 @@ Batch causalBatch(const torch::Tensor& inputIds);
 
 // Per-microbatch attention inputs shared by every decoder layer.
 struct AttentionContext {
-  torch::Tensor cos;         // [B, T, head_dim]
-  torch::Tensor sin;         // [B, T, head_dim]
-  torch::Tensor mask;        // undefined (plain causal) or bool [B, 1, T, T], true = may attend
-  torch::Tensor windowMask;  // models with sliding-window layers: bool [B or 1, 1, T, T] for those layers
+  torch::Tensor cos;       // [B, T, head_dim]
+  torch::Tensor sin;       // [B, T, head_dim]
+  Documents documents;     // where the packed documents lie: attention stays inside each (no [T, T] mask)
+  std::int64_t window = 0;  // models with sliding-window layers: their window; 0 = none
 };
 
 // How a model's parameters are created: allocated in `dtype` (uninitialised; norms start at one, biases at
@@ -51,7 +52,7 @@ struct ParamOptions {
 torch::Tensor newParameter(at::IntArrayRef sizes, const ParamOptions& options, std::optional<double> fill = {});
 
 // Rotary position embedding frequencies (default, linear, llama3 and yarn scaling as transformers computes
-// them) and the attention masks of a microbatch.
+// them) and the documents and window of a microbatch.
 class Rotary {
  public:
   explicit Rotary(const ModelConfig& config);
@@ -93,9 +94,10 @@ class Projection : public torch::nn::Module {
   std::shared_ptr<LoraAdapter> lora_;
 };
 
-// Grouped-query attention. GPT-OSS: on sliding layers keys come from the last `sliding_window` positions
-// (AttentionContext::windowMask), and each head's softmax also normalises over a learned sink logit, which
-// attends to nothing (computed eagerly, as transformers' eager_attention_forward).
+// Grouped-query attention within each packed document (model/attention.h). GPT-OSS: on sliding layers keys
+// come from the last `sliding_window` positions (AttentionContext::window), and each head's softmax also
+// normalises over a learned sink logit, which attends to nothing (computed eagerly per document, as
+// transformers' eager_attention_forward).
 class Attention : public torch::nn::Module {
  public:
   Attention(const ModelConfig& config, bool sliding, const ParamOptions& options);
@@ -105,9 +107,6 @@ class Attention : public torch::nn::Module {
   Projection* projection(const std::string& name) const;
 
  private:
-  torch::Tensor withSinks(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                          const torch::Tensor& mask, double scale) const;
-
   std::int64_t numHeads_, numKvHeads_, headDim_;
   bool sliding_;
   std::shared_ptr<Projection> q_, k_, v_, o_;

@@ -11,6 +11,7 @@
 #include "model/causal_lm.h"
 #include "model/generate.h"
 #include "model/linear_cross_entropy.h"
+#include "support/sanitizers.h"
 
 namespace rp::model {
 namespace {
@@ -126,19 +127,11 @@ TEST(ModelLayers, StreamedLossEqualsPlainCrossEntropyAndGradients) {
   }
 }
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAddressSanitizer = true;
-#elif defined(__has_feature)
-constexpr bool kAddressSanitizer = __has_feature(address_sanitizer);
-#else
-constexpr bool kAddressSanitizer = false;
-#endif
-
 // Forward and backward of the loss hold one chunk of logits at a time: the resident peak of a streamed
 // loss stays within a few chunks' logits, while one chunk over every token costs the full [tokens, vocab].
 TEST(ModelLayers, StreamedLossPeakIsBoundedByOneChunk) {
   if (!resetResidentPeak()) GTEST_SKIP() << "the kernel does not let this process reset its resident peak";
-  if (kAddressSanitizer) GTEST_SKIP() << "under ASan, freed memory stays resident (quarantine): no peak to measure";
+  if (test::kAddressSanitizer) GTEST_SKIP() << "under ASan, freed memory stays resident (quarantine): no peak to measure";
   torch::manual_seed(11);
   const std::int64_t tokens = 2048, hidden = 64, vocab = 32000, chunk = 128;
   const auto weight = (0.05 * torch::randn({vocab, hidden})).requires_grad_(true);

@@ -1,0 +1,154 @@
+#include "model/attention.h"
+
+#include <cmath>
+#include <limits>
+#include <optional>
+
+#include <torch/torch.h>
+
+#include "common/error.h"
+
+namespace rp::model {
+
+Documents Documents::of(const torch::Tensor& segmentIds, std::int64_t rows, std::int64_t seqLen) {
+  RP_CHECK(rows > 0 && seqLen > 0, "a microbatch of {} x {} tokens", rows, seqLen);
+  Documents d;
+  d.seqLen = seqLen;
+  d.offsets.reserve(static_cast<std::size_t>(rows) + 1);
+  d.offsets.push_back(0);
+  if (segmentIds.defined()) {
+    RP_CHECK(segmentIds.dim() == 2 && segmentIds.size(0) == rows && segmentIds.size(1) == seqLen,
+             "segment ids of shape {} for a {} x {} microbatch", segmentIds.sizes(), rows, seqLen);
+    const auto ids = segmentIds.to(torch::kCPU, torch::kInt64).contiguous();
+    const auto* p = ids.data_ptr<std::int64_t>();
+    for (std::int64_t r = 0; r < rows; ++r) {
+      for (std::int64_t t = 1; t < seqLen; ++t) {
+        if (p[r * seqLen + t] != p[r * seqLen + t - 1]) d.offsets.push_back(r * seqLen + t);
+      }
+      d.offsets.push_back((r + 1) * seqLen);
+    }
+  } else {
+    for (std::int64_t r = 1; r <= rows; ++r) d.offsets.push_back(r * seqLen);
+  }
+  for (std::size_t i = 1; i < d.offsets.size(); ++i) d.longest = std::max(d.longest, d.offsets[i] - d.offsets[i - 1]);
+  RP_CHECK(d.offsets.back() <= std::numeric_limits<std::int32_t>::max(), "{} tokens in one microbatch exceed int32",
+           d.offsets.back());
+  d.cumulative = torch::tensor(std::vector<std::int32_t>(d.offsets.begin(), d.offsets.end()), torch::kInt32);
+  return d;
+}
+
+namespace {
+
+enum class Kernel { kCausal, kVarlenFlash, kPerDocument, kPerDocumentMath };
+
+Kernel kernelFor(const torch::Tensor& q, const Documents& documents, const AttendOptions& o) {
+  if (o.sinks.defined()) return Kernel::kPerDocumentMath;
+  const auto dtype = q.scalar_type();
+  const bool flashable = q.is_cuda() && (dtype == torch::kBFloat16 || dtype == torch::kHalf) && q.size(3) % 8 == 0 &&
+                         q.size(3) <= 256;
+  if (documents.onePerRow() && o.window == 0) return Kernel::kCausal;
+  if (flashable) return Kernel::kVarlenFlash;
+  return o.window > 0 ? Kernel::kPerDocumentMath : Kernel::kPerDocument;
+}
+
+// ATen's variable-length flash kernel (FlashAttention-2; grouped-query heads natively): the tokens flattened to
+// [B*T, heads, D], one causal problem per cu_seqlens interval.
+torch::Tensor varlenFlash(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const Documents& d,
+                          const AttendOptions& o) {
+  const auto B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), Hkv = k.size(1);
+  RP_CHECK(d.cumulative.defined() && d.cumulative.device() == q.device(),
+           "the documents' offsets must be on {} for the varlen kernel (model::toDevice)", q.device().str());
+  const auto flat = [&](const torch::Tensor& x, std::int64_t heads) {
+    return x.transpose(1, 2).reshape({B * T, heads, D});
+  };
+  std::optional<std::int64_t> left, right;
+  if (o.window > 0) {
+    left = o.window - 1;
+    right = 0;
+  }
+  const auto out = std::get<0>(at::_flash_attention_forward(flat(q, H), flat(k, Hkv), flat(v, Hkv), d.cumulative,
+                                                            d.cumulative, d.longest, d.longest, /*dropout_p=*/0.0,
+                                                            /*is_causal=*/true, /*return_debug_mask=*/false, o.scale,
+                                                            left, right));
+  return out.view({B, T, H, D});
+}
+
+// Eager attention of one document ([1, H, L, D] against [1, Hkv, L, D]) with an [L, L] causal (and window)
+// mask and GPT-OSS's sinks, as transformers' eager_attention_forward computes it.
+torch::Tensor documentMath(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                           const AttendOptions& o) {
+  const auto H = q.size(1), L = q.size(2);
+  const auto groups = H / k.size(1);
+  const auto keys = groups == 1 ? k : k.repeat_interleave(groups, 1);
+  const auto values = groups == 1 ? v : v.repeat_interleave(groups, 1);
+  const auto like = torch::TensorOptions().dtype(torch::kBool).device(q.device());
+  auto allowed = torch::ones({L, L}, like).tril();
+  // transformers' sliding_window_overlay: key j is visible from query i when j > i - window.
+  if (o.window > 0 && L > o.window) allowed = allowed.logical_and(torch::ones({L, L}, like).triu(1 - o.window));
+  auto scores = (torch::matmul(q, keys.transpose(2, 3)) * o.scale).masked_fill(allowed.logical_not(), -INFINITY);
+  if (!o.sinks.defined()) return torch::matmul(torch::softmax(scores, -1), values);
+  auto logits = torch::cat({scores, o.sinks.view({1, -1, 1, 1}).expand({1, H, L, 1}).to(scores.scalar_type())}, -1);
+  logits = logits - std::get<0>(logits.max(-1, /*keepdim=*/true));
+  const auto probs = torch::softmax(logits, -1).narrow(-1, 0, L);  // the sink's share attends to nothing
+  return torch::matmul(probs, values);
+}
+
+// One call per document: causal SDPA (a flash kernel where the backend has one) or documentMath.
+torch::Tensor perDocument(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const Documents& d,
+                          const AttendOptions& o, bool math) {
+  const auto T = q.size(2);
+  const bool gqa = q.size(1) != k.size(1);
+  std::vector<torch::Tensor> rows, parts;
+  for (std::size_t i = 0; i + 1 < d.offsets.size(); ++i) {
+    const auto row = d.offsets[i] / T, start = d.offsets[i] % T, length = d.offsets[i + 1] - d.offsets[i];
+    const auto slice = [&](const torch::Tensor& x) { return x.narrow(0, row, 1).narrow(2, start, length); };
+    parts.push_back(math ? documentMath(slice(q), slice(k), slice(v), o)
+                         : at::scaled_dot_product_attention(slice(q), slice(k), slice(v), {}, 0.0, /*is_causal=*/true,
+                                                            o.scale, gqa));
+    if (start + length == T) {
+      rows.push_back(parts.size() == 1 ? parts.front() : torch::cat(parts, 2));
+      parts.clear();
+    }
+  }
+  return (rows.size() == 1 ? rows.front() : torch::cat(rows, 0)).transpose(1, 2);
+}
+
+}  // namespace
+
+torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const Documents& documents,
+                     const AttendOptions& options) {
+  RP_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && q.size(1) % k.size(1) == 0,
+           "attend: q [B, H, T, D] and k, v [B, Hkv, T, D] with H a multiple of Hkv; got {}, {}, {}", q.sizes(),
+           k.sizes(), v.sizes());
+  RP_CHECK(documents.offsets.size() >= 2 && documents.offsets.back() == q.size(0) * q.size(2),
+           "attend: documents cover {} tokens, the microbatch has {}", documents.offsets.back(), q.size(0) * q.size(2));
+  switch (kernelFor(q, documents, options)) {
+    case Kernel::kCausal:
+      return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, options.scale,
+                                              q.size(1) != k.size(1))
+          .transpose(1, 2);
+    case Kernel::kVarlenFlash:
+      return varlenFlash(q, k, v, documents, options);
+    case Kernel::kPerDocument:
+      return perDocument(q, k, v, documents, options, /*math=*/false);
+    case Kernel::kPerDocumentMath:
+      return perDocument(q, k, v, documents, options, /*math=*/true);
+  }
+  RP_THROW(InternalError, "attend: unknown kernel");
+}
+
+const char* attentionKernel(const torch::Tensor& q, const Documents& documents, const AttendOptions& options) {
+  switch (kernelFor(q, documents, options)) {
+    case Kernel::kCausal:
+      return "causal";
+    case Kernel::kVarlenFlash:
+      return "varlen_flash";
+    case Kernel::kPerDocument:
+      return "per_document";
+    case Kernel::kPerDocumentMath:
+      return "per_document_math";
+  }
+  return "unknown";
+}
+
+}  // namespace rp::model

@@ -1,0 +1,135 @@
+// Attention over packed documents (model/attention.h) against the dense reference it replaces: a [B, 1, T, T]
+// mask of "same document and causal" (and the sliding window, and GPT-OSS's sinks, as transformers'
+// eager_attention_forward computes them), built here and nowhere in the library.
+#include <cmath>
+#include <random>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "common/resident_memory.h"
+#include "model/attention.h"
+#include "model/causal_lm.h"
+#include "support/attention_reference.h"
+#include "support/sanitizers.h"
+
+namespace rp::model {
+namespace {
+
+using test::denseAttention;
+using test::segments;
+
+
+struct Case {
+  const char* name;
+  std::vector<std::vector<std::int64_t>> lengths;  // per row
+  std::int64_t T;
+  std::int64_t window = 0;
+  bool sinks = false;
+  const char* kernel;  // what attend() takes on the CPU
+};
+
+void expectEqualsReference(const Case& c) {
+  SCOPED_TRACE(c.name);
+  torch::manual_seed(11);
+  const std::int64_t B = static_cast<std::int64_t>(c.lengths.size()), H = 4, Hkv = 2, D = 8;
+  auto q = torch::randn({B, H, c.T, D}).requires_grad_();
+  auto k = torch::randn({B, Hkv, c.T, D}).requires_grad_();
+  auto v = torch::randn({B, Hkv, c.T, D}).requires_grad_();
+  AttendOptions o{.scale = 1.0 / std::sqrt(8.0), .window = c.window, .sinks = {}};
+  if (c.sinks) o.sinks = torch::randn({H}).requires_grad_();
+  const auto ids = segments(c.lengths, c.T);
+  const auto documents = Documents::of(ids, B, c.T);
+  EXPECT_STREQ(attentionKernel(q, documents, o), c.kernel);
+
+  const auto out = attend(q, k, v, documents, o);
+  const auto ref = denseAttention(q, k, v, ids, o);
+  ASSERT_EQ(out.sizes(), ref.sizes());
+  EXPECT_LE((out - ref).abs().max().item<double>(), 1e-6);
+
+  const auto upstream = torch::randn_like(ref);
+  std::vector<torch::Tensor> inputs{q, k, v};
+  if (c.sinks) inputs.push_back(o.sinks);
+  const auto grads = torch::autograd::grad({out}, inputs, {upstream});
+  const auto refGrads = torch::autograd::grad({ref}, inputs, {upstream});
+  for (std::size_t n = 0; n < inputs.size(); ++n) {
+    // Relative to the gradient's size: a key's gradient sums over every query of its document.
+    const double size = std::max(1.0, refGrads[n].abs().max().item<double>());
+    EXPECT_LE((grads[n] - refGrads[n]).abs().max().item<double>() / size, 1e-6)
+        << "gradient of input " << n << " (largest entry " << size << ")";
+  }
+}
+
+TEST(Attention, PerDocumentEqualsTheMaskedReference) {
+  expectEqualsReference({"one document per row", {{24}, {24}}, 24, 0, false, "causal"});
+  expectEqualsReference({"length-1 documents", {{1, 1, 5, 1, 16}, {1, 23}}, 24, 0, false, "per_document"});
+  expectEqualsReference({"a row of one document beside a packed one", {{24}, {3, 7, 14}}, 24, 0, false,
+                         "per_document"});
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 5; ++trial) {
+    std::vector<std::vector<std::int64_t>> lengths(3);
+    for (auto& row : lengths) {
+      std::int64_t left = 40;
+      while (left > 0) {
+        const auto length = std::min<std::int64_t>(left, 1 + static_cast<std::int64_t>(rng() % 15));
+        row.push_back(length);
+        left -= length;
+      }
+    }
+    expectEqualsReference({"random splits", lengths, 40, 0, false, "per_document"});
+  }
+}
+
+TEST(Attention, SlidingWindowAndSinksPerDocumentEqualTheReference) {
+  expectEqualsReference({"window, one document", {{20}}, 20, 6, false, "per_document_math"});
+  expectEqualsReference({"window, packed", {{3, 12, 5}, {20}}, 20, 6, false, "per_document_math"});
+  expectEqualsReference({"sinks, packed", {{3, 12, 5}, {1, 19}}, 20, 0, true, "per_document_math"});
+  expectEqualsReference({"window and sinks", {{9, 11}, {20}}, 20, 4, true, "per_document_math"});
+}
+
+TEST(Attention, DocumentsFollowTheSegmentIds) {
+  const auto d = Documents::of(segments({{2, 3}, {5}}, 5), 2, 5);
+  EXPECT_EQ(d.offsets, (std::vector<std::int64_t>{0, 2, 5, 10}));
+  EXPECT_EQ(d.longest, 5);
+  EXPECT_FALSE(d.onePerRow());
+  EXPECT_TRUE(torch::equal(d.cumulative, torch::tensor({0, 2, 5, 10}, torch::kInt32)));
+  const auto plain = Documents::of(torch::Tensor(), 3, 4);
+  EXPECT_EQ(plain.offsets, (std::vector<std::int64_t>{0, 4, 8, 12}));
+  EXPECT_TRUE(plain.onePerRow());
+}
+
+// One decoder layer, forward and backward, on a 32768-token row of 4 documents: a [T, T] boolean mask alone
+// would be 1 GiB (and its float scores 4 GiB per head); per-document attention holds O(T) beyond the
+// documents' own L² work, which a flash kernel does not keep either.
+TEST(Attention, A32kRowOfFourDocumentsStaysFarBelowOneMask) {
+  if (!resetResidentPeak()) GTEST_SKIP() << "the kernel does not let this process reset its resident peak";
+  if (test::kAddressSanitizer) GTEST_SKIP() << "under ASan, freed memory stays resident (quarantine): no peak to measure";
+  ModelConfig c;
+  c.arch = Architecture::kLlama;
+  c.vocabSize = 64;
+  c.hiddenSize = 32;
+  c.intermediateSize = 64;
+  c.numLayers = 1;
+  c.numHeads = 2;
+  c.numKvHeads = 1;
+  c.headDim = 16;
+  c.maxPositions = 8192;
+  CausalLM model(c, torch::kFloat);
+  const std::int64_t T = 32768, L = T / 4;
+  Batch batch = causalBatch(torch::randint(64, {1, T}, torch::kInt64));
+  batch.positionIds = torch::arange(L).repeat({4}).unsqueeze(0);
+  batch.segmentIds = torch::arange(4).repeat_interleave(L).unsqueeze(0);
+  const auto before = readResidentMemory().bytes;
+  resetResidentPeak();
+  const auto ctx = model.rotary().context(batch, torch::kFloat);
+  const auto x = torch::randn({1, T, c.hiddenSize}, torch::requires_grad());
+  model.decoderLayer(0).forward(x, ctx).sum().backward();
+  ASSERT_TRUE(x.grad().defined());
+  const std::int64_t grown = readResidentMemory().peakBytes - before;
+  const std::int64_t oneMask = T * T;  // bytes of one boolean [T, T] mask
+  EXPECT_LT(grown, oneMask / 4) << "peak grew by " << grown / 1e6 << " MB; one [T, T] mask is " << oneMask / 1e6
+                                << " MB";
+}
+
+}  // namespace
+}  // namespace rp::model
