@@ -1,6 +1,7 @@
 #include <condition_variable>
 #include <mutex>
 
+#include "device/host_waits.h"
 #include "device/worker.h"
 
 namespace rp::device {
@@ -21,6 +22,7 @@ bool Ticket::done() const {
 }
 
 void Ticket::wait() const {
+  countHostWait(HostWait::kCopy);
   std::unique_lock<std::mutex> lock(state_->mutex);
   while (!state_->cv.wait_for(lock, kHealthPeriod, [&] { return state_->pending == 0; })) {
     if (!state_->healthCheck) continue;

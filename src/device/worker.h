@@ -18,7 +18,8 @@
 
 namespace rp::device {
 
-// Completion of work submitted to a worker: done() polls, wait() blocks and rethrows the first error.
+// Completion of work submitted to a worker: done() polls, wait() blocks and rethrows the first error (and
+// counts as a copy wait of the calling thread: device/host_waits.h).
 // Backends add pending pieces and complete them, from any thread. Copies of a Ticket share its state.
 // A backend whose completions can stop arriving (a CUDA stream after a device fault runs no more callbacks)
 // sets a health check: wait() runs it every `kHealthPeriod` while it waits, and rethrows what it throws —

@@ -342,6 +342,7 @@ torch::Tensor PipelineRuntime::storeWeight(const std::string& name) const {
 void PipelineRuntime::runStep(std::int64_t step, const coordinator::Directive& directive) {
   activity_->set(rank_, 0, fmt::format("starting step {}", step + 1));
   fault::maybeInject(worldRank_, step);
+  const device::CountHostWaits waits;  // this thread's blocking waits in the step
   const auto& c = config_;
   StepData data;
   const auto allRows = packer_->next(c.train.globalBatch);
@@ -381,6 +382,8 @@ void PipelineRuntime::runStep(std::int64_t step, const coordinator::Directive& d
   for (int l = 0; l < L; ++l) {
     uploadsAfter[static_cast<std::size_t>(l)] += l >= plan_.fused.begin || oneFOneB ? 1 : 2;
   }
+  std::int64_t jobs = 0;
+  for (const auto& job : table.jobs) jobs += job.worker == rank_ ? 1 : 0;
   if (oneFOneB) {
     runOneFOneB(step, table, data);
   } else {
@@ -388,6 +391,8 @@ void PipelineRuntime::runStep(std::int64_t step, const coordinator::Directive& d
       if (table.jobs[k].worker == rank_) runJob(step, static_cast<std::int64_t>(k), table, data);
     }
   }
+  stepSizes_.back().waits = waits.counts();
+  stepSizes_.back().jobs = jobs;
   // This rank's per-layer timings of the iteration, for the partitioner (averaged per microbatch).
   for (int l = 0; l < L; ++l) {
     for (auto* ms : {&forwardMs_[static_cast<std::size_t>(l)], &backwardMs_[static_cast<std::size_t>(l)]}) {
@@ -539,6 +544,10 @@ std::vector<trace::StepMetrics> PipelineRuntime::finished() {
     m.tokens = size.tokens;
     m.targetTokens = size.targets;
     m.epoch = size.epoch;
+    m.jobs = size.jobs;
+    for (int w = 0; w < device::kHostWaitReasons; ++w) {
+      m.hostWaits[device::hostWaitName(static_cast<device::HostWait>(w))] = size.waits[static_cast<std::size_t>(w)];
+    }
     m.stepTimeSeconds = std::chrono::duration<double>(r.finished - *lastFinished_).count();
     m.tokensPerSecond = static_cast<double>(m.tokens) / m.stepTimeSeconds;
     lastFinished_ = r.finished;

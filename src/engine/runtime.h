@@ -27,6 +27,7 @@
 #include "data/corpus.h"
 #include "data/packer.h"
 #include "data/tokenizer.h"
+#include "device/host_waits.h"
 #include "device/worker.h"
 #include "engine/activity.h"
 #include "engine/costs.h"
@@ -90,6 +91,8 @@ class PipelineRuntime : public run::Executor {
   };
   struct StepSize {
     std::int64_t tokens, targets, epoch;
+    device::HostWaitCounts waits{};  // this rank's issuing thread's blocking waits in the step (device/host_waits.h)
+    std::int64_t jobs = 0;           // the stage jobs this rank ran in the step
   };
   void placeWorker();
   void buildStore();
@@ -143,6 +146,7 @@ class PipelineRuntime : public run::Executor {
   void put(const transport::TensorId& id, const torch::Tensor& tensor, const transport::Readers& readers);
   void prefetchNext(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table);
   void resolveTimings();
+  void writeLosses(std::int64_t step);
   torch::Tensor storeTensor(const std::string& region, at::IntArrayRef shape, torch::ScalarType dtype) const;
   // Writes this rank's trace, and on rank 0 the merged trace and the bubble report.
   void finishTrace();
@@ -182,6 +186,8 @@ class PipelineRuntime : public run::Executor {
     bool forward, backward;
   };
   std::vector<Timing> timings_;
+  // The fused stage's loss sums (float64, on the device) of the current job, by microbatch (writeLosses).
+  std::vector<std::pair<int, torch::Tensor>> pendingLosses_;
   // Versions of the trainable weights and gradient slots (Note [Layer fences]): max(1, optim.staleness).
   int versions_ = 1;
   // Per version: the uploads of each layer from it, up to the current iteration.

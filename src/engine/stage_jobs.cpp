@@ -9,6 +9,7 @@
 
 #include "common/fault.h"
 #include "control/channel.h"
+#include "device/host_waits.h"
 #include "engine/regions.h"
 #include "engine/runtime.h"
 #include "trace/formats.h"
@@ -27,6 +28,7 @@ void PipelineRuntime::upload(std::int64_t step, const schedule::Range& layers) {
   {
     activity_->set(rank_, 0, fmt::format("upload {}-{} (step {})", layers.begin, layers.end - 1, step + 1));
     trace::Timeline::Scope wait(timeline_.get(), "wait: weights published", "wait", 0);
+    device::countHostWait(device::HostWait::kReadiness);
     if (versions_ >= 2 && step >= 2) {
       for (int l = 0; l < model_->layerCount(); ++l) fences_->waitDownloads(l, step - 2);
     }
@@ -101,6 +103,7 @@ void PipelineRuntime::download(std::int64_t step, const schedule::Range& layers,
   {
     activity_->set(rank_, 0, fmt::format("download {}-{} (step {})", layers.begin, layers.end - 1, step + 1));
     trace::Timeline::Scope wait(timeline_.get(), "wait: gradients taken", "wait", 0);
+    device::countHostWait(device::HostWait::kReadiness);
     for (int l = layers.begin; l < layers.end; ++l) fences_->waitConsumedByAll(l, step - versions_ + 1);
   }
   trace::Timeline::Scope span(timeline_.get(), fmt::format("download {}-{}", layers.begin, layers.end - 1), "download",
@@ -176,6 +179,7 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
     const std::string what = fmt::format("wait: job {} mb {} (step {}) from rank {}", k - 1, mb, step + 1, prevWorker);
     activity_->set(rank_, 0, what);
     trace::Timeline::Scope wait(timeline_.get(), what, "wait", 0);
+    device::countHostWait(device::HostWait::kReadiness);
     tensors_->await(prevWorker, {control::kProtocolVersion, static_cast<std::uint32_t>(mb), step, k - 1},
                     [&] { return activity_->describe(prevWorker); });
   }
@@ -237,16 +241,18 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
       if (fault::maybeInject(worldRank_, step, "loss")) loss.sum = loss.sum * std::numeric_limits<double>::quiet_NaN();
       const auto start = worker_->mark();
       torch::Tensor objective = loss.sum * (norm * lossScale_);  // fp16: the gradients of the scaled loss
-      double auxSum = 0.0;  // the load-balancing loss, as a token-loss sum (the loss region holds sums)
+      // The microbatch's loss stays on the device until the job ends (writeLosses): one read per job.
+      torch::Tensor lossSum = loss.sum.detach().to(torch::kDouble);
       if (auxLoss_ && router.rows > 0) {
         const auto aux = model::routerAuxLoss(router, model_->model().config().moe);
         objective = objective + aux * (lossScale_ * auxWeight());
         routerBoard(step).putTotal(mb, router);
-        auxSum = aux.item<double>() * auxWeight() * static_cast<double>(data.targets);
+        // The load-balancing loss as a token-loss sum (the loss region holds sums).
+        lossSum = lossSum + aux.detach().to(torch::kDouble) * auxWeight() * static_cast<double>(data.targets);
       }
       objective.backward();
       timings_.push_back({start, worker_->mark(), a, L, /*forward=*/false, /*backward=*/true});
-      store_->doubles(lossRegion(step, versions_ + 1))[mb] = loss.sum.item<double>() + auxSum;
+      pendingLosses_.emplace_back(mb, lossSum);
       if (a > 0) put({step, a, mb, transport::TensorKind::kGradient}, input.grad(), {nextWorker, false});
       break;
     }
@@ -283,7 +289,6 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
   if (hasNext && nextWorker != rank_) {
     tensors_->signal(nextWorker, {control::kProtocolVersion, static_cast<std::uint32_t>(mb), step, k});
   }
-  resolveTimings();
 }
 
 // Note [Recompute ahead]: a backward job's microbatch needs two things — its saved stage input (written in
@@ -353,6 +358,7 @@ PipelineRuntime::Recomputed PipelineRuntime::recomputeAhead(std::int64_t step, c
     const std::string what = fmt::format("wait: saved inputs of mb {} (step {})", mb, step + 1);
     activity_->set(rank_, 0, what);
     trace::Timeline::Scope wait(timeline_.get(), what, "wait", 0);
+    device::countHostWait(device::HostWait::kReadiness);
     fences_->waitFusedStarted(step, mb);
   }
   const std::string what = trace::computeSpanName({"recompute", a, b - 1, mb, step + 1});
@@ -362,20 +368,34 @@ PipelineRuntime::Recomputed PipelineRuntime::recomputeAhead(std::int64_t step, c
   const auto start = worker_->mark();
   Recomputed r = recompute(step, a, b, data, mb);
   timings_.push_back({start, worker_->mark(), a, b, /*forward=*/false, /*backward=*/true});
-  resolveTimings();
   return r;
 }
 
-// The compute spans of a microbatch, once its compute has been waited for (its last put or loss did): per-layer
-// times without stopping the compute at every layer. A span over several layers (a backward stage) is spread
-// over them in proportion to their predicted cost.
+// The compute spans of a job, at its end: one wait for its last mark (its downloads have mostly waited for
+// it already), then every span's time without stopping the compute at a layer or a microbatch. A span over
+// several layers (a backward stage) is spread over them in proportion to their predicted cost.
 void PipelineRuntime::resolveTimings() {
+  if (timings_.empty()) return;
+  device::countHostWait(device::HostWait::kTiming);
   for (const auto& t : timings_) {
     const double ms = worker_->elapsedMs(*t.from, *t.to);
     if (t.forward) addMs(forwardMs_[static_cast<std::size_t>(t.begin)], ms);
     if (t.backward) spread(ms, t.begin, t.end, proxyCosts_.layers.forward, backwardMs_);
   }
   timings_.clear();
+}
+
+// The fused stage's losses of the job, read from the device in one copy into the step's loss region, before
+// the fusedDone fence tells the optimizer they are in.
+void PipelineRuntime::writeLosses(std::int64_t step) {
+  if (pendingLosses_.empty()) return;
+  std::vector<torch::Tensor> sums;
+  for (const auto& [mb, sum] : pendingLosses_) sums.push_back(sum.reshape({1}));
+  device::countHostWait(device::HostWait::kLossRead);
+  const torch::Tensor host = torch::cat(sums).to(torch::kCPU);
+  double* region = store_->doubles(lossRegion(step, versions_ + 1));
+  for (std::size_t i = 0; i < pendingLosses_.size(); ++i) region[pendingLosses_[i].first] = host[static_cast<std::int64_t>(i)].item<double>();
+  pendingLosses_.clear();
 }
 
 // A stage job (roundpipe, gpipe): upload, every microbatch back to back, download.
@@ -426,6 +446,8 @@ void PipelineRuntime::runJob(std::int64_t step, std::int64_t k, const schedule::
   }
   if (downloadsAtEnd) download(step, job.layers, marks.get());
   downloadsPerLayer_ = false;
+  resolveTimings();
+  writeLosses(step);
   if (job.kind == schedule::JobKind::kFused) fences_->setFusedDone(step);
   deviceJobPeak_ = std::max(deviceJobPeak_, worker_->takePeakComputeBytes());  // the caching allocator's, per job
 }
@@ -446,6 +468,8 @@ void PipelineRuntime::runOneFOneB(std::int64_t step, const schedule::DispatchTab
     runMicrobatch(step, op.job, table, data, op.microbatch);
   }
   download(step, layers);
+  resolveTimings();
+  writeLosses(step);
   deviceJobPeak_ = std::max(deviceJobPeak_, worker_->takePeakComputeBytes());
   for (std::int64_t k : mine) {
     if (table.jobs[static_cast<std::size_t>(k)].kind == schedule::JobKind::kFused) fences_->setFusedDone(step);

@@ -48,6 +48,10 @@ void MetricsWriter::write(const StepMetrics& m) {
   if (m.skipped) j["skipped"] = true;
   if (m.peakResidentMb) j["peak_rss_mb"] = *m.peakResidentMb;
   if (!m.rankPeakResidentMb.empty()) j["rank_peak_rss_mb"] = m.rankPeakResidentMb;
+  if (!m.hostWaits.empty()) {
+    j["jobs"] = m.jobs;
+    j["host_waits"] = m.hostWaits;
+  }
   if (m.modelTflops) j["model_tflops"] = *m.modelTflops;
   if (m.mfu) j["mfu"] = *m.mfu;
   if (m.evalLoss) {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +29,10 @@ struct StepMetrics {
   std::optional<double> mfu;             // modelTflops / the job's peak, where the peak is known
   // Pipeline runs: every rank's resident peak so far, by node rank (several nodes: the largest over them).
   std::vector<double> rankPeakResidentMb;
+  // Pipeline runs: the reporting rank's stage jobs in the iteration and the blocking waits of the thread that
+  // issued them, by reason ("copy", "readiness", "loss_read", "timing", "compute"; device/host_waits.h).
+  std::int64_t jobs = 0;
+  std::map<std::string, std::int64_t> hostWaits;
 };
 
 class MetricsWriter {
