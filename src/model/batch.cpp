@@ -30,8 +30,13 @@ model::Batch toBatch(const std::vector<data::PackedRow>& rows, std::size_t begin
 }
 
 namespace {
+// To a GPU from pinned memory without blocking the host: the copy is ordered on the current stream (the
+// worker's compute stream, which the caller entered) and the pinned buffer is kept until it lands (LibTorch's
+// caching host allocator records the stream).
 torch::Tensor onDevice(const torch::Tensor& t, torch::Device device) {
-  return t.defined() ? t.to(device) : t;
+  if (!t.defined() || t.device() == device) return t;
+  if (device.is_cuda() && t.is_cpu()) return t.pin_memory().to(device, /*non_blocking=*/true);
+  return t.to(device);
 }
 }  // namespace
 
