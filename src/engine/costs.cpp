@@ -31,12 +31,15 @@ LayerCosts estimateCosts(const PipelineModel& model, std::int64_t seq, std::int6
     c.forward.push_back(forward / 1e9);
     c.backward.push_back(3.0 * forward / 1e9);  // recompute + backward (2x)
     c.bytes.push_back(params);
-    // A decoder layer's recomputed graph: ~34·s·b·h bytes in a 16-bit dtype (Korthikanti et al., "Reducing
-    // Activation Recomputation"), 17 elements per token and hidden unit; held `recomputeAhead` times.
-    const double graph = l > 0 && l < L - 1 ? 17.0 * static_cast<double>(seq * rows) * shape.hidden *
-                                                  static_cast<double>(c10::elementSize(model.dtype()))
-                                            : 0.0;
-    c.backwardBytes.push_back(params + trainable + recomputeAhead * graph);
+    // A decoder layer's graph (Note [Activation bytes]): the fused stage holds all of its layers' graphs at
+    // once, a stage-grain backward job the recomputed graphs of its stage plus `recomputeAhead` more; layer
+    // grain holds one layer's at a time, so this over-counts its backward stages (they are rarely the largest).
+    const double graph =
+        l > 0 && l < L - 1
+            ? schedule::decoderLayerActivationBytes(shape, static_cast<double>(seq * rows),
+                                                    static_cast<int>(c10::elementSize(model.dtype())), model.sparse(l))
+            : 0.0;
+    c.backwardBytes.push_back(params + trainable + (1.0 + recomputeAhead) * graph);
   }
   return out;
 }

@@ -50,6 +50,7 @@ ModelShape shapeOf(const model::ModelConfig& c) {
   m.headDim = static_cast<int>(c.headDim);
   m.vocab = static_cast<long>(c.vocabSize);
   m.tied = c.tieWordEmbeddings;
+  m.qkNorm = c.qkNorm;
   return m;
 }
 
@@ -61,6 +62,20 @@ double decoderLayerFlops(const ModelShape& m, int seq, int rows) {
   const double tokens = static_cast<double>(seq) * rows;
   const double attention = 2.0 * rows * static_cast<double>(seq) * seq * m.heads * m.headDim;  // causal QK^T + AV
   return 2.0 * m.layerActiveParams() * tokens + attention;
+}
+
+double decoderLayerActivationBytes(const ModelShape& m, double tokens, int elementBytes, bool sparse) {
+  const double e = elementBytes, h = m.hidden;
+  const double q = static_cast<double>(m.heads) * m.headDim, kv = static_cast<double>(m.kvHeads) * m.headDim;
+  // Two norms: each input as float32 (a 16-bit model's upcast) and its output; the layer's output.
+  const double norms = 2.0 * h * 4.0 + 2.0 * h * e + h * e;
+  // q rotated, attention's output, their concatenation and the copy for o_proj; k rotated and v. Qwen3's
+  // norms on q and k save their float32 inputs and outputs too.
+  double attention = 4.0 * q * e + 2.0 * kv * e;
+  if (m.qkNorm) attention += (q + kv) * (4.0 + e);
+  const double mlp = sparse ? (4.0 * m.expertsPerToken * m.expertIntermediate + 2.0 * m.expertsPerToken * h) * e
+                            : 4.0 * m.intermediate * e;
+  return tokens * (norms + attention + mlp);
 }
 
 double headFlops(const ModelShape& m, int seq, int rows) {

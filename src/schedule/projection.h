@@ -22,6 +22,7 @@ struct ModelShape {
   double layerActiveParams() const;
   double params() const;  // all: layers, embedding, head (untied counted once more)
   bool tied = false;
+  bool qkNorm = false;  // Qwen3's per-head norms on queries and keys
 };
 ModelShape shapeOf(const model::ModelConfig& config);
 // A config.json (or a model directory) read by model::loadModelConfig: errors name the file and the field.
@@ -31,6 +32,16 @@ ModelShape loadModelShape(const std::string& configJson);
 // sequences of `seq` tokens through a decoder layer (its matmuls and causal attention, QK^T and AV over half
 // the square) and through the head (the LM-head matmul). Backward is twice the forward.
 double decoderLayerFlops(const ModelShape& model, int seq, int rows);
+
+// Note [Activation bytes]: what one decoder layer's autograd graph holds after its forward, for `tokens`
+// tokens in a model of `elementBytes` (4 float32, 2 bfloat16/float16), counted from what our layers save
+// (model/layers.cpp, model/attention.cpp), per token: each norm's input as float32 and its output, the layer's
+// output; q rotated, attention's output, its concatenation over documents and the [T, H·D] copy for o_proj, k
+// rotated and v (Qwen3: also q's and k's norms' float32 inputs and outputs); the MLP's gate, activation, up
+// and product (a sparse layer: its k experts' four widths and each token's k copies in and out). Attention
+// holds O(T) (flash and per-document kernels), never a [T, T] score matrix. Measured on the CPU
+// (tests/unit/test_activation_memory.cpp) within 10% at 8k and 16k tokens, float32 and bfloat16.
+double decoderLayerActivationBytes(const ModelShape& model, double tokens, int elementBytes, bool sparse);
 double headFlops(const ModelShape& model, int seq, int rows);
 
 // A cluster-configs/*.toml profile.
