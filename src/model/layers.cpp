@@ -103,6 +103,8 @@ AttentionContext Rotary::context(const Batch& batch, torch::ScalarType dtype) co
   ctx.cos = scaling_ == 1.0 ? emb.cos().to(dtype) : (emb.cos() * scaling_).to(dtype);
   ctx.sin = scaling_ == 1.0 ? emb.sin().to(dtype) : (emb.sin() * scaling_).to(dtype);
   ctx.documents = Documents::of(batch.segmentIds, batch.inputIds.size(0), batch.inputIds.size(1));
+  // A batch already on a GPU (a single-process run there): the varlen kernel reads the offsets on it.
+  if (!batch.inputIds.is_cpu()) ctx.documents.cumulative = ctx.documents.cumulative.to(batch.inputIds.device());
   ctx.window = window_;
   return ctx;
 }
