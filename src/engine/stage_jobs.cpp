@@ -390,11 +390,12 @@ void PipelineRuntime::resolveTimings() {
 void PipelineRuntime::writeLosses(std::int64_t step) {
   if (pendingLosses_.empty()) return;
   std::vector<torch::Tensor> sums;
-  for (const auto& [mb, sum] : pendingLosses_) sums.push_back(sum.reshape({1}));
+  for (const auto& [mb, sum] : pendingLosses_) sums.push_back(sum);
   device::countHostWait(device::HostWait::kLossRead);
-  const torch::Tensor host = torch::cat(sums).to(torch::kCPU);
+  const torch::Tensor host = torch::stack(sums).to(torch::kCPU).contiguous();
+  const double* values = host.data_ptr<double>();
   double* region = store_->doubles(lossRegion(step, versions_ + 1));
-  for (std::size_t i = 0; i < pendingLosses_.size(); ++i) region[pendingLosses_[i].first] = host[static_cast<std::int64_t>(i)].item<double>();
+  for (std::size_t i = 0; i < pendingLosses_.size(); ++i) region[pendingLosses_[i].first] = values[i];
   pendingLosses_.clear();
 }
 
