@@ -42,7 +42,9 @@ for before, after in zip(steps, steps[1:]):
 for s in steps:
     peaks = s["rank_peak_rss_mb"]
     assert len(peaks) == 4 and all(p > 0 for p in peaks), s
-    assert s["peak_rss_mb"] >= peaks[0], s  # rank 0's own, read after its optimizer step
+    # Rank 0's own peak, read after its optimizer step; the gathered one may be read a moment later, while the
+    # job still holds its timing events and losses: the same 0.5 MB slack as against memory.json below.
+    assert s["peak_rss_mb"] + 0.5 >= peaks[0], s
 for r, peak in enumerate(steps[-1]["rank_peak_rss_mb"]):
     assert peak <= report[r] + 0.5, f"rank {r}: {peak} MB in the metrics, {report[r]} MB in memory.json"
 PY
