@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
     for (int threads : {1, 2}) {
       for (bool withCopy : {false, true}) {
         if (withCopy && k.kernel == &rp::optim::adamwScalar) continue;
-        rp::optim::AdamW adamw({1e-3, 0.9, 0.999, 1e-8, 0.01, false}, k.kernel);
+        rp::optim::AdamW adamw({1e-3, 0.9, 0.999, 1e-8, 0.01, false, {}}, k.kernel);
         adamw.setThreads(threads);
         adamw.add("p", param.data(), grad.data(), n, withCopy ? copy.data() : nullptr,
                   withCopy ? rp::optim::ModelCopy::kBFloat16 : rp::optim::ModelCopy::kNone);

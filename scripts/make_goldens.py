@@ -12,11 +12,13 @@ Models:
                     tokenizer_cases.json records HF ids for more lines, for the tokenizer test.
   qwen3-tiny        a random Qwen3ForCausalLM (3 layers, hidden 64, head_dim 32, GQA 4/2, tied embeddings)
                     with two extra documents run separately (doc_a/doc_b logits) for the packing test.
-  llama3-tiny       a random LlamaForCausalLM with llama3 rope scaling, MQA, biases, untied head.
+  llama3-tiny       a random LlamaForCausalLM with llama3 rope scaling, MQA, biases, untied head, with
+                    packed-document goldens.
   qwen3-moe-tiny    a random Qwen3MoeForCausalLM (8 experts, top 2 renormalised, layer 1 dense via mlp_only_layers,
                     the load-balancing loss on with coefficient 0.05); `loss` includes it, `aux_loss` is the
                     coefficient times it. save_pretrained stores the experts one tensor each, as published.
-                    Its vocabulary is TinyStories' (2048) so runs can use that tokenizer (the export test).
+                    Its vocabulary is TinyStories' (2048) so runs can use that tokenizer (the export test). With
+                    packed-document goldens.
   gpt-oss-tiny      a random GptOssForCausalLM (8 experts, top 2, attention sinks, sliding window 6 on layers 0 and
                     2, YaRN rope as published, swiglu_limit 0.5 so the clamps bite, the load-balancing loss on with
                     coefficient 0.05), with packed-document goldens (the window inside documents).
@@ -28,11 +30,13 @@ Models:
                     through target_parameters on the MoE models), saved with save_pretrained, and the adapted
                     model's logits, loss and the gradient of every adapter tensor under its saved name.
   optim/            torch.optim.AdamW on random tensors (two hyper-parameter sets, 100 steps, the grads of every
-                    step stored), transformers' LR schedules sampled per step, and the fixture's AdamW
+                    step stored; and adamw_groups: Hugging Face Trainer's decay / no-decay parameter groups on a
+                    module with a bias and two norms), transformers' LR schedules sampled per step, and the fixture's AdamW
                     reference weights (optim/test_adamw.npz) re-encoded as safetensors.
   tokenizers/       Hugging Face tokenizers' ids and decodes for the Qwen3, TinyStories and built-in
                     tokenizers on 3000 lines of tiny-shakespeare, the TinyStories sample and Unicode edge cases.
-versions.json records the library versions used.
+Every model directory also gets decay_names.json: the parameters Hugging Face Trainer decays
+(Trainer.get_decay_parameter_names). versions.json records the library versions used.
 """
 import argparse
 import json
@@ -77,9 +81,17 @@ def reference(model, input_ids):
     return tensors
 
 
-def write(out_dir, tensors):
+def write(out_dir, tensors, model=None):
     os.makedirs(out_dir, exist_ok=True)
     save_file(tensors, os.path.join(out_dir, "golden.safetensors"))
+    if model is not None:
+        with open(os.path.join(out_dir, "decay_names.json"), "w") as f:
+            json.dump(decay_names(model), f)
+
+
+def decay_names(model):
+    """The parameters Hugging Face Trainer applies weight decay to (its own function; `self` is unused)."""
+    return sorted(transformers.Trainer.get_decay_parameter_names(None, model))
 
 
 def tinystories(fixtures, out):
@@ -96,7 +108,7 @@ def tinystories(fixtures, out):
     model = transformers.LlamaForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32,
                                                           attn_implementation="eager")
     target = os.path.join(out, "tinystories-656k")
-    write(target, reference(model, ids))
+    write(target, reference(model, ids), model)
     cases = [{"text": line, "ids": tok.encode(line).ids} for line in lines]
     with open(os.path.join(target, "tokenizer_cases.json"), "w", encoding="utf-8") as f:
         json.dump(cases, f, ensure_ascii=False)
@@ -119,7 +131,7 @@ def generated(name, config, seed, out, with_docs=False):
             tensors["doc_b_ids"] = doc_b
             tensors["doc_a_logits"] = model(input_ids=doc_a).logits.float().contiguous()
             tensors["doc_b_logits"] = model(input_ids=doc_b).logits.float().contiguous()
-    write(target, tensors)
+    write(target, tensors, model)
 
 
 def lora_golden(name, seed, out):
@@ -208,6 +220,7 @@ def optimizer_goldens(fixtures, out):
         save_file(tensors, os.path.join(target, f"adamw_{name}.safetensors"))
         with open(os.path.join(target, f"adamw_{name}.json"), "w") as f:
             json.dump({k: list(v) if isinstance(v, tuple) else v for k, v in hyper.items()}, f)
+    adamw_groups(target)
 
     dummy = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=2e-3)
     schedules = {}
@@ -225,6 +238,47 @@ def optimizer_goldens(fixtures, out):
 
         save_file({"weight": torch.from_numpy(np.load(npz)["array"].copy())},
                   os.path.join(target, "adamw_fixture.safetensors"))
+
+
+class _Norm(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.empty(n))
+
+
+def adamw_groups(target):
+    """torch.optim.AdamW with Hugging Face Trainer's two parameter groups (weight decay on the names
+    get_decay_parameter_names returns, 0 on the rest), on a module with a bias, a norm and a weight."""
+    model = torch.nn.Module()
+    model.up_proj = torch.nn.Linear(8, 9, bias=True)
+    model.post_attention_layernorm = _Norm(37)
+    model.q_norm = _Norm(6)
+    g = torch.Generator().manual_seed(11)
+    names = [n for n, _ in model.named_parameters()]
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for p in params.values():
+            p.copy_(torch.randn(p.shape, generator=g))
+    decay = set(decay_names(model))
+    hyper = dict(lr=2e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.3, amsgrad=False)
+    opt = torch.optim.AdamW([{"params": [params[n] for n in names if n in decay]},
+                             {"params": [params[n] for n in names if n not in decay], "weight_decay": 0.0}], **hyper)
+    tensors = {f"init.{i}": params[n].detach().clone() for i, n in enumerate(names)}
+    steps = 50
+    grads = [torch.empty((steps,) + tuple(params[n].shape)) for n in names]
+    for t in range(steps):
+        for i, n in enumerate(names):
+            params[n].grad = torch.randn(params[n].shape, generator=g)
+            grads[i][t] = params[n].grad
+        opt.step()
+    for i, n in enumerate(names):
+        tensors[f"grads.{i}"] = grads[i]
+        tensors[f"final.{i}"] = params[n].detach().clone()
+        tensors[f"exp_avg.{i}"] = opt.state[params[n]]["exp_avg"].clone()
+    save_file(tensors, os.path.join(target, "adamw_groups.safetensors"))
+    with open(os.path.join(target, "adamw_groups.json"), "w") as f:
+        json.dump({**{k: list(v) if isinstance(v, tuple) else v for k, v in hyper.items()},
+                   "names": names, "decay": [n in decay for n in names]}, f)
 
 
 UNICODE_CASES = [
@@ -459,14 +513,14 @@ def main():
         tie_word_embeddings=False, attn_implementation="eager",
         rope_scaling={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
                       "high_freq_factor": 4.0, "original_max_position_embeddings": 16})
-    generated("llama3-tiny", llama3, 4321, args.out)
+    generated("llama3-tiny", llama3, 4321, args.out, with_docs=True)
     qwen3_moe = transformers.Qwen3MoeConfig(
         vocab_size=2048, hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=3,
         num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=256, rms_norm_eps=1e-6,
         num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[1],
         output_router_logits=True, router_aux_loss_coef=0.05, tie_word_embeddings=False,
         attn_implementation="eager")
-    generated("qwen3-moe-tiny", qwen3_moe, 2468, args.out)
+    generated("qwen3-moe-tiny", qwen3_moe, 2468, args.out, with_docs=True)
     gpt_oss = transformers.GptOssConfig(
         vocab_size=2048, hidden_size=64, intermediate_size=32, num_hidden_layers=3, num_attention_heads=4,
         num_key_value_heads=2, head_dim=16, max_position_embeddings=131072, rms_norm_eps=1e-5, num_local_experts=8,

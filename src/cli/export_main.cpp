@@ -21,6 +21,8 @@ int run(int argc, char** argv) {
   app.add_option("--max-shard-gb", maxShardGb, "largest safetensors file (a tensor is never split)")
       ->check(rp::cli::positiveNumber());
   app.add_flag("--adapter", options.adapter, "LoRA runs: write a PEFT adapter instead of the merged model");
+  app.add_flag("--overwrite", options.overwrite,
+               "write into a non-empty --output (its safetensors files are replaced); never the run's model.path");
   if (const auto code = rp::cli::parseCommandLine(app, argc, argv)) return *code;
   options.maxShardBytes = maxShardGb * 1e9;
   std::filesystem::path dir(checkpoint);

@@ -3,6 +3,7 @@
 // One process on the CPU: the single-process trainer. Under `mpirun -np N` (N > 1), or one process with a
 // GPU: the RoundPipe pipeline runtime with N workers. docs/config.md lists the keys.
 #include <cstdio>
+#include <cstdlib>
 
 #include <torch/torch.h>
 #include <CLI/CLI.hpp>
@@ -38,6 +39,10 @@ int run(int argc, char** argv, const rp::MpiSession& session) {
   if (leader) {
     RP_LOG_INFO("effective config ({}):", configPath);
     for (const auto& line : config.values.describe()) RP_LOG_INFO("  {}", line);
+    for (const auto& notice : config.notices) RP_LOG_INFO("{}", notice);
+    const auto killTimeout = rp::run::killTimeoutWarning(std::getenv("OMPI_MCA_orte_hnp_uri"),
+                                                         std::getenv("OMPI_MCA_odls_base_sigkill_timeout"));
+    if (killTimeout) RP_LOG_WARN("{}", *killTimeout);
   }
   if (printOnly) return rp::cli::kExitOk;
   rp::run::installPreemptionHandlers();  // SIGTERM/SIGUSR1: save at the next step boundary, exit 3

@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "config/schema.h"
+#include "optim/adamw.h"
 
 namespace rp::config {
 namespace {
@@ -48,8 +49,9 @@ Enum parseEnum(const Values& v, const std::string& key, std::initializer_list<st
 }
 
 // optim.mode and optim.staleness: the mode alone gives 0 (sync) or 1 (async); the staleness alone decides
-// the mode; both must agree.
-std::int64_t staleness(const Values& v) {
+// the mode; both must agree, except that a --set of one overrides the file's value of the other (a notice
+// says so). Two --sets, or the file itself, that disagree are an error.
+std::int64_t staleness(const Values& v, std::vector<std::string>& notices) {
   const bool async = oneOf(v, "optim.mode", {"sync", "async"}) == "async";
   if (!v.isSet("optim.staleness")) return async ? 1 : 0;
   const std::int64_t k = v.getInt("optim.staleness");
@@ -57,12 +59,32 @@ std::int64_t staleness(const Values& v) {
     RP_THROW(InputError, "{}: optim.staleness = {}: must be in [0, {}] (0 = sync)", v.source({"optim.staleness"}), k,
              kMaxStaleness);
   }
-  if (v.isSet("optim.mode") && async != (k > 0)) {
-    RP_THROW(InputError,
-             "{}: optim.mode = \"{}\" and optim.staleness = {} disagree: sync is staleness 0, async 1 to {}",
-             v.source({"optim.mode", "optim.staleness"}), async ? "async" : "sync", k, kMaxStaleness);
+  if (!v.isSet("optim.mode") || async == (k > 0)) return k;
+  const Origin mode = v.origin("optim.mode"), stale = v.origin("optim.staleness");
+  const char* modeWord = async ? "async" : "sync";
+  if (stale == Origin::kOverride && mode == Origin::kFile) {
+    notices.push_back(fmt::format("--set optim.staleness = {} overrides {}'s optim.mode = \"{}\": the mode is {}",
+                                  k, v.source({"optim.mode"}), modeWord, k > 0 ? "async" : "sync"));
+    return k;
   }
-  return k;
+  if (mode == Origin::kOverride && stale == Origin::kFile) {
+    const std::int64_t chosen = async ? 1 : 0;
+    notices.push_back(fmt::format("--set optim.mode = \"{}\" overrides {}'s optim.staleness = {}: the staleness is {}",
+                                  modeWord, v.source({"optim.staleness"}), k, chosen));
+    return chosen;
+  }
+  RP_THROW(InputError, "{}: optim.mode = \"{}\" and optim.staleness = {} disagree: sync is staleness 0, async 1 to {}",
+           v.source({"optim.mode", "optim.staleness"}), modeWord, k, kMaxStaleness);
+}
+
+// A directory the run creates or reuses: the nearest existing part of `path` must be a directory (a regular
+// file there would end the run at its first write with a raw filesystem error).
+void checkDirectoryPath(const Values& v, const char* key, const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::path(path).lexically_normal();
+  while (!p.empty() && !std::filesystem::exists(p, ec) && p != p.parent_path()) p = p.parent_path();
+  if (p.empty() || !std::filesystem::exists(p, ec) || std::filesystem::is_directory(p, ec)) return;
+  RP_THROW(InputError, "{}: {} = \"{}\": \"{}\" is a file, not a directory", v.source({key}), key, path, p.string());
 }
 
 }  // namespace
@@ -165,11 +187,18 @@ RunConfig buildRunConfig(Values v) {
   c.optim.beta2 = inRange(v, "optim.beta2", 0.0, 1.0, true);
   c.optim.eps = inRange(v, "optim.eps", 0.0, 1.0, false);
   c.optim.weightDecay = inRange(v, "optim.weight_decay", 0.0, 1e30, false);
+  c.optim.noDecay = v.getStringList("optim.no_decay");
+  for (const auto& pattern : c.optim.noDecay) {
+    if (const auto problem = optim::patternError(pattern)) {
+      RP_THROW(InputError, "{}: optim.no_decay contains \"{}\": not a regular expression ({})",
+               v.source({"optim.no_decay"}), pattern, *problem);
+    }
+  }
   c.optim.amsgrad = v.getBool("optim.amsgrad");
   c.optim.schedule = oneOf(v, "optim.schedule", {"constant", "linear", "cosine"});
   c.optim.warmupSteps = atLeast(v, "optim.warmup_steps", 0);
   c.optim.minLrRatio = inRange(v, "optim.min_lr_ratio", 0.0, 1.0, false);
-  c.optim.staleness = staleness(v);
+  c.optim.staleness = staleness(v, c.notices);
   c.optim.threads = atLeast(v, "optim.threads", 1);
   c.optim.shardAcrossNodes = v.getBool("optim.shard_across_nodes");
 
@@ -229,6 +258,7 @@ RunConfig buildRunConfig(Values v) {
   }
 
   c.output.dir = v.getString("output.dir");
+  checkDirectoryPath(v, "output.dir", c.output.dir);
   c.output.logEvery = atLeast(v, "output.log_every", 1);
   c.output.peakTflops = inRange(v, "output.peak_tflops", 0.0, 1e9, false);
   c.output.samplePrompt = v.getString("output.sample_prompt");
@@ -237,7 +267,11 @@ RunConfig buildRunConfig(Values v) {
   c.output.sampleTemperature = inRange(v, "output.sample_temperature", 0.0, 1e6, false);
   c.output.sampleTopP = inRange(v, "output.sample_top_p", 1e-9, 1.0, false);
   c.checkpoint.dir = v.getString("checkpoint.dir");
-  if (c.checkpoint.dir.empty()) c.checkpoint.dir = (std::filesystem::path(c.output.dir) / "checkpoints").string();
+  if (c.checkpoint.dir.empty()) {
+    c.checkpoint.dir = (std::filesystem::path(c.output.dir) / "checkpoints").string();
+  } else {
+    checkDirectoryPath(v, "checkpoint.dir", c.checkpoint.dir);
+  }
   c.checkpoint.every = atLeast(v, "checkpoint.every", 0);
   c.checkpoint.keep = atLeast(v, "checkpoint.keep", 0);
   c.checkpoint.atEnd = v.getBool("checkpoint.at_end");

@@ -52,6 +52,7 @@ struct RunConfig {
   } train;
   struct Optim {
     double lr, beta1, beta2, eps, weightDecay, minLrRatio;
+    std::vector<std::string> noDecay;  // patterns of the tensors without weight decay (optim/adamw.h)
     bool amsgrad;
     std::string schedule;
     std::int64_t warmupSteps;
@@ -107,6 +108,9 @@ struct RunConfig {
   } checkpoint;
 
   Values values;  // for printing the effective config
+  // What the reporting rank logs once at start about the config itself (a --set that overrode the file's
+  // value of the same setting).
+  std::vector<std::string> notices;
 };
 
 RunConfig buildRunConfig(Values values);

@@ -1,5 +1,7 @@
 #include "config/schema.h"
 
+#include "common/error.h"
+
 namespace rp::config {
 
 using S = std::string;
@@ -45,7 +47,11 @@ const std::vector<KeySpec>& runSchema() {
       {"optim.beta1", Type::kFloat, 0.9, "AdamW beta1"},
       {"optim.beta2", Type::kFloat, 0.999, "AdamW beta2"},
       {"optim.eps", Type::kFloat, 1e-8, "AdamW epsilon"},
-      {"optim.weight_decay", Type::kFloat, 0.01, "decoupled weight decay"},
+      {"optim.weight_decay", Type::kFloat, 0.01,
+       "decoupled weight decay, on every trainable tensor but those optim.no_decay names"},
+      {"optim.no_decay", Type::kStringList, L{"bias", "layernorm", "rmsnorm", "(?:^|\\.)norm(?:$|\\.)", "_norm(?:$|\\.)"},
+       "tensors without weight decay: regular expressions searched in the lowercased Hugging Face parameter name "
+       "(default: Hugging Face Trainer's, biases and normalisation weights; [] = decay everywhere)"},
       {"optim.amsgrad", Type::kBool, false, "AMSGrad variant"},
       {"optim.schedule", Type::kString, S("cosine"), "constant | linear | cosine"},
       {"optim.warmup_steps", Type::kInt, I(0), "linear warmup steps"},
@@ -126,6 +132,13 @@ const std::vector<KeySpec>& runSchema() {
        "resume from \"latest\", \"auto\" (latest if any), a checkpoint name or a directory (--resume)"},
   };
   return schema;
+}
+
+const KeySpec& runKey(const std::string& key) {
+  for (const auto& spec : runSchema()) {
+    if (key == spec.key) return spec;
+  }
+  RP_THROW(InternalError, "config key '{}' is not in the schema", key);
 }
 
 }  // namespace rp::config

@@ -1,6 +1,7 @@
 #include "config/values.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 #include <toml++/toml.h>
@@ -136,6 +137,14 @@ std::string closest(const std::vector<KeySpec>& schema, const std::string& key) 
            hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint));
 }
 
+// No key of the schema means anything by NaN or infinity (a NaN passes every range check after this one).
+void checkFinite(const std::string& where, const std::string& key, const Value& value) {
+  const double* number = std::get_if<double>(&value);
+  if (number != nullptr && !std::isfinite(*number)) {
+    RP_THROW(InputError, "{}: key '{}' = {}: must be a finite number", where, key, *number);
+  }
+}
+
 }  // namespace
 
 const char* typeName(Type type) {
@@ -178,6 +187,7 @@ Values Values::load(const std::vector<KeySpec>& schema, const std::string& tomlP
         RP_THROW(InputError, "{}: key '{}' must be {} (line {})", tomlPath, key, typeName(spec->type),
                  node->source().begin.line);
       }
+      checkFinite(tomlPath, key, *value);
       values.entries_[key] = Entry{spec->type, *value, Origin::kFile};
     }
   }
@@ -193,6 +203,7 @@ Values Values::load(const std::vector<KeySpec>& schema, const std::string& tomlP
     auto value = fromText(assignment.substr(eq + 1), spec->type);
     if (!value)
       RP_THROW(InputError, "--set {}: value '{}' is not {}", key, assignment.substr(eq + 1), typeName(spec->type));
+    checkFinite("--set", key, *value);
     values.entries_[key] = Entry{spec->type, *value, Origin::kOverride};
   }
 
@@ -225,9 +236,13 @@ const Values::Entry& Values::entry(const std::string& key, Type type) const {
 }
 
 bool Values::isSet(const std::string& key) const {
+  return origin(key) != Origin::kDefault;
+}
+
+Origin Values::origin(const std::string& key) const {
   const auto it = entries_.find(key);
   RP_CHECK(it != entries_.end(), "config key '{}' is not in the schema", key);
-  return it->second.origin != Origin::kDefault;
+  return it->second.origin;
 }
 
 bool Values::getBool(const std::string& key) const {

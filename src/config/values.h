@@ -30,7 +30,8 @@ enum class Origin { kDefault, kFile, kOverride };
 class Values {
  public:
   // Loads `tomlPath` (may be empty: defaults only) and applies `overrides` ("key=value"); throws InputError
-  // naming the file, key and expected type for unknown keys, wrong types and missing required keys.
+  // naming the file, key and expected type for unknown keys, wrong types, non-finite numbers (NaN, inf) and
+  // missing required keys.
   static Values load(const std::vector<KeySpec>& schema, const std::string& tomlPath,
                      const std::vector<std::string>& overrides);
 
@@ -41,6 +42,8 @@ class Values {
   const std::vector<std::string>& getStringList(const std::string& key) const;
   // Whether the TOML file or a --set override gave `key` (else it holds the schema default).
   bool isSet(const std::string& key) const;
+  // Where `key`'s value came from.
+  Origin origin(const std::string& key) const;
 
   // "key = value  # origin" lines, sorted by key, for printing the effective config.
   std::vector<std::string> describe() const;

@@ -47,21 +47,29 @@ Coordination::Coordination(control::ControlChannel& channel, CoordinationOptions
   }
 }
 
-void Coordination::requestStop() {
+void Coordination::requestStop(int signal) {
   if (stop_) return;
   stop_ = true;
-  if (channel_.rank() == 0) return;
-  const std::int64_t rank = channel_.rank();
-  channel_.send(0, control::Tag::kStopRequest, &rank, sizeof(rank));
+  if (channel_.rank() == 0) {
+    stopSignal_ = signal;
+    stopRank_ = 0;
+    return;
+  }
+  const std::int64_t request[2] = {channel_.rank(), signal};
+  channel_.send(0, control::Tag::kStopRequest, request, sizeof(request));
 }
 
 // Rank 0: stop requests that arrived from other ranks (without waiting for any).
 bool Coordination::stopRequested() {
   bool requested = false;
   for (int r = 1; r < channel_.size(); ++r) {
-    std::int64_t from = -1;
-    while (channel_.receive(r, control::Tag::kStopRequest, &from, sizeof(from), std::chrono::steady_clock::now())) {
-      if (!requested) RP_LOG_INFO("rank {} received a preemption signal: every rank stops at this step", r);
+    std::int64_t request[2] = {-1, 0};  // the rank, the signal
+    while (channel_.receive(r, control::Tag::kStopRequest, request, sizeof(request), std::chrono::steady_clock::now())) {
+      if (!requested && !stop_) {
+        stopSignal_ = static_cast<int>(request[1]);
+        stopRank_ = r;
+        RP_LOG_INFO("rank {} received a preemption signal: every rank stops at this step", r);
+      }
       requested = true;
     }
   }

@@ -52,7 +52,9 @@ class Coordination {
   // This rank received a preemption signal: rank 0's next directive tells every rank to stop before running
   // its iteration. Another rank tells rank 0 (once, kStopRequest); rank 0 looks for such requests, without
   // waiting, before each directive.
-  void requestStop();
+  void requestStop(int signal);
+  // Rank 0, once a directive said stop: the signal and the rank that received it first.
+  std::pair<int, int> stopCause() const { return {stopSignal_, stopRank_}; }
 
   // Clean shutdown after iterations [0, steps): rank 0 takes every report still in flight, so no message of
   // this run is left for the next user of the channel.
@@ -110,6 +112,7 @@ class Coordination {
   std::int64_t collected_ = 0;                       // rank 0: iterations whose reports are folded into the profile
   bool changed_ = true;                              // the next directive carries a new plan
   bool stop_ = false;                                // rank 0: the next directive says stop; else: rank 0 was told
+  int stopSignal_ = 0, stopRank_ = 0;                // rank 0: what stopped the job, and where it arrived first
   std::map<std::int64_t, std::vector<double>> own_;  // rank 0's reports not yet collected
   struct PendingPlan {
     std::future<schedule::Plan> plan;

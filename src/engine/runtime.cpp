@@ -157,6 +157,9 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
   for (const auto& place : id.places) co.workerOfRank.push_back(place.localRank);
   coordination_ = std::make_unique<coordinator::Coordination>(*worldChannel_, co, plan_, planCosts);
   slots_ = std::make_unique<StageSlots>(*worker_, memoryBudget_);
+  if (leader_) {
+    run::logStartWarnings(c, model_->model().config(), worker_->placement().backend == device::Backend::kCpu);
+  }
   skipUploads_ = env::getInt(env::kBenchNoUploads) != 0;
   if (skipUploads_ && leader_) {
     RP_LOG_WARN(
@@ -277,7 +280,7 @@ void PipelineRuntime::buildStore() {
     tensors.push_back(std::move(o));
   }
   OptimizerOptions options;
-  options.adamw = {c.optim.lr, c.optim.beta1, c.optim.beta2, c.optim.eps, c.optim.weightDecay, c.optim.amsgrad};
+  options.adamw = run::adamwConfigFor(c);
   options.schedule = optim::LrSchedule{optim::parseScheduleKind(c.optim.schedule, "optim.schedule"), c.optim.lr,
                                        c.optim.warmupSteps, c.train.maxSteps, c.optim.minLrRatio};
   options.gradClip = c.train.gradClip;
@@ -514,15 +517,20 @@ std::vector<trace::StepMetrics> PipelineRuntime::run() {
   return result.metrics;
 }
 
-bool PipelineRuntime::step(std::int64_t step, bool stop) {
+bool PipelineRuntime::step(std::int64_t step, int signal) {
   if (!lastFinished_) lastFinished_ = std::chrono::steady_clock::now();
   // Rank 0's plan and dispatch table for this iteration, or its order to stop (a preemption signal reached
   // some rank: Coordination::requestStop).
-  if (stop) coordination_->requestStop();
+  if (signal != 0) coordination_->requestStop(signal);
   const auto directive = coordination_->begin(step, describeWorldRank());
   if (directive.stop) return false;
   runStep(step, directive);
   return true;
+}
+
+run::StopCause PipelineRuntime::stopCause() const {
+  const auto [signal, rank] = coordination_->stopCause();
+  return {signal, rank};
 }
 
 // Rank 0 reports steps as its optimizer finishes them (in async mode, while later iterations run); the step

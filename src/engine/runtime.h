@@ -67,7 +67,8 @@ class PipelineRuntime : public run::Executor {
   std::int64_t epoch() const override { return packer_->cursor().epoch; }
   bool reports() const override { return leader_; }
   std::optional<run::CheckpointWriters> checkpointWriters() const override;
-  bool step(std::int64_t step, bool stop) override;
+  bool step(std::int64_t step, int signal) override;
+  run::StopCause stopCause() const override;
   std::vector<trace::StepMetrics> finished() override;
   std::optional<checkpoint::SaveJob> snapshot(std::int64_t steps) override;
   void drain(std::int64_t steps) override;

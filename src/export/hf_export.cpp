@@ -164,6 +164,36 @@ bool dequantizedInto(std::map<std::string, torch::Tensor>& weights, const safete
   return true;
 }
 
+// The output directory may not be the model the run started from (exporting there would replace the base
+// model's config.json and weights), and may hold nothing unless `overwrite`: then the weight files and
+// their index are removed first, since a stale shard beside the new files would be loaded with them.
+void refuseOutput(const fs::path& out, const std::vector<fs::path>& runInputs, bool overwrite) {
+  std::error_code ec;
+  if (!fs::exists(out, ec)) return;
+  if (!fs::is_directory(out, ec)) RP_THROW(InputError, "--output {}: is a file, not a directory", out.string());
+  for (const auto& input : runInputs) {
+    if (!input.empty() && fs::exists(input, ec) && fs::equivalent(out, input, ec)) {
+      RP_THROW(InputError,
+               "--output {}: is the directory the checkpoint's run read its model from ({}): exporting there would "
+               "replace the base model; choose another directory (--overwrite does not apply here)",
+               out.string(), input.string());
+    }
+  }
+  std::vector<std::string> present;
+  for (const auto& entry : fs::directory_iterator(out)) present.push_back(entry.path().filename().string());
+  if (present.empty()) return;
+  std::sort(present.begin(), present.end());
+  if (!overwrite) {
+    const std::size_t shown = std::min<std::size_t>(present.size(), 4);
+    RP_THROW(InputError, "--output {}: is not empty ({}{}): pass --overwrite to replace its files, or choose an empty "
+             "or new directory", out.string(), fmt::join(present.begin(), present.begin() + static_cast<long>(shown), ", "),
+             present.size() > shown ? fmt::format(" and {} more", present.size() - shown) : std::string());
+  }
+  for (const auto& name : present) {
+    if (name.ends_with(".safetensors") || name.ends_with(".safetensors.index.json")) fs::remove(out / name);
+  }
+}
+
 }  // namespace
 
 void exportCheckpoint(const fs::path& dir, const fs::path& out, const ExportOptions& options) {
@@ -176,6 +206,7 @@ void exportCheckpoint(const fs::path& dir, const fs::path& out, const ExportOpti
   fs::path tokenizer = m.model.value("tokenizer", "");
   if (tokenizer.empty()) tokenizer = base;
   if (fs::is_regular_file(tokenizer)) tokenizer = tokenizer.parent_path();
+  refuseOutput(out, {base, tokenizer}, options.overwrite);
   std::error_code ec;
   fs::create_directories(out, ec);
   if (ec) RP_THROW(SystemError, "cannot create {}: {}", out.string(), ec.message());

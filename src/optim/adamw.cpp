@@ -1,13 +1,33 @@
 #include "optim/adamw.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <regex>
 #include <cstring>
 #include <thread>
 
 #include "common/error.h"
 
 namespace rp::optim {
+
+std::optional<std::string> patternError(const std::string& pattern) {
+  try {
+    std::regex compiled(pattern, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    return std::string(e.what());
+  }
+  return std::nullopt;
+}
+
+bool decays(const std::string& name, const std::vector<std::string>& noDecay) {
+  std::string lower = name;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (const auto& pattern : noDecay) {
+    if (std::regex_search(lower, std::regex(pattern, std::regex::ECMAScript))) return false;
+  }
+  return true;
+}
 
 AdamWStepScalars stepScalars(const AdamWConfig& c, double lr, std::int64_t step) {
   RP_CHECK(step >= 1, "AdamW step counts from 1, got {}", step);
@@ -122,8 +142,9 @@ std::uint16_t toHalf(float value) {
 std::size_t AdamW::add(std::string name, float* param, const float* grad, std::size_t n, std::uint16_t* modelCopy,
                        ModelCopy copy) {
   RP_CHECK((modelCopy != nullptr) == (copy != ModelCopy::kNone), "AdamW::add: a model copy needs its dtype");
+  const bool decay = optim::decays(name, config_.noDecay);
   Param p{std::move(name), param, grad, n, std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f), {},
-          modelCopy,       copy};
+          modelCopy,       copy,  decay};
   if (config_.amsgrad) p.maxExpAvgSq.assign(n, 0.0f);
   params_.push_back(std::move(p));
   return params_.size() - 1;
@@ -147,9 +168,12 @@ void AdamW::setThreads(int threads) {
 
 void AdamW::step(double lr) {
   ++step_;
-  const AdamWStepScalars s = stepScalars(config_, lr, step_);
+  const AdamWStepScalars decayed = stepScalars(config_, lr, step_);
+  AdamWStepScalars plain = decayed;
+  plain.decay = 1.0f;  // torch skips the multiplication for a group with weight_decay 0; by 1 it is exact
+  const auto scalars = [&](const Param& p) -> const AdamWStepScalars& { return p.decay ? decayed : plain; };
   if (threads_ == 1) {
-    for (auto& p : params_) kernel_(s, config_.amsgrad, slice(p, 0, p.n));
+    for (auto& p : params_) kernel_(scalars(p), config_.amsgrad, slice(p, 0, p.n));
     return;
   }
   // Thread t takes the t-th contiguous part of every parameter (cache lines are never shared: parts are
@@ -161,7 +185,7 @@ void AdamW::step(double lr) {
         const std::size_t per = (p.n / static_cast<std::size_t>(threads_) + 15) / 16 * 16;
         const std::size_t begin = std::min(p.n, per * static_cast<std::size_t>(t));
         const std::size_t end = t + 1 == threads_ ? p.n : std::min(p.n, begin + per);
-        if (begin < end) kernel_(s, config_.amsgrad, slice(p, begin, end));
+        if (begin < end) kernel_(scalars(p), config_.amsgrad, slice(p, begin, end));
       }
     });
   }

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,16 @@ struct AdamWConfig {
   double eps = 1e-8;
   double weightDecay = 0.01;
   bool amsgrad = false;
+  // Parameters whose lowercased name one of these regular expressions (ECMAScript, searched anywhere in it)
+  // matches take no weight decay: Hugging Face Trainer's convention (get_decay_parameter_names) by default,
+  // config/schema.cpp. Empty: every parameter decays.
+  std::vector<std::string> noDecay;
 };
+
+// Why `pattern` is not a regular expression AdamWConfig::noDecay can use, or nullopt when it is.
+std::optional<std::string> patternError(const std::string& pattern);
+// Whether `name` takes weight decay under `noDecay` (AdamWConfig::noDecay).
+bool decays(const std::string& name, const std::vector<std::string>& noDecay);
 
 // The per-step scalars every element uses, computed once in double like torch does.
 struct AdamWStepScalars {
@@ -67,7 +77,7 @@ class AdamW {
  public:
   explicit AdamW(AdamWConfig config, AdamWKernel kernel = &adamwScalar);
 
-  // Registers a parameter of `n` floats; returns its index. Buffers must outlive the optimizer. With a
+  // Registers a parameter of `n` floats; returns its index. Its name decides its weight decay (noDecay). Buffers must outlive the optimizer. With a
   // `modelCopy`, every step also writes the updated parameter there rounded to `copy`'s dtype.
   std::size_t add(std::string name, float* param, const float* grad, std::size_t n, std::uint16_t* modelCopy = nullptr,
                   ModelCopy copy = ModelCopy::kNone);
@@ -80,6 +90,7 @@ class AdamW {
   const AdamWConfig& config() const { return config_; }
   std::size_t size() const { return params_.size(); }
   const std::string& name(std::size_t i) const { return params_[i].name; }
+  bool decays(std::size_t i) const { return params_[i].decay; }
   const std::vector<float>& expAvg(std::size_t i) const { return params_[i].expAvg; }
   const std::vector<float>& expAvgSq(std::size_t i) const { return params_[i].expAvgSq; }
   // For checkpoints: the moments of parameter i (maxExpAvgSq is empty unless amsgrad), and the step count.
@@ -98,6 +109,7 @@ class AdamW {
     std::vector<float> expAvg, expAvgSq, maxExpAvgSq;
     std::uint16_t* modelCopy;
     ModelCopy copy;
+    bool decay;
   };
   AdamWSlice slice(Param& p, std::size_t begin, std::size_t end);
   AdamWConfig config_;

@@ -154,9 +154,16 @@ void checkRun(const checkpoint::Manifest& saved, const json& identity, const con
     warnChanged(where, fmt::format("optim.{}", field), optimizer.value(field, json()), mine.at(field),
                 "the learning rate follows the new setting from the checkpoint's step on");
   }
-  for (const char* field : {"beta1", "beta2", "eps", "weight_decay"}) {
+  for (const char* field : {"beta1", "beta2", "eps", "weight_decay", "no_decay"}) {
     warnChanged(where, fmt::format("optim.{}", field), optimizer.value(field, json()), mine.at(field),
                 "AdamW goes on from the saved moments with the new setting");
+  }
+  // Checkpoints from before optim.no_decay existed decayed every tensor.
+  if (!optimizer.contains("no_decay") && !c.optim.noDecay.empty() && c.optim.weightDecay > 0) {
+    RP_LOG_WARN("{}: the checkpoint's run decayed every tensor (saved before optim.no_decay); this run exempts "
+                "those optim.no_decay names (biases, normalisation weights by default): set optim.no_decay = [] to "
+                "keep the old behaviour",
+                where);
   }
 }
 
@@ -211,6 +218,7 @@ json optimizerJson(const config::RunConfig& c, std::int64_t stepCount) {
           {"beta2", c.optim.beta2},
           {"eps", c.optim.eps},
           {"weight_decay", c.optim.weightDecay},
+          {"no_decay", c.optim.noDecay},
           {"amsgrad", c.optim.amsgrad},
           {"schedule", c.optim.schedule},
           {"warmup_steps", c.optim.warmupSteps},

@@ -118,7 +118,7 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
       break;
     }
     // Slurm and mpirun deliver SIGTERM/SIGUSR1 to every rank; the executor makes the decision the job's.
-    if (!executor.step(steps, preemptionSignal() != 0)) {
+    if (!executor.step(steps, preemptionSignal())) {
       result.outcome = Outcome::kPreempted;
       break;
     }
@@ -144,7 +144,7 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
     progress.reset();
     RP_LOG_INFO("metrics written to {}", metrics->path());
     if (result.outcome == Outcome::kPreempted) {
-      RP_LOG_WARN("signal {} received: saved the checkpoint of step {} and stopping", preemptionSignal(), steps);
+      RP_LOG_WARN("{}: saved the checkpoint of step {} and stopping", describe(executor.stopCause()), steps);
     } else if (!c.output.samplePrompt.empty()) {
       std::printf("sample after:  %s\n", executor.sample(c.output.samplePrompt).c_str());
     }

@@ -13,6 +13,7 @@
 #include "checkpoint/saver.h"
 #include "config/run_config.h"
 #include "control/channel.h"
+#include "run/preemption.h"
 #include "trace/metrics.h"
 
 namespace rp::run {
@@ -43,9 +44,12 @@ class Executor {
   // This rank's place among the checkpoint writers, or nullopt where it writes none.
   virtual std::optional<CheckpointWriters> checkpointWriters() const = 0;
 
-  // Runs iteration `step` and returns true, or returns false when the job stops before it: `stop` says
-  // that this rank received a preemption signal, and the job decides together (every rank returns the same).
-  virtual bool step(std::int64_t step, bool stop) = 0;
+  // Runs iteration `step` and returns true, or returns false when the job stops before it: `signal` (0 =
+  // none) is the preemption signal this rank received, and the job decides together (every rank returns the
+  // same).
+  virtual bool step(std::int64_t step, int signal) = 0;
+  // After step() returned false: the signal that stopped the job and the rank it reached (reporting rank).
+  virtual StopCause stopCause() const = 0;
   // The metrics of the steps finished since the last call, in order, with their step times (reporting rank;
   // a step may finish after later steps started).
   virtual std::vector<trace::StepMetrics> finished() = 0;

@@ -1,6 +1,7 @@
 #include "run/preemption.h"
 
 #include <csignal>
+#include <cstdlib>
 
 namespace rp::run {
 namespace {
@@ -24,6 +25,32 @@ void installPreemptionHandlers() {
 
 int preemptionSignal() {
   return received;
+}
+
+std::optional<std::string> killTimeoutWarning(const char* mpirunUri, const char* killTimeout) {
+  if (mpirunUri == nullptr || *mpirunUri == '\0') return std::nullopt;
+  double seconds = 1.0;  // Open MPI 4.1's default
+  if (killTimeout != nullptr) {
+    char* end = nullptr;
+    seconds = std::strtod(killTimeout, &end);
+    if (end == killTimeout) seconds = 1.0;
+  }
+  if (seconds >= kMinKillTimeoutSeconds) return std::nullopt;
+  return "mpirun gives the ranks " + std::to_string(static_cast<int>(seconds)) +
+         " s after a Ctrl-C or a SIGTERM before it kills them (odls_base_sigkill_timeout" +
+         (killTimeout == nullptr ? ", Open MPI's default" : "") +
+         "): too short for a step and a checkpoint, so the work since the last checkpoint would be lost; start "
+         "mpirun with --mca odls_base_sigkill_timeout 30 (or more: a step plus a save), or send SIGUSR1 instead "
+         "(docs/launch.md, \"Signals\")";
+}
+
+std::string describe(const StopCause& cause) {
+  const char* name = cause.signal == SIGTERM   ? "SIGTERM"
+                     : cause.signal == SIGINT  ? "SIGINT"
+                     : cause.signal == SIGUSR1 ? "SIGUSR1"
+                                               : nullptr;
+  const std::string signal = name != nullptr ? name : "signal " + std::to_string(cause.signal);
+  return signal + " received by rank " + std::to_string(cause.rank);
 }
 
 }  // namespace rp::run

@@ -4,7 +4,26 @@
 // rank 0 makes it every rank's decision). The handler only sets a flag.
 #pragma once
 
+#include <optional>
+#include <string>
+
 namespace rp::run {
+
+// Which signal stopped the job, and the rank it reached first (as rank 0 learnt it).
+struct StopCause {
+  int signal = 0;
+  int rank = 0;
+};
+// "SIGTERM received by rank 1" (the signal by name where it is one of ours).
+std::string describe(const StopCause& cause);
+
+// A signal to Open MPI's mpirun (Ctrl-C, `timeout`) gives the ranks odls_base_sigkill_timeout seconds before
+// it kills them (docs/launch.md, "Signals"); under this many a step and a save rarely fit.
+inline constexpr double kMinKillTimeoutSeconds = 10.0;
+// Given the environment's OMPI_MCA_orte_hnp_uri (set when mpirun started this rank) and
+// OMPI_MCA_odls_base_sigkill_timeout (null where unset: Open MPI's default, 1 s): the warning that a
+// Ctrl-C would kill the ranks before they save, or nullopt (not under mpirun, or time enough).
+std::optional<std::string> killTimeoutWarning(const char* mpirunUri, const char* killTimeout);
 
 // Installs the handlers (idempotent).
 void installPreemptionHandlers();

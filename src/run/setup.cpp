@@ -29,6 +29,10 @@ optim::ModelCopy modelCopyFor(torch::ScalarType dtype) {
   return optim::ModelCopy::kNone;
 }
 
+optim::AdamWConfig adamwConfigFor(const config::RunConfig& c) {
+  return {c.optim.lr, c.optim.beta1, c.optim.beta2, c.optim.eps, c.optim.weightDecay, c.optim.amsgrad, c.optim.noDecay};
+}
+
 optim::LossScalerConfig lossScalerFor(const config::RunConfig& c) {
   return {c.precision.lossScale, 2.0, 0.5, c.precision.growthInterval};
 }
@@ -79,8 +83,61 @@ Corpora loadCorporaFor(const config::RunConfig& c, const model::ModelConfig& mod
   return out;
 }
 
+std::vector<std::string> startWarnings(const config::RunConfig& c, const model::ModelConfig& model,
+                                       bool computesOnCpu, const std::string& flags) {
+  std::vector<std::string> out;
+  if (c.train.seqLen > model.maxPositions) {
+    const bool scaled = model.rope.type != "default";
+    out.push_back(fmt::format(
+        "train.seq_len = {} is beyond the model's max_position_embeddings = {} ({}/config.json): packed rows "
+        "restart positions at every document, so only documents longer than {} tokens meet positions {}",
+        c.train.seqLen, model.maxPositions, c.model.path, model.maxPositions,
+        scaled ? fmt::format("past what its {} RoPE scaling was configured for", model.rope.type)
+               : std::string("the checkpoint was never trained on (it has no RoPE scaling)")));
+  }
+  const auto has = [&](const char* flag) {
+    const std::string word = std::string(" ") + flag + " ";
+    return (" " + flags + " ").find(word) != std::string::npos;
+  };
+  if (computesOnCpu && c.model.dtype == config::Dtype::kBFloat16 && !has("avx512_bf16") && !has("amx_bf16")) {
+    out.push_back(
+        "model.dtype = bfloat16 on a CPU without AVX512-BF16 or AMX: LibTorch's bfloat16 matmuls (the backward "
+        "above all) run far slower than float32 here (measured: 170x at the LM head's size), so a step may take "
+        "minutes; use model.dtype = \"float32\" on this CPU (docs/training.md, \"Warnings at start\")");
+  }
+  if (computesOnCpu && c.model.dtype == config::Dtype::kFloat16 && !has("avx512_fp16") && !has("amx_fp16")) {
+    out.push_back(
+        "model.dtype = float16 on a CPU without AVX512-FP16 or AMX-FP16: LibTorch's float16 matmuls run far "
+        "slower than float32 here; use model.dtype = \"float32\" on this CPU (docs/training.md, \"Warnings at start\")");
+  }
+  return out;
+}
+
+std::string cpuFlags() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("flags", 0) == 0) {
+      const auto colon = line.find(':');
+      return colon == std::string::npos ? std::string() : line.substr(colon + 1);
+    }
+  }
+  return {};
+}
+
+void logStartWarnings(const config::RunConfig& c, const model::ModelConfig& model, bool computesOnCpu) {
+  for (const auto& warning : startWarnings(c, model, computesOnCpu, computesOnCpu ? cpuFlags() : std::string())) {
+    RP_LOG_WARN("{}", warning);
+  }
+}
+
 void writeEffectiveConfig(const config::RunConfig& c) {
-  std::filesystem::create_directories(c.output.dir);
+  std::error_code ec;
+  std::filesystem::create_directories(c.output.dir, ec);
+  if (ec) {
+    RP_THROW(InputError, "{}: output.dir = \"{}\": cannot create the directory ({})", c.values.source({"output.dir"}),
+             c.output.dir, ec.message());
+  }
   const auto path = std::filesystem::path(c.output.dir) / "config.effective.toml";
   std::ofstream out(path);
   for (const auto& line : c.values.describe()) out << line << '\n';

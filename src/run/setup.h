@@ -2,6 +2,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "config/run_config.h"
 #include "data/corpus.h"
@@ -17,6 +19,8 @@ namespace rp::run {
 torch::ScalarType torchDtype(config::Dtype dtype);
 // The model-dtype copy the AdamW kernels write for weights of `dtype` (kNone for float32).
 optim::ModelCopy modelCopyFor(torch::ScalarType dtype);
+// optim.* as AdamW's settings (the trainer's and the pipeline's optimizer alike).
+optim::AdamWConfig adamwConfigFor(const config::RunConfig& config);
 // precision.* as the fp16 loss scaler's settings.
 optim::LossScalerConfig lossScalerFor(const config::RunConfig& config);
 
@@ -34,6 +38,20 @@ struct Corpora {
 };
 Corpora loadCorporaFor(const config::RunConfig& config, const model::ModelConfig& model,
                        const data::Tokenizer& tokenizer);
+
+// The reporting rank's warnings about the run's fit to the model and the machine, one line each:
+// - train.seq_len beyond the model's max_position_embeddings (packed rows restart positions at every document,
+//   so only documents longer than that meet positions the checkpoint never saw; with RoPE scaling the model
+//   was made for longer ones);
+// - bfloat16 or float16 computed on a CPU whose flags (/proc/cpuinfo's) lack native support (AVX512-BF16 or
+//   AMX-BF16; AVX512-FP16 or AMX-FP16): LibTorch's matmuls then convert element by element, one to two orders
+//   of magnitude slower than float32.
+std::vector<std::string> startWarnings(const config::RunConfig& config, const model::ModelConfig& model,
+                                       bool computesOnCpu, const std::string& cpuFlags);
+// The flags line of /proc/cpuinfo ("" where there is none).
+std::string cpuFlags();
+// startWarnings for this machine, logged.
+void logStartWarnings(const config::RunConfig& config, const model::ModelConfig& model, bool computesOnCpu);
 
 // Creates output.dir and writes the effective config there (config.effective.toml); a failed write is a
 // SystemError naming the file.

@@ -74,7 +74,7 @@ Trainer::Trainer(config::RunConfig config) : config_(std::move(config)), dtype_(
     trainable_ = model_->hfParameters();
   }
   adamw_ = std::make_unique<optim::AdamW>(
-      optim::AdamWConfig{c.optim.lr, c.optim.beta1, c.optim.beta2, c.optim.eps, c.optim.weightDecay, c.optim.amsgrad},
+      run::adamwConfigFor(c),
       optim::bestAdamWKernel());
   adamw_->setThreads(static_cast<int>(c.optim.threads));
   // bf16/fp16: the kernel writes the rounded model copy (the parameter itself) in the same pass.
@@ -99,6 +99,7 @@ Trainer::Trainer(config::RunConfig config) : config_(std::move(config)), dtype_(
     scaler_ = std::make_unique<optim::LossScaler>(run::lossScalerFor(c));
   }
 
+  run::logStartWarnings(c, model_->config(), /*computesOnCpu=*/true);
   run::Corpora corpora = run::loadCorporaFor(c, model_->config(), *tokenizer_);
   corpus_ = std::move(corpora.train);
   evalRows_ = run::evalRows(c, corpora.eval);
@@ -203,8 +204,11 @@ double Trainer::peakFlops() const {
   return run::peakFlops(config_, "", 1);  // the single-process trainer runs on the CPU
 }
 
-bool Trainer::step(std::int64_t step, bool stop) {
-  if (stop) return false;
+bool Trainer::step(std::int64_t step, int signal) {
+  if (signal != 0) {
+    stopSignal_ = signal;
+    return false;
+  }
   const auto& c = config_;
   const auto start = std::chrono::steady_clock::now();
   const auto rows = packer_->next(c.train.globalBatch);

@@ -47,7 +47,8 @@ class Trainer : public run::Executor {
   std::int64_t epoch() const override { return packer_->cursor().epoch; }
   bool reports() const override { return true; }
   std::optional<run::CheckpointWriters> checkpointWriters() const override { return run::CheckpointWriters{}; }
-  bool step(std::int64_t step, bool stop) override;
+  bool step(std::int64_t step, int signal) override;
+  run::StopCause stopCause() const override { return {stopSignal_, 0}; }
   std::vector<trace::StepMetrics> finished() override;
   std::optional<checkpoint::SaveJob> snapshot(std::int64_t step) override;
   void drain(std::int64_t) override {}
@@ -89,6 +90,7 @@ class Trainer : public run::Executor {
   std::unique_ptr<optim::LossScaler> scaler_;  // fp16 only
   std::int64_t startStep_ = 0;                 // > 0 when resumed
   std::int64_t tokensSeen_ = 0, targetTokensSeen_ = 0;
+  int stopSignal_ = 0;                         // the preemption signal that stopped the run (step)
   std::vector<trace::StepMetrics> finished_;  // steps run since the loop last asked
 
   // The tensors of the state, by checkpoint kind (trainer_state.cpp).

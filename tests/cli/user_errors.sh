@@ -53,6 +53,14 @@ expect 2 "--set: train.global_batch = 0: must be >= 1" \
   "$bin/roundpipe_train" --config "$work/run.toml" --set train.seq_len=8 --set train.global_batch=0
 expect 2 "$work/run.toml and --set: train.global_batch = 6 is not a multiple of train.microbatches = 4" \
   "$bin/roundpipe_train" --config "$work/run.toml" --set train.seq_len=8 --set train.global_batch=6
+# NaN passes every range check: the schema refuses it (and inf) for every float key before anything runs.
+expect 2 "--set: key 'optim.lr' = nan: must be a finite number" \
+  "$bin/roundpipe_train" --config "$work/run.toml" --set train.seq_len=8 --set optim.lr=nan
+expect 2 "--set: key 'lora.alpha' = inf: must be a finite number" \
+  "$bin/roundpipe_train" --config "$work/run.toml" --set train.seq_len=8 --set lora.alpha=inf
+# An output.dir that cannot be a directory is a usage error naming the key, not a raw filesystem error.
+expect 2 "--set: output.dir = \"$work/run.toml/out\": \"$work/run.toml\" is a file, not a directory" \
+  "$bin/roundpipe_train" --config "$work/run.toml" --set train.seq_len=8 --set "output.dir=$work/run.toml/out"
 echo "ok: config errors name --set or the file"
 
 model="$fixtures/models/tinystories-656k"
@@ -88,6 +96,25 @@ expect 2 "^.*--dtype 'int8': expected float32, bfloat16 or float16" \
   "$bin/roundpipe_export" --checkpoint "$work/out/checkpoints" --output "$work/hf" --dtype int8
 grep -q "manifest.json" <<<"$out" && fail "export blames the manifest for --dtype: $out"
 echo "ok: roundpipe_export blames --dtype"
+
+# roundpipe_export never clobbers: a non-empty --output needs --overwrite (which replaces the weight files), and
+# the run's own model.path is refused even then (it would destroy the base model).
+"$bin/roundpipe_export" --checkpoint "$work/out/checkpoints" --output "$work/hf" >/dev/null 2>&1 || fail "export"
+touch "$work/hf/model-00002-of-00002.safetensors"  # a stale shard of an earlier export
+expect 2 "--output $work/hf: is not empty \\(config.json, .*pass --overwrite" \
+  "$bin/roundpipe_export" --checkpoint "$work/out/checkpoints" --output "$work/hf"
+expect 0 "" "$bin/roundpipe_export" --checkpoint "$work/out/checkpoints" --output "$work/hf" --overwrite
+[[ -f "$work/hf/model.safetensors" && ! -e "$work/hf/model-00002-of-00002.safetensors" ]] ||
+  fail "--overwrite left the stale shard or wrote no model: $(ls "$work/hf")"
+cp -r "$model" "$work/base-copy"
+"$bin/roundpipe_train" --config /dev/null --set "model.path=$work/base-copy" \
+  --set "data.path=$fixtures/text/tinyshakespeare.txt" --set train.seq_len=16 --set train.global_batch=2 \
+  --set train.max_steps=1 --set "output.dir=$work/out-copy" >"$work/train.log" 2>&1 || { cat "$work/train.log"; fail "training"; }
+before=$(sha256sum "$work/base-copy/model.safetensors")
+expect 2 "--output $work/base-copy/: is the directory the checkpoint's run read its model from" \
+  "$bin/roundpipe_export" --checkpoint "$work/out-copy/checkpoints" --output "$work/base-copy/" --overwrite
+[[ "$(sha256sum "$work/base-copy/model.safetensors")" == "$before" ]] || fail "the base model was modified"
+echo "ok: roundpipe_export refuses a non-empty --output without --overwrite, and the run's model.path always"
 
 # A diverged step (fault injection: step 2's loss made NaN) is skipped with a warning naming it; with
 # train.max_consecutive_skips = 1 the run stops there, naming the step and the key.

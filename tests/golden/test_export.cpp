@@ -73,12 +73,12 @@ TEST_P(ExportTest, TransformersAndPeftGiveOurLogits) {
                           {"logits", safetensors::DType::kF32, logits.sizes().vec(), logits.data_ptr()}});
 
   const fs::path checkpoint = fs::path(out) / "checkpoints" / "step-00000003";
-  exportCheckpoint(checkpoint, out + "/hf", {false, "float32", 1e6});  // 1 MB shards: several files
+  exportCheckpoint(checkpoint, out + "/hf", {false, "float32", 1e6, false});  // 1 MB shards: several files
   std::string command =
       fmt::format("HF_HUB_OFFLINE=1 {} {}/tests/golden/check_export.py --ours {}/ours.safetensors --model {}/hf",
                   RP_PYTHON, RP_SOURCE_DIR, out, out);
   if (lora) {
-    exportCheckpoint(checkpoint, out + "/peft", {true, "", 5e9});
+    exportCheckpoint(checkpoint, out + "/peft", {true, "", 5e9, false});
     std::ifstream in(out + "/peft/adapter_config.json");
     const auto config = nlohmann::json::parse(in);
     if (*GetParam().golden != '\0') {  // the MoE models: the experts as PEFT's target_parameters
@@ -91,7 +91,7 @@ TEST_P(ExportTest, TransformersAndPeftGiveOurLogits) {
     command += fmt::format(" --adapter {}/peft --base {}", out, model);
   } else {
     // A bfloat16 export loads in bfloat16 where the user passes no dtype (the base's config says float32).
-    exportCheckpoint(checkpoint, out + "/hf-bf16", {false, "bfloat16", 5e9});
+    exportCheckpoint(checkpoint, out + "/hf-bf16", {false, "bfloat16", 5e9, false});
     command += fmt::format(" --low-precision {}/hf-bf16 --expect-dtype bfloat16 --low-tol {}", out, GetParam().lowTol);
     const safetensors::CheckpointReader full(out + "/hf"), half(out + "/hf-bf16");
     for (const auto& name : full.names()) {

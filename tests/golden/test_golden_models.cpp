@@ -2,12 +2,17 @@
 // Tolerances are relative to the largest reference magnitude: |ours - ref|_inf <= tol * |ref|_inf,
 // 1e-5 for logits and losses, 1e-4 for gradients (fp32).
 #include <filesystem>
+#include <fstream>
+#include <set>
 #include <vector>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "config/schema.h"
+#include "optim/adamw.h"
 #include "model/causal_lm.h"
 #include "model/safetensors.h"
 #include "model/safetensors_writer.h"
@@ -36,6 +41,7 @@ class GoldenModel : public ::testing::TestWithParam<Case> {
       GTEST_SKIP() << dir << "/golden.safetensors absent (make_goldens skips models whose fixtures are missing)";
     }
     goldens_ = std::make_unique<safetensors::SafetensorsFile>(dir + "/golden.safetensors");
+    goldenDir_ = dir;
     modelDir_ = dir;
     if (GetParam().fromFixtures) {
       const auto fixtures = test::fixturesDir();
@@ -65,7 +71,7 @@ class GoldenModel : public ::testing::TestWithParam<Case> {
   }
 
   std::unique_ptr<safetensors::SafetensorsFile> goldens_;
-  std::string modelDir_;
+  std::string goldenDir_, modelDir_;
   std::shared_ptr<CausalLM> model_;
 };
 
@@ -105,8 +111,24 @@ TEST_P(GoldenModel, GradientsMatchTransformers) {
   EXPECT_EQ(compared, stored) << "transformers has parameters we do not";
 }
 
+// optim.no_decay's default exempts exactly the parameters Hugging Face Trainer does not decay.
+TEST_P(GoldenModel, WeightDecayFollowsHuggingFaceTrainer) {
+  const auto hf = nlohmann::json::parse(std::ifstream(goldenDir_ + "/decay_names.json")).get<std::set<std::string>>();
+  const auto noDecay = std::get<std::vector<std::string>>(config::runKey("optim.no_decay").fallback);
+  std::size_t exempt = 0;
+  for (const auto& [name, param] : model_->hfParameters()) {
+    const bool ours = optim::decays(name, noDecay);
+    EXPECT_EQ(ours, hf.count(name) == 1) << name << (ours ? " decays here, not in" : " is exempt here, decays in")
+                                         << " Hugging Face Trainer";
+    exempt += ours ? 0 : 1;
+  }
+  EXPECT_GE(exempt, 2u) << "every model has norm weights";
+}
+
+// The fixture's goldens come from its own text (one row); every generated model has two documents.
 TEST_P(GoldenModel, PackedDocumentsMatchSeparateTransformersRuns) {
-  if (goldens_->find("doc_a_ids") == nullptr) GTEST_SKIP() << "no packed-document goldens for this model";
+  if (GetParam().fromFixtures) GTEST_SKIP() << "the fixture's goldens are one row of its sample text, not documents";
+  ASSERT_NE(goldens_->find("doc_a_ids"), nullptr) << "make_goldens.py wrote no packed-document goldens";
   torch::NoGradGuard noGrad;
   const auto a = golden("doc_a_ids");
   const auto b = golden("doc_b_ids");

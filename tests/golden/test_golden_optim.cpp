@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include "config/schema.h"
 #include "model/safetensors.h"
 #include "model/torch_bridge.h"
 #include "optim/adamw.h"
@@ -24,7 +25,9 @@ torch::Tensor load(const safetensors::SafetensorsFile& file, const std::string& 
 
 class GoldenAdamW : public ::testing::TestWithParam<std::string> {};
 
-// 100 steps over three tensors with the gradients torch saw; every element within 1e-6 relative.
+// 100 steps over three tensors with the gradients torch saw; every element within 1e-6 relative. "groups":
+// Hugging Face Trainer's two parameter groups (no decay on biases and norms), which our AdamW forms from the
+// names with optim.no_decay's default patterns.
 TEST_P(GoldenAdamW, MatchesTorchOptimAdamW) {
   const auto golden = test::goldenDir();
   RP_SKIP_UNLESS(golden, "golden directory");
@@ -38,22 +41,29 @@ TEST_P(GoldenAdamW, MatchesTorchOptimAdamW) {
   config.eps = hyper.at("eps");
   config.weightDecay = hyper.at("weight_decay");
   config.amsgrad = hyper.at("amsgrad");
+  const bool groups = hyper.contains("names");
+  if (groups) config.noDecay = std::get<std::vector<std::string>>(config::runKey("optim.no_decay").fallback);
   AdamW adamw(config);
+  const int count = groups ? static_cast<int>(hyper.at("names").size()) : 3;
   std::vector<torch::Tensor> params, grads, history;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < count; ++i) {
     params.push_back(load(file, "init." + std::to_string(i)).contiguous());
     history.push_back(load(file, "grads." + std::to_string(i)));
     grads.push_back(torch::zeros_like(params.back()));
-    adamw.add("p" + std::to_string(i), params[i].data_ptr<float>(), grads[i].data_ptr<float>(),
+    const std::string name = groups ? hyper.at("names")[i].get<std::string>() : "p" + std::to_string(i);
+    adamw.add(name, params[i].data_ptr<float>(), grads[i].data_ptr<float>(),
               static_cast<std::size_t>(params[i].numel()));
+    if (groups) {
+      EXPECT_EQ(adamw.decays(static_cast<std::size_t>(i)), hyper.at("decay")[i].get<bool>()) << name;
+    }
   }
   const auto steps = history[0].size(0);
   for (std::int64_t t = 0; t < steps; ++t) {
-    for (int i = 0; i < 3; ++i) grads[i].copy_(history[i][t]);
+    for (int i = 0; i < count; ++i) grads[i].copy_(history[i][t]);
     adamw.step(config.lr);
   }
   EXPECT_EQ(adamw.stepCount(), steps);
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < count; ++i) {
     const auto want = load(file, "final." + std::to_string(i));
     const double err = ((params[i] - want).abs() / want.abs().clamp_min(1e-3)).max().item<double>();
     EXPECT_LE(err, 1e-6) << "tensor " << i;
@@ -65,7 +75,7 @@ TEST_P(GoldenAdamW, MatchesTorchOptimAdamW) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Hyper, GoldenAdamW, ::testing::Values("default", "amsgrad"));
+INSTANTIATE_TEST_SUITE_P(Hyper, GoldenAdamW, ::testing::Values("default", "amsgrad", "groups"));
 
 // Reproduces the fixture's recipe with LibTorch's RNG (same stream as Python's for the same seed):
 // manual_seed(42); Linear(3, 2, bias=False); 1000 steps of x = rand(3), y = [x0 + x1, -x2],
@@ -81,7 +91,7 @@ TEST(GoldenAdamWFixture, ThousandStepsReachThePublishedWeights) {
   torch::nn::Linear linear(torch::nn::LinearOptions(3, 2).bias(false));
   auto& weight = linear->weight;
   auto grad = torch::zeros_like(weight);
-  AdamW adamw(AdamWConfig{1e-3, 0.9, 0.999, 1e-8, 0.01, false});
+  AdamW adamw(AdamWConfig{1e-3, 0.9, 0.999, 1e-8, 0.01, false, {}});
   adamw.add("weight", weight.data_ptr<float>(), grad.data_ptr<float>(), static_cast<std::size_t>(weight.numel()));
   for (int step = 0; step < 1000; ++step) {
     const auto x = torch::rand({3});

@@ -209,6 +209,7 @@ kill -TERM "$rank1"
 wait "$pid"; code=$?
 [[ $code -eq 3 ]] || { tail -20 "$dir.log"; fail "SIGTERM to rank 1: exit $code, expected 3"; }
 grep -q "rank 1 received a preemption signal: every rank stops at this step" "$dir.log" || fail "rank 0 did not say why"
+grep -q "SIGTERM received by rank 1: saved the checkpoint of step" "$dir.log" || { tail -5 "$dir.log"; fail "rank 0's last line names no signal or rank"; }
 latest=$(cat "$dir/checkpoints/latest") || fail "no checkpoint after SIGTERM to rank 1"
 echo "ok: SIGTERM to rank 1 -> every rank stops, exit 3 with $latest"
 
@@ -219,7 +220,7 @@ endless "$dir" 256 96 --mca odls_base_sigkill_timeout 20
 kill -TERM "$pid"
 wait "$pid"; code=$?
 [[ $code -ne 0 ]] || fail "SIGTERM to mpirun: exit 0"
-grep -q "signal 15 received: saved the checkpoint of step" "$dir.log" || { tail -20 "$dir.log"; fail "SIGTERM to mpirun: no save"; }
+grep -Eq "SIGTERM received by rank [01]: saved the checkpoint of step" "$dir.log" || { tail -20 "$dir.log"; fail "SIGTERM to mpirun: no save"; }
 latest=$(cat "$dir/checkpoints/latest") || fail "no checkpoint after SIGTERM to mpirun"
 echo "ok: SIGTERM to mpirun -> the ranks saved $latest (mpirun exit $code)"
 dir="$work/pre"  # section 5 exports the SIGUSR1 run's checkpoint

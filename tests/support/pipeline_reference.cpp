@@ -7,6 +7,7 @@
 
 #include "optim/adamw.h"
 #include "optim/grad_clip.h"
+#include "run/setup.h"
 #include "train/trainer.h"
 
 namespace rp::test {
@@ -51,8 +52,7 @@ Reference delayedUpdateReference(const config::RunConfig& config) {
   EXPECT_GE(k, 1u) << "the delayed-update reference is for optim.mode = async";
   train::Trainer trainer(config);
   std::vector<torch::Tensor> masters;
-  optim::AdamW adamw({config.optim.lr, config.optim.beta1, config.optim.beta2, config.optim.eps,
-                      config.optim.weightDecay, config.optim.amsgrad});
+  optim::AdamW adamw(run::adamwConfigFor(config));
   for (std::size_t i = 0; i < trainer.trainable().size(); ++i) {
     masters.push_back(trainer.trainable()[i].second.detach().clone());
     adamw.add(trainer.trainable()[i].first, masters.back().data_ptr<float>(),

@@ -62,7 +62,7 @@ TEST(AdamWKernels, SimdEqualsScalarBitwise) {
         for (bool amsgrad : {false, true}) {
           for (ModelCopy copy : {ModelCopy::kNone, ModelCopy::kBFloat16, ModelCopy::kFloat16}) {
             Buffers a(n, static_cast<unsigned>(n)), b(n, static_cast<unsigned>(n));
-            const AdamWConfig config{1e-2, beta1, 0.999, 1e-8, 0.05, amsgrad};
+            const AdamWConfig config{1e-2, beta1, 0.999, 1e-8, 0.05, amsgrad, {}};
             std::mt19937 gen(7);
             std::normal_distribution<float> d;
             for (std::int64_t step = 1; step <= 3; ++step) {
@@ -147,8 +147,8 @@ TEST(AdamWKernels, ThreadsSplitTheWorkWithoutChangingABit) {
   std::mt19937 gen(2);
   std::normal_distribution<float> d;
   for (std::size_t i = 0; i < n; ++i) a.grad[i] = b.grad[i] = d(gen);
-  AdamW one({1e-3, 0.9, 0.999, 1e-8, 0.01, false}, bestAdamWKernel());
-  AdamW three({1e-3, 0.9, 0.999, 1e-8, 0.01, false}, bestAdamWKernel());
+  AdamW one({1e-3, 0.9, 0.999, 1e-8, 0.01, false, {}}, bestAdamWKernel());
+  AdamW three({1e-3, 0.9, 0.999, 1e-8, 0.01, false, {}}, bestAdamWKernel());
   three.setThreads(3);
   one.add("p", a.param.data(), a.grad.data(), n, a.copy.data(), ModelCopy::kBFloat16);
   three.add("p", b.param.data(), b.grad.data(), n, b.copy.data(), ModelCopy::kBFloat16);

@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "config/run_config.h"
+#include "config/schema.h"
 #include "support/fixtures.h"
 
 namespace rp::config {
@@ -71,25 +72,65 @@ TEST(RunConfig, WrongTypesAndValues) {
   EXPECT_NE(errorOf(kMinimal, {"train.seq_len"}).find("--set 'train.seq_len': expected key=value"), std::string::npos);
 }
 
-// optim.mode alone gives staleness 0 or 1; optim.staleness alone decides the mode; both must agree.
+// optim.mode alone gives staleness 0 or 1; optim.staleness alone decides the mode; both must agree, unless a
+// --set of one overrides the file's other (one notice says so).
 TEST(RunConfig, OptimModeAndStaleness) {
   EXPECT_EQ(loadRunConfig(writeToml(kMinimal), {}).optim.staleness, 0);  // sync by default
   EXPECT_EQ(loadRunConfig(writeToml(kMinimal), {"optim.mode=async"}).optim.staleness, 1);
   const RunConfig three = loadRunConfig(writeToml(kMinimal), {"optim.staleness=3"});
   EXPECT_EQ(three.optim.staleness, 3);
   EXPECT_TRUE(three.optim.async());
+  EXPECT_TRUE(three.notices.empty());
   EXPECT_EQ(loadRunConfig(writeToml(std::string(kMinimal) + "[optim]\nmode = \"async\"\nstaleness = 2\n"), {})
                 .optim.staleness,
             2);
   EXPECT_FALSE(loadRunConfig(writeToml(kMinimal), {"optim.staleness=0"}).optim.async());
-  const auto disagree = errorOf(std::string(kMinimal) + "[optim]\nmode = \"sync\"\n", {"optim.staleness=2"});
-  EXPECT_NE(disagree.find("run.toml and --set: optim.mode = \"sync\" and optim.staleness = 2 disagree"),
-            std::string::npos)
-      << disagree;
+
+  // The file says sync (configs/tiny-finetune.toml does); --set optim.staleness=2 wins, and says so.
+  const RunConfig overridden = loadRunConfig(writeToml(std::string(kMinimal) + "[optim]\nmode = \"sync\"\n"),
+                                             {"optim.staleness=2"});
+  EXPECT_EQ(overridden.optim.staleness, 2);
+  ASSERT_EQ(overridden.notices.size(), 1u);
+  EXPECT_NE(overridden.notices[0].find("--set optim.staleness = 2 overrides"), std::string::npos)
+      << overridden.notices[0];
+  EXPECT_NE(overridden.notices[0].find("run.toml's optim.mode = \"sync\": the mode is async"), std::string::npos)
+      << overridden.notices[0];
+  // The file's staleness, --set optim.mode: the mode wins.
+  const std::string stale2 = std::string(kMinimal) + "[optim]\nstaleness = 2\n";
+  const RunConfig toSync = loadRunConfig(writeToml(stale2), {"optim.mode=sync"});
+  EXPECT_EQ(toSync.optim.staleness, 0);
+  ASSERT_EQ(toSync.notices.size(), 1u);
+  EXPECT_NE(toSync.notices[0].find("--set optim.mode = \"sync\" overrides"), std::string::npos) << toSync.notices[0];
+  EXPECT_EQ(loadRunConfig(writeToml(std::string(kMinimal) + "[optim]\nstaleness = 0\n"), {"optim.mode=async"})
+                .optim.staleness,
+            1);
+  // Two --sets, or one file, that disagree stay an error.
   EXPECT_NE(errorOf(kMinimal, {"optim.mode=async", "optim.staleness=0"}).find("disagree"), std::string::npos);
+  const auto inFile = errorOf(std::string(kMinimal) + "[optim]\nmode = \"sync\"\nstaleness = 2\n");
+  EXPECT_NE(inFile.find("run.toml: optim.mode = \"sync\" and optim.staleness = 2 disagree"), std::string::npos)
+      << inFile;
   const auto tooStale = errorOf(kMinimal, {"optim.staleness=9"});
   EXPECT_NE(tooStale.find("--set: optim.staleness = 9: must be in [0, 8]"), std::string::npos) << tooStale;
   EXPECT_NE(errorOf(kMinimal, {"optim.staleness=-1"}).find("must be in [0, 8]"), std::string::npos);
+}
+
+// NaN passes every range check (every comparison is false): the schema refuses it, and infinity, for every
+// float key, from the file and from --set.
+TEST(RunConfig, EveryFloatKeyRefusesNanAndInfinity) {
+  std::size_t floats = 0;
+  for (const KeySpec& spec : runSchema()) {
+    if (spec.type != Type::kFloat) continue;
+    ++floats;
+    const std::string key = spec.key;
+    for (const std::string word : {"nan", "inf", "-inf", "+nan"}) {
+      const auto viaSet = errorOf(kMinimal, {key + "=" + word});
+      EXPECT_NE(viaSet.find("--set: key '" + key + "'"), std::string::npos) << key << "=" << word << ": " << viaSet;
+      EXPECT_NE(viaSet.find("must be a finite number"), std::string::npos) << viaSet;
+    }
+    const auto inFile = errorOf("model.path = \"m\"\ndata.path = \"d.txt\"\n" + key + " = nan\n");
+    EXPECT_NE(inFile.find("run.toml: key '" + key + "' = nan: must be a finite number"), std::string::npos) << inFile;
+  }
+  EXPECT_GE(floats, 19u) << "the schema's float keys (19 when written)";
 }
 
 TEST(RunConfig, BackendKeys) {
@@ -139,6 +180,22 @@ TEST(RunConfig, DispatchRule) {
               std::string::npos)
         << e.what();
   }
+}
+
+// output.dir (and checkpoint.dir) naming a file, or under one, is a usage error naming the key, before the run
+// starts; a directory that does not exist yet is fine.
+TEST(RunConfig, OutputDirThatCannotBeADirectoryIsNamed) {
+  const std::string file = test::scratchDir() + "/run.toml";  // errorOf writes the config there: a file
+  const auto direct = errorOf(kMinimal, {"output.dir=" + file});
+  EXPECT_NE(direct.find("--set: output.dir = \"" + file + "\": \"" + file + "\" is a file, not a directory"),
+            std::string::npos)
+      << direct;
+  const auto below = errorOf(kMinimal, {"output.dir=" + file + "/run/1"});
+  EXPECT_NE(below.find("output.dir = \"" + file + "/run/1\": \"" + file + "\" is a file"), std::string::npos) << below;
+  EXPECT_NE(errorOf(kMinimal, {"checkpoint.dir=" + file}).find("checkpoint.dir"), std::string::npos);
+  EXPECT_EQ(loadRunConfig(writeToml(kMinimal), {"output.dir=" + test::scratchDir() + "/new/deeper"}).output.dir,
+            test::scratchDir() + "/new/deeper");
+  EXPECT_EQ(loadRunConfig(writeToml(kMinimal), {"output.dir=relative/out"}).output.dir, "relative/out");
 }
 
 TEST(RunConfig, RequiredKeysAndSyntaxErrors) {

@@ -1,5 +1,6 @@
 // The coordinator over the in-process channel (threads as ranks): rank 0's plan and dispatch table reach
 // every rank, timing reports feed re-planning, and late peers are named.
+#include <csignal>
 #include <thread>
 #include <vector>
 
@@ -45,8 +46,11 @@ TEST(Coordinator, EveryRankRunsRankZerosTableTheCounterContinuesAndAStopReachesA
   onThreadsAsRanks(3, [&](control::ControlChannel& channel) {
     Coordination coordination(channel, {3, 1, true, 0, 0, {10.0, 10.0}}, plan, proxy);
     for (int step = 0; step < 4; ++step) {
-      if (step == 3 && channel.rank() == 0) coordination.requestStop();  // e.g. a preemption signal
+      if (step == 3 && channel.rank() == 0) coordination.requestStop(SIGUSR1);  // e.g. a preemption signal
       got[static_cast<std::size_t>(channel.rank())].push_back(coordination.begin(step));
+      if (step == 3 && channel.rank() == 0) {
+        EXPECT_EQ(coordination.stopCause(), std::make_pair(SIGUSR1, 0));
+      }
       coordination.report(step, std::vector<double>(8, 1.0), std::vector<double>(8, 2.0));
     }
   });
@@ -77,8 +81,14 @@ TEST(Coordinator, AStopRequestedByAnotherRankReachesAllAtOneStep) {
     Coordination coordination(channel, {3, 1, true, 0, 0, {10.0, 10.0}}, plan, proxy);
     int step = 0;
     for (; step < 6; ++step) {
-      if (step == 1 && channel.rank() == 2) coordination.requestStop();
-      if (coordination.begin(step).stop) break;
+      if (step == 1 && channel.rank() == 2) coordination.requestStop(SIGTERM);
+      if (coordination.begin(step).stop) {
+        // Rank 0 names the signal and the rank it reached (issue 38: it said "signal 0").
+        if (channel.rank() == 0) {
+          EXPECT_EQ(coordination.stopCause(), std::make_pair(SIGTERM, 2));
+        }
+        break;
+      }
       coordination.report(step, std::vector<double>(8, 1.0), std::vector<double>(8, 2.0));
     }
     stoppedAt[static_cast<std::size_t>(channel.rank())] = step;

@@ -61,7 +61,7 @@ TEST(LrSchedule, WarmupFloorAndNames) {
 // Zero gradients with weight decay only shrink the parameters by (1 - lr*wd) per step.
 TEST(AdamW, ZeroGradientIsPureDecoupledDecay) {
   std::vector<float> p{2.0f, -4.0f}, g{0.0f, 0.0f};
-  AdamW adamw(AdamWConfig{0.1, 0.9, 0.999, 1e-8, 0.5, false});
+  AdamW adamw(AdamWConfig{0.1, 0.9, 0.999, 1e-8, 0.5, false, {}});
   adamw.add("p", p.data(), g.data(), p.size());
   adamw.step(0.1);
   adamw.step(0.1);

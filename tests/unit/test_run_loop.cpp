@@ -1,6 +1,7 @@
 // The shared step loop (run/loop.h) over a scripted executor: checkpoint cadence and the final save,
 // preemption, epochs, late-finishing steps, the divergence message.
 #include <cmath>
+#include <csignal>
 #include <fstream>
 #include <limits>
 
@@ -37,7 +38,8 @@ class ScriptedExecutor : public Executor {
   }
   bool reports() const override { return true; }
   std::optional<CheckpointWriters> checkpointWriters() const override { return std::nullopt; }
-  bool step(std::int64_t step, bool) override {
+  StopCause stopCause() const override { return {SIGTERM, 1}; }  // as a pipeline's rank 0 learns it
+  bool step(std::int64_t step, int) override {
     if (step == stopAt) return false;
     ran.push_back(step);
     trace::StepMetrics m;
@@ -117,7 +119,11 @@ TEST(RunLoop, ALastStepOnTheCadenceIsSavedOnce) {
 TEST(RunLoop, APreemptedRunSavesWhereItStoppedAndSaysSo) {
   ScriptedExecutor e;
   e.stopAt = 4;
+  testing::internal::CaptureStderr();
   const RunResult r = runLoop(configWith(test::scratchDir(), {"checkpoint.every=3"}), e);
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("SIGTERM received by rank 1: saved the checkpoint of step 4 and stopping"), std::string::npos)
+      << log;
   EXPECT_EQ(r.outcome, Outcome::kPreempted);
   EXPECT_EQ(e.ran, (std::vector<std::int64_t>{0, 1, 2, 3}));
   EXPECT_EQ(e.snapshots, (std::vector<std::int64_t>{3, 4}));

@@ -1,0 +1,75 @@
+// What the trainer and the pipeline set up alike from a run config (run/setup.h): the warnings at start.
+#include <gtest/gtest.h>
+
+#include "config/run_config.h"
+#include "model/config.h"
+#include "run/preemption.h"
+#include "run/setup.h"
+
+namespace rp::run {
+namespace {
+
+config::RunConfig runConfig(const std::vector<std::string>& sets) {
+  std::vector<std::string> all{"model.path=some-model", "data.path=d.txt"};
+  all.insert(all.end(), sets.begin(), sets.end());
+  return config::loadRunConfig("", all);
+}
+
+model::ModelConfig modelWithPositions(std::int64_t positions, const std::string& rope = "default") {
+  model::ModelConfig m;
+  m.maxPositions = positions;
+  m.rope.type = rope;
+  return m;
+}
+
+constexpr const char* kAvx2 = "fpu sse2 avx avx2 f16c fma";
+constexpr const char* kSapphireRapids = "avx2 avx512f avx512_bf16 amx_bf16 avx512_fp16 amx_tile";
+
+TEST(StartWarnings, SequenceLengthBeyondTheModelsPositionsNamesBothValues) {
+  EXPECT_TRUE(startWarnings(runConfig({"train.seq_len=512"}), modelWithPositions(512), true, kAvx2).empty());
+  const auto plain = startWarnings(runConfig({"train.seq_len=1024"}), modelWithPositions(512), true, kAvx2);
+  ASSERT_EQ(plain.size(), 1u);
+  EXPECT_NE(plain[0].find("train.seq_len = 1024 is beyond the model's max_position_embeddings = 512 "
+                          "(some-model/config.json)"),
+            std::string::npos)
+      << plain[0];
+  EXPECT_NE(plain[0].find("never trained on (it has no RoPE scaling)"), std::string::npos) << plain[0];
+  const auto scaled = startWarnings(runConfig({"train.seq_len=1024"}), modelWithPositions(512, "yarn"), true, kAvx2);
+  ASSERT_EQ(scaled.size(), 1u);
+  EXPECT_NE(scaled[0].find("its yarn RoPE scaling"), std::string::npos) << scaled[0];
+}
+
+TEST(StartWarnings, HalfPrecisionOnACpuWithoutNativeSupportSaysItIsSlow) {
+  const auto m = modelWithPositions(4096);
+  const auto bf16 = startWarnings(runConfig({"model.dtype=bfloat16"}), m, true, kAvx2);
+  ASSERT_EQ(bf16.size(), 1u);
+  EXPECT_NE(bf16[0].find("model.dtype = bfloat16 on a CPU without AVX512-BF16 or AMX"), std::string::npos) << bf16[0];
+  EXPECT_EQ(startWarnings(runConfig({"model.dtype=float16"}), m, true, kAvx2).size(), 1u);
+  EXPECT_TRUE(startWarnings(runConfig({"model.dtype=bfloat16"}), m, true, kSapphireRapids).empty());
+  EXPECT_TRUE(startWarnings(runConfig({"model.dtype=float16"}), m, true, kSapphireRapids).empty());
+  EXPECT_TRUE(startWarnings(runConfig({"model.dtype=bfloat16"}), m, /*computesOnCpu=*/false, kAvx2).empty());
+  EXPECT_TRUE(startWarnings(runConfig({}), m, true, kAvx2).empty());  // float32
+  // A flag is a whole word: "avx512_bf16x" is not "avx512_bf16".
+  EXPECT_EQ(startWarnings(runConfig({"model.dtype=bfloat16"}), m, true, "avx512_bf16x").size(), 1u);
+}
+
+// Under mpirun (its URI in the environment) a kill timeout shorter than kMinKillTimeoutSeconds, Open MPI's
+// default 1 s included, gets one warning naming the flag; elsewhere, or with time enough, none.
+TEST(StartWarnings, AnMpirunKillTimeoutTooShortToSaveNamesTheFlag) {
+  const char* uri = "2060255232.0;tcp://192.0.2.2:39113";
+  const auto unset = killTimeoutWarning(uri, nullptr);
+  ASSERT_TRUE(unset.has_value());
+  EXPECT_NE(unset->find("mpirun gives the ranks 1 s"), std::string::npos) << *unset;
+  EXPECT_NE(unset->find("Open MPI's default"), std::string::npos) << *unset;
+  EXPECT_NE(unset->find("--mca odls_base_sigkill_timeout 30"), std::string::npos) << *unset;
+  const auto five = killTimeoutWarning(uri, "5");
+  ASSERT_TRUE(five.has_value());
+  EXPECT_NE(five->find("gives the ranks 5 s"), std::string::npos) << *five;
+  EXPECT_FALSE(killTimeoutWarning(uri, "30").has_value());
+  EXPECT_FALSE(killTimeoutWarning(uri, "10").has_value());
+  EXPECT_FALSE(killTimeoutWarning(nullptr, nullptr).has_value());  // not launched by mpirun (srun, one process)
+  EXPECT_FALSE(killTimeoutWarning("", "1").has_value());
+}
+
+}  // namespace
+}  // namespace rp::run
