@@ -33,6 +33,7 @@ class PipelineModel {
   const std::vector<int>& tensorsOfLayer(int l) const { return byLayer_.at(static_cast<std::size_t>(l)); }
   std::vector<int> tensorsOf(int begin, int end) const;
   model::CausalLM& model() { return *model_; }
+  const model::CausalLM& model() const { return *model_; }
   torch::ScalarType dtype() const { return model_->dtype(); }
   std::size_t bytes(int tensor) const;  // of the tensor in the model dtype
   // Points tensor `tensor` at `memory` on `device` (bytes(tensor) bytes; the values stay what the memory

@@ -103,8 +103,6 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
   identity_ = run::runIdentity(c, corpus_);
   packer_ = std::make_unique<data::Packer>(corpus_, c.train.seqLen, static_cast<std::uint64_t>(c.train.seed));
   rowsPerMicrobatch_ = c.train.globalBatch / id.nodeCount / c.train.microbatches;
-  auxLoss_ = model->config().moe.auxLoss();
-  moe_ = model->config().moe.numExperts > 0;
   versions_ = static_cast<int>(std::max<std::int64_t>(1, c.optim.staleness));
   uploadsAfter_.assign(static_cast<std::size_t>(versions_),
                        std::vector<std::int64_t>(static_cast<std::size_t>(model_->layerCount()), 0));
@@ -126,7 +124,6 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
     plan_ = schedule::parsePlan(c.pipeline.plan, L, "pipeline.plan");
   }
   schedule::validate(plan_, L, "pipeline.plan");
-  setCheckpoints();
   if (leader_) {
     RP_LOG_INFO(
         "pipeline: {} node(s) x schedule {}, {} workers, {} microbatches of {} rows, optimizer {}, plan {} ({} stages)",
@@ -156,17 +153,16 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
   co.dispatch = c.pipeline.dispatch;
   for (const auto& place : id.places) co.workerOfRank.push_back(place.localRank);
   coordination_ = std::make_unique<coordinator::Coordination>(*worldChannel_, co, plan_, planCosts);
-  slots_ = std::make_unique<StageSlots>(*worker_, memoryBudget_);
+  auto slots = std::make_unique<StageSlots>(*worker_, memoryBudget_);
   if (leader_) {
     run::logStartWarnings(c, model_->model().config(), worker_->placement().backend == device::Backend::kCpu);
   }
-  skipUploads_ = env::getInt(env::kBenchNoUploads) != 0;
-  if (skipUploads_ && leader_) {
+  if (env::getInt(env::kBenchNoUploads) != 0 && leader_) {
     RP_LOG_WARN(
         "RP_BENCH_NO_UPLOADS=1: weights are not uploaded (a benchmark of the compute alone); the losses are "
         "meaningless");
   }
-  slots_->fit(*model_, plan_);
+  slots->fit(*model_, plan_);
   if (id.nodeCount > 1) {
     // Ranks with the same local rank hold the same slices: they sum their nodes' gradients.
     crossNode_ = worldChannel_->split(id.localRank, id.node);
@@ -177,32 +173,29 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
                                         id.nodeCount, id.nodeCount)
                           : std::string("optim.shard_across_nodes: one node, nothing to shard"));
   }
-  buildStore();
+  std::unique_ptr<transport::TensorChannel> tensors = buildStore();
+  jobs_ = std::make_unique<JobExecutor>(JobContext{config_, *model_, *store_, *fences_, *activity_, timeline_.get(),
+                                                   *worker_, proxyCosts_, rank_, worldRank_, id.nodeCount, versions_,
+                                                   rowsPerMicrobatch_},
+                                        std::move(slots), std::move(tensors));
+  jobs_->setPlan(plan_);
   if (const auto resume = run::openResume(c, identity_)) restore(*resume);
 }
 
 PipelineRuntime::~PipelineRuntime() {
-  if (prefetch_) prefetch_->ticket.wait();  // never free memory the copy thread still writes
-  optimizer_.reset();                       // joins the thread that uses the store and its channels
+  jobs_.reset();       // waits for its prefetch: never free memory the copy thread still writes
+  optimizer_.reset();  // joins the thread that uses the store and its channels
 }
 
-std::vector<std::int64_t> PipelineRuntime::activationShape() const {
-  return {rowsPerMicrobatch_, config_.train.seqLen, model_->model().config().hiddenSize};
-}
 std::size_t PipelineRuntime::tensorBytes() const {
   std::size_t elements = 1;
-  for (std::int64_t d : activationShape()) elements *= static_cast<std::size_t>(d);
+  for (std::int64_t d : JobExecutor::activationShape(config_, *model_, rowsPerMicrobatch_)) {
+    elements *= static_cast<std::size_t>(d);
+  }
   return elements * c10::elementSize(model_->dtype());
 }
 
-// Stage grain checkpoints the input of every backward stage; layer grain the input of every layer.
-void PipelineRuntime::setCheckpoints() {
-  checkpoint_.assign(static_cast<std::size_t>(model_->layerCount()),
-                     config_.pipeline.recompute == config::Recompute::kLayer);
-  for (const auto& r : plan_.backward) checkpoint_[static_cast<std::size_t>(r.begin)] = true;
-}
-
-void PipelineRuntime::buildStore() {
+std::unique_ptr<transport::TensorChannel> PipelineRuntime::buildStore() {
   const auto& c = config_;
   const int L = model_->layerCount();
   const auto& id = id_;
@@ -227,15 +220,14 @@ void PipelineRuntime::buildStore() {
   for (int b = 0; b <= versions_; ++b) {
     layout.add(lossRegion(b, versions_ + 1), static_cast<std::size_t>(c.train.microbatches) * sizeof(double));
   }
-  if (auxLoss_) {
+  const model::MoeConfig& moe = model_->model().config().moe;
+  if (moe.auxLoss()) {  // Note [Router statistics]
     for (int b = 0; b <= versions_; ++b) {
-      layout.add(routerRegion(b, versions_ + 1),
-                 RouterBoard::regionBytes(static_cast<int>(c.train.microbatches), L,
-                                          static_cast<int>(model_->model().config().moe.numExperts)));
+      layout.add(routerRegion(b, versions_ + 1), RouterBoard::regionBytes(static_cast<int>(c.train.microbatches), L,
+                                                                          static_cast<int>(moe.numExperts)));
     }
   }
-  if (moe_) {
-    const model::MoeConfig& moe = model_->model().config().moe;
+  if (moe.numExperts > 0) {  // Note [Routing tape]
     for (int b = 0; b <= versions_; ++b) {
       layout.add(
           routingRegion(b, versions_ + 1),
@@ -250,7 +242,7 @@ void PipelineRuntime::buildStore() {
   storePin_ = worker_->pinHost(memory->data(), layout.total(), "node store");  // direct copies (cuda)
   store_ = std::make_unique<memory::NodeStore>(std::move(layout), std::move(memory));
   RP_LOG_DEBUG("node store ({}): {:.1f} MB", store_->describe(), static_cast<double>(store_->layout().total()) / 1e6);
-  tensors_ = tensorFactory_(
+  std::unique_ptr<transport::TensorChannel> tensors = tensorFactory_(
       {*channel_, *worker_, nodeMemory_, stallPolicy(), L, static_cast<int>(c.train.microbatches), tensorBytes()});
   activity_ = std::make_unique<ActivityBoard>(store_->bytes("activity"), id.localSize);
   fences_ =
@@ -259,7 +251,7 @@ void PipelineRuntime::buildStore() {
   if (id.localRank == 0) publishInitialWeights();
   channel_->barrier();  // the store is initialised
 
-  std::vector<OptimTensor> tensors;
+  std::vector<OptimTensor> optimTensors;
   for (const auto& t : model_->tensors()) {
     OptimTensor o{t.name,
                   t.layers,
@@ -277,7 +269,7 @@ void PipelineRuntime::buildStore() {
         for (int l : t.layers) o.slots.back().push_back(store_->bytes(gradRegion(t.name, l, v)));
       }
     }
-    tensors.push_back(std::move(o));
+    optimTensors.push_back(std::move(o));
   }
   OptimizerOptions options;
   options.adamw = run::adamwConfigFor(c);
@@ -297,7 +289,8 @@ void PipelineRuntime::buildStore() {
   options.activity = activity_.get();
   options.crossNode = crossNode_.get();
   options.shardAcrossNodes = shardedAcrossNodes();
-  optimizer_ = std::make_unique<OptimizerWorker>(std::move(tensors), *fences_, std::move(options), *channel_);
+  optimizer_ = std::make_unique<OptimizerWorker>(std::move(optimTensors), *fences_, std::move(options), *channel_);
+  return tensors;
 }
 
 // Local rank 0 writes the initial weights straight into the store — the model's tensors bound to their
@@ -321,11 +314,6 @@ void PipelineRuntime::bindToStore() {
   for (int i = 0; i < static_cast<int>(model_->tensors().size()); ++i) {
     model_->bind(i, store_->bytes(weightRegion(model_->tensors()[static_cast<std::size_t>(i)].name)));
   }
-}
-
-std::string PipelineRuntime::weightsOf(int tensor, std::int64_t step) const {
-  const auto& t = model_->tensors()[static_cast<std::size_t>(tensor)];
-  return weightRegion(t.name, t.trainable && step >= 0 ? static_cast<int>(step % versions_) : 0);
 }
 
 torch::Tensor PipelineRuntime::storeTensor(const std::string& region, at::IntArrayRef shape,
@@ -370,14 +358,10 @@ void PipelineRuntime::runStep(std::int64_t step, const coordinator::Directive& d
   }
   if (directive.planChanged) {
     plan_ = directive.plan;
-    setCheckpoints();
-    slots_->fit(*model_, plan_);
+    jobs_->setPlan(plan_);
   }
-  lossScale_ = optimizer_->lossScaleFor(step);  // 1 unless fp16
   const schedule::DispatchTable& table = directive.table;
   const int L = model_->layerCount();
-  forwardMs_.assign(static_cast<std::size_t>(L), kNotMeasured);
-  backwardMs_.assign(static_cast<std::size_t>(L), kNotMeasured);
   const bool oneFOneB = c.pipeline.schedule == config::PipelineSchedule::kOneFOneB;
   // Uploads this iteration makes of each layer: by its forward and its backward job, once if it is in the
   // fused stage, once in 1F1B (the worker keeps its stage for both directions).
@@ -385,24 +369,17 @@ void PipelineRuntime::runStep(std::int64_t step, const coordinator::Directive& d
   for (int l = 0; l < L; ++l) {
     uploadsAfter[static_cast<std::size_t>(l)] += l >= plan_.fused.begin || oneFOneB ? 1 : 2;
   }
-  std::int64_t jobs = 0;
-  for (const auto& job : table.jobs) jobs += job.worker == rank_ ? 1 : 0;
-  if (oneFOneB) {
-    runOneFOneB(step, table, data);
-  } else {
-    for (std::size_t k = 0; k < table.jobs.size(); ++k) {
-      if (table.jobs[k].worker == rank_) runJob(step, static_cast<std::int64_t>(k), table, data);
-    }
-  }
+  const std::int64_t jobs = jobs_->runIteration(step, table, data, optimizer_->lossScaleFor(step));
   stepSizes_.back().waits = waits.counts();
   stepSizes_.back().jobs = jobs;
   // This rank's per-layer timings of the iteration, for the partitioner (averaged per microbatch).
+  std::vector<double> forwardMs = jobs_->forwardMs(), backwardMs = jobs_->backwardMs();
   for (int l = 0; l < L; ++l) {
-    for (auto* ms : {&forwardMs_[static_cast<std::size_t>(l)], &backwardMs_[static_cast<std::size_t>(l)]}) {
+    for (auto* ms : {&forwardMs[static_cast<std::size_t>(l)], &backwardMs[static_cast<std::size_t>(l)]}) {
       if (*ms >= 0) *ms /= static_cast<double>(c.train.microbatches);
     }
   }
-  coordination_->report(step, forwardMs_, backwardMs_);
+  coordination_->report(step, forwardMs, backwardMs);
   optimizer_->enqueue(step, uploadsAfter);
   // sync: the next iteration starts from W_{t+1}; async: it starts as soon as the fences allow.
   if (!c.optim.async()) optimizer_->waitFor(step);
@@ -432,9 +409,9 @@ void PipelineRuntime::finishTrace() {
                             m.sharedBytes,
                             m.fileBytes,
                             m.anonBytes,
-                            static_cast<std::int64_t>(2 * slots_->slotBytes()),
+                            static_cast<std::int64_t>(2 * jobs_->slots().slotBytes()),
                             static_cast<std::int64_t>(optimizer_->stateBytes()),
-                            static_cast<std::int64_t>(deviceJobPeak_)};
+                            static_cast<std::int64_t>(jobs_->deviceJobPeak())};
   const auto parts = channel_->gather(local, sizeof(local), 0);
   if (!leader_) return;  // node 0 reports; its workers are world ranks 0..N-1
   std::vector<trace::WorkerActivity> workers;

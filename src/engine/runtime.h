@@ -32,12 +32,10 @@
 #include "engine/activity.h"
 #include "engine/costs.h"
 #include "engine/fences.h"
-#include "engine/gradient_marks.h"
+#include "engine/job_executor.h"
 #include "engine/optimizer_worker.h"
 #include "engine/parts.h"
 #include "engine/pipeline_model.h"
-#include "engine/router_board.h"
-#include "engine/routing_tape.h"
 #include "engine/stage_slots.h"
 #include "memory/node_store.h"
 #include "run/checkpointing.h"
@@ -83,71 +81,22 @@ class PipelineRuntime : public run::Executor {
   torch::Tensor storeWeight(const std::string& name) const;
 
  private:
-  // The rows of one step, as microbatches with their attention contexts (every rank builds the same).
-  struct StepData {
-    std::vector<model::Batch> batches;
-    std::vector<model::AttentionContext> contexts;
-    std::int64_t targets = 0;
-    std::int64_t tokens = 0;
-  };
   struct StepSize {
     std::int64_t tokens, targets, epoch;
     device::HostWaitCounts waits{};  // this rank's issuing thread's blocking waits in the step (device/host_waits.h)
     std::int64_t jobs = 0;           // the stage jobs this rank ran in the step
   };
   void placeWorker();
-  void buildStore();
+  // The node store, its fences and the optimizer; returns the tensor plane (for the job executor).
+  std::unique_ptr<transport::TensorChannel> buildStore();
   // Stops every rank with a clear error where this node cannot hold the store and the optimizer state.
   void checkHostMemory(double storeBytes);
   // optim.shard_across_nodes over more than one node (Note [Sharded optimizer]).
   bool shardedAcrossNodes() const { return config_.optim.shardAcrossNodes && id_.nodeCount > 1; }
-  void setCheckpoints();
   void runStep(std::int64_t step, const coordinator::Directive& directive);
-  void runJob(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table, const StepData& data);
-  // A backward job's microbatch recomputed from its saved input: the stage (layer grain: its deepest layer)
-  // forward with its graph, ready for the gradient (Note [Recompute ahead], stage_jobs.cpp).
-  struct Recomputed {
-    torch::Tensor input;        // the saved input, requiring its gradient (undefined for layer 0)
-    torch::Tensor output;       // the recomputed output
-    model::RouterStats router;  // MoE load-balancing loss: the recomputed layers' statistics, in the graph
-  };
-  // Back-propagates `grad` through a recomputed stage, with its layers' share of the load-balancing loss.
-  void backPropagate(std::int64_t step, int mb, const Recomputed& r, const torch::Tensor& grad);
-  // The MoE router statistics of iteration `step` (Note [Router statistics]); only when auxLoss_.
-  RouterBoard routerBoard(std::int64_t step) const;
-  // The MoE routing of iteration `step`'s forward stages (Note [Routing tape]); only when moe_.
-  RoutingTape routingTape(std::int64_t step) const;
-  // The weight of one microbatch's load-balancing loss in the step's objective: 1 / all microbatches.
-  double auxWeight() const;
-  Recomputed recompute(std::int64_t step, int from, int to, const StepData& data, int mb);
-  Recomputed recomputeAhead(std::int64_t step, const schedule::Job& job, const StepData& data, int mb);
-  // `ahead`: a backward job's microbatch already recomputed (else it is recomputed after the gradient arrives).
-  void runMicrobatch(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table, const StepData& data,
-                     int mb, Recomputed* ahead = nullptr);
-  void runOneFOneB(std::int64_t step, const schedule::DispatchTable& table, const StepData& data);
-  // step < 0: outside training (sampling), no fences.
-  void upload(std::int64_t step, const schedule::Range& layers);
-  // `marks` (optional): each layer's copies wait only for the compute up to its mark (Note [Gradient marks]).
-  void download(std::int64_t step, const schedule::Range& layers, const GradientMarks* marks = nullptr);
-  // Per tensor of the model, the layer of `layers` its gradient goes with — its first user in the job — or -1
-  // (frozen, or not used by these layers).
-  std::vector<int> gradientOwners(const schedule::Range& layers) const;
-  // Hooks on the layers' owned tensors that mark where each layer's gradients become final.
-  std::unique_ptr<GradientMarks> gradientMarks(const schedule::Range& layers);
-  // Iteration `step`'s weights (step < 0: version 0) of every tensor the layers use.
-  void queueWeights(device::Ticket& ticket, const schedule::Range& layers, std::int64_t step);
-  // The store region of tensor i's weights that iteration `step` reads (frozen tensors have one version).
-  std::string weightsOf(int tensor, std::int64_t step) const;
   void publishInitialWeights();
   void bindToStore();  // every tensor of the model onto its weights in the store
-  // A tensor of the tensor plane into worker memory / out of it.
-  std::vector<std::int64_t> activationShape() const;
-  std::size_t tensorBytes() const;
-  torch::Tensor fetch(const transport::TensorId& id, at::IntArrayRef shape, int writer);
-  void put(const transport::TensorId& id, const torch::Tensor& tensor, const transport::Readers& readers);
-  void prefetchNext(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table);
-  void resolveTimings();
-  void writeLosses(std::int64_t step);
+  std::size_t tensorBytes() const;  // one activation hand-off
   torch::Tensor storeTensor(const std::string& region, at::IntArrayRef shape, torch::ScalarType dtype) const;
   // Writes this rank's trace, and on rank 0 the merged trace and the bubble report.
   void finishTrace();
@@ -177,25 +126,11 @@ class PipelineRuntime : public run::Executor {
   std::shared_ptr<void> storePin_;  // the store registered with the worker's device (released before store_)
   schedule::Plan plan_;             // this iteration's, from rank 0's directive
   LayerCosts proxyCosts_;           // FLOP-proxy costs: split a backward stage's measured time over its layers
-  std::vector<bool> checkpoint_;    // layers whose input a forward stage saves (backward-stage starts)
-  std::vector<double> forwardMs_, backwardMs_;  // this rank's per-layer times in the current iteration
-  // A span of compute between two marks on the worker: one layer's forward and/or backward time, or (several
-  // layers) a backward time spread over them by cost. Resolved at the end of each microbatch.
-  struct Timing {
-    std::shared_ptr<device::ComputeMark> from, to;
-    int begin, end;
-    bool forward, backward;
-  };
-  std::vector<Timing> timings_;
-  // The fused stage's loss sums (float64, on the device) of the current job, by microbatch (writeLosses).
-  std::vector<std::pair<int, torch::Tensor>> pendingLosses_;
   // Versions of the trainable weights and gradient slots (Note [Layer fences]): max(1, optim.staleness).
   int versions_ = 1;
   // Per version: the uploads of each layer from it, up to the current iteration.
   std::vector<std::vector<std::int64_t>> uploadsAfter_;
   std::int64_t rowsPerMicrobatch_ = 0;
-  bool auxLoss_ = false;  // a MoE model trained with its load-balancing loss (docs/moe.md)
-  bool moe_ = false;      // a MoE model: forward stages record their routing (Note [Routing tape])
   std::unique_ptr<trace::Timeline> timeline_;
   std::unique_ptr<control::ControlChannel> channel_;         // the node's workers: readiness messages, collectives
   std::unique_ptr<control::ControlChannel> worldChannel_;    // directives and timing reports
@@ -204,22 +139,11 @@ class PipelineRuntime : public run::Executor {
   std::unique_ptr<device::Worker> worker_;                   // the device this rank computes on (its copies)
   torch::Device device_ = torch::kCPU;                       // the worker's, for the tensors a job computes with
   double memoryBudget_ = 0;                                  // per worker, for the partitioner (0 = unlimited)
-  bool downloadsPerLayer_ = false;     // this job downloads each layer in its last microbatch (layer grain)
-  bool skipUploads_ = false;           // RP_BENCH_NO_UPLOADS: benchmarks of the compute without uploads
-  std::size_t deviceJobPeak_ = 0;      // the most device memory one job's compute held (cuda; for the memory report)
-  std::unique_ptr<StageSlots> slots_;  // the worker memory its stages are bound to
-  int slot_ = 0;                       // the slot of the job running now
-  std::unique_ptr<transport::TensorChannel> tensors_;  // activations and gradients between stage jobs
-  struct Prefetch {
-    std::int64_t step, job;
-    device::Ticket ticket;
-  };
-  std::optional<Prefetch> prefetch_;  // weights of this worker's next job, in flight
   std::unique_ptr<ActivityBoard> activity_;
   std::unique_ptr<Fences> fences_;
   std::unique_ptr<OptimizerWorker> optimizer_;
+  std::unique_ptr<JobExecutor> jobs_;  // this rank's stage jobs (after the store: they use its fences)
   std::optional<ResidentMemory> trainingMemory_;  // at the end of training, for the memory report
-  double lossScale_ = 1.0;                        // the loss scale of this iteration (fp16)
   std::vector<StepSize> stepSizes_;               // of steps startStep_, startStep_ + 1, ...
   std::int64_t startStep_ = 0;                    // > 0 when resumed
   std::int64_t tokensSeen_ = 0, targetTokensSeen_ = 0;

@@ -39,7 +39,7 @@ double sum(const std::vector<double>& v, int a, int b) {
 
 // RoundPipe: each round is one runtime iteration's dispatch (the counter continues across rounds). A backward
 // job with recompute ahead R runs, in the runtime's order, the recompute of microbatches 0..R-1, then for each
-// m the backward of m followed by the recompute of m+R (Note [Recompute ahead], src/engine/stage_jobs.cpp).
+// m the backward of m followed by the recompute of m+R (Note [Recompute ahead], src/engine/job_executor.cpp).
 void buildRoundPipe(const SimSetup& s, const SimCosts& c, Builder& b) {
   validate(s.plan, c.layerCount(), "simulator plan");
   if (s.recomputeAhead < 0) RP_THROW(InputError, "simulator: recompute ahead {} is negative", s.recomputeAhead);

@@ -1,40 +1,105 @@
-// The runtime's stage execution (docs/schedule.md, "Runtime"): uploads and downloads between the node
-// store and a worker's replica, one microbatch of a job, whole stage jobs, and 1F1B's interleaving.
+// The stage-job executor (job_executor.h; docs/schedule.md, "Runtime"): uploads and downloads between the
+// node store and a worker's stage slots, one microbatch of a job, whole stage jobs, and 1F1B's interleaving.
+#include "engine/job_executor.h"
+
 #include <algorithm>
 #include <cstring>
 #include <deque>
 #include <limits>
+#include <map>
 
 #include <torch/torch.h>
 
+#include "common/env.h"
 #include "common/fault.h"
 #include "control/channel.h"
 #include "device/host_waits.h"
 #include "engine/regions.h"
-#include "engine/runtime.h"
 #include "trace/formats.h"
 
 namespace rp::engine {
 
 using namespace detail;
 
+JobExecutor::JobExecutor(JobContext c, std::unique_ptr<StageSlots> slots,
+                         std::unique_ptr<transport::TensorChannel> tensors)
+    : config_(c.config),
+      model_(&c.model),
+      store_(&c.store),
+      fences_(&c.fences),
+      activity_(&c.activity),
+      timeline_(c.timeline),
+      worker_(&c.worker),
+      proxyCosts_(c.proxyCosts),
+      rank_(c.rank),
+      worldRank_(c.worldRank),
+      nodeCount_(c.nodeCount),
+      versions_(c.versions),
+      rowsPerMicrobatch_(c.rowsPerMicrobatch),
+      device_(torchDevice(c.worker.placement())),
+      auxLoss_(c.model.model().config().moe.auxLoss()),
+      moe_(c.model.model().config().moe.numExperts > 0),
+      skipUploads_(env::getInt(env::kBenchNoUploads) != 0),
+      slots_(std::move(slots)),
+      tensors_(std::move(tensors)) {}
+
+JobExecutor::~JobExecutor() {
+  if (prefetch_) prefetch_->ticket.wait();  // never free memory the copy thread still writes
+}
+
+std::vector<std::int64_t> JobExecutor::activationShape(const config::RunConfig& config, const PipelineModel& model,
+                                                       std::int64_t rowsPerMicrobatch) {
+  return {rowsPerMicrobatch, config.train.seqLen, model.model().config().hiddenSize};
+}
+
+// Stage grain checkpoints the input of every backward stage; layer grain the input of every layer.
+void JobExecutor::setPlan(const schedule::Plan& plan) {
+  checkpoint_.assign(static_cast<std::size_t>(model_->layerCount()),
+                     config_.pipeline.recompute == config::Recompute::kLayer);
+  for (const auto& r : plan.backward) checkpoint_[static_cast<std::size_t>(r.begin)] = true;
+  slots_->fit(*model_, plan);
+}
+
+std::int64_t JobExecutor::runIteration(std::int64_t step, const schedule::DispatchTable& table, const StepData& data,
+                                       double lossScale) {
+  lossScale_ = lossScale;
+  const auto L = static_cast<std::size_t>(model_->layerCount());
+  forwardMs_.assign(L, kNotMeasured);
+  backwardMs_.assign(L, kNotMeasured);
+  std::int64_t jobs = 0;
+  for (const auto& job : table.jobs) jobs += job.worker == rank_ ? 1 : 0;
+  if (config_.pipeline.schedule == config::PipelineSchedule::kOneFOneB) {
+    runOneFOneB(step, table, data);
+  } else {
+    for (std::size_t k = 0; k < table.jobs.size(); ++k) {
+      if (table.jobs[k].worker == rank_) runJob(step, static_cast<std::int64_t>(k), table, data);
+    }
+  }
+  return jobs;
+}
+
+std::string JobExecutor::weightsOf(int tensor, std::int64_t step) const {
+  const auto& t = model_->tensors()[static_cast<std::size_t>(tensor)];
+  return weightRegion(t.name, t.trainable && step >= 0 ? static_cast<int>(step % versions_) : 0);
+}
+
 // Upload: the store's weights of every tensor the layers use, into the replica. Note [Layer fences]:
 // iteration t reads version t mod V, which the optimizer's copy of step t-V published (sync: W_t after step
 // t-1; staleness k >= 1: W_{t-k}, copied before step t-k's update). With V >= 2 iteration t also waits for
 // iteration t-2's last gradient download, so at most two iterations are in flight, as the parity-buffered
 // tensor plane needs (with V = 1 the copy fence implies it).
-void PipelineRuntime::upload(std::int64_t step, const schedule::Range& layers) {
+void JobExecutor::upload(std::int64_t step, const schedule::Range& layers) {
   torch::NoGradGuard noGrad;
   {
     activity_->set(rank_, 0, fmt::format("upload {}-{} (step {})", layers.begin, layers.end - 1, step + 1));
-    trace::Timeline::Scope wait(timeline_.get(), "wait: weights published", "wait", 0);
+    trace::Timeline::Scope wait(timeline_, "wait: weights published", "wait", 0);
     device::countHostWait(device::HostWait::kReadiness);
     if (versions_ >= 2 && step >= 2) {
       for (int l = 0; l < model_->layerCount(); ++l) fences_->waitDownloads(l, step - 2);
     }
     for (int l = layers.begin; l < layers.end; ++l) fences_->waitCopiedByAll(l, step - versions_ + 1);
   }
-  trace::Timeline::Scope span(timeline_.get(), fmt::format("upload {}-{}", layers.begin, layers.end - 1), "upload", 0);
+  trace::Timeline::Scope span(timeline_, fmt::format("upload {}-{}", layers.begin, layers.end - 1), "upload", 0);
   device::Ticket ticket;
   queueWeights(ticket, layers, step);
   ticket.wait();
@@ -45,7 +110,7 @@ void PipelineRuntime::upload(std::int64_t step, const schedule::Range& layers) {
 
 // The weights of every tensor the layers use, queued as bulk copies on the worker (behind urgent copies) into
 // the tensors' places in the slot they are bound to.
-void PipelineRuntime::queueWeights(device::Ticket& ticket, const schedule::Range& layers, std::int64_t step) {
+void JobExecutor::queueWeights(device::Ticket& ticket, const schedule::Range& layers, std::int64_t step) {
   if (skipUploads_) return;
   for (int i : model_->tensorsOf(layers.begin, layers.end)) {
     const auto& t = model_->tensors()[static_cast<std::size_t>(i)];
@@ -55,13 +120,13 @@ void PipelineRuntime::queueWeights(device::Ticket& ticket, const schedule::Range
 
 // A tensor of the tensor plane into worker memory (ahead of any queued weight copy) — `writer`'s hand-off or a
 // saved tensor (transport::kSaved) — and out of it, for `readers`.
-torch::Tensor PipelineRuntime::fetch(const transport::TensorId& id, at::IntArrayRef shape, int writer) {
+torch::Tensor JobExecutor::fetch(const transport::TensorId& id, at::IntArrayRef shape, int writer) {
   torch::Tensor local = torch::empty(shape, torch::TensorOptions().dtype(model_->dtype()).device(device_));
   tensors_->get(id, local.data_ptr(), static_cast<std::size_t>(local.nbytes()), writer);
   return local;
 }
 
-void PipelineRuntime::put(const transport::TensorId& id, const torch::Tensor& tensor,
+void JobExecutor::put(const transport::TensorId& id, const torch::Tensor& tensor,
                           const transport::Readers& readers) {
   const torch::Tensor t = tensor.contiguous();
   tensors_->put(id, t.data_ptr(), static_cast<std::size_t>(t.nbytes()), readers);
@@ -71,7 +136,7 @@ void PipelineRuntime::put(const transport::TensorId& id, const torch::Tensor& te
 // iteration to the other stage slot and queue its weights, if it uses none of job k's tensors (a tensor is
 // bound to one place at a time) and its weights are already published. The job waits for the ticket instead
 // of uploading.
-void PipelineRuntime::prefetchNext(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table) {
+void JobExecutor::prefetchNext(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table) {
   const auto& current = table.jobs[static_cast<std::size_t>(k)].layers;
   for (std::size_t next = static_cast<std::size_t>(k) + 1; next < table.jobs.size(); ++next) {
     if (table.jobs[next].worker != rank_) continue;
@@ -98,15 +163,15 @@ void PipelineRuntime::prefetchNext(std::int64_t step, std::int64_t k, const sche
 // tensor used twice within one job has one gradient for both uses; the other slot gets zeros).
 // Note [Layer fences]: iteration t writes version t mod V of the slots, only after the optimizer took
 // iteration t-V's gradients out of it.
-void PipelineRuntime::download(std::int64_t step, const schedule::Range& layers, const GradientMarks* marks) {
+void JobExecutor::download(std::int64_t step, const schedule::Range& layers, const GradientMarks* marks) {
   torch::NoGradGuard noGrad;
   {
     activity_->set(rank_, 0, fmt::format("download {}-{} (step {})", layers.begin, layers.end - 1, step + 1));
-    trace::Timeline::Scope wait(timeline_.get(), "wait: gradients taken", "wait", 0);
+    trace::Timeline::Scope wait(timeline_, "wait: gradients taken", "wait", 0);
     device::countHostWait(device::HostWait::kReadiness);
     for (int l = layers.begin; l < layers.end; ++l) fences_->waitConsumedByAll(l, step - versions_ + 1);
   }
-  trace::Timeline::Scope span(timeline_.get(), fmt::format("download {}-{}", layers.begin, layers.end - 1), "download",
+  trace::Timeline::Scope span(timeline_, fmt::format("download {}-{}", layers.begin, layers.end - 1), "download",
                               0);
   // Which slot each trainable tensor's gradient goes to: its first user's in this job; a later use of the same
   // tensor gets zeros. Deepest layer first — the order the optimizer takes them in — each layer's fence moving
@@ -146,7 +211,7 @@ void PipelineRuntime::download(std::int64_t step, const schedule::Range& layers,
   }
 }
 
-std::unique_ptr<GradientMarks> PipelineRuntime::gradientMarks(const schedule::Range& layers) {
+std::unique_ptr<GradientMarks> JobExecutor::gradientMarks(const schedule::Range& layers) {
   std::map<int, std::vector<torch::Tensor>> owned;
   const std::vector<int> owner = gradientOwners(layers);
   for (std::size_t i = 0; i < owner.size(); ++i) {
@@ -155,7 +220,7 @@ std::unique_ptr<GradientMarks> PipelineRuntime::gradientMarks(const schedule::Ra
   return std::make_unique<GradientMarks>(owned, [this] { return worker_->mark(); });
 }
 
-std::vector<int> PipelineRuntime::gradientOwners(const schedule::Range& layers) const {
+std::vector<int> JobExecutor::gradientOwners(const schedule::Range& layers) const {
   std::vector<int> owner(model_->tensors().size(), -1);
   for (int l = layers.end - 1; l >= layers.begin; --l) {  // the shallowest user wins
     for (int i : model_->tensorsOfLayer(l)) {
@@ -166,11 +231,11 @@ std::vector<int> PipelineRuntime::gradientOwners(const schedule::Range& layers) 
 }
 
 // One microbatch of job k: wait for job k-1's output of that microbatch, compute, tell job k+1's worker.
-void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table,
+void JobExecutor::runMicrobatch(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table,
                                     const StepData& data, int mb, Recomputed* ahead) {
   const schedule::Job& job = table.jobs[static_cast<std::size_t>(k)];
   const int L = model_->layerCount();
-  const std::vector<std::int64_t> shape = activationShape();
+  const std::vector<std::int64_t> shape = activationShape(config_, *model_, rowsPerMicrobatch_);
   const bool hasPrev = k > 0, hasNext = k + 1 < static_cast<std::int64_t>(table.jobs.size());
   const int prevWorker = hasPrev ? table.jobs[static_cast<std::size_t>(k - 1)].worker : -1;
   const int nextWorker = hasNext ? table.jobs[static_cast<std::size_t>(k + 1)].worker : -1;
@@ -178,7 +243,7 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
   if (hasPrev && prevWorker != rank_) {
     const std::string what = fmt::format("wait: job {} mb {} (step {}) from rank {}", k - 1, mb, step + 1, prevWorker);
     activity_->set(rank_, 0, what);
-    trace::Timeline::Scope wait(timeline_.get(), what, "wait", 0);
+    trace::Timeline::Scope wait(timeline_, what, "wait", 0);
     device::countHostWait(device::HostWait::kReadiness);
     tensors_->await(prevWorker, {control::kProtocolVersion, static_cast<std::uint32_t>(mb), step, k - 1},
                     [&] { return activity_->describe(prevWorker); });
@@ -188,7 +253,7 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
   const int a = job.layers.begin, b = job.layers.end;
   const std::string what = trace::computeSpanName({schedule::jobKindName(job.kind), a, b - 1, mb, step + 1});
   activity_->set(rank_, 0, what);
-  trace::Timeline::Scope compute(timeline_.get(), what, "compute", 0);
+  trace::Timeline::Scope compute(timeline_, what, "compute", 0);
   const auto stream = worker_->enterCompute();
   switch (job.kind) {
     case schedule::JobKind::kForward: {
@@ -301,9 +366,9 @@ void PipelineRuntime::runMicrobatch(std::int64_t step, std::int64_t k, const sch
 // job, so it cannot deadlock. Losses and gradients are unchanged: the same ops on the same inputs.
 
 // Layers [from, to) of microbatch mb recomputed from the saved input of `from`, with their graph.
-PipelineRuntime::Recomputed PipelineRuntime::recompute(std::int64_t step, int from, int to, const StepData& data,
+JobExecutor::Recomputed JobExecutor::recompute(std::int64_t step, int from, int to, const StepData& data,
                                                        int mb) {
-  const std::vector<std::int64_t> shape = activationShape();
+  const std::vector<std::int64_t> shape = activationShape(config_, *model_, rowsPerMicrobatch_);
   const model::Batch& batch = data.batches[static_cast<std::size_t>(mb)];
   const model::AttentionContext& ctx = data.contexts[static_cast<std::size_t>(mb)];
   Recomputed r;
@@ -320,7 +385,7 @@ PipelineRuntime::Recomputed PipelineRuntime::recompute(std::int64_t step, int fr
   return r;
 }
 
-void PipelineRuntime::backPropagate(std::int64_t step, int mb, const Recomputed& r, const torch::Tensor& grad) {
+void JobExecutor::backPropagate(std::int64_t step, int mb, const Recomputed& r, const torch::Tensor& grad) {
   if (!auxLoss_ || r.router.rows == 0) {
     r.output.backward(grad);
     return;
@@ -332,38 +397,38 @@ void PipelineRuntime::backPropagate(std::int64_t step, int mb, const Recomputed&
   torch::autograd::backward({r.output, share}, {grad, torch::ones_like(share)});
 }
 
-RouterBoard PipelineRuntime::routerBoard(std::int64_t step) const {
+RouterBoard JobExecutor::routerBoard(std::int64_t step) const {
   return RouterBoard(store_->bytes(routerRegion(step, versions_ + 1)), static_cast<int>(config_.train.microbatches),
                      model_->layerCount(), static_cast<int>(model_->model().config().moe.numExperts));
 }
 
-RoutingTape PipelineRuntime::routingTape(std::int64_t step) const {
+RoutingTape JobExecutor::routingTape(std::int64_t step) const {
   const model::MoeConfig& moe = model_->model().config().moe;
   return RoutingTape(store_->bytes(routingRegion(step, versions_ + 1)), static_cast<int>(config_.train.microbatches),
                      model_->layerCount(), rowsPerMicrobatch_ * config_.train.seqLen,
                      static_cast<int>(moe.expertsPerToken), static_cast<int>(moe.numExperts));
 }
 
-double PipelineRuntime::auxWeight() const {
-  return 1.0 / static_cast<double>(config_.train.microbatches * id_.nodeCount);
+double JobExecutor::auxWeight() const {
+  return 1.0 / static_cast<double>(config_.train.microbatches * nodeCount_);
 }
 
 // The recompute of a backward job's microbatch before its gradient arrives: the whole stage, or at layer
 // grain the deepest layer (the first the gradient meets). Timed as the stage's backward.
-PipelineRuntime::Recomputed PipelineRuntime::recomputeAhead(std::int64_t step, const schedule::Job& job,
+JobExecutor::Recomputed JobExecutor::recomputeAhead(std::int64_t step, const schedule::Job& job,
                                                             const StepData& data, int mb) {
   const int a = config_.pipeline.recompute == config::Recompute::kLayer ? job.layers.end - 1 : job.layers.begin;
   const int b = job.layers.end;
   {
     const std::string what = fmt::format("wait: saved inputs of mb {} (step {})", mb, step + 1);
     activity_->set(rank_, 0, what);
-    trace::Timeline::Scope wait(timeline_.get(), what, "wait", 0);
+    trace::Timeline::Scope wait(timeline_, what, "wait", 0);
     device::countHostWait(device::HostWait::kReadiness);
     fences_->waitFusedStarted(step, mb);
   }
   const std::string what = trace::computeSpanName({"recompute", a, b - 1, mb, step + 1});
   activity_->set(rank_, 0, what);
-  trace::Timeline::Scope compute(timeline_.get(), what, "compute", 0);
+  trace::Timeline::Scope compute(timeline_, what, "compute", 0);
   const auto stream = worker_->enterCompute();
   const auto start = worker_->mark();
   Recomputed r = recompute(step, a, b, data, mb);
@@ -374,7 +439,7 @@ PipelineRuntime::Recomputed PipelineRuntime::recomputeAhead(std::int64_t step, c
 // The compute spans of a job, at its end: one wait for its last mark (its downloads have mostly waited for
 // it already), then every span's time without stopping the compute at a layer or a microbatch. A span over
 // several layers (a backward stage) is spread over them in proportion to their predicted cost.
-void PipelineRuntime::resolveTimings() {
+void JobExecutor::resolveTimings() {
   if (timings_.empty()) return;
   device::countHostWait(device::HostWait::kTiming);
   for (const auto& t : timings_) {
@@ -387,7 +452,7 @@ void PipelineRuntime::resolveTimings() {
 
 // The fused stage's losses of the job, read from the device in one copy into the step's loss region, before
 // the fusedDone fence tells the optimizer they are in.
-void PipelineRuntime::writeLosses(std::int64_t step) {
+void JobExecutor::writeLosses(std::int64_t step) {
   if (pendingLosses_.empty()) return;
   std::vector<torch::Tensor> sums;
   for (const auto& [mb, sum] : pendingLosses_) sums.push_back(sum);
@@ -400,16 +465,16 @@ void PipelineRuntime::writeLosses(std::int64_t step) {
 }
 
 // A stage job (roundpipe, gpipe): upload, every microbatch back to back, download.
-void PipelineRuntime::runJob(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table,
+void JobExecutor::runJob(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table,
                              const StepData& data) {
   const schedule::Job& job = table.jobs[static_cast<std::size_t>(k)];
-  trace::Timeline::Scope span(timeline_.get(),
+  trace::Timeline::Scope span(timeline_,
                               fmt::format("job {}: {} {}-{} (step {})", k, schedule::jobKindName(job.kind),
                                           job.layers.begin, job.layers.end - 1, step + 1),
                               "job", 2);
   slot_ = 1 - slot_;  // consecutive jobs of a worker alternate between the two stage slots
   if (prefetch_ && prefetch_->step == step && prefetch_->job == k) {
-    trace::Timeline::Scope wait(timeline_.get(), "wait: prefetched weights", "upload", 0);
+    trace::Timeline::Scope wait(timeline_, "wait: prefetched weights", "upload", 0);
     prefetch_->ticket.wait();
     prefetch_.reset();
     for (int l = job.layers.begin; l < job.layers.end; ++l) fences_->addUpload(l, step);
@@ -455,7 +520,7 @@ void PipelineRuntime::runJob(std::int64_t step, std::int64_t k, const schedule::
 
 // 1F1B (weights bound: this worker owns one stage): upload once, then the worker's forward and backward
 // microbatches in 1F1B order (schedule::oneFOneBOrder), then download.
-void PipelineRuntime::runOneFOneB(std::int64_t step, const schedule::DispatchTable& table, const StepData& data) {
+void JobExecutor::runOneFOneB(std::int64_t step, const schedule::DispatchTable& table, const StepData& data) {
   std::vector<std::int64_t> mine;
   for (std::size_t k = 0; k < table.jobs.size(); ++k) {
     if (table.jobs[k].worker == rank_) mine.push_back(static_cast<std::int64_t>(k));
