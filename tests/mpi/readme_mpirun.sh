@@ -4,7 +4,8 @@
 #  2. its tiny-finetune line, stopped by `timeout` (SIGTERM to mpirun alone, as `kill` or `docker stop` send it;
 #     --foreground: from a script `timeout` would also signal the whole process group, docs/launch.md), leaves a
 #     checkpoint of the last step: the ranks save and exit 3, mpirun exits 1, `timeout` returns 124;
-#  3. the same line without the flag logs one warning at start naming it.
+#  3. the same line without the flag logs one warning at start naming it;
+#  and the line plans what it shows: no worker left idle by the plan.
 # Usage: readme_mpirun.sh <source dir> <roundpipe_train> <fixtures dir> <mpiexec flags...>
 set -uo pipefail
 src="$1" train="$2" fixtures="$3"
@@ -39,6 +40,7 @@ latest=$(cat "$work/out/checkpoints/latest" 2>/dev/null) || { tail -20 "$work/ru
 grep -Eq "SIGTERM received by rank [0-9]+: saved the checkpoint of step [0-9]+ and stopping" "$work/run.log" ||
   { tail -20 "$work/run.log"; fail "no save message naming the signal"; }
 grep -q "odls_base_sigkill_timeout" "$work/run.log" && fail "a warning about the kill timeout although it is set"
+grep -q "worker(s) idle" "$work/run.log" && fail "the README's line plans fewer stages than workers: $(grep "idle" "$work/run.log")"
 echo "ok: timeout on the README's mpirun line -> the ranks saved $latest (timeout exit 124)"
 
 plain=()
