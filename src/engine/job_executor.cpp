@@ -75,6 +75,7 @@ std::int64_t JobExecutor::runIteration(std::int64_t step, const schedule::Dispat
       if (table.jobs[k].worker == rank_) runJob(step, static_cast<std::int64_t>(k), table, data);
     }
   }
+  resolveTimings();  // once per iteration: the host never waits for the device's clock between two jobs
   return jobs;
 }
 
@@ -436,8 +437,9 @@ JobExecutor::Recomputed JobExecutor::recomputeAhead(std::int64_t step, const sch
   return r;
 }
 
-// The compute spans of a job, at its end: one wait for its last mark (its downloads have mostly waited for
-// it already), then every span's time without stopping the compute at a layer or a microbatch. A span over
+// The compute spans of the iteration's jobs, at its end: one wait for the last mark (the last job's downloads
+// have mostly waited for it already), then every span's time, without stopping the compute at a layer, a
+// microbatch or between two jobs (the next job's compute is queued behind the previous one's). A span over
 // several layers (a backward stage) is spread over them in proportion to their predicted cost.
 void JobExecutor::resolveTimings() {
   if (timings_.empty()) return;
@@ -512,7 +514,6 @@ void JobExecutor::runJob(std::int64_t step, std::int64_t k, const schedule::Disp
   }
   if (downloadsAtEnd) download(step, job.layers, marks.get());
   downloadsPerLayer_ = false;
-  resolveTimings();
   writeLosses(step);
   if (job.kind == schedule::JobKind::kFused) fences_->setFusedDone(step);
   deviceJobPeak_ = std::max(deviceJobPeak_, worker_->takePeakComputeBytes());  // the caching allocator's, per job
@@ -534,7 +535,6 @@ void JobExecutor::runOneFOneB(std::int64_t step, const schedule::DispatchTable& 
     runMicrobatch(step, op.job, table, data, op.microbatch);
   }
   download(step, layers);
-  resolveTimings();
   writeLosses(step);
   deviceJobPeak_ = std::max(deviceJobPeak_, worker_->takePeakComputeBytes());
   for (std::int64_t k : mine) {

@@ -2,11 +2,11 @@
 // jobs of an iteration and to each of their microbatches — the stage's weights uploaded from the node store
 // into a stage slot (or prefetched while the previous job runs), the microbatches' inputs awaited and their
 // outputs handed on over the tensor plane, the compute, the recompute ahead of a backward's gradient, the
-// gradients downloaded into the store at each layer's mark, and the bookkeeping of the job's compute marks
-// (per-layer timings) and of the fused stage's losses (read once per job). It owns the stage slots, the tensor
-// channel and that bookkeeping; it computes on the rank's worker, which PipelineRuntime creates first (the
-// memory budget and the store's pinning come from it). PipelineRuntime is the step glue around it: directives,
-// the step's data, the optimizer, checkpoints, traces.
+// gradients downloaded into the store at each layer's mark, and the bookkeeping of the compute marks
+// (per-layer timings, read once per iteration) and of the fused stage's losses (read once per job). It owns
+// the stage slots, the tensor channel and that bookkeeping; it computes on the rank's worker, which
+// PipelineRuntime creates first (the memory budget and the store's pinning come from it). PipelineRuntime is
+// the step glue around it: directives, the step's data, the optimizer, checkpoints, traces.
 // Thread-safety: the rank's main thread.
 #pragma once
 
@@ -155,7 +155,7 @@ class JobExecutor {
   double lossScale_ = 1.0;            // the loss scale of this iteration (fp16)
   std::vector<double> forwardMs_, backwardMs_;  // this rank's per-layer times in the current iteration
   // A span of compute between two marks on the worker: one layer's forward and/or backward time, or (several
-  // layers) a backward time spread over them by cost. Resolved once per job (resolveTimings).
+  // layers) a backward time spread over them by cost. Resolved once per iteration (resolveTimings).
   struct Timing {
     std::shared_ptr<device::ComputeMark> from, to;
     int begin, end;

@@ -333,11 +333,12 @@ namespace rp::engine {
 namespace {
 
 // Issue "stream-ordered GPU pipeline", its proof on the CPU: the same plan with 4 and with 16 microbatches, and
-// the blocking waits of each rank's issuing thread per stage job (device/host_waits.h, reported in
-// metrics.jsonl) — the waits for the device's timings and for the losses stay one per job at most, however many
-// microbatches a job runs. The copy and readiness waits of the hand-offs still come per microbatch
-// (docs/gpu.md, "Host waits" lists them); this test prints them.
-TEST(InProcPipeline, TimingAndLossWaitsPerJobDoNotGrowWithTheMicrobatches) {
+// the blocking waits of each rank's issuing thread (device/host_waits.h, reported in metrics.jsonl) — the wait
+// for the device's timings is one per iteration, not one per job (rank 0 runs two or three jobs of the
+// five-stage plan), and the wait for the losses one per fused job, however many microbatches a job runs. The copy and
+// readiness waits of the hand-offs still come per microbatch (docs/gpu.md, "Host waits" lists them); this test
+// prints them.
+TEST(InProcPipeline, TimingAndLossWaitsDoNotGrowWithTheMicrobatchesOrTheJobs) {
   const auto fixtures = test::fixturesDir();
   RP_SKIP_UNLESS(fixtures, "shared fixtures");
   const std::string model = *fixtures + "/models/tinystories-656k", scratch = test::scratchDir();
@@ -345,20 +346,21 @@ TEST(InProcPipeline, TimingAndLossWaitsPerJobDoNotGrowWithTheMicrobatches) {
     std::vector<std::string> sets =
         test::equivalenceSettings(model, model, *fixtures, scratch + "/m" + std::to_string(microbatches));
     sets.insert(sets.end(), {"train.global_batch=16", "train.microbatches=" + std::to_string(microbatches),
-                             "train.max_steps=2", "optim.mode=sync", "pipeline.plan=2 | 1 | 2"});
+                             "train.max_steps=2", "optim.mode=sync", "pipeline.plan=1,1 | 1 | 1,1"});
     const ThreadRun run = test::runOnThreads(config::loadRunConfig("", sets), 2, TensorPlane::kHostStaged, {});
     EXPECT_EQ(run.metrics.size(), 2u);
     return run.metrics.empty() ? trace::StepMetrics{} : run.metrics.back();
   };
   const trace::StepMetrics four = waitsWith(4), sixteen = waitsWith(16);
-  ASSERT_GT(four.jobs, 0);
+  // Five jobs (fwd 0, fwd 1, fused, bwd 1, bwd 0) on two workers: rank 0 runs two or three of them.
+  ASSERT_GE(four.jobs, 2);
   ASSERT_EQ(four.jobs, sixteen.jobs) << "the same plan and dispatch, whatever the microbatch count";
   for (const auto* m : {&four, &sixteen}) {
     std::string line = fmt::format("rank 0, {} jobs:", m->jobs);
     for (const auto& [reason, count] : m->hostWaits) line += fmt::format(" {} {}", reason, count);
     std::printf("%s\n", line.c_str());
-    EXPECT_LE(m->hostWaits.at("timing"), m->jobs);
-    EXPECT_LE(m->hostWaits.at("loss_read"), m->jobs);
+    EXPECT_EQ(m->hostWaits.at("timing"), 1) << "one wait for the device's clock per iteration";
+    EXPECT_LE(m->hostWaits.at("loss_read"), 1) << "the fused job's losses, read once";
     EXPECT_EQ(m->hostWaits.at("compute"), 0);
   }
   EXPECT_GT(sixteen.hostWaits.at("timing"), 0) << "rank 0 ran compute: its timings were read";
