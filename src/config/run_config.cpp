@@ -63,8 +63,8 @@ std::int64_t staleness(const Values& v, std::vector<std::string>& notices) {
   const Origin mode = v.origin("optim.mode"), stale = v.origin("optim.staleness");
   const char* modeWord = async ? "async" : "sync";
   if (stale == Origin::kOverride && mode == Origin::kFile) {
-    notices.push_back(fmt::format("--set optim.staleness = {} overrides {}'s optim.mode = \"{}\": the mode is {}",
-                                  k, v.source({"optim.mode"}), modeWord, k > 0 ? "async" : "sync"));
+    notices.push_back(fmt::format("--set optim.staleness = {} overrides {}'s optim.mode = \"{}\": the mode is {}", k,
+                                  v.source({"optim.mode"}), modeWord, k > 0 ? "async" : "sync"));
     return k;
   }
   if (mode == Origin::kOverride && stale == Origin::kFile) {

@@ -49,7 +49,8 @@ const std::vector<KeySpec>& runSchema() {
       {"optim.eps", Type::kFloat, 1e-8, "AdamW epsilon"},
       {"optim.weight_decay", Type::kFloat, 0.01,
        "decoupled weight decay, on every trainable tensor but those optim.no_decay names"},
-      {"optim.no_decay", Type::kStringList, L{"bias", "layernorm", "rmsnorm", "(?:^|\\.)norm(?:$|\\.)", "_norm(?:$|\\.)"},
+      {"optim.no_decay", Type::kStringList,
+       L{"bias", "layernorm", "rmsnorm", "(?:^|\\.)norm(?:$|\\.)", "_norm(?:$|\\.)"},
        "tensors without weight decay: regular expressions searched in the lowercased Hugging Face parameter name "
        "(default: Hugging Face Trainer's, biases and normalisation weights; [] = decay everywhere)"},
       {"optim.amsgrad", Type::kBool, false, "AMSGrad variant"},
@@ -122,7 +123,8 @@ const std::vector<KeySpec>& runSchema() {
       {"output.sample_top_p", Type::kFloat, 1.0, "nucleus (top-p) of the sample, when the temperature is > 0"},
 
       {"checkpoint.dir", Type::kString, S(""), "where checkpoints go (default: <output.dir>/checkpoints)"},
-      {"checkpoint.every", Type::kInt, I(0), "save every N steps (0 = at the end, and when SIGTERM or SIGUSR1 arrives)"},
+      {"checkpoint.every", Type::kInt, I(0),
+       "save every N steps (0 = at the end, and when SIGTERM or SIGUSR1 arrives)"},
       {"checkpoint.at_end", Type::kBool, true,
        "save the last step when the run ends (false: benchmarks and throwaway runs; a signal still saves)"},
       {"checkpoint.keep", Type::kInt, I(3), "complete checkpoints to keep (0 = all)"},

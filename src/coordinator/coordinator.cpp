@@ -64,7 +64,8 @@ bool Coordination::stopRequested() {
   bool requested = false;
   for (int r = 1; r < channel_.size(); ++r) {
     std::int64_t request[2] = {-1, 0};  // the rank, the signal
-    while (channel_.receive(r, control::Tag::kStopRequest, request, sizeof(request), std::chrono::steady_clock::now())) {
+    while (
+        channel_.receive(r, control::Tag::kStopRequest, request, sizeof(request), std::chrono::steady_clock::now())) {
       if (!requested && !stop_) {
         stopSignal_ = static_cast<int>(request[1]);
         stopRank_ = r;

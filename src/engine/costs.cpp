@@ -34,11 +34,10 @@ LayerCosts estimateCosts(const PipelineModel& model, std::int64_t seq, std::int6
     // A decoder layer's graph (Note [Activation bytes]): the fused stage holds all of its layers' graphs at
     // once, a stage-grain backward job the recomputed graphs of its stage plus `recomputeAhead` more; layer
     // grain holds one layer's at a time, so this over-counts its backward stages (they are rarely the largest).
-    const double graph =
-        l > 0 && l < L - 1
-            ? schedule::decoderLayerActivationBytes(shape, static_cast<double>(seq * rows),
-                                                    static_cast<int>(c10::elementSize(model.dtype())), model.sparse(l))
-            : 0.0;
+    const double graph = l > 0 && l < L - 1 ? schedule::decoderLayerActivationBytes(
+                                                  shape, static_cast<double>(seq * rows),
+                                                  static_cast<int>(c10::elementSize(model.dtype())), model.sparse(l))
+                                            : 0.0;
     c.backwardBytes.push_back(params + trainable + (1.0 + recomputeAhead) * graph);
   }
   return out;

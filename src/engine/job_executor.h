@@ -140,9 +140,9 @@ class JobExecutor {
   int rank_, worldRank_, nodeCount_, versions_;
   std::int64_t rowsPerMicrobatch_;
   torch::Device device_;
-  bool auxLoss_;      // a MoE model trained with its load-balancing loss (docs/moe.md)
-  bool moe_;          // a MoE model: forward stages record their routing (Note [Routing tape])
-  bool skipUploads_;  // RP_BENCH_NO_UPLOADS: benchmarks of the compute without uploads
+  bool auxLoss_;                       // a MoE model trained with its load-balancing loss (docs/moe.md)
+  bool moe_;                           // a MoE model: forward stages record their routing (Note [Routing tape])
+  bool skipUploads_;                   // RP_BENCH_NO_UPLOADS: benchmarks of the compute without uploads
   std::unique_ptr<StageSlots> slots_;  // the worker memory its stages are bound to
   int slot_ = 0;                       // the slot of the job running now
   std::unique_ptr<transport::TensorChannel> tensors_;  // activations and gradients between stage jobs
@@ -150,9 +150,9 @@ class JobExecutor {
     std::int64_t step, job;
     device::Ticket ticket;
   };
-  std::optional<Prefetch> prefetch_;  // weights of this worker's next job, in flight
-  std::vector<bool> checkpoint_;      // layers whose input a forward stage saves (backward-stage starts)
-  double lossScale_ = 1.0;            // the loss scale of this iteration (fp16)
+  std::optional<Prefetch> prefetch_;            // weights of this worker's next job, in flight
+  std::vector<bool> checkpoint_;                // layers whose input a forward stage saves (backward-stage starts)
+  double lossScale_ = 1.0;                      // the loss scale of this iteration (fp16)
   std::vector<double> forwardMs_, backwardMs_;  // this rank's per-layer times in the current iteration
   // A span of compute between two marks on the worker: one layer's forward and/or backward time, or (several
   // layers) a backward time spread over them by cost. Resolved once per iteration (resolveTimings).

@@ -174,10 +174,10 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
                           : std::string("optim.shard_across_nodes: one node, nothing to shard"));
   }
   std::unique_ptr<transport::TensorChannel> tensors = buildStore();
-  jobs_ = std::make_unique<JobExecutor>(JobContext{config_, *model_, *store_, *fences_, *activity_, timeline_.get(),
-                                                   *worker_, proxyCosts_, rank_, worldRank_, id.nodeCount, versions_,
-                                                   rowsPerMicrobatch_},
-                                        std::move(slots), std::move(tensors));
+  jobs_ = std::make_unique<JobExecutor>(
+      JobContext{config_, *model_, *store_, *fences_, *activity_, timeline_.get(), *worker_, proxyCosts_, rank_,
+                 worldRank_, id.nodeCount, versions_, rowsPerMicrobatch_},
+      std::move(slots), std::move(tensors));
   jobs_->setPlan(plan_);
   if (const auto resume = run::openResume(c, identity_)) restore(*resume);
 }
@@ -223,8 +223,8 @@ std::unique_ptr<transport::TensorChannel> PipelineRuntime::buildStore() {
   const model::MoeConfig& moe = model_->model().config().moe;
   if (moe.auxLoss()) {  // Note [Router statistics]
     for (int b = 0; b <= versions_; ++b) {
-      layout.add(routerRegion(b, versions_ + 1), RouterBoard::regionBytes(static_cast<int>(c.train.microbatches), L,
-                                                                          static_cast<int>(moe.numExperts)));
+      layout.add(routerRegion(b, versions_ + 1),
+                 RouterBoard::regionBytes(static_cast<int>(c.train.microbatches), L, static_cast<int>(moe.numExperts)));
     }
   }
   if (moe.numExperts > 0) {  // Note [Routing tape]

@@ -95,7 +95,7 @@ class PipelineRuntime : public run::Executor {
   bool shardedAcrossNodes() const { return config_.optim.shardAcrossNodes && id_.nodeCount > 1; }
   void runStep(std::int64_t step, const coordinator::Directive& directive);
   void publishInitialWeights();
-  void bindToStore();  // every tensor of the model onto its weights in the store
+  void bindToStore();               // every tensor of the model onto its weights in the store
   std::size_t tensorBytes() const;  // one activation hand-off
   torch::Tensor storeTensor(const std::string& region, at::IntArrayRef shape, torch::ScalarType dtype) const;
   // Writes this rank's trace, and on rank 0 the merged trace and the bubble report.
@@ -142,7 +142,7 @@ class PipelineRuntime : public run::Executor {
   std::unique_ptr<ActivityBoard> activity_;
   std::unique_ptr<Fences> fences_;
   std::unique_ptr<OptimizerWorker> optimizer_;
-  std::unique_ptr<JobExecutor> jobs_;  // this rank's stage jobs (after the store: they use its fences)
+  std::unique_ptr<JobExecutor> jobs_;             // this rank's stage jobs (after the store: they use its fences)
   std::optional<ResidentMemory> trainingMemory_;  // at the end of training, for the memory report
   std::vector<StepSize> stepSizes_;               // of steps startStep_, startStep_ + 1, ...
   std::int64_t startStep_ = 0;                    // > 0 when resumed

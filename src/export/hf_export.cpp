@@ -185,8 +185,10 @@ void refuseOutput(const fs::path& out, const std::vector<fs::path>& runInputs, b
   std::sort(present.begin(), present.end());
   if (!overwrite) {
     const std::size_t shown = std::min<std::size_t>(present.size(), 4);
-    RP_THROW(InputError, "--output {}: is not empty ({}{}): pass --overwrite to replace its files, or choose an empty "
-             "or new directory", out.string(), fmt::join(present.begin(), present.begin() + static_cast<long>(shown), ", "),
+    RP_THROW(InputError,
+             "--output {}: is not empty ({}{}): pass --overwrite to replace its files, or choose an empty "
+             "or new directory",
+             out.string(), fmt::join(present.begin(), present.begin() + static_cast<long>(shown), ", "),
              present.size() > shown ? fmt::format(" and {} more", present.size() - shown) : std::string());
   }
   for (const auto& name : present) {

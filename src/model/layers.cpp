@@ -175,9 +175,8 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const AttentionContext&
   const auto sin = ctx.sin.unsqueeze(1);
   q = applyRotary(q, cos, sin);
   k = applyRotary(k, cos, sin);
-  AttendOptions options{.scale = 1.0 / std::sqrt(static_cast<double>(headDim_)),
-                        .window = sliding_ ? ctx.window : 0,
-                        .sinks = sinks_};
+  AttendOptions options{
+      .scale = 1.0 / std::sqrt(static_cast<double>(headDim_)), .window = sliding_ ? ctx.window : 0, .sinks = sinks_};
   RP_CHECK(!sliding_ || options.window > 0, "a sliding-window layer needs the context's window");
   return o_->forward(attend(q, k, v, ctx.documents, options).reshape({B, T, numHeads_ * headDim_}));
 }

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <regex>
 #include <cstring>
+#include <regex>
 #include <thread>
 
 #include "common/error.h"

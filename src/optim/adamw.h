@@ -77,8 +77,9 @@ class AdamW {
  public:
   explicit AdamW(AdamWConfig config, AdamWKernel kernel = &adamwScalar);
 
-  // Registers a parameter of `n` floats; returns its index. Its name decides its weight decay (noDecay). Buffers must outlive the optimizer. With a
-  // `modelCopy`, every step also writes the updated parameter there rounded to `copy`'s dtype.
+  // Registers a parameter of `n` floats; returns its index. Its name decides its weight decay (noDecay). Buffers must
+  // outlive the optimizer. With a `modelCopy`, every step also writes the updated parameter there rounded to `copy`'s
+  // dtype.
   std::size_t add(std::string name, float* param, const float* grad, std::size_t n, std::uint16_t* modelCopy = nullptr,
                   ModelCopy copy = ModelCopy::kNone);
   // Splits every step over `threads` threads (contiguous chunks of every parameter); 1 = the calling thread.

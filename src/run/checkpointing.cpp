@@ -160,10 +160,11 @@ void checkRun(const checkpoint::Manifest& saved, const json& identity, const con
   }
   // Checkpoints from before optim.no_decay existed decayed every tensor.
   if (!optimizer.contains("no_decay") && !c.optim.noDecay.empty() && c.optim.weightDecay > 0) {
-    RP_LOG_WARN("{}: the checkpoint's run decayed every tensor (saved before optim.no_decay); this run exempts "
-                "those optim.no_decay names (biases, normalisation weights by default): set optim.no_decay = [] to "
-                "keep the old behaviour",
-                where);
+    RP_LOG_WARN(
+        "{}: the checkpoint's run decayed every tensor (saved before optim.no_decay); this run exempts "
+        "those optim.no_decay names (biases, normalisation weights by default): set optim.no_decay = [] to "
+        "keep the old behaviour",
+        where);
   }
 }
 

@@ -83,8 +83,8 @@ Corpora loadCorporaFor(const config::RunConfig& c, const model::ModelConfig& mod
   return out;
 }
 
-std::vector<std::string> startWarnings(const config::RunConfig& c, const model::ModelConfig& model,
-                                       bool computesOnCpu, const std::string& flags) {
+std::vector<std::string> startWarnings(const config::RunConfig& c, const model::ModelConfig& model, bool computesOnCpu,
+                                       const std::string& flags) {
   std::vector<std::string> out;
   if (c.train.seqLen > model.maxPositions) {
     const bool scaled = model.rope.type != "default";
@@ -108,7 +108,8 @@ std::vector<std::string> startWarnings(const config::RunConfig& c, const model::
   if (computesOnCpu && c.model.dtype == config::Dtype::kFloat16 && !has("avx512_fp16") && !has("amx_fp16")) {
     out.push_back(
         "model.dtype = float16 on a CPU without AVX512-FP16 or AMX-FP16: LibTorch's float16 matmuls run far "
-        "slower than float32 here; use model.dtype = \"float32\" on this CPU (docs/training.md, \"Warnings at start\")");
+        "slower than float32 here; use model.dtype = \"float32\" on this CPU (docs/training.md, \"Warnings at "
+        "start\")");
   }
   return out;
 }

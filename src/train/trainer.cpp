@@ -73,9 +73,7 @@ Trainer::Trainer(config::RunConfig config) : config_(std::move(config)), dtype_(
   } else {
     trainable_ = model_->hfParameters();
   }
-  adamw_ = std::make_unique<optim::AdamW>(
-      run::adamwConfigFor(c),
-      optim::bestAdamWKernel());
+  adamw_ = std::make_unique<optim::AdamW>(run::adamwConfigFor(c), optim::bestAdamWKernel());
   adamw_->setThreads(static_cast<int>(c.optim.threads));
   // bf16/fp16: the kernel writes the rounded model copy (the parameter itself) in the same pass.
   const optim::ModelCopy copy = run::modelCopyFor(dtype_);

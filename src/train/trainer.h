@@ -90,7 +90,7 @@ class Trainer : public run::Executor {
   std::unique_ptr<optim::LossScaler> scaler_;  // fp16 only
   std::int64_t startStep_ = 0;                 // > 0 when resumed
   std::int64_t tokensSeen_ = 0, targetTokensSeen_ = 0;
-  int stopSignal_ = 0;                         // the preemption signal that stopped the run (step)
+  int stopSignal_ = 0;                        // the preemption signal that stopped the run (step)
   std::vector<trace::StepMetrics> finished_;  // steps run since the loop last asked
 
   // The tensors of the state, by checkpoint kind (trainer_state.cpp).

@@ -12,11 +12,11 @@
 
 #include "common/error.h"
 #include "config/schema.h"
-#include "optim/adamw.h"
 #include "model/causal_lm.h"
 #include "model/safetensors.h"
 #include "model/safetensors_writer.h"
 #include "model/torch_bridge.h"
+#include "optim/adamw.h"
 #include "support/fixtures.h"
 
 namespace rp::model {

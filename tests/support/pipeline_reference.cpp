@@ -55,8 +55,8 @@ Reference delayedUpdateReference(const config::RunConfig& config) {
   optim::AdamW adamw(run::adamwConfigFor(config));
   for (std::size_t i = 0; i < trainer.trainable().size(); ++i) {
     masters.push_back(trainer.trainable()[i].second.detach().clone());
-    adamw.add(trainer.trainable()[i].first, masters.back().data_ptr<float>(),
-              trainer.gradSlots()[i].data_ptr<float>(), static_cast<std::size_t>(masters.back().numel()));
+    adamw.add(trainer.trainable()[i].first, masters.back().data_ptr<float>(), trainer.gradSlots()[i].data_ptr<float>(),
+              static_cast<std::size_t>(masters.back().numel()));
   }
   auto snapshot = [&] {
     std::vector<torch::Tensor> w;

@@ -28,11 +28,10 @@ TEST(ActivationMemory, TheEstimateMatchesWhatTwoLayersHold) {
   if (!resetResidentPeak()) GTEST_SKIP() << "the kernel does not let this process reset its resident peak";
   ASSERT_EQ(mallopt(M_MMAP_THRESHOLD, 64 * 1024), 1);
   torch::manual_seed(0);
-  for (const Point& p : {Point{Architecture::kLlama, torch::kFloat, 8192}, Point{Architecture::kQwen3, torch::kFloat, 8192},
-                         Point{Architecture::kQwen3, torch::kFloat, 16384},
-                         Point{Architecture::kLlama, torch::kBFloat16, 16384},
-                         Point{Architecture::kQwen3, torch::kBFloat16, 8192},
-                         Point{Architecture::kQwen3, torch::kBFloat16, 16384}}) {
+  for (const Point& p :
+       {Point{Architecture::kLlama, torch::kFloat, 8192}, Point{Architecture::kQwen3, torch::kFloat, 8192},
+        Point{Architecture::kQwen3, torch::kFloat, 16384}, Point{Architecture::kLlama, torch::kBFloat16, 16384},
+        Point{Architecture::kQwen3, torch::kBFloat16, 8192}, Point{Architecture::kQwen3, torch::kBFloat16, 16384}}) {
     ModelConfig c;
     c.arch = p.arch;
     c.qkNorm = p.arch == Architecture::kQwen3;
@@ -66,11 +65,11 @@ TEST(ActivationMemory, TheEstimateMatchesWhatTwoLayersHold) {
     if (backward) h.sum().backward();
     const double peak = static_cast<double>(readResidentMemory().peakBytes - before);
 
-    const double layer = schedule::decoderLayerActivationBytes(
-        schedule::shapeOf(c), static_cast<double>(p.tokens), static_cast<int>(c10::elementSize(p.dtype)), false);
-    std::printf("%s %s %ld tokens: held %.1f MB, estimated %.1f MB (%.2f); peak %.1f MB\n",
-                architectureName(p.arch), c10::toString(p.dtype), static_cast<long>(p.tokens), held / 1e6,
-                2 * layer / 1e6, held / (2 * layer), peak / 1e6);
+    const double layer = schedule::decoderLayerActivationBytes(schedule::shapeOf(c), static_cast<double>(p.tokens),
+                                                               static_cast<int>(c10::elementSize(p.dtype)), false);
+    std::printf("%s %s %ld tokens: held %.1f MB, estimated %.1f MB (%.2f); peak %.1f MB\n", architectureName(p.arch),
+                c10::toString(p.dtype), static_cast<long>(p.tokens), held / 1e6, 2 * layer / 1e6, held / (2 * layer),
+                peak / 1e6);
     EXPECT_NEAR(held / (2 * layer), 1.0, 0.10) << "held " << held / 1e6 << " MB, estimated " << 2 * layer / 1e6;
     // The backward frees each layer's graph as it goes and holds at most about one layer's gradients more.
     if (backward) {

@@ -87,8 +87,8 @@ TEST(RunConfig, OptimModeAndStaleness) {
   EXPECT_FALSE(loadRunConfig(writeToml(kMinimal), {"optim.staleness=0"}).optim.async());
 
   // The file says sync (configs/tiny-finetune.toml does); --set optim.staleness=2 wins, and says so.
-  const RunConfig overridden = loadRunConfig(writeToml(std::string(kMinimal) + "[optim]\nmode = \"sync\"\n"),
-                                             {"optim.staleness=2"});
+  const RunConfig overridden =
+      loadRunConfig(writeToml(std::string(kMinimal) + "[optim]\nmode = \"sync\"\n"), {"optim.staleness=2"});
   EXPECT_EQ(overridden.optim.staleness, 2);
   ASSERT_EQ(overridden.notices.size(), 1u);
   EXPECT_NE(overridden.notices[0].find("--set optim.staleness = 2 overrides"), std::string::npos)

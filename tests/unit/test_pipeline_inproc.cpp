@@ -69,8 +69,7 @@ const std::vector<Case>& matrixCases() {
       Case{"fp16_overflow", {"model.dtype=float16", kOverflowingScale}, 0, {}, true, true},
       // Mixture of experts: the router's top-k choice recomputed in the backward stages;
       // the load-balancing loss summed over stages (Note [Router statistics]).
-      Case{"moe", {}, 0, {}, false, true, true},
-      Case{"moe_aux", {}, 0, {}, false, true, true, true},
+      Case{"moe", {}, 0, {}, false, true, true}, Case{"moe_aux", {}, 0, {}, false, true, true, true},
       Case{"moe_aux_layer_recompute", {"pipeline.recompute=layer"}, 0, {}, false, true, true, true},
       Case{"moe_aux_async_lora", {"lora.rank=4"}, 1, {}, false, true, true, true},
       Case{"gpt_oss", {}, 0, {}, false, true, true, true, true},
@@ -131,8 +130,8 @@ void expectCellsEqualTheTrainer(const Case& c, const std::vector<std::pair<int, 
     return config::loadRunConfig("", sets);
   };
   const auto referenceConfig = configAt(scratch + "/reference");
-  const test::Reference reference = c.staleness > 0 ? test::delayedUpdateReference(referenceConfig)
-                                                    : test::trainerReference(referenceConfig);
+  const test::Reference reference =
+      c.staleness > 0 ? test::delayedUpdateReference(referenceConfig) : test::trainerReference(referenceConfig);
   std::vector<std::string> names;
   for (const auto& [name, master] : reference.masters) names.push_back(name);
   for (const auto& [workers, plane] : cells) {
