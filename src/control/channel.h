@@ -3,7 +3,9 @@
 // processes) and inproc/ (threads as ranks, for fast tests of the whole pipeline). Readiness helpers with
 // deadlines are built on it.
 // Thread-safety: one channel per rank; a channel is used by one thread at a time (a thread of its own gets
-// a duplicate()).
+// a duplicate()), except that one more thread may send() while the owner uses it: the tensor plane's readiness
+// sender (Note [Readiness sender], transport/readiness.h), whose messages the peers' main threads receive on
+// this channel. Both implementations allow it (MPI_THREAD_MULTIPLE; the in-process hub's lock).
 #pragma once
 
 #include <chrono>

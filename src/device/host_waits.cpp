@@ -9,10 +9,10 @@ const char* hostWaitName(HostWait reason) {
   switch (reason) {
     case HostWait::kCopy:
       return "copy";
-    case HostWait::kCompute:
-      return "compute";
     case HostWait::kReadiness:
       return "readiness";
+    case HostWait::kPeer:
+      return "peer";
     case HostWait::kLossRead:
       return "loss_read";
     case HostWait::kTiming:
@@ -25,8 +25,12 @@ void countHostWait(HostWait reason) {
   if (current != nullptr) ++current->counts_[static_cast<std::size_t>(reason)];
 }
 
-CountHostWaits::CountHostWaits() : previous_(current) { current = this; }
+CountHostWaits::CountHostWaits() : previous_(current) {
+  current = this;
+}
 
-CountHostWaits::~CountHostWaits() { current = previous_; }
+CountHostWaits::~CountHostWaits() {
+  current = previous_;
+}
 
 }  // namespace rp::device

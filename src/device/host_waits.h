@@ -2,7 +2,8 @@
 // (docs/gpu.md, "Host waits"). On a GPU every such wait drains the device's queue of work the host could have
 // kept full, so the per-microbatch path must have none but those another rank makes necessary. Counted where
 // the thread blocks, or would on a GPU: Ticket::wait (copy), and the engine's waits for a compute mark
-// (timing), for a loss on the device (loss read), and for another rank or the optimizer (readiness). The CPU
+// (timing), for a loss on the device (loss read), for the optimizer's fences (readiness) and for another rank's
+// word that a microbatch's input exists (peer). The CPU
 // backend passes through the same calls, so the CPU tiers count what a GPU run would. Torch-free.
 #pragma once
 
@@ -11,11 +12,11 @@
 
 namespace rp::device {
 
-enum class HostWait : int { kCopy, kCompute, kReadiness, kLossRead, kTiming };
+enum class HostWait : int { kCopy, kReadiness, kPeer, kLossRead, kTiming };
 inline constexpr int kHostWaitReasons = 5;
 using HostWaitCounts = std::array<std::int64_t, kHostWaitReasons>;
 
-const char* hostWaitName(HostWait reason);  // "copy", "compute", "readiness", "loss_read", "timing"
+const char* hostWaitName(HostWait reason);  // "copy", "readiness", "peer", "loss_read", "timing"
 
 // Counts one wait of `reason` on the calling thread, where a CountHostWaits is alive on it.
 void countHostWait(HostWait reason);

@@ -12,6 +12,7 @@ struct Ticket::State {
   std::size_t pending = 0;
   std::exception_ptr error;
   std::function<void()> healthCheck;
+  std::vector<std::shared_ptr<void>> deviceEvents;
 };
 
 Ticket::Ticket() : state_(std::make_shared<State>()) {}
@@ -32,6 +33,21 @@ void Ticket::wait() const {
     lock.lock();
   }
   if (state_->error) std::rethrow_exception(state_->error);
+}
+
+void Ticket::throwIfFailed() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  if (state_->error) std::rethrow_exception(state_->error);
+}
+
+void Ticket::addDeviceEvent(std::shared_ptr<void> event) const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->deviceEvents.push_back(std::move(event));
+}
+
+std::vector<std::shared_ptr<void>> Ticket::deviceEvents() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->deviceEvents;
 }
 
 void Ticket::setHealthCheck(std::function<void()> check) const {

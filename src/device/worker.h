@@ -13,14 +13,17 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "device/device.h"
 
 namespace rp::device {
 
 // Completion of work submitted to a worker: done() polls, wait() blocks and rethrows the first error (and
-// counts as a copy wait of the calling thread: device/host_waits.h).
-// Backends add pending pieces and complete them, from any thread. Copies of a Ticket share its state.
+// counts as a copy wait of the calling thread: device/host_waits.h), throwIfFailed() rethrows it without
+// blocking. Backends add pending pieces and complete them, from any thread. Copies of a Ticket share its state.
+// A backend whose device can order its compute after a piece without the host (CUDA: an event recorded on the
+// copy's stream) attaches that to the ticket (addDeviceEvent); Worker::computeAfter uses it.
 // A backend whose completions can stop arriving (a CUDA stream after a device fault runs no more callbacks)
 // sets a health check: wait() runs it every `kHealthPeriod` while it waits, and rethrows what it throws —
 // an error naming the fault, not a hang.
@@ -30,10 +33,13 @@ class Ticket {
   Ticket();  // nothing pending: done
   bool done() const;
   void wait() const;
+  void throwIfFailed() const;
   // Backend side.
   void add() const;
   void complete(std::exception_ptr error = nullptr) const;
   void setHealthCheck(std::function<void()> check) const;
+  void addDeviceEvent(std::shared_ptr<void> event) const;  // opaque to all but the backend that made it
+  std::vector<std::shared_ptr<void>> deviceEvents() const;
 
  private:
   struct State;
@@ -114,6 +120,11 @@ class Worker {
   virtual std::shared_ptr<void> allocate(std::size_t bytes) = 0;
   // Makes the worker's compute stream current for the calling thread until the scope ends.
   virtual std::unique_ptr<ComputeScope> enterCompute() = 0;
+  // Orders the compute submitted after this call after `ticket`'s copies (an activation the next compute reads)
+  // without the host waiting where the device can (CUDA: the compute stream waits on the copies' events; a
+  // ticket without them is waited for). The CPU's copies of tensors are done when they return, so it only
+  // rethrows their error. Then `ticket` needs no wait(): the fences that publish the compute's results cover it.
+  virtual void computeAfter(const Ticket& ticket) = 0;
   // A mark after the compute submitted so far, and the milliseconds of compute between two marks (waits
   // until `to` has been reached): per-layer timings without stopping the compute to read a clock.
   virtual std::shared_ptr<ComputeMark> mark() = 0;

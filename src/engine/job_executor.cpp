@@ -44,7 +44,8 @@ JobExecutor::JobExecutor(JobContext c, std::unique_ptr<StageSlots> slots,
       tensors_(std::move(tensors)) {}
 
 JobExecutor::~JobExecutor() {
-  if (prefetch_) prefetch_->ticket.wait();  // never free memory the copy thread still writes
+  if (prefetch_) prefetch_->ticket.wait();    // never free memory the copy thread still writes
+  for (const auto& p : puts_) p.copy.wait();  // nor memory a put's copy still reads
 }
 
 std::vector<std::int64_t> JobExecutor::activationShape(const config::RunConfig& config, const PipelineModel& model,
@@ -75,6 +76,7 @@ std::int64_t JobExecutor::runIteration(std::int64_t step, const schedule::Dispat
       if (table.jobs[k].worker == rank_) runJob(step, static_cast<std::int64_t>(k), table, data);
     }
   }
+  landPuts();        // the hand-offs' sources may go; the next iteration's tensors reuse their places
   resolveTimings();  // once per iteration: the host never waits for the device's clock between two jobs
   return jobs;
 }
@@ -120,17 +122,44 @@ void JobExecutor::queueWeights(device::Ticket& ticket, const schedule::Range& la
 }
 
 // A tensor of the tensor plane into worker memory (ahead of any queued weight copy) — `writer`'s hand-off or a
-// saved tensor (transport::kSaved) — and out of it, for `readers`.
+// saved tensor (transport::kSaved) — and out of it, for `readers`. Note [Stream-ordered hand-offs]: neither
+// waits on the host. A fetched tensor's copy orders the compute that reads it (Worker::computeAfter: on a GPU
+// the compute stream waits on the copy's event); a put's copy is left in flight with its source tensor held,
+// and the microbatch's readiness message goes out once its puts have landed (the tensor channel's sender,
+// Note [Readiness sender]), which is what lets another rank read them. Only a get of a tensor this rank put
+// itself (a hand-off to its own next job, a saved input it wrote) first waits for that put, and the end of
+// the iteration waits once for all that are still in flight (landPuts).
 torch::Tensor JobExecutor::fetch(const transport::TensorId& id, at::IntArrayRef shape, int writer) {
+  if (writer == rank_ || writer == transport::kSaved) landPuts(&id);
   torch::Tensor local = torch::empty(shape, torch::TensorOptions().dtype(model_->dtype()).device(device_));
-  tensors_->get(id, local.data_ptr(), static_cast<std::size_t>(local.nbytes()), writer);
+  worker_->computeAfter(tensors_->get(id, local.data_ptr(), static_cast<std::size_t>(local.nbytes()), writer));
   return local;
 }
 
-void JobExecutor::put(const transport::TensorId& id, const torch::Tensor& tensor,
-                          const transport::Readers& readers) {
+void JobExecutor::put(const transport::TensorId& id, const torch::Tensor& tensor, const transport::Readers& readers) {
+  while (!puts_.empty() && puts_.front().copy.done()) {  // their sources may go
+    puts_.front().copy.throwIfFailed();
+    puts_.pop_front();
+  }
   const torch::Tensor t = tensor.contiguous();
-  tensors_->put(id, t.data_ptr(), static_cast<std::size_t>(t.nbytes()), readers);
+  device::Ticket copy = tensors_->put(id, t.data_ptr(), static_cast<std::size_t>(t.nbytes()), readers);
+  microbatchPuts_.push_back(copy);
+  puts_.push_back({id, std::move(copy), t});
+}
+
+// One wait for this rank's puts in flight: of tensor `*only`, or all of them.
+void JobExecutor::landPuts(const transport::TensorId* only) {
+  auto match = [&](const PutInFlight& p) {
+    return !only || (p.id.step == only->step && p.id.layer == only->layer && p.id.microbatch == only->microbatch &&
+                     p.id.kind == only->kind);
+  };
+  if (std::none_of(puts_.begin(), puts_.end(), match)) return;
+  device::countHostWait(device::HostWait::kCopy);
+  device::CountHostWaits asOne;  // the tickets below are that one wait
+  for (const auto& p : puts_) {
+    if (match(p)) p.copy.wait();
+  }
+  puts_.erase(std::remove_if(puts_.begin(), puts_.end(), match), puts_.end());
 }
 
 // One-stage weight prefetch (Note [Prefetch]): while job k runs, bind this worker's next job in the same
@@ -172,8 +201,7 @@ void JobExecutor::download(std::int64_t step, const schedule::Range& layers, con
     device::countHostWait(device::HostWait::kReadiness);
     for (int l = layers.begin; l < layers.end; ++l) fences_->waitConsumedByAll(l, step - versions_ + 1);
   }
-  trace::Timeline::Scope span(timeline_, fmt::format("download {}-{}", layers.begin, layers.end - 1), "download",
-                              0);
+  trace::Timeline::Scope span(timeline_, fmt::format("download {}-{}", layers.begin, layers.end - 1), "download", 0);
   // Which slot each trainable tensor's gradient goes to: its first user's in this job; a later use of the same
   // tensor gets zeros. Deepest layer first — the order the optimizer takes them in — each layer's fence moving
   // as soon as its copies have landed, not when the whole stage's have. The copies wait on the device for the
@@ -233,7 +261,7 @@ std::vector<int> JobExecutor::gradientOwners(const schedule::Range& layers) cons
 
 // One microbatch of job k: wait for job k-1's output of that microbatch, compute, tell job k+1's worker.
 void JobExecutor::runMicrobatch(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table,
-                                    const StepData& data, int mb, Recomputed* ahead) {
+                                const StepData& data, int mb, Recomputed* ahead) {
   const schedule::Job& job = table.jobs[static_cast<std::size_t>(k)];
   const int L = model_->layerCount();
   const std::vector<std::int64_t> shape = activationShape(config_, *model_, rowsPerMicrobatch_);
@@ -245,7 +273,7 @@ void JobExecutor::runMicrobatch(std::int64_t step, std::int64_t k, const schedul
     const std::string what = fmt::format("wait: job {} mb {} (step {}) from rank {}", k - 1, mb, step + 1, prevWorker);
     activity_->set(rank_, 0, what);
     trace::Timeline::Scope wait(timeline_, what, "wait", 0);
-    device::countHostWait(device::HostWait::kReadiness);
+    device::countHostWait(device::HostWait::kPeer);
     tensors_->await(prevWorker, {control::kProtocolVersion, static_cast<std::uint32_t>(mb), step, k - 1},
                     [&] { return activity_->describe(prevWorker); });
   }
@@ -353,8 +381,10 @@ void JobExecutor::runMicrobatch(std::int64_t step, std::int64_t k, const schedul
     }
   }
   if (hasNext && nextWorker != rank_) {
-    tensors_->signal(nextWorker, {control::kProtocolVersion, static_cast<std::uint32_t>(mb), step, k});
+    tensors_->signal(nextWorker, {control::kProtocolVersion, static_cast<std::uint32_t>(mb), step, k},
+                     std::move(microbatchPuts_));
   }
+  microbatchPuts_.clear();
 }
 
 // Note [Recompute ahead]: a backward job's microbatch needs two things — its saved stage input (written in
@@ -367,8 +397,7 @@ void JobExecutor::runMicrobatch(std::int64_t step, std::int64_t k, const schedul
 // job, so it cannot deadlock. Losses and gradients are unchanged: the same ops on the same inputs.
 
 // Layers [from, to) of microbatch mb recomputed from the saved input of `from`, with their graph.
-JobExecutor::Recomputed JobExecutor::recompute(std::int64_t step, int from, int to, const StepData& data,
-                                                       int mb) {
+JobExecutor::Recomputed JobExecutor::recompute(std::int64_t step, int from, int to, const StepData& data, int mb) {
   const std::vector<std::int64_t> shape = activationShape(config_, *model_, rowsPerMicrobatch_);
   const model::Batch& batch = data.batches[static_cast<std::size_t>(mb)];
   const model::AttentionContext& ctx = data.contexts[static_cast<std::size_t>(mb)];
@@ -416,15 +445,15 @@ double JobExecutor::auxWeight() const {
 
 // The recompute of a backward job's microbatch before its gradient arrives: the whole stage, or at layer
 // grain the deepest layer (the first the gradient meets). Timed as the stage's backward.
-JobExecutor::Recomputed JobExecutor::recomputeAhead(std::int64_t step, const schedule::Job& job,
-                                                            const StepData& data, int mb) {
+JobExecutor::Recomputed JobExecutor::recomputeAhead(std::int64_t step, const schedule::Job& job, const StepData& data,
+                                                    int mb) {
   const int a = config_.pipeline.recompute == config::Recompute::kLayer ? job.layers.end - 1 : job.layers.begin;
   const int b = job.layers.end;
   {
     const std::string what = fmt::format("wait: saved inputs of mb {} (step {})", mb, step + 1);
     activity_->set(rank_, 0, what);
     trace::Timeline::Scope wait(timeline_, what, "wait", 0);
-    device::countHostWait(device::HostWait::kReadiness);
+    device::countHostWait(device::HostWait::kPeer);
     fences_->waitFusedStarted(step, mb);
   }
   const std::string what = trace::computeSpanName({"recompute", a, b - 1, mb, step + 1});
@@ -468,7 +497,7 @@ void JobExecutor::writeLosses(std::int64_t step) {
 
 // A stage job (roundpipe, gpipe): upload, every microbatch back to back, download.
 void JobExecutor::runJob(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table,
-                             const StepData& data) {
+                         const StepData& data) {
   const schedule::Job& job = table.jobs[static_cast<std::size_t>(k)];
   trace::Timeline::Scope span(timeline_,
                               fmt::format("job {}: {} {}-{} (step {})", k, schedule::jobKindName(job.kind),

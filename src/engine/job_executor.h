@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -125,6 +126,7 @@ class JobExecutor {
   // A tensor of the tensor plane into worker memory / out of it.
   torch::Tensor fetch(const transport::TensorId& id, at::IntArrayRef shape, int writer);
   void put(const transport::TensorId& id, const torch::Tensor& tensor, const transport::Readers& readers);
+  void landPuts(const transport::TensorId* only = nullptr);
   void prefetchNext(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table);
   void resolveTimings();
   void writeLosses(std::int64_t step);
@@ -164,6 +166,15 @@ class JobExecutor {
   std::vector<Timing> timings_;
   // The fused stage's loss sums (float64, on the device) of the current job, by microbatch (writeLosses).
   std::vector<std::pair<int, torch::Tensor>> pendingLosses_;
+  // Note [Stream-ordered hand-offs]: this rank's puts in flight with their source tensors, and those of the
+  // microbatch running now (its readiness message goes out once they are done).
+  struct PutInFlight {
+    transport::TensorId id;
+    device::Ticket copy;
+    torch::Tensor source;
+  };
+  std::deque<PutInFlight> puts_;
+  std::vector<device::Ticket> microbatchPuts_;
   bool downloadsPerLayer_ = false;  // this job downloads each layer in its last microbatch (layer grain)
   std::size_t deviceJobPeak_ = 0;   // the most device memory one job's compute held
 };

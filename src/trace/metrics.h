@@ -30,7 +30,7 @@ struct StepMetrics {
   // Pipeline runs: every rank's resident peak so far, by node rank (several nodes: the largest over them).
   std::vector<double> rankPeakResidentMb;
   // Pipeline runs: the reporting rank's stage jobs in the iteration and the blocking waits of the thread that
-  // issued them, by reason ("copy", "readiness", "loss_read", "timing", "compute"; device/host_waits.h).
+  // issued them, by reason ("copy", "readiness", "peer", "loss_read", "timing"; device/host_waits.h).
   std::int64_t jobs = 0;
   std::map<std::string, std::int64_t> hostWaits;
 };

@@ -7,18 +7,15 @@ namespace rp::transport {
 HandOffChannel::HandOffChannel(const TensorChannelContext& c)
     : arena_(hostStaged(c)), rank_(c.node.rank()), microbatches_(c.microbatches), tensorBytes_(c.tensorBytes) {}
 
-void HandOffChannel::put(const TensorId& id, const void* src, std::size_t bytes, const Readers& readers) {
+device::Ticket HandOffChannel::put(const TensorId& id, const void* src, std::size_t bytes, const Readers& readers) {
   const bool handOff = readers.next >= 0 && readers.next != rank_;
   if (handOff) this->handOff(readers.next, slotOf(id, bytes), id, src, bytes);
-  if (!handOff || readers.saved) arena_->put(id, src, bytes, readers);
+  return !handOff || readers.saved ? arena_->put(id, src, bytes, readers) : device::Ticket();
 }
 
-void HandOffChannel::get(const TensorId& id, void* dst, std::size_t bytes, int writer) {
-  if (writer == kSaved || writer == rank_) {
-    arena_->get(id, dst, bytes, writer);
-    return;
-  }
-  takeIn(writer, slotOf(id, bytes), id, dst, bytes);
+device::Ticket HandOffChannel::get(const TensorId& id, void* dst, std::size_t bytes, int writer) {
+  if (writer == kSaved || writer == rank_) return arena_->get(id, dst, bytes, writer);
+  return takeIn(writer, slotOf(id, bytes), id, dst, bytes);
 }
 
 void HandOffChannel::agreeOnSetUp(control::ControlChannel& node, const std::string& error, const char* channel) const {

@@ -16,9 +16,11 @@ namespace rp::transport {
 class HandOffChannel : public TensorChannel {
  public:
   explicit HandOffChannel(const TensorChannelContext& c);
-  void put(const TensorId& id, const void* src, std::size_t bytes, const Readers& readers) final;
-  void get(const TensorId& id, void* dst, std::size_t bytes, int writer) final;
-  void signal(int to, const control::StageReady& ready) final { arena_->signal(to, ready); }
+  device::Ticket put(const TensorId& id, const void* src, std::size_t bytes, const Readers& readers) final;
+  device::Ticket get(const TensorId& id, void* dst, std::size_t bytes, int writer) final;
+  void signal(int to, const control::StageReady& ready, std::vector<device::Ticket> after) final {
+    arena_->signal(to, ready, std::move(after));
+  }
   void await(int from, const control::StageReady& expected, const std::function<std::string()>& describe) final {
     arena_->await(from, expected, describe);
   }
@@ -26,10 +28,11 @@ class HandOffChannel : public TensorChannel {
   static int slots(int microbatches) { return 4 * microbatches; }
 
  protected:
-  // Hands tensor `id` (`bytes` at `src`, in slot `slot`) to rank `to`; `src` may be reused when it returns.
+  // Hands tensor `id` (`bytes` at `src`, in slot `slot`) to rank `to`; `src` may be reused when it returns, and
+  // the peer's takeIn, issued after this rank's readiness message, sees the bytes (the device orders it).
   virtual void handOff(int to, int slot, const TensorId& id, const void* src, std::size_t bytes) = 0;
-  // Copies the hand-off `writer` made of tensor `id` (its slot `slot`) into `dst`; done when it returns.
-  virtual void takeIn(int writer, int slot, const TensorId& id, void* dst, std::size_t bytes) = 0;
+  // Copies the hand-off `writer` made of tensor `id` (its slot `slot`) into `dst`; returns the copy's completion.
+  virtual device::Ticket takeIn(int writer, int slot, const TensorId& id, void* dst, std::size_t bytes) = 0;
   int rank() const { return rank_; }
   // Ends a collective set-up: every rank learns whether any failed (`error` non-empty); the one that failed
   // throws its error, the others a SystemError naming it; `channel` names the backend.

@@ -9,7 +9,7 @@
 // direct/ (device-direct: hand-offs through the producer's device ring, saved tensors in the host arena),
 // peer/ (hand-offs over the workers' peer links, NCCL on GPUs) and inproc/ (threads as ranks: a shared map
 // that checks every get against its put's readers).
-// Thread-safety: one channel per rank, used by its main thread.
+// Thread-safety: one channel per rank, used by its main thread (and its readiness sender's thread).
 #pragma once
 
 #include <cstddef>
@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "control/channel.h"
 #include "device/worker.h"
@@ -43,14 +44,19 @@ inline constexpr int kSaved = -1;  // get: the tensor was put with `saved`
 class TensorChannel {
  public:
   virtual ~TensorChannel() = default;
-  // Makes `bytes` of worker memory at `src` tensor `id` for `readers`; `src` may be reused when put returns.
-  virtual void put(const TensorId& id, const void* src, std::size_t bytes, const Readers& readers) = 0;
+  // Makes `bytes` of worker memory at `src` tensor `id` for `readers`, after the compute submitted so far.
+  // Returns the copy's completion: `src` stays as it is until it is done, and another rank learns of the tensor
+  // only then (signal's `after`); a later get of it on this rank waits for it first (the caller's part).
+  virtual device::Ticket put(const TensorId& id, const void* src, std::size_t bytes, const Readers& readers) = 0;
   // Copies tensor `id` — the hand-off `writer` put for this rank, or a saved tensor (kSaved) — into worker
-  // memory at `dst` (ahead of queued weight copies).
-  virtual void get(const TensorId& id, void* dst, std::size_t bytes, int writer) = 0;
+  // memory at `dst` (ahead of queued weight copies). Returns the copy's completion, which the compute that
+  // reads `dst` is ordered after (Worker::computeAfter) rather than the host waiting for it.
+  virtual device::Ticket get(const TensorId& id, void* dst, std::size_t bytes, int writer) = 0;
   // Tells `to` (the next job's worker) that `ready.job` has put everything microbatch `ready.microbatch`
-  // hands on; never blocks on the peer.
-  virtual void signal(int to, const control::StageReady& ready) = 0;
+  // hands on, once the copies of `after` (those puts) are done; messages go in the order signalled. Never
+  // blocks, neither on the peer nor on the copies: a rank's sender thread sends what waits on copies
+  // (Note [Readiness sender], readiness.h).
+  virtual void signal(int to, const control::StageReady& ready, std::vector<device::Ticket> after = {}) = 0;
   // Waits for `expected` from `from` under the stall policy (a PeerError naming the peer, with describePeer()).
   virtual void await(int from, const control::StageReady& expected,
                      const std::function<std::string()>& describePeer) = 0;

@@ -52,6 +52,11 @@ TEST(MpiConformance, DuplicateAndSplit) {
   test::conformanceDuplicateAndSplit(channel);
 }
 
+TEST(MpiConformance, OneMoreSender) {
+  MpiChannel channel(MPI_COMM_WORLD);
+  test::conformanceOneMoreSender(channel);
+}
+
 // A collective a peer never joins ends at the bound naming the peers; the peers' later join completes it.
 TEST(MpiChannelBound, ACollectiveAPeerNeverJoinsStallsNamingThePeers) {
   MpiChannel world(MPI_COMM_WORLD);

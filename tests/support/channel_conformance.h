@@ -208,4 +208,24 @@ inline void conformanceDuplicateAndSplit(control::ControlChannel& c) {
   c.barrier();
 }
 
+// One more thread may send while the owner receives and runs collectives (the tensor plane's readiness
+// sender, transport/readiness.h): nothing is lost or reordered, and the collectives are unaffected.
+inline void conformanceOneMoreSender(control::ControlChannel& c) {
+  const int n = c.size(), r = c.rank(), next = (r + 1) % n, prev = (r + n - 1) % n;
+  constexpr std::uint32_t kMessages = 50;
+  std::thread sender([&] {
+    for (std::uint32_t mb = 0; mb < kMessages; ++mb) control::sendReady(c, next, {control::kProtocolVersion, mb, 9, r});
+  });
+  for (std::uint32_t mb = 0; mb < kMessages; ++mb) {
+    if (mb % 10 == 0) {
+      std::int32_t sum = 1;
+      c.allreduce(&sum, 1, control::Reduce::kSum);
+      EXPECT_EQ(sum, n);
+    }
+    EXPECT_NO_THROW(control::waitReady(c, prev, {control::kProtocolVersion, mb, 9, prev}, {30.0, 30.0})) << "mb " << mb;
+  }
+  sender.join();
+  c.barrier();
+}
+
 }  // namespace rp::test

@@ -53,6 +53,9 @@ TEST_P(InProcConformance, ReduceScatterAndAllgather) {
 TEST_P(InProcConformance, DuplicateAndSplit) {
   onThreadsAsRanks(GetParam(), test::conformanceDuplicateAndSplit);
 }
+TEST_P(InProcConformance, OneMoreSender) {
+  onThreadsAsRanks(GetParam(), test::conformanceOneMoreSender);
+}
 
 INSTANTIATE_TEST_SUITE_P(Ranks, InProcConformance, ::testing::Values(2, 3, 4));
 

@@ -152,6 +152,20 @@ TEST(Ticket, AWaitEndsWithTheHealthCheckError) {
   EXPECT_TRUE(slow.done());
 }
 
+// throwIfFailed never blocks: nothing on a pending ticket, the first error once a piece failed. The CPU's
+// computeAfter (the compute waits for its input) rethrows a copy's error the same way.
+TEST(Ticket, ThrowIfFailedRethrowsWithoutWaiting) {
+  Ticket pending;
+  pending.add();
+  EXPECT_NO_THROW(pending.throwIfFailed());
+  pending.complete(std::make_exception_ptr(SystemError("the copy failed")));
+  EXPECT_THROW(pending.throwIfFailed(), SystemError);
+  CpuWorker worker({});
+  EXPECT_THROW(worker.computeAfter(pending), SystemError);
+  EXPECT_NO_THROW(worker.computeAfter(Ticket()));
+  EXPECT_TRUE(Ticket().deviceEvents().empty()) << "the CPU's copies need none";
+}
+
 TEST(ChunkedCopyQueue, AThreadThatCannotStartFailsEveryCopy) {
   std::vector<std::uint8_t> src(8, 1), dst(8, 0);
   Ticket t;

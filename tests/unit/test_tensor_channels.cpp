@@ -2,13 +2,17 @@
 // of one node: the device-direct backend hands a stage output to the next worker through the producer's ring
 // (not the host arena), keeps saved tensors in the arena, double-buffers by iteration parity; the in-process
 // backend refuses a get that does not match its put's readers (which is how the engine's equivalence tests
-// check that it names them); the peer-link backend hands off over the workers' links in each pair's send order.
+// check that it names them); the peer-link backend hands off over the workers' links in each pair's send order;
+// a microbatch's readiness message goes out only once its puts' copies have landed, in the order signalled,
+// without the signalling thread waiting (Note [Readiness sender]).
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
 #include <regex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,6 +22,7 @@
 #include "common/error.h"
 #include "control/inproc/inproc_channel.h"
 #include "device/cpu/cpu_worker.h"
+#include "transport/readiness.h"
 #include "transport/tensor_channel.h"
 
 namespace rp::transport {
@@ -221,6 +226,54 @@ TEST(InProcTensors, AGetThatDoesNotMatchThePutsReadersIsRefused) {
                            "put it for next 1"),
             std::string::npos)
       << errors[0];
+}
+
+// Note [Readiness sender]: the signal of a microbatch whose put is still copying returns at once; the message
+// waits for the copy on the sender thread, and one signalled after it (its copies done) does not overtake it.
+TEST(ReadinessSender, SendsOnceTheCopiesLandedInTheOrderSignalled) {
+  control::InProcHub hub(2);
+  control::InProcChannel producer(hub, 0), consumer(hub, 1);
+  ControlReadiness readiness(producer, {60.0, 60.0});
+  device::Ticket copy;
+  copy.add();  // a put's copy in flight
+  readiness.signal(1, ready(0, 0), {copy});
+  readiness.signal(1, ready(0, 1), {});
+  control::StageReady got{};
+  const auto soon = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  EXPECT_FALSE(consumer.receive(0, control::Tag::kStageReady, &got, sizeof(got), soon))
+      << "a readiness message went out before its copy landed";
+  copy.complete();
+  ControlReadiness received(consumer, {60.0, 60.0});
+  received.await(0, ready(0, 0), [] { return std::string("rank 0"); });  // a PeerError if out of order
+  received.await(0, ready(0, 1), [] { return std::string("rank 0"); });
+}
+
+// A copy that fails never lets its readiness message go; the next signal on the main thread says why.
+TEST(ReadinessSender, ACopyThatFailsStopsTheSenderAndTheNextSignalSaysSo) {
+  control::InProcHub hub(2);
+  control::InProcChannel producer(hub, 0), consumer(hub, 1);
+  ControlReadiness readiness(producer, {60.0, 60.0});
+  device::Ticket copy;
+  copy.add();
+  readiness.signal(1, ready(0, 0), {copy});
+  copy.complete(std::make_exception_ptr(std::runtime_error("device fault in the download")));
+  std::string error;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (error.empty() && std::chrono::steady_clock::now() < deadline) {
+    try {
+      readiness.signal(1, ready(0, 1), {});
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    } catch (const SystemError& e) {
+      error = e.what();
+    }
+  }
+  EXPECT_NE(error.find("a hand-off's copy failed before its readiness message was sent: device fault in the "
+                       "download"),
+            std::string::npos)
+      << error;
+  control::StageReady got{};
+  EXPECT_FALSE(consumer.receive(0, control::Tag::kStageReady, &got, sizeof(got), std::chrono::steady_clock::now()))
+      << "a message went out after a failed copy";
 }
 
 }  // namespace

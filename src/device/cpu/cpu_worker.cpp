@@ -65,7 +65,7 @@ class CpuRing : public HandoffRing {
         segment_(memory::ShmSegment::create(shape_.name, ringBytes(shape_))) {}
   std::string handle() const override { return encode(shape_); }
   void write(int slot, const void* src, std::size_t bytes) override {
-    worker_.copyUrgent(slotAt(segment_, shape_, slot, bytes), src, bytes).wait();
+    worker_.copyUrgent(slotAt(segment_, shape_, slot, bytes), src, bytes).throwIfFailed();  // done: inline
   }
   void opened() override { segment_.unlink(); }
 

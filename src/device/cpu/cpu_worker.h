@@ -24,6 +24,12 @@ class CpuWorker : public Worker {
   Placement placement() const override { return {}; }
   std::shared_ptr<void> allocate(std::size_t bytes) override;
   std::unique_ptr<ComputeScope> enterCompute() override;
+  // Urgent copies, ring reads and link receives are done when they return; a ticket still pending (none here
+  // today) is waited for, as the compute on this thread must.
+  void computeAfter(const Ticket& ticket) override {
+    if (!ticket.done()) ticket.wait();
+    ticket.throwIfFailed();
+  }
   std::shared_ptr<ComputeMark> mark() override;
   double elapsedMs(const ComputeMark& from, const ComputeMark& to) override;
   std::shared_ptr<void> pinHost(void*, std::size_t, const std::string&) override { return nullptr; }

@@ -13,7 +13,8 @@ namespace rp::device::cuda {
 // Throws SystemError naming `call`, the device and the CUDA error (and clears a non-sticky one).
 void check(cudaError_t err, const char* call, int device);
 
-// Completes `ticket` once `stream` reaches this point; a waiter learns of a device fault from the stream.
+// Completes `ticket` once `stream` reaches this point, and attaches an event recorded there (computeAfter); a
+// waiter learns of a device fault from the stream.
 void completeWhenReached(cudaStream_t stream, const Ticket& ticket, int device);
 
 // A worker's streams, as its hand-off rings see them.

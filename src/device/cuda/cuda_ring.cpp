@@ -92,7 +92,8 @@ class CudaRing : public HandoffRing {
     check(cudaIpcGetMemHandle(&h_.memory, h_.base), "cudaIpcGetMemHandle", s_.device);
   }
 
-  // Peers' reads completed before their gets returned; the compute stream may still be writing.
+  // Peers' reads completed before the compute that read them, which their ranks waited for before the runtime
+  // ended; the compute stream may still be writing.
   void release() noexcept {
     cudaSetDevice(s_.device);
     cudaStreamSynchronize(s_.compute);

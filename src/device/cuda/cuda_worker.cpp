@@ -124,6 +124,20 @@ class CudaWorker : public Worker {
         c10::cuda::getStreamFromExternal(s_.compute, static_cast<c10::DeviceIndex>(device_)));
   }
 
+  // The compute stream waits on the events the ticket's copies recorded on their streams (completeWhenReached);
+  // a ticket without them (none of the urgent paths) is waited for on the host.
+  void computeAfter(const Ticket& ticket) override {
+    const auto events = ticket.deviceEvents();
+    if (events.empty()) {
+      if (!ticket.done()) ticket.wait();
+    }
+    ticket.throwIfFailed();
+    for (const auto& event : events) {
+      check(cudaStreamWaitEvent(s_.compute, static_cast<cudaEvent_t>(event.get()), 0),
+            "cudaStreamWaitEvent (compute after a copy)", device_);
+    }
+  }
+
   std::shared_ptr<ComputeMark> mark() override {
     auto m = std::make_shared<EventMark>();
     check(cudaEventCreate(&m->event), "cudaEventCreate", device_);

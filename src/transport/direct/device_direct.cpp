@@ -56,10 +56,10 @@ class DeviceDirect : public HandOffChannel {
     ring_->write(slot, src, bytes);
   }
 
-  void takeIn(int writer, int slot, const TensorId&, void* dst, std::size_t bytes) override {
+  device::Ticket takeIn(int writer, int slot, const TensorId&, void* dst, std::size_t bytes) override {
     RP_CHECK(writer < static_cast<int>(peers_.size()) && peers_[static_cast<std::size_t>(writer)],
              "a hand-off from rank {}, which has no ring here", writer);
-    peers_[static_cast<std::size_t>(writer)]->read(slot, dst, bytes).wait();
+    return peers_[static_cast<std::size_t>(writer)]->read(slot, dst, bytes);
   }
 
   device::Worker& worker_;

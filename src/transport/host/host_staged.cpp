@@ -35,13 +35,15 @@ class HostStaged : public TensorChannel {
   }
 
   // Hand-offs and saved tensors alike live in the arena, so readers and writers do not matter here.
-  void put(const TensorId& id, const void* src, std::size_t bytes, const Readers&) override {
-    worker_.copyUrgent(region(id, bytes), src, bytes).wait();
+  device::Ticket put(const TensorId& id, const void* src, std::size_t bytes, const Readers&) override {
+    return worker_.copyUrgent(region(id, bytes), src, bytes);
   }
-  void get(const TensorId& id, void* dst, std::size_t bytes, int) override {
-    worker_.copyUrgent(dst, region(id, bytes), bytes).wait();
+  device::Ticket get(const TensorId& id, void* dst, std::size_t bytes, int) override {
+    return worker_.copyUrgent(dst, region(id, bytes), bytes);
   }
-  void signal(int to, const control::StageReady& ready) override { readiness_.signal(to, ready); }
+  void signal(int to, const control::StageReady& ready, std::vector<device::Ticket> after) override {
+    readiness_.signal(to, ready, std::move(after));
+  }
   void await(int from, const control::StageReady& expected, const std::function<std::string()>& describe) override {
     readiness_.await(from, expected, describe);
   }

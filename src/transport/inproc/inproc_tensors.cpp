@@ -1,11 +1,14 @@
 // The in-process tensor backend (threads as ranks): a put tensor is a copy in a map the ranks share, a get
-// copies it out (both through the worker's copies: its memory may be a GPU's); readiness goes over the
+// copies it out (both through the worker's copies: its memory may be a GPU's, and a copy may still be in flight
+// when put or get returns, so the bytes are shared with the copy until it is done); readiness goes over the
 // control channel. Tensors of iteration t-2 are dropped when iteration t puts its first (the host-staged
 // arena's double buffering, without the arena). Every get is checked against its put's readers, so the
 // engine's equivalence tests also prove it names them as the device-direct backend needs.
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <tuple>
 #include <vector>
@@ -19,16 +22,16 @@ namespace rp::transport {
 
 class InProcTensorHub {
  public:
-  void put(const TensorId& id, int writer, const Readers& readers, std::vector<std::uint8_t> tensor) {
+  using Bytes = std::shared_ptr<std::vector<std::uint8_t>>;
+  void put(const TensorId& id, int writer, const Readers& readers, Bytes tensor) {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto it = tensors_.begin(); it != tensors_.end() && std::get<0>(it->first) <= id.step - 2;) {
       it = tensors_.erase(it);
     }
     tensors_[keyOf(id)] = {writer, readers, std::move(tensor)};
   }
-  // Calls `read` with the tensor's bytes, under the hub's lock.
-  void get(const TensorId& id, int writer, int reader, std::size_t bytes,
-           const std::function<void(const std::uint8_t*)>& read) {
+  // The tensor's bytes, checked against its put's readers.
+  Bytes get(const TensorId& id, int writer, int reader, std::size_t bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
     const auto it = tensors_.find(keyOf(id));
     RP_CHECK(it != tensors_.end(), "tensor (step {}, layer {}, mb {}) was not put before it was read", id.step + 1,
@@ -38,8 +41,8 @@ class InProcTensorHub {
              "tensor (step {}, layer {}, mb {}) read by rank {} as {}, but rank {} put it for next {}{}", id.step + 1,
              id.layer, id.microbatch, reader, writer == kSaved ? "saved" : fmt::format("rank {}'s hand-off", writer),
              e.writer, e.readers.next, e.readers.saved ? " and saved" : "");
-    RP_CHECK(e.bytes.size() == bytes, "tensor of {} bytes read into {}", e.bytes.size(), bytes);
-    read(e.bytes.data());
+    RP_CHECK(e.bytes->size() == bytes, "tensor of {} bytes read into {}", e.bytes->size(), bytes);
+    return e.bytes;
   }
 
  private:
@@ -48,7 +51,7 @@ class InProcTensorHub {
   struct Entry {
     int writer = -1;
     Readers readers;
-    std::vector<std::uint8_t> bytes;
+    Bytes bytes;
   };
   std::mutex mutex_;
   std::map<Key, Entry> tensors_;
@@ -60,22 +63,40 @@ class InProcTensors : public TensorChannel {
  public:
   InProcTensors(std::shared_ptr<InProcTensorHub> hub, const TensorChannelContext& c)
       : hub_(std::move(hub)), worker_(c.worker), readiness_(c.node, c.stall), rank_(c.node.rank()) {}
-  void put(const TensorId& id, const void* src, std::size_t bytes, const Readers& readers) override {
-    std::vector<std::uint8_t> tensor(bytes);
-    worker_.copyUrgent(tensor.data(), src, bytes).wait();
+  ~InProcTensors() override {
+    for (const auto& [ticket, bytes] : inFlight_) ticket.wait();
+  }
+  device::Ticket put(const TensorId& id, const void* src, std::size_t bytes, const Readers& readers) override {
+    auto tensor = std::make_shared<std::vector<std::uint8_t>>(bytes);
+    device::Ticket copy = worker_.copyUrgent(tensor->data(), src, bytes);
+    hold(copy, tensor);
     hub_->put(id, rank_, readers, std::move(tensor));
+    return copy;
   }
-  void get(const TensorId& id, void* dst, std::size_t bytes, int writer) override {
-    hub_->get(id, writer, rank_, bytes, [&](const std::uint8_t* src) { worker_.copyUrgent(dst, src, bytes).wait(); });
+  device::Ticket get(const TensorId& id, void* dst, std::size_t bytes, int writer) override {
+    const InProcTensorHub::Bytes tensor = hub_->get(id, writer, rank_, bytes);
+    device::Ticket copy = worker_.copyUrgent(dst, tensor->data(), bytes);
+    hold(copy, tensor);
+    return copy;
   }
-  void signal(int to, const control::StageReady& ready) override { readiness_.signal(to, ready); }
+  void signal(int to, const control::StageReady& ready, std::vector<device::Ticket> after) override {
+    readiness_.signal(to, ready, std::move(after));
+  }
   void await(int from, const control::StageReady& expected, const std::function<std::string()>& describe) override {
     readiness_.await(from, expected, describe);
   }
 
  private:
+  // Keeps `bytes` alive until `copy` is done (the hub may drop a tensor two iterations on), forgetting the
+  // copies done since the last call.
+  void hold(const device::Ticket& copy, InProcTensorHub::Bytes bytes) {
+    while (!inFlight_.empty() && inFlight_.front().first.done()) inFlight_.pop_front();
+    if (!copy.done()) inFlight_.emplace_back(copy, std::move(bytes));
+  }
+
   std::shared_ptr<InProcTensorHub> hub_;
   device::Worker& worker_;
+  std::deque<std::pair<device::Ticket, InProcTensorHub::Bytes>> inFlight_;
   ControlReadiness readiness_;
   int rank_;
 };

@@ -49,8 +49,8 @@ class PeerLinkChannel : public HandOffChannel {
     links_->send(to, slot, src, bytes, tagOf(id));
   }
 
-  void takeIn(int writer, int, const TensorId& id, void* dst, std::size_t bytes) override {
-    links_->receive(writer, dst, bytes, tagOf(id)).wait();
+  device::Ticket takeIn(int writer, int, const TensorId& id, void* dst, std::size_t bytes) override {
+    return links_->receive(writer, dst, bytes, tagOf(id));
   }
 
   // The tensor's id in one word (step, layer, microbatch, kind), for the links that check the order.
