@@ -25,6 +25,9 @@ Models:
   gpt-oss-mxfp4     gpt-oss-tiny's checkpoint with its experts stored MXFP4-quantized (random codes and scales,
                     as published GPT-OSS checkpoints store them) and `dequantized.<name>`: transformers'
                     convert_moe_packed_tensors of each, in float32.
+  <model>-nf4       llama3-tiny (double quantisation), qwen3-tiny and the tinystories-656k fixture (without) loaded by transformers with bitsandbytes 4-bit NF4 (BitsAndBytesConfig, compute
+                    in float32, on the CPU) and saved with save_pretrained, as QLoRA users' bases are;
+                    golden.safetensors holds that model's logits on random ids.
   <model>-lora      for qwen3-tiny, qwen3-moe-tiny and gpt-oss-tiny: a PEFT LoRA adapter (rank 2, alpha 4, random
                     non-zero A and B) on q_proj and v_proj and on the MLP (the experts' gate_up_proj and down_proj
                     through target_parameters on the MoE models), saved with save_pretrained, and the adapted
@@ -193,6 +196,26 @@ def mxfp4_checkpoint(source, out):
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
     write(out, dequantized)
+
+
+def nf4_checkpoint(source, name, double_quant, out):
+    """The checkpoint at `source` loaded in 4-bit NF4 by transformers and bitsandbytes, saved as <name>-nf4, and
+    its logits on random ids."""
+    if not os.path.isdir(source):
+        print(f"make_goldens: {source} absent, skipping {name}-nf4", file=sys.stderr)
+        return
+    config = transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                             bnb_4bit_use_double_quant=double_quant,
+                                             bnb_4bit_compute_dtype=torch.float32)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        source, quantization_config=config, device_map="cpu", attn_implementation="eager").eval()
+    target = os.path.join(out, name + "-nf4")
+    model.save_pretrained(target, safe_serialization=True)
+    g = torch.Generator().manual_seed(11)
+    ids = torch.randint(model.config.vocab_size, (2, 24), generator=g)
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits.float().contiguous()
+    write(target, {"input_ids": ids, "logits": logits})
 
 
 def optimizer_goldens(fixtures, out):
@@ -530,9 +553,14 @@ def main():
     mxfp4_checkpoint(os.path.join(args.out, "gpt-oss-tiny"), os.path.join(args.out, "gpt-oss-mxfp4"))
     for i, name in enumerate(("qwen3-tiny", "qwen3-moe-tiny", "gpt-oss-tiny")):
         lora_golden(name, 97 + i, args.out)
+    nf4_checkpoint(os.path.join(args.out, "llama3-tiny"), "llama3-tiny", True, args.out)
+    nf4_checkpoint(os.path.join(args.out, "qwen3-tiny"), "qwen3-tiny", False, args.out)
+    nf4_checkpoint(os.path.join(args.fixtures, "models", "tinystories-656k"), "tinystories-656k", False, args.out)
 
     with open(os.path.join(args.out, "versions.json"), "w") as f:
-        json.dump({"torch": torch.__version__, "transformers": transformers.__version__}, f)
+        import bitsandbytes
+        json.dump({"torch": torch.__version__, "transformers": transformers.__version__,
+                   "bitsandbytes": bitsandbytes.__version__}, f)
     print(f"make_goldens: wrote {args.out} (torch {torch.__version__}, transformers {transformers.__version__})")
 
 

@@ -256,6 +256,13 @@ RunConfig buildRunConfig(Values v) {
     RP_THROW(InputError, "{}: lora.rank = {} but lora.targets is empty", v.source({"lora.rank", "lora.targets"}),
              c.lora.rank);
   }
+  c.lora.nf4Base = oneOf(v, "lora.base_dtype", {"model", "nf4"}) == "nf4";
+  c.lora.doubleQuant = v.getBool("lora.double_quant");
+  if (c.lora.nf4Base && c.lora.rank == 0) {
+    RP_THROW(InputError,
+             "{}: lora.base_dtype = \"nf4\" needs lora.rank > 0: a 4-bit base is frozen, only adapters train",
+             v.source({"lora.base_dtype", "lora.rank"}));
+  }
 
   c.output.dir = v.getString("output.dir");
   checkDirectoryPath(v, "output.dir", c.output.dir);

@@ -109,6 +109,10 @@ const std::vector<KeySpec>& runSchema() {
       {"lora.dropout", Type::kFloat, 0.0, "dropout on the LoRA input"},
       {"lora.targets", Type::kStringList, L{"q", "k", "v", "o", "gate", "up", "down"},
        "projections with adapters (MoE: gate+up and down adapt the experts, docs/moe.md)"},
+      {"lora.base_dtype", Type::kString, S("model"),
+       "the frozen base's linear weights: \"model\" (the model dtype) or \"nf4\" (QLoRA: rounded to 4-bit NF4 as "
+       "bitsandbytes stores them, docs/model.md)"},
+      {"lora.double_quant", Type::kBool, false, "nf4: quantize the NF4 block scales too (bitsandbytes' double quant)"},
 
       {"output.dir", Type::kString, S("out"), "output directory (metrics.jsonl, config.effective.toml)"},
       {"output.log_every", Type::kInt, I(1), "print a log line every N steps"},

@@ -14,6 +14,7 @@
 #include "model/expert_layout.h"
 #include "model/lora.h"
 #include "model/mxfp4.h"
+#include "model/nf4.h"
 #include "model/safetensors_writer.h"
 #include "model/torch_bridge.h"
 
@@ -144,9 +145,21 @@ void mergeExperts(std::map<std::string, torch::Tensor>& weights, const std::stri
 }
 
 // A GPT-OSS base's MXFP4 experts (model/mxfp4.h): `name` "X_blocks" becomes the dequantized "X" (float32);
-// "X_scales" is consumed with it. False for every other tensor.
+// "X_scales" is consumed with it. A bitsandbytes 4-bit base's NF4 tensors (model/nf4.h): "X" becomes the
+// dequantized "X", its quant state entries are consumed. False for every other tensor.
 bool dequantizedInto(std::map<std::string, torch::Tensor>& weights, const safetensors::CheckpointReader& reader,
                      const std::string& name) {
+  if (model::storedQuantized(reader, name)) {
+    std::vector<std::string> parts;
+    weights[name] = model::dequantizeNf4(model::readBnb4bit(reader, name, parts));
+    return true;
+  }
+  for (const char* part :
+       {".absmax", ".quant_map", ".nested_absmax", ".nested_quant_map", ".quant_state.bitsandbytes__nf4"}) {
+    if (name.ends_with(part) && model::storedQuantized(reader, name.substr(0, name.size() - std::strlen(part)))) {
+      return true;
+    }
+  }
   auto stem = [&](const std::string& suffix) { return name.substr(0, name.size() - suffix.size()); };
   if (name.ends_with("_scales")) return reader.find(stem("_scales") + "_blocks") != nullptr;
   if (!name.ends_with("_blocks")) return false;
@@ -251,6 +264,14 @@ void exportCheckpoint(const fs::path& dir, const fs::path& out, const ExportOpti
     const safetensors::CheckpointReader reader(base.string());
     for (const auto& name : reader.names()) {
       if (!dequantizedInto(weights, reader, name)) weights[name] = model::toTorch(reader.get(name)).to(torch::kFloat);
+    }
+  }
+  // A QLoRA run's base (lora.base_dtype = "nf4"): the NF4 round trip the run computed with, as PEFT's
+  // merge_and_unload on the dequantized bitsandbytes base would merge into.
+  if (!m.lora.is_null() && m.lora.value("base_dtype", "model") == "nf4") {
+    const bool doubleQuant = m.lora.value("double_quant", false);
+    for (auto& [name, t] : weights) {
+      if (model::nf4Linear(name)) t = model::dequantizeNf4(model::quantizeNf4(t, doubleQuant));
     }
   }
   const double scale = m.lora.is_null() ? 0.0 : m.lora.at("alpha").get<double>() / m.lora.at("rank").get<double>();

@@ -220,17 +220,35 @@ std::vector<bool> parseLayerTypes(const json& j, const Fields& f, std::int64_t l
   return sliding;
 }
 
-// A quantized checkpoint: only GPT-OSS's MXFP4 experts, which loading dequantizes (model/mxfp4.h).
+// A quantized checkpoint: GPT-OSS's MXFP4 experts (model/mxfp4.h) or a bitsandbytes 4-bit NF4 checkpoint
+// (model/nf4.h), both dequantized at load.
 void checkQuantization(const json& j, const Fields& f, Architecture arch) {
   if (!f.has("quantization_config")) return;
   const json& q = j.at("quantization_config");
   const std::string method = q.is_object() && q.contains("quant_method") && q.at("quant_method").is_string()
                                  ? q.at("quant_method").get<std::string>()
                                  : q.dump();
+  if (method == "bitsandbytes") {
+    auto flag = [&](const char* key) { return q.contains(key) && q.at(key).is_boolean() && q.at(key).get<bool>(); };
+    if (!flag("load_in_4bit") && !flag("_load_in_4bit")) {
+      RP_THROW(InputError,
+               "{}: quantization_config is bitsandbytes {}; supported: 4-bit NF4 (load_in_4bit = true, "
+               "bnb_4bit_quant_type = \"nf4\"), dequantized at load, or the unquantized checkpoint",
+               f.source(),
+               flag("load_in_8bit") || flag("_load_in_8bit") ? "8-bit (load_in_8bit)" : "without load_in_4bit");
+    }
+    const json type = q.value("bnb_4bit_quant_type", json("fp4"));
+    if (type != "nf4") {
+      RP_THROW(InputError,
+               "{}: quantization_config.bnb_4bit_quant_type is {}; supported: \"nf4\" (or the unquantized checkpoint)",
+               f.source(), type.dump());
+    }
+    return;
+  }
   if (arch != Architecture::kGptOss || method != "mxfp4") {
     RP_THROW(InputError,
-             "{}: quantization_config.quant_method '{}' is not supported (only GPT-OSS's mxfp4 experts, which are "
-             "dequantized at load; give the unquantized checkpoint)",
+             "{}: quantization_config.quant_method '{}' is not supported (GPT-OSS's mxfp4 experts and bitsandbytes "
+             "4-bit NF4 are, dequantized at load; give the unquantized checkpoint)",
              f.source(), method);
   }
 }

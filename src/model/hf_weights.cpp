@@ -8,6 +8,7 @@
 #include "model/causal_lm.h"
 #include "model/expert_layout.h"
 #include "model/mxfp4.h"
+#include "model/nf4.h"
 #include "model/safetensors.h"
 #include "model/torch_bridge.h"
 
@@ -69,6 +70,25 @@ std::vector<std::string> loadHfWeights(CausalLM& model, const std::string& direc
         copyChecked(*partView, part, slice);
         used.insert(part);
       }
+      continue;
+    }
+    if (view != nullptr && storedQuantized(reader, view->name)) {
+      // A bitsandbytes 4-bit checkpoint (model/nf4.h): dequantized at load, as transformers does for compute.
+      if (name == "model.embed_tokens.weight" || name == "lm_head.weight") {
+        RP_THROW(InputError,
+                 "{}: tensor '{}' is stored quantized; supported: bitsandbytes checkpoints whose embedding and LM head "
+                 "are not (transformers' default: llm_int8_skip_modules keeps lm_head)",
+                 directory, view->name);
+      }
+      std::vector<std::string> parts;
+      const Nf4Tensor q = readBnb4bit(reader, view->name, parts);
+      if (q.shape != param.sizes().vec()) {
+        RP_THROW(InputError, "{}: tensor '{}' is stored NF4 with shape [{}] but config.json implies [{}]", directory,
+                 view->name, fmt::join(q.shape, ", "), fmt::join(param.sizes(), ", "));
+      }
+      param.copy_(dequantizeNf4(q));
+      used.insert(view->name);
+      used.insert(parts.begin(), parts.end());
       continue;
     }
     if (view == nullptr) missing(name);

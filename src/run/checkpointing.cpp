@@ -62,7 +62,12 @@ json readJsonFile(const std::filesystem::path& path) {
 
 json loraJson(const config::RunConfig& c) {
   if (c.lora.rank <= 0) return nullptr;
-  return {{"rank", c.lora.rank}, {"alpha", c.lora.alpha}, {"dropout", c.lora.dropout}, {"targets", c.lora.targets}};
+  json lora{{"rank", c.lora.rank}, {"alpha", c.lora.alpha}, {"dropout", c.lora.dropout}, {"targets", c.lora.targets}};
+  if (c.lora.nf4Base) {  // only then: a manifest without it is a model-dtype base
+    lora["base_dtype"] = "nf4";
+    lora["double_quant"] = c.lora.doubleQuant;
+  }
+  return lora;
 }
 
 // 64-bit FNV-1a over words (one multiply per token keeps a billion-token corpus to about a second).

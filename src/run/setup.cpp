@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "data/dataset.h"
+#include "model/nf4.h"
 
 namespace rp::run {
 
@@ -50,11 +51,16 @@ model::LoraConfig loraConfigFor(const config::RunConfig& c) {
 void initModelFor(const config::RunConfig& c, model::CausalLM& model) {
   if (!c.model.randomInit) {
     model::loadHfWeights(model, c.model.path);
-    return;
+  } else {
+    model::initRandom(model);
+    RP_LOG_INFO("{}: model.init = random: training from scratch (initializer_range {})", c.model.path,
+                model.config().initializerRange);
   }
-  model::initRandom(model);
-  RP_LOG_INFO("{}: model.init = random: training from scratch (initializer_range {})", c.model.path,
-              model.config().initializerRange);
+  if (c.lora.nf4Base) {
+    const int rounded = model::roundBaseToNf4(model, c.lora.doubleQuant);
+    RP_LOG_INFO("lora.base_dtype = nf4: {} linear weights of the base rounded to NF4 (blocks of {}{})", rounded,
+                model::kNf4BlockSize, c.lora.doubleQuant ? ", double-quantized scales" : "");
+  }
 }
 
 Corpora loadCorporaFor(const config::RunConfig& c, const model::ModelConfig& model, const data::Tokenizer& tokenizer) {

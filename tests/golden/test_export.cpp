@@ -1,6 +1,7 @@
 // roundpipe_export's files load in transformers / PEFT (from .venv) and give roundpipe's logits: a model
 // trained for 3 steps (full fine-tune, sharded into several safetensors files; LoRA merged; LoRA as a PEFT
 // adapter) is exported from its checkpoint and checked by tests/golden/check_export.py.
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -81,14 +82,24 @@ TEST_P(ExportTest, TransformersAndPeftGiveOurLogits) {
     exportCheckpoint(checkpoint, out + "/peft", {true, "", 5e9, false});
     std::ifstream in(out + "/peft/adapter_config.json");
     const auto config = nlohmann::json::parse(in);
-    if (*GetParam().golden != '\0') {  // the MoE models: the experts as PEFT's target_parameters
+    if (std::string(GetParam().golden).find("moe") != std::string::npos ||
+        std::string(GetParam().golden).find("gpt-oss") != std::string::npos) {  // the experts as target_parameters
       EXPECT_EQ(config.at("target_parameters"),
                 nlohmann::json::array({"mlp.experts.down_proj", "mlp.experts.gate_up_proj"}));
       EXPECT_EQ(config.at("target_modules"), nlohmann::json::array({"k_proj", "o_proj", "q_proj", "v_proj"}));
     } else {
       EXPECT_FALSE(config.contains("target_parameters"));
     }
-    command += fmt::format(" --adapter {}/peft --base {}", out, model);
+    // A QLoRA run's adapter goes on the bitsandbytes 4-bit base, as PEFT users load it.
+    const bool nf4 =
+        std::find(GetParam().sets.begin(), GetParam().sets.end(), "lora.base_dtype=nf4") != GetParam().sets.end();
+    std::string base = model;
+    if (nf4) {
+      const auto golden = test::goldenDir();
+      RP_SKIP_UNLESS(golden, "golden directory");
+      base = *golden + "/tinystories-656k-nf4";
+    }
+    command += fmt::format(" --adapter {}/peft --base {}", out, base);
   } else {
     // A bfloat16 export loads in bfloat16 where the user passes no dtype (the base's config says float32).
     exportCheckpoint(checkpoint, out + "/hf-bf16", {false, "bfloat16", 5e9, false});
@@ -129,17 +140,23 @@ TEST_P(ExportTest, TransformersAndPeftGiveOurLogits) {
   EXPECT_EQ(std::system(command.c_str()), 0) << command;
 }
 
-INSTANTIATE_TEST_SUITE_P(Runs, ExportTest,
-                         ::testing::Values(Case{"full", {}}, Case{"lora", {"lora.rank=4", "lora.alpha=8"}},
-                                           // Experts stacked in training, exported one tensor per expert.
-                                           Case{"moe_full", {}, "qwen3-moe-tiny"},
-                                           // The default targets: attention and the experts (the merged
-                                           // export adds each expert's delta to its published tensors).
-                                           Case{"moe_lora", {"lora.rank=4", "lora.alpha=8"}, "qwen3-moe-tiny"},
-                                           // GPT-OSS from MXFP4 experts; LoRA on attention and experts.
-                                           Case{"gpt_oss_full", {}, "gpt-oss-mxfp4", -1},
-                                           Case{"gpt_oss_lora", {"lora.rank=4", "lora.alpha=8"}, "gpt-oss-tiny"}),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Runs, ExportTest,
+    ::testing::Values(Case{"full", {}}, Case{"lora", {"lora.rank=4", "lora.alpha=8"}},
+                      // Experts stacked in training, exported one tensor per expert.
+                      Case{"moe_full", {}, "qwen3-moe-tiny"},
+                      // The default targets: attention and the experts (the merged
+                      // export adds each expert's delta to its published tensors).
+                      Case{"moe_lora", {"lora.rank=4", "lora.alpha=8"}, "qwen3-moe-tiny"},
+                      // GPT-OSS from MXFP4 experts; LoRA on attention and experts.
+                      Case{"gpt_oss_full", {}, "gpt-oss-mxfp4", -1},
+                      Case{"gpt_oss_lora", {"lora.rank=4", "lora.alpha=8"}, "gpt-oss-tiny"},
+                      // QLoRA: the base rounded to NF4 at load; the adapter on the
+                      // bitsandbytes 4-bit base in PEFT, the merged model on its own.
+                      Case{"qlora", {"lora.rank=4", "lora.alpha=8", "lora.base_dtype=nf4"}},
+                      // From the bitsandbytes 4-bit checkpoint itself.
+                      Case{"qlora_from_bnb", {"lora.rank=4", "lora.alpha=8"}, "tinystories-656k-nf4"}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace rp::exporting

@@ -67,6 +67,13 @@ TEST(RunConfig, WrongTypesAndValues) {
                 .find("train.global_batch = 6 is not a multiple of train.microbatches = 4"),
             std::string::npos);
   EXPECT_NE(errorOf(kMinimal, {"lora.targets=q,x"}).find("lora.targets contains \"x\""), std::string::npos);
+  EXPECT_NE(errorOf(kMinimal, {"lora.base_dtype=nf4"}).find("lora.base_dtype = \"nf4\" needs lora.rank > 0"),
+            std::string::npos)
+      << errorOf(kMinimal, {"lora.base_dtype=nf4"});
+  EXPECT_NE(errorOf(kMinimal, {"lora.rank=4", "lora.base_dtype=int4"})
+                .find("lora.base_dtype = \"int4\": expected one of \"model\", \"nf4\""),
+            std::string::npos)
+      << errorOf(kMinimal, {"lora.rank=4", "lora.base_dtype=int4"});
   EXPECT_NE(errorOf(kMinimal, {"optim.beta2=1.0"}).find("optim.beta2 = 1: must be in [0, 1)"), std::string::npos)
       << errorOf(kMinimal, {"optim.beta2=1.0"});
   EXPECT_NE(errorOf(kMinimal, {"train.seq_len"}).find("--set 'train.seq_len': expected key=value"), std::string::npos);

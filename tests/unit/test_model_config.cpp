@@ -244,10 +244,18 @@ TEST(ModelConfig, ErrorsNameFileAndField) {
             std::string::npos)
       << errorOf(j);
 
+  // bitsandbytes: 4-bit NF4 only (model/nf4.h), as transformers writes the config.
   j = llama();
-  j["quantization_config"] = {{"quant_method", "bitsandbytes"}};
-  EXPECT_NE(errorOf(j).find("quantization_config.quant_method 'bitsandbytes' is not supported"), std::string::npos)
+  j["quantization_config"] = {{"quant_method", "bitsandbytes"}, {"load_in_8bit", true}};
+  EXPECT_NE(errorOf(j).find("quantization_config is bitsandbytes 8-bit (load_in_8bit); supported: 4-bit NF4"),
+            std::string::npos)
       << errorOf(j);
+  j["quantization_config"] = {{"quant_method", "bitsandbytes"}, {"load_in_4bit", true}, {"bnb_4bit_quant_type", "fp4"}};
+  EXPECT_NE(errorOf(j).find("quantization_config.bnb_4bit_quant_type is \"fp4\"; supported: \"nf4\""),
+            std::string::npos)
+      << errorOf(j);
+  j["quantization_config"]["bnb_4bit_quant_type"] = "nf4";
+  EXPECT_EQ(errorOf(j), "no error") << "a bitsandbytes NF4 checkpoint loads, dequantized";
 
   j = llama();
   j["hidden_act"] = "gelu";

@@ -1,0 +1,107 @@
+// NF4 bases (model/nf4.h) against bitsandbytes and transformers (goldens from scripts/make_goldens.py: a
+// generated model loaded in 4-bit NF4 by transformers with bitsandbytes on the CPU and saved with
+// save_pretrained). Quantising the unquantised checkpoint gives the bytes bitsandbytes stored, code for code;
+// loading the saved 4-bit checkpoint, or rounding the unquantised one's base to NF4 (lora.base_dtype = "nf4"),
+// computes the 4-bit model's logits.
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "model/causal_lm.h"
+#include "model/nf4.h"
+#include "model/safetensors.h"
+#include "model/torch_bridge.h"
+#include "support/fixtures.h"
+
+namespace rp::model {
+namespace {
+
+struct Case {
+  std::string name;
+  bool doubleQuant;
+  bool fromFixtures = false;  // the unquantised checkpoint is the shared fixture's
+};
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.name << (c.doubleQuant ? " (double quant)" : "");
+}
+
+class GoldenNf4 : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    const auto golden = test::goldenDir();
+    RP_SKIP_UNLESS(golden, "golden directory");
+    source_ = *golden + "/" + GetParam().name;
+    quantized_ = source_ + "-nf4";
+    if (GetParam().fromFixtures) {
+      const auto fixtures = test::fixturesDir();
+      RP_SKIP_UNLESS(fixtures, "shared fixtures");
+      source_ = *fixtures + "/models/" + GetParam().name;
+    }
+    goldens_ = std::make_unique<safetensors::SafetensorsFile>(quantized_ + "/golden.safetensors");
+  }
+
+  torch::Tensor golden(const std::string& name) const { return toTorch(*goldens_->find(name)); }
+
+  // |ours - transformers|_inf within 1e-5 of the logits' scale: both compute in float32 from the same weights.
+  void expectTransformersLogits(CausalLM& model) const {
+    torch::NoGradGuard noGrad;
+    const auto ref = golden("logits");
+    const auto logits = model.logits(causalBatch(golden("input_ids")));
+    ASSERT_EQ(logits.sizes(), ref.sizes());
+    const double scale = ref.abs().max().item<double>(), err = (logits - ref).abs().max().item<double>();
+    EXPECT_LE(err, 1e-5 * scale) << "max abs error " << err << " vs reference scale " << scale;
+  }
+
+  std::string source_, quantized_;
+  std::unique_ptr<safetensors::SafetensorsFile> goldens_;
+};
+
+TEST_P(GoldenNf4, QuantizesToTheBytesBitsandbytesStored) {
+  const safetensors::CheckpointReader original(source_), stored(quantized_);
+  int tensors = 0;
+  for (const auto& name : stored.names()) {
+    if (!storedQuantized(stored, name)) continue;
+    ++tensors;
+    SCOPED_TRACE(name);
+    std::vector<std::string> parts;
+    const Nf4Tensor theirs = readBnb4bit(stored, name, parts);
+    const Nf4Tensor ours = quantizeNf4(toTorch(original.get(name)), GetParam().doubleQuant);
+    ASSERT_EQ(ours.shape, theirs.shape);
+    ASSERT_EQ(ours.nested, theirs.nested);
+    EXPECT_TRUE(torch::equal(ours.codes, theirs.codes)) << "NF4 codes differ";
+    if (ours.nested) {
+      EXPECT_EQ(ours.offset, theirs.offset);
+      EXPECT_TRUE(torch::equal(ours.absmaxCodes, theirs.absmaxCodes)) << "8-bit absmax codes differ";
+      EXPECT_TRUE(torch::equal(ours.nestedAbsmax, theirs.nestedAbsmax));
+      EXPECT_TRUE(torch::equal(ours.nestedMap, theirs.nestedMap)) << "the dynamic map differs from bitsandbytes'";
+    } else {
+      EXPECT_TRUE(torch::equal(ours.absmax, theirs.absmax));
+    }
+    EXPECT_TRUE(torch::equal(dequantizeNf4(ours), dequantizeNf4(theirs)));
+  }
+  // Every linear weight of the decoder layers (4 attention + 3 MLP projections per layer), nothing else.
+  const auto model = loadHfModel(source_, torch::kFloat);
+  EXPECT_EQ(tensors, 7 * model->config().numLayers);
+}
+
+TEST_P(GoldenNf4, TheSavedFourBitCheckpointComputesTheTransformersLogits) {
+  const auto model = loadHfModel(quantized_, torch::kFloat);
+  expectTransformersLogits(*model);
+}
+
+TEST_P(GoldenNf4, AnNf4BaseComputesTheTransformersLogits) {
+  const auto model = loadHfModel(source_, torch::kFloat);
+  EXPECT_EQ(roundBaseToNf4(*model, GetParam().doubleQuant), 7 * model->config().numLayers);
+  expectTransformersLogits(*model);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, GoldenNf4,
+                         ::testing::Values(Case{"llama3-tiny", true}, Case{"qwen3-tiny", false},
+                                           Case{"tinystories-656k", false, true}),
+                         [](const auto& info) { return info.param.name.substr(0, info.param.name.find('-')); });
+
+}  // namespace
+}  // namespace rp::model
