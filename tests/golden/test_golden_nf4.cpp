@@ -3,15 +3,18 @@
 // save_pretrained). Quantising the unquantised checkpoint gives the bytes bitsandbytes stored, code for code;
 // loading the saved 4-bit checkpoint, or rounding the unquantised one's base to NF4 (lora.base_dtype = "nf4"),
 // computes the 4-bit model's logits.
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "common/error.h"
 #include "model/causal_lm.h"
 #include "model/nf4.h"
 #include "model/safetensors.h"
+#include "model/safetensors_writer.h"
 #include "model/torch_bridge.h"
 #include "support/fixtures.h"
 
@@ -96,6 +99,38 @@ TEST_P(GoldenNf4, AnNf4BaseComputesTheTransformersLogits) {
   const auto model = loadHfModel(source_, torch::kFloat);
   EXPECT_EQ(roundBaseToNf4(*model, GetParam().doubleQuant), 7 * model->config().numLayers);
   expectTransformersLogits(*model);
+}
+
+// A bitsandbytes checkpoint whose LM head is stored quantized (transformers keeps it unquantized unless told
+// otherwise): refused naming the tensor, not dequantized into a head the adapters were not trained against.
+TEST(GoldenNf4Errors, AQuantizedLmHeadIsRefusedByName) {
+  const auto golden = test::goldenDir();
+  RP_SKIP_UNLESS(golden, "golden directory");
+  const std::string quantized = *golden + "/llama3-tiny-nf4";  // an untied head
+  const std::string dir = test::scratchDir() + "/quantized-head";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(quantized + "/config.json", dir + "/config.json");
+  const safetensors::CheckpointReader stored(quantized);
+  const std::string donor = "model.layers.0.self_attn.q_proj.weight";
+  std::vector<safetensors::OutTensor> tensors;
+  for (const auto& name : stored.names()) {
+    const auto& view = stored.get(name);
+    if (name == "lm_head.weight") continue;
+    tensors.push_back({name, view.dtype, view.shape, view.data});
+    if (name.rfind(donor, 0) == 0) {  // the head stored as the q projection's packed codes and quant state
+      tensors.push_back({"lm_head.weight" + name.substr(donor.size()), view.dtype, view.shape, view.data});
+    }
+  }
+  safetensors::writeFile(dir + "/model.safetensors", tensors);
+  try {
+    loadHfModel(dir, torch::kFloat);
+    FAIL() << "a quantized LM head was loaded";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor 'lm_head.weight' is stored quantized; supported: bitsandbytes "
+                                         "checkpoints whose embedding and LM head are not"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, GoldenNf4,

@@ -3,6 +3,7 @@
 // tests/golden/test_golden_nf4.cpp.
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "model/causal_lm.h"
 #include "model/nf4.h"
 #include "model/safetensors.h"
 #include "model/safetensors_writer.h"
@@ -120,6 +122,57 @@ TEST(Nf4, ABitsandbytesTensorThatIsNotWholeNf4IsNamed) {
   name = bnbCheckpoint(scratch + "/json", "{not json");
   EXPECT_NE(readError(scratch + "/json", name).find("is not the JSON of a bitsandbytes quant state"), std::string::npos)
       << readError(scratch + "/json", name);
+}
+
+ModelConfig tinyConfig() {
+  ModelConfig c;
+  c.vocabSize = 40;
+  c.hiddenSize = 64;
+  c.intermediateSize = 128;
+  c.numLayers = 2;
+  c.numHeads = 2;
+  c.numKvHeads = 1;
+  c.headDim = 32;
+  c.maxPositions = 32;
+  return c;
+}
+
+// The base of a run: the 7 projections of each decoder layer, nothing else (embedding, head, norms keep
+// their values); a mixture-of-experts model is refused naming its type.
+TEST(Nf4, AnNf4BaseRoundsTheDecoderProjectionsOnly) {
+  CausalLM model(tinyConfig(), torch::kFloat);
+  torch::manual_seed(5);
+  std::map<std::string, torch::Tensor> before;
+  {
+    torch::NoGradGuard noGrad;
+    for (auto& [name, p] : model.hfParameters()) {
+      p.copy_(torch::randn(p.sizes()));
+      before[name] = p.clone();
+    }
+  }
+  EXPECT_EQ(roundBaseToNf4(model, false), 14);
+  for (const auto& [name, p] : model.hfParameters()) {
+    if (nf4Linear(name)) {
+      EXPECT_TRUE(torch::equal(p, dequantizeNf4(quantizeNf4(before[name], false)))) << name;
+      EXPECT_FALSE(torch::equal(p, before[name])) << name;
+    } else {
+      EXPECT_TRUE(torch::equal(p, before[name])) << name << " changed";
+    }
+  }
+  ModelConfig moe = tinyConfig();
+  moe.arch = Architecture::kQwen3Moe;
+  moe.moe.numExperts = 4;
+  moe.moe.expertsPerToken = 2;
+  moe.moe.expertIntermediateSize = 8;
+  CausalLM experts(moe, torch::kFloat);
+  try {
+    roundBaseToNf4(experts, false);
+    FAIL() << "an NF4 base of a MoE model was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("lora.base_dtype = \"nf4\": qwen3_moe is a mixture-of-experts model"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
