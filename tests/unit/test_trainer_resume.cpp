@@ -83,11 +83,13 @@ TEST_P(ResumeTest, ContinuesBitwiseLikeTheRunThatNeverStopped) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Runs, ResumeTest,
-                         ::testing::Values(Case{"full", {}}, Case{"lora_dropout", {"lora.rank=4", "lora.dropout=0.1"}},
-                                           Case{"bf16", {"model.dtype=bfloat16"}},
-                                           Case{"fp16", {"model.dtype=float16"}}),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Runs, ResumeTest,
+    ::testing::Values(Case{"full", {}}, Case{"lora_dropout", {"lora.rank=4", "lora.dropout=0.1"}},
+                      // The NF4 base is rebuilt from model.path on resume: the same bytes.
+                      Case{"qlora", {"lora.rank=4", "lora.base_dtype=nf4", "lora.double_quant=true"}},
+                      Case{"bf16", {"model.dtype=bfloat16"}}, Case{"fp16", {"model.dtype=float16"}}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 class ResumeErrors : public ResumeTest {};
 
