@@ -25,7 +25,8 @@ Models:
   gpt-oss-mxfp4     gpt-oss-tiny's checkpoint with its experts stored MXFP4-quantized (random codes and scales,
                     as published GPT-OSS checkpoints store them) and `dequantized.<name>`: transformers'
                     convert_moe_packed_tensors of each, in float32.
-  <model>-nf4       llama3-tiny (double quantisation), qwen3-tiny and the tinystories-656k fixture (without) loaded by transformers with bitsandbytes 4-bit NF4 (BitsAndBytesConfig, compute
+  <model>-nf4       llama3-tiny (double quantisation), qwen3-tiny, qwen3-moe-tiny and the tinystories-656k fixture
+                    (without) loaded by transformers with bitsandbytes 4-bit NF4 (BitsAndBytesConfig, compute
                     in float32, on the CPU) and saved with save_pretrained, as QLoRA users' bases are;
                     golden.safetensors holds that model's logits on random ids.
   <model>-lora      for qwen3-tiny, qwen3-moe-tiny and gpt-oss-tiny: a PEFT LoRA adapter (rank 2, alpha 4, random
@@ -555,6 +556,7 @@ def main():
         lora_golden(name, 97 + i, args.out)
     nf4_checkpoint(os.path.join(args.out, "llama3-tiny"), "llama3-tiny", True, args.out)
     nf4_checkpoint(os.path.join(args.out, "qwen3-tiny"), "qwen3-tiny", False, args.out)
+    nf4_checkpoint(os.path.join(args.out, "qwen3-moe-tiny"), "qwen3-moe-tiny", False, args.out)
     nf4_checkpoint(os.path.join(args.fixtures, "models", "tinystories-656k"), "tinystories-656k", False, args.out)
 
     with open(os.path.join(args.out, "versions.json"), "w") as f:

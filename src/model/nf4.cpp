@@ -149,12 +149,6 @@ torch::Tensor dequantizeNf4(const Nf4Tensor& q) {
 }
 
 int roundBaseToNf4(CausalLM& model, bool doubleQuant) {
-  if (model.config().moe.numExperts > 0) {
-    RP_THROW(InputError,
-             "lora.base_dtype = \"nf4\": {} is a mixture-of-experts model; NF4 bases are supported for dense models "
-             "so far (docs/model.md, \"NF4 bases\")",
-             architectureName(model.config().arch));
-  }
   torch::NoGradGuard noGrad;
   int rounded = 0;
   for (auto& [name, param] : model.hfParameters()) {

@@ -40,10 +40,11 @@ torch::Tensor dequantizeNf4(const Nf4Tensor& q);
 torch::Tensor dynamicMap();
 
 class CausalLM;
-// QLoRA's base (lora.base_dtype = "nf4"): every linear weight of the decoder layers — the attention and MLP
-// projections, the modules transformers' bitsandbytes integration converts; not the embedding, the LM head,
-// the norms or biases — replaced by its NF4 round trip, so the run computes with what a bitsandbytes 4-bit
-// base dequantizes to. Dense models only for now (an InputError naming the key for MoE). Returns the count.
+// QLoRA's base (lora.base_dtype = "nf4"): every linear weight of the decoder layers — the attention and dense
+// MLP projections, the modules transformers' bitsandbytes integration converts; not the embedding, the LM
+// head, the norms, biases, a MoE router or the stacked experts (parameters, not Linear modules, in
+// transformers 5) — replaced by its NF4 round trip, so the run computes with what a bitsandbytes 4-bit base
+// dequantizes to. Returns the count.
 int roundBaseToNf4(CausalLM& model, bool doubleQuant);
 // Whether the Hugging Face tensor `name` is one roundBaseToNf4 rounds.
 bool nf4Linear(const std::string& name);
