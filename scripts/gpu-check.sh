@@ -149,7 +149,7 @@ else
 fi
 
 # Build only what the parts run, for this machine's GPU architecture.
-targets=(roundpipe_train test_gpu_device test_cuda_worker test_cuda_stream_order test_cuda_marks test_gpu_attention test_gpu_pipeline test_pipeline
+targets=(roundpipe_train test_gpu_device test_cuda_worker test_cuda_stream_order test_cuda_nf4 test_cuda_marks test_gpu_attention test_gpu_pipeline test_pipeline
          test_link_order)
 build_step() {
   if [[ ! -f "$build/CMakeCache.txt" ]]; then

@@ -105,6 +105,10 @@ int run(int argc, char** argv) {
   app.add_flag("--lora", lora,
                "GPU projection: LoRA on a frozen bf16 base (no weight gradients computed or downloaded, no optimizer "
                "state on the baselines' GPUs)");
+  bool nf4 = false;
+  app.add_flag("--nf4", nf4,
+               "GPU projection, with --lora: the frozen base's attention and dense-MLP projections stored and uploaded "
+               "as NF4 (lora.base_dtype = \"nf4\"; experts and router stay bf16)");
   std::string planner = "reference";
   app.add_option("--planner", planner, "RoundPipe plan without --plan: reference (the partitioner) | search");
   int ahead = 1;
@@ -130,6 +134,7 @@ int run(int argc, char** argv) {
     RP_THROW(rp::InputError, "a GPU projection needs both --hardware and --model");
   }
   if (lora && !projecting) RP_THROW(rp::InputError, "--lora applies to GPU projections (--hardware and --model)");
+  if (nf4 && !lora) RP_THROW(rp::InputError, "--nf4 is a LoRA run's base: add --lora");
   Hardware hardware;
   ModelShape shape;
   if (projecting) {
@@ -141,7 +146,11 @@ int run(int argc, char** argv) {
         "{} GPUs, {}), {:.2f}B parameters{}, {} x {} tokens per microbatch; times in ms\n\n",
         modelPath, hardware.gpus, hardware.name, hardware.tensorTflops, 100 * hardware.efficiency, hardware.pcieGBs,
         hardware.gpusPerBridge, hardware.p2p ? fmt::format("P2P {:.0f} GB/s", hardware.p2pGBs) : "no P2P",
-        shape.params() / 1e9, lora ? " (LoRA: frozen base)" : "", rows, seq);
+        shape.params() / 1e9, lora ? (nf4 ? " (LoRA: frozen NF4 base)" : " (LoRA: frozen base)") : "", rows, seq);
+    if (lora) {
+      std::cout << fmt::format("host: the frozen base holds {:.1f} GB ({}) in each node's store\n\n",
+                               frozenBaseBytes(shape, nf4) / 1e9, nf4 ? "NF4 projections, the rest bf16" : "bf16");
+    }
     if (hardware.nodes > 1) {
       std::cout << fmt::format(
           "{} such nodes, data parallel over {:.0f} Gbit/s Ethernet at {:.0f}% of it: each node sends {:.1f} MB of "
@@ -160,7 +169,7 @@ int run(int argc, char** argv) {
     std::cout << fmt::format("trace {}: {} workers, {} microbatches, plan {}\n\n", tracePath, workers,
                              trace->microbatches, describe(trace->plan));
   }
-  const SimCosts costs = projecting        ? projectCosts(shape, hardware, seq, rows, lora)
+  const SimCosts costs = projecting        ? projectCosts(shape, hardware, seq, rows, lora, nf4)
                          : trace           ? trace->costs
                          : profile.empty() ? uniformCosts(layers, fwd, bwd, headFwd, headBwd, hop)
                                            : loadProfile(profile, hop);

@@ -118,6 +118,7 @@ void JobExecutor::queueWeights(device::Ticket& ticket, const schedule::Range& la
   for (int i : model_->tensorsOf(layers.begin, layers.end)) {
     const auto& t = model_->tensors()[static_cast<std::size_t>(i)];
     worker_->copyBulk(ticket, t.local.data_ptr(), store_->bytes(weightsOf(i, step)), model_->bytes(i));
+    uploadedBytes_ += model_->bytes(i);
   }
 }
 

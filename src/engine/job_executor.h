@@ -86,6 +86,7 @@ class JobExecutor {
   const std::vector<double>& backwardMs() const { return backwardMs_; }
   // The most device memory one job's compute held (cuda; for the memory report).
   std::size_t deviceJobPeak() const { return deviceJobPeak_; }
+  std::size_t uploadedBytes() const { return uploadedBytes_; }  // weight bytes queued for upload, over the run
   const StageSlots& slots() const { return *slots_; }
 
  private:
@@ -177,6 +178,7 @@ class JobExecutor {
   std::vector<device::Ticket> microbatchPuts_;
   bool downloadsPerLayer_ = false;  // this job downloads each layer in its last microbatch (layer grain)
   std::size_t deviceJobPeak_ = 0;   // the most device memory one job's compute held
+  std::size_t uploadedBytes_ = 0;
 };
 
 }  // namespace rp::engine

@@ -91,8 +91,9 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
   // No rank holds a replica: the model's tensors are placeholders until a job binds its stage to a slot of
   // the worker (Note [Stage slots]); local rank 0 writes the initial weights straight into the node store.
   // Every rank reads the same data stream.
-  auto model = std::make_shared<model::CausalLM>(model::loadModelConfig(c.model.path), run::torchDtype(c.model.dtype),
-                                                 /*allocate=*/false);
+  auto model =
+      std::make_shared<model::CausalLM>(model::loadModelConfig(c.model.path),
+                                        run::paramOptionsFor(c, run::torchDtype(c.model.dtype), /*allocate=*/false));
   std::vector<model::NamedTensor> adapters;
   if (c.lora.rank > 0) adapters = model::attachLora(*model, run::loraConfigFor(c));
   model_ = std::make_unique<PipelineModel>(model, adapters);
@@ -325,7 +326,10 @@ torch::Tensor PipelineRuntime::storeWeight(const std::string& name) const {
   for (const auto& t : model_->tensors()) {
     if (t.name != name) continue;
     if (t.trainable) return storeTensor(masterRegion(name), t.local.sizes(), torch::kFloat).clone();
-    return storeTensor(weightRegion(name), t.local.sizes(), model_->dtype()).to(torch::kFloat);
+    const torch::Tensor stored = storeTensor(weightRegion(name), t.local.sizes(), t.local.scalar_type());
+    if (const model::Nf4Packing* packing = model_->model().packing(name))
+      return model::dequantizePacked(stored, *packing);
+    return stored.to(torch::kFloat);
   }
   RP_THROW(InputError, "no tensor named '{}' in the pipeline model", name);
 }
@@ -402,7 +406,7 @@ void PipelineRuntime::finishTrace() {
   std::ofstream(mine) << timeline_->toJson() << '\n';
   const trace::WorkerActivity a = trace::activityOf(timeline_->spans(), 0);
   const ResidentMemory m = trainingMemory_.value_or(readResidentMemory());
-  std::int64_t local[10] = {a.busyUs,
+  std::int64_t local[11] = {a.busyUs,
                             a.firstUs,
                             a.lastUs,
                             m.peakBytes,
@@ -411,14 +415,15 @@ void PipelineRuntime::finishTrace() {
                             m.anonBytes,
                             static_cast<std::int64_t>(2 * jobs_->slots().slotBytes()),
                             static_cast<std::int64_t>(optimizer_->stateBytes()),
-                            static_cast<std::int64_t>(jobs_->deviceJobPeak())};
+                            static_cast<std::int64_t>(jobs_->deviceJobPeak()),
+                            static_cast<std::int64_t>(jobs_->uploadedBytes())};
   const auto parts = channel_->gather(local, sizeof(local), 0);
   if (!leader_) return;  // node 0 reports; its workers are world ranks 0..N-1
   std::vector<trace::WorkerActivity> workers;
   std::vector<trace::RankMemory> memory;
   std::vector<std::string> files;
   for (int r = 0; r < workers_; ++r) {
-    std::int64_t theirs[10];
+    std::int64_t theirs[11];
     std::memcpy(theirs, parts[static_cast<std::size_t>(r)].data(), sizeof(theirs));
     workers.push_back({theirs[0], theirs[1], theirs[2]});
     trace::RankMemory rm;
@@ -430,6 +435,7 @@ void PipelineRuntime::finishTrace() {
     rm.slotBytes = theirs[7];
     rm.optimizerBytes = theirs[8];
     rm.deviceJobPeakBytes = theirs[9];
+    rm.uploadedBytes = theirs[10];
     memory.push_back(rm);
     files.push_back((dir / fmt::format("rank{}.json", r)).string());
   }

@@ -5,8 +5,10 @@
 namespace rp::model {
 
 CausalLM::CausalLM(const ModelConfig& config, torch::ScalarType dtype, bool allocate)
-    : config_(config), dtype_(dtype), allocated_(allocate), rotary_(config) {
-  const ParamOptions options{dtype, allocate};
+    : CausalLM(config, ParamOptions{dtype, allocate}) {}
+
+CausalLM::CausalLM(const ModelConfig& config, const ParamOptions& options)
+    : config_(config), dtype_(options.dtype), allocated_(options.allocate), rotary_(config) {
   embedding_ = register_module("embed_tokens", std::make_shared<Embedding>(config, options));
   auto list = register_module("layers", torch::nn::ModuleList());
   for (std::int64_t i = 0; i < config.numLayers; ++i) {
@@ -14,6 +16,17 @@ CausalLM::CausalLM(const ModelConfig& config, torch::ScalarType dtype, bool allo
     list->push_back(layers_.back());
   }
   head_ = register_module("head", std::make_shared<Head>(config, *embedding_, options));
+  for (const auto& layer : layers_) {
+    for (const char* target : {"q", "k", "v", "o", "gate", "up", "down"}) {
+      const Projection* p = layer->projection(target);
+      if (p != nullptr && p->packing()) packed_.emplace(layer->projectionPath(target) + ".weight", *p->packing());
+    }
+  }
+}
+
+const Nf4Packing* CausalLM::packing(const std::string& name) const {
+  const auto it = packed_.find(name);
+  return it == packed_.end() ? nullptr : &it->second;
 }
 
 torch::Tensor CausalLM::hidden(const Batch& batch, RouterStats* router) {
@@ -49,7 +62,10 @@ void initRandom(CausalLM& model) {
   for (auto& [name, param] : model.hfParameters()) {
     // As transformers' _init_weights: GPT-OSS's sinks and router bias are drawn, other biases start at zero.
     const bool drawn = name.ends_with("sinks") || name.ends_with("router.bias");
-    if (param.dim() == 1 && name.find("norm") != std::string::npos) {
+    if (const Nf4Packing* packing = model.packing(name)) {  // a 1-D buffer, drawn as its weight
+      const auto values = torch::empty(packing->shape, model.dtype()).normal_(0.0, model.config().initializerRange);
+      packNf4(quantizeNf4(values, packing->doubleQuant), *packing, param);
+    } else if (param.dim() == 1 && name.find("norm") != std::string::npos) {
       param.fill_(1.0);
     } else if (!drawn && (param.dim() == 1 || name.ends_with("bias"))) {
       param.zero_();  // biases

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +18,8 @@ class CausalLM : public torch::nn::Module {
   // Parameters are allocated (uninitialised) in `dtype`; load weights with loadHfWeights(). With
   // `allocate` false they are placeholders (layers.h, ParamOptions) bound to memory by the caller.
   CausalLM(const ModelConfig& config, torch::ScalarType dtype, bool allocate = true);
+  // options.nf4Base: the base's linear weights packed NF4 (layers.h, ParamOptions).
+  CausalLM(const ModelConfig& config, const ParamOptions& options);
 
   const ModelConfig& config() const { return config_; }
   torch::ScalarType dtype() const { return dtype_; }
@@ -35,8 +38,10 @@ class CausalLM : public torch::nn::Module {
   // The token loss, and for a MoE model whose config asks for it the load-balancing loss (LossSum::aux).
   LossSum loss(const Batch& batch, std::int64_t chunkTokens = 0);
 
-  // Every parameter once, under its Hugging Face name, in layer order.
+  // Every parameter once, under its Hugging Face name, in layer order (a packed NF4 weight as its buffer).
   std::vector<NamedTensor> hfParameters() const;
+  // The packing of the weight `name` where it is stored NF4, else null.
+  const Nf4Packing* packing(const std::string& name) const;
 
  private:
   ModelConfig config_;
@@ -46,15 +51,18 @@ class CausalLM : public torch::nn::Module {
   std::shared_ptr<Embedding> embedding_;
   std::vector<std::shared_ptr<DecoderLayer>> layers_;
   std::shared_ptr<Head> head_;
+  std::map<std::string, Nf4Packing> packed_;
 };
 
 // Fills every parameter from a Hugging Face model directory (safetensors, sharded or not), converting
-// F32/BF16/F16 to the model dtype. Missing tensors, shape mismatches and unsupported dtypes are
-// InputErrors naming the file and tensor. Returns the names of stored tensors the model did not use.
+// F32/BF16/F16 to the model dtype; a packed NF4 weight is quantised from those values, or taken as stored from
+// a bitsandbytes 4-bit checkpoint of the same kind. Missing tensors, shape mismatches and unsupported dtypes
+// are InputErrors naming the file and tensor. Returns the names of stored tensors the model did not use.
 std::vector<std::string> loadHfWeights(CausalLM& model, const std::string& directory);
 
 // Initialises every parameter as transformers does for a new model: normal(0, initializer_range) for
-// embeddings and projections, ones for norms. Uses LibTorch's RNG (the caller seeds it).
+// embeddings and projections (a packed NF4 weight: those values, quantised), ones for norms. Uses LibTorch's
+// RNG (the caller seeds it).
 void initRandom(CausalLM& model);
 
 // Config + weights in one call.

@@ -30,6 +30,38 @@ void copyChecked(const safetensors::TensorView& view, const std::string& name, t
   param.copy_(toTorch(view));
 }
 
+// A weight stored as bitsandbytes NF4: an InputError naming the tensor unless it is, with `shape`.
+Nf4Tensor readNf4(const safetensors::CheckpointReader& reader, const std::string& name,
+                  const std::vector<std::int64_t>& shape, std::vector<std::string>& parts) {
+  Nf4Tensor q = readBnb4bit(reader, name, parts);
+  if (q.shape != shape) {
+    RP_THROW(InputError, "{}: tensor '{}' is stored NF4 with shape [{}] but config.json implies [{}]",
+             reader.directory(), name, fmt::join(q.shape, ", "), fmt::join(shape, ", "));
+  }
+  return q;
+}
+
+// A packed NF4 weight: a bitsandbytes NF4 tensor of the same kind as stored (its bytes), another one
+// requantised from its values; an unquantised one quantised from its values in the model dtype (what a
+// bitsandbytes load of a `dtype` checkpoint quantises).
+void loadPacked(const safetensors::CheckpointReader& reader, const safetensors::TensorView& view,
+                const Nf4Packing& packing, torch::ScalarType dtype, torch::Tensor param, std::set<std::string>& used) {
+  used.insert(view.name);
+  if (storedQuantized(reader, view.name)) {
+    std::vector<std::string> parts;
+    Nf4Tensor q = readNf4(reader, view.name, packing.shape, parts);
+    used.insert(parts.begin(), parts.end());
+    if (q.nested != packing.doubleQuant || q.blocksize != kNf4BlockSize) {
+      q = quantizeNf4(dequantizeNf4(q), packing.doubleQuant);
+    }
+    packNf4(q, packing, param);
+    return;
+  }
+  auto values = torch::empty(packing.shape, dtype);
+  copyChecked(view, view.name, values);
+  packNf4(quantizeNf4(values, packing.doubleQuant), packing, param);
+}
+
 }  // namespace
 
 std::vector<std::string> loadHfWeights(CausalLM& model, const std::string& directory) {
@@ -72,6 +104,11 @@ std::vector<std::string> loadHfWeights(CausalLM& model, const std::string& direc
       }
       continue;
     }
+    if (const Nf4Packing* packing = model.packing(name)) {  // Note [Packed NF4]
+      if (view == nullptr) missing(name);
+      loadPacked(reader, *view, *packing, model.dtype(), param, used);
+      continue;
+    }
     if (view != nullptr && storedQuantized(reader, view->name)) {
       // A bitsandbytes 4-bit checkpoint (model/nf4.h): dequantized at load, as transformers does for compute.
       if (name == "model.embed_tokens.weight" || name == "lm_head.weight") {
@@ -81,12 +118,7 @@ std::vector<std::string> loadHfWeights(CausalLM& model, const std::string& direc
                  directory, view->name);
       }
       std::vector<std::string> parts;
-      const Nf4Tensor q = readBnb4bit(reader, view->name, parts);
-      if (q.shape != param.sizes().vec()) {
-        RP_THROW(InputError, "{}: tensor '{}' is stored NF4 with shape [{}] but config.json implies [{}]", directory,
-                 view->name, fmt::join(q.shape, ", "), fmt::join(param.sizes(), ", "));
-      }
-      param.copy_(dequantizeNf4(q));
+      param.copy_(dequantizeNf4(readNf4(reader, view->name, param.sizes().vec(), parts)));
       used.insert(view->name);
       used.insert(parts.begin(), parts.end());
       continue;

@@ -119,13 +119,19 @@ torch::Tensor RmsNorm::forward(const torch::Tensor& x) const {
   return weight * normed.to(x.scalar_type());
 }
 
-Projection::Projection(std::int64_t in, std::int64_t out, bool withBias, const ParamOptions& options) {
-  weight = register_parameter("weight", newParameter({out, in}, options));
+Projection::Projection(std::int64_t in, std::int64_t out, bool withBias, const ParamOptions& options)
+    : in_(in), out_(out) {
+  if (options.nf4Base) {
+    packing_ = Nf4Packing{{out, in}, options.doubleQuant};
+    weight = register_buffer("weight", newParameter({packing_->bytes()}, {torch::kUInt8, options.allocate}));
+  } else {
+    weight = register_parameter("weight", newParameter({out, in}, options));
+  }
   if (withBias) bias = register_parameter("bias", newParameter({out}, options, 0.0));
 }
 
 torch::Tensor Projection::forward(const torch::Tensor& x) const {
-  auto y = torch::linear(x, weight, bias);
+  auto y = packing_ ? linearNf4(x, weight, *packing_, bias) : torch::linear(x, weight, bias);
   if (lora_) y = y + lora_->delta(x);
   return y;
 }

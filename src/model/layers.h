@@ -14,6 +14,7 @@
 
 #include "model/attention.h"
 #include "model/config.h"
+#include "model/nf4.h"
 
 namespace rp::model {
 
@@ -34,9 +35,9 @@ Batch causalBatch(const torch::Tensor& inputIds);
 
 // Per-microbatch attention inputs shared by every decoder layer.
 struct AttentionContext {
-  torch::Tensor cos;       // [B, T, head_dim]
-  torch::Tensor sin;       // [B, T, head_dim]
-  Documents documents;     // where the packed documents lie: attention stays inside each (no [T, T] mask)
+  torch::Tensor cos;        // [B, T, head_dim]
+  torch::Tensor sin;        // [B, T, head_dim]
+  Documents documents;      // where the packed documents lie: attention stays inside each (no [T, T] mask)
   std::int64_t window = 0;  // models with sliding-window layers: their window; 0 = none
 };
 
@@ -44,9 +45,13 @@ struct AttentionContext {
 // zero), or, unallocated, as placeholders of the right shape and dtype over one element of storage, which the
 // caller binds to real memory (Tensor::set_data) before use — the pipeline's workers hold no model of their
 // own, only the stages they run (engine/stage_slots.h).
+// With `nf4Base` the frozen linear weights of attention and the dense MLP (model::nf4Linear) are stored
+// packed NF4 instead (model/nf4.h, Note [Packed NF4]; lora.base_dtype = "nf4").
 struct ParamOptions {
   torch::ScalarType dtype = torch::kFloat;
   bool allocate = true;
+  bool nf4Base = false;
+  bool doubleQuant = false;  // nf4Base: the block scales double-quantised
 };
 // A parameter tensor of `sizes` under `options`, filled with `fill` when allocated and a fill is given.
 torch::Tensor newParameter(at::IntArrayRef sizes, const ParamOptions& options, std::optional<double> fill = {});
@@ -77,20 +82,24 @@ class RmsNorm : public torch::nn::Module {
 class LoraAdapter;
 class ExpertLoraAdapter;
 
-// y = x W^T (+ b) (+ LoRA delta); weights stored as [out, in] like nn.Linear.
+// y = x W^T (+ b) (+ LoRA delta); weights stored as [out, in] like nn.Linear, or, with options.nf4Base,
+// `weight` is the packed NF4 buffer (uint8, a buffer rather than a parameter: it never trains) of `packing`.
 class Projection : public torch::nn::Module {
  public:
   Projection(std::int64_t in, std::int64_t out, bool bias, const ParamOptions& options);
   torch::Tensor forward(const torch::Tensor& x) const;
-  std::int64_t inFeatures() const { return weight.size(1); }
-  std::int64_t outFeatures() const { return weight.size(0); }
+  std::int64_t inFeatures() const { return in_; }
+  std::int64_t outFeatures() const { return out_; }
   // Attaches a LoRA adapter (model/lora.h); at most one.
   void attach(std::shared_ptr<LoraAdapter> adapter);
   const std::shared_ptr<LoraAdapter>& adapter() const { return lora_; }
+  const std::optional<Nf4Packing>& packing() const { return packing_; }
   torch::Tensor weight;
   torch::Tensor bias;
 
  private:
+  std::int64_t in_, out_;
+  std::optional<Nf4Packing> packing_;
   std::shared_ptr<LoraAdapter> lora_;
 };
 

@@ -2,13 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <mutex>
 #include <regex>
 
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
-#include "model/causal_lm.h"
 #include "model/torch_bridge.h"
 
 namespace rp::model {
@@ -74,7 +75,150 @@ std::string describeShape(const std::vector<std::int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }
 
+std::int64_t blocksOf(std::int64_t n, std::int64_t blocksize) {
+  return (n + blocksize - 1) / blocksize;
+}
+
+// The two NF4 values each byte stands for (high nibble first): [256, 2] float32, one table per device, made
+// once and never freed (a CUDA tensor must not outlive the runtime at exit).
+const torch::Tensor& byteTable(torch::Device device) {
+  static std::mutex mutex;
+  static auto* tables = new std::map<std::string, torch::Tensor>();
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto& table = (*tables)[device.str()];
+  if (!table.defined()) {
+    const auto code = nf4Code();
+    const auto byte = torch::arange(256, torch::kLong);
+    table =
+        torch::stack({code.index({byte.bitwise_right_shift(4)}), code.index({byte.bitwise_and(0x0F)})}, 1).to(device);
+  }
+  return table;
+}
+
+// n float32 values: the NF4 values of `codes` (ceil(n / 2) bytes) times their block's `absmax`.
+torch::Tensor decode(const torch::Tensor& codes, const torch::Tensor& absmax, std::int64_t n, std::int64_t blocksize) {
+  auto values = byteTable(codes.device()).index_select(0, codes.to(torch::kInt)).view(-1);
+  const auto blocks = absmax.numel();
+  if (values.numel() < blocks * blocksize)
+    values = torch::constant_pad_nd(values, {0, blocks * blocksize - values.numel()});
+  return (values.view({blocks, blocksize}) * absmax.view({blocks, 1})).view(-1).slice(0, 0, n);
+}
+
+// Double quantisation's absmax, as bitsandbytes' dequantize_blockwise, then + offset, in float32.
+torch::Tensor nestedScales(const torch::Tensor& absmaxCodes, const torch::Tensor& nestedAbsmax,
+                           const torch::Tensor& map, const torch::Tensor& offset) {
+  const auto blocks = absmaxCodes.numel();
+  const auto scales = nestedAbsmax.repeat_interleave(kNestedBlockSize).slice(0, 0, blocks);
+  return (map.index_select(0, absmaxCodes.to(torch::kInt)) * scales).add_(offset);
+}
+
+// Where each part of a packed buffer starts (Note [Packed NF4]).
+struct PackedOffsets {
+  std::int64_t codes = 0, absmax = 0, absmaxCodes = 0, nested = 0, offset = 0, map = 0, total = 0;
+};
+constexpr std::int64_t kFloatBytes = 4;
+
+std::int64_t align4(std::int64_t bytes) {
+  return (bytes + kFloatBytes - 1) / kFloatBytes * kFloatBytes;
+}
+
+PackedOffsets offsetsOf(const Nf4Packing& p) {
+  const std::int64_t n = p.numel(), blocks = blocksOf(n, kNf4BlockSize), codes = (n + 1) / 2;
+  PackedOffsets o;
+  if (!p.doubleQuant) {
+    o.absmax = align4(codes);
+    o.total = o.absmax + kFloatBytes * blocks;
+    return o;
+  }
+  o.absmaxCodes = codes;
+  o.nested = align4(codes + blocks);
+  o.offset = o.nested + kFloatBytes * blocksOf(blocks, kNestedBlockSize);
+  o.map = o.offset + kFloatBytes;
+  o.total = o.map + kFloatBytes * 256;
+  return o;
+}
+
+// Autograd for linearNf4: the weight is dequantized in forward and again in backward, never saved.
+class Nf4LinearFunction : public torch::autograd::Function<Nf4LinearFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& packed, const torch::Tensor& bias, std::vector<std::int64_t> shape,
+                               bool doubleQuant) {
+    ctx->save_for_backward({packed});
+    ctx->saved_data["shape"] = shape;
+    ctx->saved_data["double_quant"] = doubleQuant;
+    const auto weight = dequantizePacked(packed, {shape, doubleQuant}).to(x.scalar_type());
+    return bias.numel() > 0 ? torch::linear(x, weight, bias) : torch::linear(x, weight);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    torch::Tensor dx;
+    if (ctx->needs_input_grad(0)) {
+      const Nf4Packing p{ctx->saved_data["shape"].toIntVector(), ctx->saved_data["double_quant"].toBool()};
+      dx = grads[0].matmul(dequantizePacked(ctx->get_saved_variables()[0], p).to(grads[0].scalar_type()));
+    }
+    return {dx, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
 }  // namespace
+
+std::int64_t Nf4Packing::numel() const {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+std::int64_t Nf4Packing::bytes() const {
+  return offsetsOf(*this).total;
+}
+
+void packNf4(const Nf4Tensor& q, const Nf4Packing& packing, torch::Tensor into) {
+  RP_CHECK(q.shape == packing.shape && q.blocksize == kNf4BlockSize && q.nested == packing.doubleQuant,
+           "NF4 tensor of shape {} (blocks of {}, nested {}) packed as shape {} (nested {})", describeShape(q.shape),
+           q.blocksize, q.nested, describeShape(packing.shape), packing.doubleQuant);
+  const PackedOffsets o = offsetsOf(packing);
+  RP_CHECK(into.device().is_cpu() && into.scalar_type() == torch::kUInt8 && into.dim() == 1 &&
+               into.numel() == o.total && into.is_contiguous(),
+           "a packed NF4 buffer of {} bytes is a contiguous CPU uint8 tensor of that size", o.total);
+  into.zero_();
+  auto put = [&](std::int64_t at, const torch::Tensor& part) {
+    const auto bytes = part.contiguous().view(torch::kUInt8).reshape(-1);
+    into.slice(0, at, at + bytes.numel()).copy_(bytes);
+  };
+  put(o.codes, q.codes);
+  if (!q.nested) {
+    put(o.absmax, q.absmax.to(torch::kFloat));
+    return;
+  }
+  put(o.absmaxCodes, q.absmaxCodes);
+  put(o.nested, q.nestedAbsmax.to(torch::kFloat));
+  put(o.offset, torch::tensor({q.offset}, torch::kFloat));
+  put(o.map, q.nestedMap.to(torch::kFloat));
+}
+
+torch::Tensor dequantizePacked(const torch::Tensor& packed, const Nf4Packing& packing) {
+  const PackedOffsets o = offsetsOf(packing);
+  RP_CHECK(packed.scalar_type() == torch::kUInt8 && packed.dim() == 1 && packed.numel() == o.total,
+           "a packed NF4 weight of shape {} is {} bytes, got a {} tensor of {} elements", describeShape(packing.shape),
+           o.total, c10::toString(packed.scalar_type()), packed.numel());
+  const std::int64_t n = packing.numel(), blocks = blocksOf(n, kNf4BlockSize);
+  auto floats = [&](std::int64_t at, std::int64_t count) {
+    return packed.slice(0, at, at + kFloatBytes * count).view(torch::kFloat);
+  };
+  const auto absmax = packing.doubleQuant ? nestedScales(packed.slice(0, o.absmaxCodes, o.absmaxCodes + blocks),
+                                                         floats(o.nested, blocksOf(blocks, kNestedBlockSize)),
+                                                         floats(o.map, 256), floats(o.offset, 1))
+                                          : floats(o.absmax, blocks);
+  return decode(packed.slice(0, o.codes, o.codes + (n + 1) / 2), absmax, n, kNf4BlockSize).view(packing.shape);
+}
+
+torch::Tensor linearNf4(const torch::Tensor& x, const torch::Tensor& packed, const Nf4Packing& packing,
+                        const torch::Tensor& bias) {
+  // No bias: an empty tensor (a custom function's inputs are all defined).
+  return Nf4LinearFunction::apply(x, packed, bias.defined() ? bias : torch::empty({0}, x.options()), packing.shape,
+                                  packing.doubleQuant);
+}
 
 torch::Tensor dynamicMap() {
   // bitsandbytes' create_dynamic_map(signed=True, max_exponent_bits=7, total_bits=8), with the same LibTorch ops.
@@ -131,32 +275,11 @@ Nf4Tensor quantizeNf4(const torch::Tensor& weight, bool doubleQuant) {
 }
 
 torch::Tensor dequantizeNf4(const Nf4Tensor& q) {
-  std::int64_t n = 1;
-  for (auto d : q.shape) n *= d;
-  torch::Tensor absmax = q.absmax;
-  if (q.nested) {
-    // As bitsandbytes' dequantize_blockwise, then + offset, in float32.
-    const auto blocks = q.absmaxCodes.numel();
-    const auto scales = q.nestedAbsmax.repeat_interleave(kNestedBlockSize).slice(0, 0, blocks);
-    absmax = q.nestedMap.index({q.absmaxCodes.to(torch::kLong)}) * scales;
-    absmax += q.offset;
-  }
-  const auto codes = q.codes.to(torch::kLong);
-  const auto idx = torch::stack({codes.bitwise_right_shift(4), codes.bitwise_and(0x0F)}, 1).reshape(-1).slice(0, 0, n);
-  const auto values = nf4Code().index({idx});
-  const auto scales = absmax.repeat_interleave(q.blocksize).slice(0, 0, n);
-  return (values * scales).view(q.shape);
-}
-
-int roundBaseToNf4(CausalLM& model, bool doubleQuant) {
-  torch::NoGradGuard noGrad;
-  int rounded = 0;
-  for (auto& [name, param] : model.hfParameters()) {
-    if (!nf4Linear(name)) continue;
-    param.copy_(dequantizeNf4(quantizeNf4(param, doubleQuant)));
-    ++rounded;
-  }
-  return rounded;
+  const Nf4Packing shape{q.shape, q.nested};
+  const auto absmax =
+      q.nested ? nestedScales(q.absmaxCodes, q.nestedAbsmax, q.nestedMap, torch::tensor({q.offset}, torch::kFloat))
+               : q.absmax;
+  return decode(q.codes, absmax, shape.numel(), q.blocksize).view(q.shape);
 }
 
 bool nf4Linear(const std::string& name) {

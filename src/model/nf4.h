@@ -39,14 +39,36 @@ torch::Tensor dequantizeNf4(const Nf4Tensor& q);
 // bitsandbytes' signed 8-bit dynamic map (create_dynamic_map()), over which double quantisation stores absmax.
 torch::Tensor dynamicMap();
 
-class CausalLM;
-// QLoRA's base (lora.base_dtype = "nf4"): every linear weight of the decoder layers — the attention and dense
-// MLP projections, the modules transformers' bitsandbytes integration converts; not the embedding, the LM
-// head, the norms, biases, a MoE router or the stacked experts (parameters, not Linear modules, in
-// transformers 5) — replaced by its NF4 round trip, so the run computes with what a bitsandbytes 4-bit base
-// dequantizes to. Returns the count.
-int roundBaseToNf4(CausalLM& model, bool doubleQuant);
-// Whether the Hugging Face tensor `name` is one roundBaseToNf4 rounds.
+// Note [Packed NF4]: QLoRA's base (lora.base_dtype = "nf4") keeps each quantised weight as one byte buffer —
+// in the node store, in a stage slot, in the single-process trainer's model — laid out as
+//   codes (ceil(n / 2) bytes) | pad to 4 | absmax (float32 per block of 64)
+// or, double-quantised,
+//   codes | absmax codes (a byte per block) | pad to 4 | nested absmax (float32 per 256 blocks) | offset
+//   (float32) | nested map (256 float32)
+// so every path that moves bytes (uploads, slots, the host-memory check, the planner's stage bytes) moves
+// the 4-bit form unchanged. A projection dequantizes it into the compute dtype for each product and drops it
+// after (linearNf4).
+struct Nf4Packing {
+  std::vector<std::int64_t> shape;  // of the weight it stands for
+  bool doubleQuant = false;
+  std::int64_t numel() const;
+  std::int64_t bytes() const;  // of the buffer
+};
+// `q` (blocks of 64, nested as `into` says) written into `into`: a CPU uint8 tensor of into.bytes() bytes.
+void packNf4(const Nf4Tensor& q, const Nf4Packing& packing, torch::Tensor into);
+// The float32 values a packed buffer stands for, on the buffer's device, in packing.shape; no host
+// synchronisation (the CUDA tier runs it there).
+torch::Tensor dequantizePacked(const torch::Tensor& packed, const Nf4Packing& packing);
+// y = x W^T (+ bias), W the packed weight dequantized into x's dtype for the product and dropped after it; the
+// backward dequantizes it again for x's gradient (as bitsandbytes' MatMul4Bit). The weight and the bias are
+// frozen: they get no gradient.
+torch::Tensor linearNf4(const torch::Tensor& x, const torch::Tensor& packed, const Nf4Packing& packing,
+                        const torch::Tensor& bias);
+
+// Whether the Hugging Face tensor `name` is one an NF4 base stores quantised: every linear weight of the
+// decoder layers — the attention and dense MLP projections, the modules transformers' bitsandbytes
+// integration converts; not the embedding, the LM head, the norms, biases, a MoE router or the stacked
+// experts (parameters, not Linear modules, in transformers 5).
 bool nf4Linear(const std::string& name);
 
 // Whether a bitsandbytes checkpoint stores `name` quantised (4-bit NF4 or FP4, or 8-bit).

@@ -38,8 +38,12 @@ optim::LossScalerConfig lossScalerFor(const config::RunConfig& c) {
   return {c.precision.lossScale, 2.0, 0.5, c.precision.growthInterval};
 }
 
+model::ParamOptions paramOptionsFor(const config::RunConfig& c, torch::ScalarType dtype, bool allocate) {
+  return {dtype, allocate, c.lora.nf4Base, c.lora.doubleQuant};
+}
+
 std::shared_ptr<model::CausalLM> loadModelFor(const config::RunConfig& c, torch::ScalarType dtype) {
-  auto model = std::make_shared<model::CausalLM>(model::loadModelConfig(c.model.path), dtype);
+  auto model = std::make_shared<model::CausalLM>(model::loadModelConfig(c.model.path), paramOptionsFor(c, dtype, true));
   initModelFor(c, *model);
   return model;
 }
@@ -57,9 +61,20 @@ void initModelFor(const config::RunConfig& c, model::CausalLM& model) {
                 model.config().initializerRange);
   }
   if (c.lora.nf4Base) {
-    const int rounded = model::roundBaseToNf4(model, c.lora.doubleQuant);
-    RP_LOG_INFO("lora.base_dtype = nf4: {} linear weights of the base rounded to NF4 (blocks of {}{})", rounded,
-                model::kNf4BlockSize, c.lora.doubleQuant ? ", double-quantized scales" : "");
+    std::int64_t packed = 0, params = 0, bytes = 0;
+    for (const auto& [name, p] : model.hfParameters()) {
+      if (const model::Nf4Packing* packing = model.packing(name)) {
+        ++packed;
+        params += packing->numel();
+        bytes += packing->bytes();
+      }
+    }
+    RP_LOG_INFO(
+        "lora.base_dtype = nf4: {} linear weights of the base stored NF4 (blocks of {}{}): {:.1f}M parameters "
+        "in {:.1f} MB, {:.3f} bytes each",
+        packed, model::kNf4BlockSize, c.lora.doubleQuant ? ", double-quantized scales" : "",
+        static_cast<double>(params) / 1e6, static_cast<double>(bytes) / 1e6,
+        params > 0 ? static_cast<double>(bytes) / static_cast<double>(params) : 0.0);
   }
 }
 

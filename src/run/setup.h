@@ -24,6 +24,9 @@ optim::AdamWConfig adamwConfigFor(const config::RunConfig& config);
 // precision.* as the fp16 loss scaler's settings.
 optim::LossScalerConfig lossScalerFor(const config::RunConfig& config);
 
+// How the run's model holds its parameters: in `dtype`, allocated or placeholders, the base's linear weights
+// packed NF4 under lora.base_dtype = "nf4".
+model::ParamOptions paramOptionsFor(const config::RunConfig& config, torch::ScalarType dtype, bool allocate);
 // model.init = pretrained: the checkpoint's weights; random: transformers' initialisation (seeded by the caller).
 std::shared_ptr<model::CausalLM> loadModelFor(const config::RunConfig& config, torch::ScalarType dtype);
 // The same into the parameters of an existing model (bound to memory; the pipeline: the node store).

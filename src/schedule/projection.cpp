@@ -10,15 +10,22 @@ namespace rp::schedule {
 
 namespace {
 
+double attentionParams(const ModelShape& m) {
+  const double attn = static_cast<double>(m.heads) * m.headDim, kv = static_cast<double>(m.kvHeads) * m.headDim;
+  return m.hidden * attn + 2.0 * m.hidden * kv + attn * m.hidden;
+}
+
+double sparseFraction(const ModelShape& m) {
+  return m.layers > 0 ? static_cast<double>(m.sparseLayers) / m.layers : 0.0;
+}
+
 // A layer's parameters with `expertsCounted` experts per sparse layer (all of them: stored; the chosen: active).
 double meanLayerParams(const ModelShape& m, int expertsCounted) {
-  const double attn = static_cast<double>(m.heads) * m.headDim, kv = static_cast<double>(m.kvHeads) * m.headDim;
-  const double attention = m.hidden * attn + 2.0 * m.hidden * kv + attn * m.hidden;
   const double dense = 3.0 * m.hidden * static_cast<double>(m.intermediate);
   const double sparse = 3.0 * m.hidden * static_cast<double>(m.expertIntermediate) * expertsCounted +
                         static_cast<double>(m.experts) * m.hidden;  // + the router
-  const double fraction = m.layers > 0 ? static_cast<double>(m.sparseLayers) / m.layers : 0.0;
-  return attention + (1.0 - fraction) * dense + fraction * sparse;
+  const double fraction = sparseFraction(m);
+  return attentionParams(m) + (1.0 - fraction) * dense + fraction * sparse;
 }
 
 }  // namespace
@@ -29,6 +36,15 @@ double ModelShape::layerParams() const {
 
 double ModelShape::layerActiveParams() const {
   return meanLayerParams(*this, expertsPerToken);
+}
+
+double ModelShape::layerNf4Params() const {
+  return attentionParams(*this) + (1.0 - sparseFraction(*this)) * 3.0 * hidden * static_cast<double>(intermediate);
+}
+
+double frozenBaseBytes(const ModelShape& m, bool nf4) {
+  const double quantised = nf4 ? m.layers * m.layerNf4Params() : 0.0;
+  return kBf16Bytes * (m.params() - quantised) + kNf4Bytes * quantised;
 }
 
 double ModelShape::params() const {
@@ -146,7 +162,8 @@ double exchangeMs(const ModelShape& m, const Hardware& h, bool lora) {
   return exchangeBytes(m, h.nodes, lora) / (h.networkGbps * 1e9 / 8.0 * h.networkEfficiency) * 1e3;
 }
 
-SimCosts projectCosts(const ModelShape& m, const Hardware& h, int seq, int rows, bool lora) {
+SimCosts projectCosts(const ModelShape& m, const Hardware& h, int seq, int rows, bool lora, bool nf4) {
+  RP_CHECK(lora || !nf4, "an NF4 base is a LoRA run's");
   const double tokens = static_cast<double>(seq) * rows;
   const double flopsPerMs = h.tensorTflops * 1e12 * h.efficiency / 1e3;
   const double hostBytesPerMs = h.pcieGBs * 1e9 / h.gpusPerBridge / 1e3;
@@ -165,7 +182,8 @@ SimCosts projectCosts(const ModelShape& m, const Hardware& h, int seq, int rows,
   for (int l = 0; l < m.layers; ++l) {
     c.forward.push_back(layerFwd);
     c.backward.push_back(layerBwd);
-    c.weightTransfer.push_back(2.0 * m.layerParams() / hostBytesPerMs);
+    const double quantised = nf4 ? m.layerNf4Params() : 0.0;
+    c.weightTransfer.push_back((kBf16Bytes * (m.layerParams() - quantised) + kNf4Bytes * quantised) / hostBytesPerMs);
   }
   c.forward.push_back(headFwd);
   c.backward.push_back(headBwd);

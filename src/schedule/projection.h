@@ -21,6 +21,9 @@ struct ModelShape {
   double layerParams() const;
   double layerActiveParams() const;
   double params() const;  // all: layers, embedding, head (untied counted once more)
+  // Of layerParams(), the mean a layer's NF4 base quantises (model::nf4Linear: attention and dense-MLP
+  // projections; not a sparse layer's router or experts).
+  double layerNf4Params() const;
   bool tied = false;
   bool qkNorm = false;  // Qwen3's per-head norms on queries and keys
 };
@@ -61,6 +64,14 @@ Hardware loadHardware(const std::string& toml);
 // The LoRA rank the projections count adapters at (every projection of the default targets, experts included).
 inline constexpr int kProjectionLoraRank = 16;
 
+// A frozen base's bytes per parameter: bfloat16, and the NF4 store's (model/nf4.h, Note [Packed NF4]: half a
+// byte plus a float32 absmax per 64 values; lora.double_quant saves another 0.05, not counted here).
+inline constexpr double kBf16Bytes = 2.0;
+inline constexpr double kNf4Bytes = 0.5 + 4.0 / 64;
+// The host bytes of a LoRA run's frozen base: every parameter in bf16, or with `nf4` the quantised ones
+// (layerNf4Params) at kNf4Bytes.
+double frozenBaseBytes(const ModelShape& model, bool nf4);
+
 // Bytes each node sends per step in the cross-node gradient all-reduce over `nodes` (docs/optimizer.md): the
 // runtime sums fp32 gradients of the trainable parameters (every weight; with `lora`, rank-16 adapters on q, k,
 // v, o, gate, up, down, and on every expert's gate_up and down), and a ring all-reduce sends 2 (N-1)/N times
@@ -74,8 +85,10 @@ double exchangeMs(const ModelShape& model, const Hardware& hardware, bool lora);
 // at hardware.efficiency of the tensor peak (backward = 2 x forward), weight uploads over the host link shared
 // by gpusPerBridge GPUs, activation hops over NVLink or (no P2P) twice over the host link. With `lora` the
 // base is frozen: backward computes the activation gradients alone (matmuls 1 x forward, attention still 2 x;
-// the adapters' FLOPs are negligible) and no weight gradient is downloaded.
-SimCosts projectCosts(const ModelShape& model, const Hardware& hardware, int seq, int rows, bool lora = false);
+// the adapters' FLOPs are negligible) and no weight gradient is downloaded; with `nf4` too, each layer uploads its
+// quantised projections at kNf4Bytes a parameter (the dequantisation's time on the GPU is not counted).
+SimCosts projectCosts(const ModelShape& model, const Hardware& hardware, int seq, int rows, bool lora = false,
+                      bool nf4 = false);
 
 // Whether weight-bound training fits: bf16 weights and gradients, fp32 masters and Adam moments (16 bytes
 // per parameter; `lora`: the frozen bf16 weights alone, 2 bytes) of one stage of `layers` decoder layers (plus

@@ -17,13 +17,15 @@ double mb(std::int64_t bytes) {
 }  // namespace
 
 std::string memoryTable(const std::vector<RankMemory>& ranks, std::int64_t storeBytes) {
-  std::string out = fmt::format("{:>4} {:>10} {:>12} {:>13} {:>10} {:>12} {:>14} {:>18}\n", "rank", "peak MB",
-                                "private MB", "shared MB", "files MB", "slots MB", "optimizer MB", "GPU job peak MB");
+  std::string out =
+      fmt::format("{:>4} {:>10} {:>12} {:>13} {:>10} {:>12} {:>14} {:>18} {:>13}\n", "rank", "peak MB", "private MB",
+                  "shared MB", "files MB", "slots MB", "optimizer MB", "GPU job peak MB", "uploaded MB");
   for (const auto& r : ranks) {
-    out += fmt::format("{:>4} {:>10.1f} {:>12.1f} {:>13.1f} {:>10.1f} {:>12.1f} {:>14.1f} {:>18}\n", r.rank,
+    out += fmt::format("{:>4} {:>10.1f} {:>12.1f} {:>13.1f} {:>10.1f} {:>12.1f} {:>14.1f} {:>18} {:>13.1f}\n", r.rank,
                        mb(r.resident.peakBytes), mb(r.resident.privatePeakBytes()), mb(r.resident.sharedBytes),
                        mb(r.resident.fileBytes), mb(r.slotBytes), mb(r.optimizerBytes),
-                       r.deviceJobPeakBytes > 0 ? fmt::format("{:.1f}", mb(r.deviceJobPeakBytes)) : "-");
+                       r.deviceJobPeakBytes > 0 ? fmt::format("{:.1f}", mb(r.deviceJobPeakBytes)) : "-",
+                       mb(r.uploadedBytes));
   }
   out += fmt::format(
       "node store {:.1f} MB, shared by the node's ranks (private = peak - shared - files; shared: the store and the "
@@ -42,7 +44,8 @@ void writeMemoryReport(const std::string& path, const std::vector<RankMemory>& r
                     {"files_mb", mb(r.resident.fileBytes)},
                     {"stage_slots_mb", mb(r.slotBytes)},
                     {"optimizer_mb", mb(r.optimizerBytes)},
-                    {"gpu_job_peak_mb", mb(r.deviceJobPeakBytes)}});
+                    {"gpu_job_peak_mb", mb(r.deviceJobPeakBytes)},
+                    {"uploaded_mb", mb(r.uploadedBytes)}});
   }
   std::ofstream out(path);
   out << nlohmann::json{{"node_store_mb", mb(storeBytes)}, {"ranks", rows}}.dump(2) << '\n';

@@ -19,6 +19,7 @@ struct RankMemory {
   std::int64_t slotBytes = 0;           // the two stage slots of its worker
   std::int64_t optimizerBytes = 0;      // its share of the optimizer state: float32 gradient slices, AdamW moments
   std::int64_t deviceJobPeakBytes = 0;  // GPU: the most any one stage job's compute allocated (0 on the CPU)
+  std::int64_t uploadedBytes = 0;       // the weight bytes its worker uploaded from the store, over the run
 };
 
 std::string memoryTable(const std::vector<RankMemory>& ranks, std::int64_t storeBytes);

@@ -30,19 +30,23 @@ namespace {
 // float32 master (bf16/fp16 runs), AdamW gradient slot and moments, sized on a placeholder model from
 // config.json before any weight is allocated or loaded (docs/training.md, "Host memory").
 void checkHostMemory(const config::RunConfig& c, torch::ScalarType dtype) {
-  model::CausalLM placeholder(model::loadModelConfig(c.model.path), dtype, /*allocate=*/false);
-  double params = 0.0, trainable = 0.0;
-  for (const auto& [name, p] : placeholder.hfParameters()) params += static_cast<double>(p.numel());
+  model::CausalLM placeholder(model::loadModelConfig(c.model.path), run::paramOptionsFor(c, dtype, /*allocate=*/false));
+  double params = 0.0, trainable = 0.0, weights = 0.0;  // a packed NF4 weight: its parameters, its bytes
+  for (const auto& [name, p] : placeholder.hfParameters()) {
+    const model::Nf4Packing* packing = placeholder.packing(name);
+    params += static_cast<double>(packing ? packing->numel() : p.numel());
+    weights += static_cast<double>(p.nbytes());
+  }
   if (c.lora.rank > 0) {
     for (const auto& [name, p] : model::attachLora(placeholder, run::loraConfigFor(c))) {
       params += static_cast<double>(p.numel());
       trainable += static_cast<double>(p.numel());
+      weights += static_cast<double>(p.nbytes());
     }
   } else {
     trainable = params;
   }
   const double element = static_cast<double>(c10::elementSize(dtype));
-  const double weights = params * element;
   const double perTrainable = element + (dtype == torch::kFloat ? 0.0 : 4.0) + 4.0 + (c.optim.amsgrad ? 12.0 : 8.0);
   const double state = trainable * perTrainable;
   const HostMemory host = availableHostMemory();

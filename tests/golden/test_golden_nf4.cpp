@@ -1,7 +1,7 @@
 // NF4 bases (model/nf4.h) against bitsandbytes and transformers (goldens from scripts/make_goldens.py: a
 // generated model loaded in 4-bit NF4 by transformers with bitsandbytes on the CPU and saved with
 // save_pretrained). Quantising the unquantised checkpoint gives the bytes bitsandbytes stored, code for code;
-// loading the saved 4-bit checkpoint, or rounding the unquantised one's base to NF4 (lora.base_dtype = "nf4"),
+// loading the saved 4-bit checkpoint, or either checkpoint into an NF4 base (lora.base_dtype = "nf4", packed),
 // computes the 4-bit model's logits.
 #include <algorithm>
 #include <filesystem>
@@ -59,6 +59,10 @@ class GoldenNf4 : public ::testing::TestWithParam<Case> {
     EXPECT_LE(err, 1e-5 * scale) << "max abs error " << err << " vs reference scale " << scale;
   }
 
+  ParamOptions nf4Options(bool allocate = true) const {
+    return {torch::kFloat, allocate, /*nf4Base=*/true, GetParam().doubleQuant};
+  }
+
   std::string source_, quantized_;
   std::unique_ptr<safetensors::SafetensorsFile> goldens_;
 };
@@ -86,10 +90,12 @@ TEST_P(GoldenNf4, QuantizesToTheBytesBitsandbytesStored) {
     }
     EXPECT_TRUE(torch::equal(dequantizeNf4(ours), dequantizeNf4(theirs)));
   }
-  // Exactly the tensors an NF4 base of ours rounds (every projection of a dense model; a MoE model's attention
+  // Exactly the tensors an NF4 base of ours packs (every projection of a dense model; a MoE model's attention
   // and dense MLP layers).
-  const auto model = loadHfModel(source_, torch::kFloat);
-  EXPECT_EQ(tensors, roundBaseToNf4(*model, GetParam().doubleQuant));
+  const CausalLM packed(loadModelConfig(source_), nf4Options(/*allocate=*/false));
+  int ours = 0;
+  for (const auto& [name, p] : packed.hfParameters()) ours += packed.packing(name) != nullptr ? 1 : 0;
+  EXPECT_EQ(tensors, ours);
   EXPECT_GT(tensors, 0);
 }
 
@@ -98,10 +104,27 @@ TEST_P(GoldenNf4, TheSavedFourBitCheckpointComputesTheTransformersLogits) {
   expectTransformersLogits(*model);
 }
 
+// lora.base_dtype = "nf4" on the unquantised checkpoint: its base quantised at load into packed buffers.
 TEST_P(GoldenNf4, AnNf4BaseComputesTheTransformersLogits) {
-  const auto model = loadHfModel(source_, torch::kFloat);
-  roundBaseToNf4(*model, GetParam().doubleQuant);
-  expectTransformersLogits(*model);
+  CausalLM model(loadModelConfig(source_), nf4Options());
+  loadHfWeights(model, source_);
+  expectTransformersLogits(model);
+}
+
+// ... and on the 4-bit checkpoint: its NF4 tensors packed as stored, byte for byte.
+TEST_P(GoldenNf4, AnNf4BaseTakesTheStoredBytesOfAFourBitCheckpoint) {
+  CausalLM model(loadModelConfig(quantized_), nf4Options());
+  loadHfWeights(model, quantized_);
+  const safetensors::CheckpointReader stored(quantized_);
+  for (const auto& [name, p] : model.hfParameters()) {
+    const Nf4Packing* packing = model.packing(name);
+    if (packing == nullptr) continue;
+    std::vector<std::string> parts;
+    auto theirs = torch::empty({packing->bytes()}, torch::kUInt8);
+    packNf4(readBnb4bit(stored, name, parts), *packing, theirs);
+    EXPECT_TRUE(torch::equal(p, theirs)) << name;
+  }
+  expectTransformersLogits(model);
 }
 
 // A bitsandbytes checkpoint whose LM head is stored quantized (transformers keeps it unquantized unless told

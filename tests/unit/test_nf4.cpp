@@ -10,7 +10,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include "common/error.h"
+
 #include "model/causal_lm.h"
 #include "model/nf4.h"
 #include "model/safetensors.h"
@@ -137,28 +140,80 @@ ModelConfig tinyConfig() {
   return c;
 }
 
-// The base of a run: the 7 projections of each decoder layer, nothing else (embedding, head, norms keep
-// their values).
-TEST(Nf4, AnNf4BaseRoundsTheDecoderProjectionsOnly) {
-  CausalLM model(tinyConfig(), torch::kFloat);
+// A packed buffer (Note [Packed NF4]) stands for the values its NF4 tensor does, single or double quantised,
+// partial last block included, and is 4-bit-sized: ~0.56 bytes per value, ~0.52 with double quantisation.
+TEST(Nf4, APackedBufferDequantizesToItsTensorsValues) {
+  torch::manual_seed(4);
+  for (bool doubleQuant : {false, true}) {
+    for (const std::vector<std::int64_t>& shape : {std::vector<std::int64_t>{96, 256}, {7, 37}}) {
+      SCOPED_TRACE(fmt::format("double quant {}, shape [{}]", doubleQuant, fmt::join(shape, ", ")));
+      const Nf4Packing packing{shape, doubleQuant};
+      const Nf4Tensor q = quantizeNf4(torch::randn(shape), doubleQuant);
+      auto packed = torch::full({packing.bytes()}, 0xAB, torch::kUInt8);  // every byte written
+      packNf4(q, packing, packed);
+      EXPECT_TRUE(torch::equal(dequantizePacked(packed, packing), dequantizeNf4(q)));
+    }
+    const double perValue = static_cast<double>(Nf4Packing{{4096, 4096}, doubleQuant}.bytes()) / (4096.0 * 4096.0);
+    EXPECT_NEAR(perValue, doubleQuant ? 0.5 + 1.0 / 64 + 4.0 / (64 * 256) : 0.5 + 4.0 / 64, 1e-4);
+  }
+}
+
+// linearNf4 computes what nn.Linear computes over the dequantized weight, forward and backward (the input's
+// gradient; the frozen weight and bias get none), in float32 and bfloat16.
+TEST(Nf4, APackedLinearEqualsTheLinearOfItsDequantizedWeight) {
+  torch::manual_seed(6);
+  for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    const Nf4Packing packing{{48, 64}, true};
+    auto packed = torch::empty({packing.bytes()}, torch::kUInt8);
+    packNf4(quantizeNf4(torch::randn({48, 64}), true), packing, packed);
+    const auto weight = dequantizePacked(packed, packing).to(dtype);
+    const auto bias = torch::randn({48}).to(dtype);
+    const auto x = torch::randn({3, 5, 64}).to(dtype).requires_grad_(true);
+    const auto xRef = x.detach().clone().requires_grad_(true);
+    const auto y = linearNf4(x, packed, packing, bias);
+    const auto yRef = torch::linear(xRef, weight, bias);
+    EXPECT_TRUE(torch::equal(y, yRef));
+    const auto g = torch::randn_like(yRef);
+    y.backward(g);
+    yRef.backward(g);
+    EXPECT_TRUE(torch::allclose(x.grad().to(torch::kFloat), xRef.grad().to(torch::kFloat), 1e-5, 1e-5));
+  }
+}
+
+// The base of a run: the 7 projections of each decoder layer are packed, nothing else (embedding, head,
+// norms keep the model dtype); the model computes the logits of the unpacked model whose projections hold the
+// NF4 round trip.
+TEST(Nf4, AnNf4BasePacksTheDecoderProjectionsOnly) {
   torch::manual_seed(5);
-  std::map<std::string, torch::Tensor> before;
+  CausalLM dense(tinyConfig(), torch::kFloat);
+  CausalLM packed(tinyConfig(), ParamOptions{torch::kFloat, true, /*nf4Base=*/true, false});
+  const auto packedParams = packed.hfParameters();
+  int packedCount = 0;
   {
     torch::NoGradGuard noGrad;
-    for (auto& [name, p] : model.hfParameters()) {
+    std::size_t i = 0;
+    for (auto& [name, p] : dense.hfParameters()) {
+      const auto& [packedName, q] = packedParams.at(i++);
+      ASSERT_EQ(name, packedName);
       p.copy_(torch::randn(p.sizes()));
-      before[name] = p.clone();
+      const Nf4Packing* packing = packed.packing(name);
+      EXPECT_EQ(packing != nullptr, nf4Linear(name)) << name;
+      if (packing == nullptr) {
+        q.copy_(p);
+        continue;
+      }
+      ++packedCount;
+      EXPECT_EQ(q.scalar_type(), torch::kUInt8);
+      EXPECT_EQ(packing->shape, p.sizes().vec());
+      const Nf4Tensor nf4 = quantizeNf4(p, false);
+      packNf4(nf4, *packing, q);
+      p.copy_(dequantizeNf4(nf4));
     }
   }
-  EXPECT_EQ(roundBaseToNf4(model, false), 14);
-  for (const auto& [name, p] : model.hfParameters()) {
-    if (nf4Linear(name)) {
-      EXPECT_TRUE(torch::equal(p, dequantizeNf4(quantizeNf4(before[name], false)))) << name;
-      EXPECT_FALSE(torch::equal(p, before[name])) << name;
-    } else {
-      EXPECT_TRUE(torch::equal(p, before[name])) << name << " changed";
-    }
-  }
+  EXPECT_EQ(packedCount, 14);
+  torch::NoGradGuard noGrad;
+  const auto batch = causalBatch(torch::randint(0, 40, {2, 9}));
+  EXPECT_TRUE(torch::equal(packed.logits(batch), dense.logits(batch)));
   // A mixture of experts: its attention projections only (transformers 5 keeps the experts as parameters and
   // the router unconverted).
   ModelConfig moe = tinyConfig();
@@ -166,8 +221,10 @@ TEST(Nf4, AnNf4BaseRoundsTheDecoderProjectionsOnly) {
   moe.moe.numExperts = 4;
   moe.moe.expertsPerToken = 2;
   moe.moe.expertIntermediateSize = 8;
-  CausalLM experts(moe, torch::kFloat);
-  EXPECT_EQ(roundBaseToNf4(experts, false), 8);
+  const CausalLM experts(moe, ParamOptions{torch::kFloat, false, true, false});
+  int expertsPacked = 0;
+  for (const auto& [name, p] : experts.hfParameters()) expertsPacked += experts.packing(name) != nullptr ? 1 : 0;
+  EXPECT_EQ(expertsPacked, 8);
 }
 
 }  // namespace

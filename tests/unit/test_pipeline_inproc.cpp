@@ -191,6 +191,41 @@ INSTANTIATE_TEST_SUITE_P(Matrix, InProcPipelineAll,
                                               test::planeName(std::get<1>(info.param)));
                          });
 
+// QLoRA's 4-bit store (Note [Packed NF4]): against the same LoRA run on a float32 base, the node store is
+// smaller by what packing saves on the decoder projections — 4 bytes a parameter become 0.516 (double-quantised
+// NF4: half a byte, a byte per 64, a float per 16384) plus at most 1.1 KB a tensor (its dynamic map, padding,
+// alignment) — and the workers upload at least that much less per step (each projection goes up at least once
+// a step). Sizes from the memory report; the projections counted from config.json.
+TEST(InProcPipeline, AnNf4BaseIsStoredAndUploadedInFourBits) {
+  const auto fixtures = test::fixturesDir();
+  RP_SKIP_UNLESS(fixtures, "shared fixtures");
+  const std::string model = *fixtures + "/models/tinystories-656k";
+  const auto config = nlohmann::json::parse(std::ifstream(model + "/config.json"));
+  const double h = config["hidden_size"], inter = config["intermediate_size"], heads = config["num_attention_heads"],
+               kv = config["num_key_value_heads"], layers = config["num_hidden_layers"];
+  const double headDim = h / heads;
+  const double projections = layers * (2 * h * heads * headDim + 2 * h * kv * headDim + 3 * h * inter);
+  constexpr int kSteps = 5;
+  auto report = [&](const std::string& name, std::vector<std::string> extra) {
+    const std::string out = test::scratchDir() + "/" + name;
+    std::vector<std::string> sets = test::equivalenceSettings(model, model, *fixtures, out);
+    sets.insert(sets.end(), extra.begin(), extra.end());
+    const ThreadRun run = test::runOnThreads(config::loadRunConfig("", sets), 2, TensorPlane::kHostStaged, {});
+    EXPECT_EQ(run.metrics.size(), static_cast<std::size_t>(kSteps));
+    const auto json = nlohmann::json::parse(std::ifstream(out + "/memory.json"));
+    double uploaded = 0;
+    for (const auto& r : json["ranks"]) uploaded += r["uploaded_mb"].get<double>();
+    return std::pair{json["node_store_mb"].get<double>() * 1e6, uploaded * 1e6};
+  };
+  const auto [loraStore, loraUploads] = report("lora", {"lora.rank=4"});
+  const auto [nf4Store, nf4Uploads] = report("qlora", {"lora.rank=4", "lora.base_dtype=nf4", "lora.double_quant=true"});
+  const double leastSaved = 3.48 * projections - 1100.0 * 7 * layers;
+  EXPECT_GE(loraStore - nf4Store, leastSaved) << "store: " << loraStore << " bytes, " << nf4Store << " with NF4";
+  EXPECT_LE(loraStore - nf4Store, 3.5 * projections) << "store: " << loraStore << " bytes, " << nf4Store << " with NF4";
+  EXPECT_GE(loraUploads - nf4Uploads, leastSaved * kSteps)
+      << "uploads: " << loraUploads << " bytes on a float32 base, " << nf4Uploads << " on the NF4 base";
+}
+
 // A plan whose largest stage (with its prefetched neighbour) exceeds the worker memory budget is an input
 // error naming the stage, its bytes and the budget, on every rank — not an allocation failure mid-run.
 TEST(InProcPipeline, AStageOverTheMemoryBudgetIsNamed) {

@@ -304,6 +304,8 @@ TEST(Projection, MoeLayersStoreEveryExpertAndComputeTheChosen) {
   EXPECT_DOUBLE_EQ(m.layerParams(), 48 + (96 + 192) / 2.0);
   EXPECT_DOUBLE_EQ(m.layerActiveParams(), 48 + (96 + 132) / 2.0);
   EXPECT_DOUBLE_EQ(m.params(), 2 * 192 + 2 * 40);  // + embedding and untied head
+  // An NF4 base quantises attention everywhere and the dense layer's MLP; not the experts or the router.
+  EXPECT_DOUBLE_EQ(m.layerNf4Params(), 48 + 96 / 2.0);
   EXPECT_DOUBLE_EQ(decoderLayerFlops(m, /*seq=*/3, /*rows=*/1), 2.0 * 162 * 3 + 2.0 * 3 * 3 * 2 * 2);
 }
 
@@ -353,6 +355,15 @@ TEST(Projection, CostsFollowTheFlopAndByteCounts) {
   h.memoryGb = 2.0 * 144 * 2 / 1e9;
   EXPECT_TRUE(boundStageFits(m, h, 2, false, 3, 1, 0, true, /*lora=*/true));
   EXPECT_FALSE(boundStageFits(m, h, 2, false, 3, 1, 0, true, /*lora=*/false));
+
+  // An NF4 base: a layer's 144 projection parameters go up at 0.5625 bytes (half a byte, a float32 per 64);
+  // the embedding and head stay bf16; the compute does not change. The host holds the same mix.
+  const SimCosts nf4 = projectCosts(m, h, 3, 1, true, /*nf4=*/true);
+  EXPECT_NEAR(nf4.weightTransfer[1], 0.5625 * 144 / 500.0, 1e-12);
+  EXPECT_DOUBLE_EQ(nf4.weightTransfer[0], lora.weightTransfer[0]);
+  EXPECT_DOUBLE_EQ(nf4.backward[1], lora.backward[1]);
+  EXPECT_DOUBLE_EQ(frozenBaseBytes(m, false), 2.0 * 368);
+  EXPECT_DOUBLE_EQ(frozenBaseBytes(m, true), 2.0 * (368 - 2 * 144) + 0.5625 * 2 * 144);
 }
 
 // The cross-node gradient exchange a multi-node profile adds to each step, by hand on the tiny shape of
