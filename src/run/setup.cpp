@@ -48,6 +48,11 @@ std::shared_ptr<model::CausalLM> loadModelFor(const config::RunConfig& c, torch:
   return model;
 }
 
+std::string smallerModelHint(const config::RunConfig& c) {
+  if (c.lora.rank == 0) return "train LoRA (lora.rank), ";
+  return c.lora.nf4Base ? "" : "store the frozen base in 4 bits (lora.base_dtype = \"nf4\"), ";
+}
+
 model::LoraConfig loraConfigFor(const config::RunConfig& c) {
   return {c.lora.rank, c.lora.alpha, c.lora.dropout, c.lora.targets};
 }

@@ -31,6 +31,9 @@ model::ParamOptions paramOptionsFor(const config::RunConfig& config, torch::Scal
 std::shared_ptr<model::CausalLM> loadModelFor(const config::RunConfig& config, torch::ScalarType dtype);
 // The same into the parameters of an existing model (bound to memory; the pipeline: the node store).
 void initModelFor(const config::RunConfig& config, model::CausalLM& model);
+// What would shrink the model's host memory, for the host-memory errors: "train LoRA (lora.rank), ", "store the
+// frozen base in 4 bits (lora.base_dtype = \"nf4\"), " or nothing.
+std::string smallerModelHint(const config::RunConfig& config);
 // The run's lora.* keys as the model's LoRA settings.
 model::LoraConfig loraConfigFor(const config::RunConfig& config);
 

@@ -54,10 +54,11 @@ void checkHostMemory(const config::RunConfig& c, torch::ScalarType dtype) {
   RP_THROW(InputError,
            "{}: this run needs {:.2f} GB of host memory — the weights {:.2f} GB ({:.0f}M parameters in {}) and, for "
            "{:.0f}M trainable parameters, their gradients, float32 masters and optimizer state {:.2f} GB — but {} "
-           "leaves {:.2f} GB: train LoRA (lora.rank), run the pipeline runtime over more nodes, or use a machine with "
-           "more memory (docs/training.md, \"Host memory\")",
+           "leaves {:.2f} GB: {}run the pipeline runtime over more nodes, or use a machine with more memory "
+           "(docs/training.md, \"Host memory\")",
            c.model.path, (weights + state) / 1e9, weights / 1e9, params / 1e6, config::dtypeName(c.model.dtype),
-           trainable / 1e6, state / 1e9, host.source, static_cast<double>(host.availableBytes) / 1e9);
+           trainable / 1e6, state / 1e9, host.source, static_cast<double>(host.availableBytes) / 1e9,
+           run::smallerModelHint(c));
 }
 
 }  // namespace

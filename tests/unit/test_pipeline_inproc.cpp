@@ -260,6 +260,33 @@ TEST(InProcPipeline, ARunBeyondTheHostMemoryIsRefusedBeforeLoading) {
   }
 }
 
+// A host that holds the 4-bit base but not the float32 one (2 MiB: the NF4 store is 1.5 MB, the float32 one 2.9):
+// the LoRA run is refused before loading, pointing at lora.base_dtype; the QLoRA run trains.
+TEST(InProcPipeline, AHostThatHoldsOnlyTheFourBitBaseRunsQLora) {
+  const auto fixtures = test::fixturesDir();
+  RP_SKIP_UNLESS(fixtures, "shared fixtures");
+  const std::string model = *fixtures + "/models/tinystories-656k";
+  auto configFor = [&](const std::string& base) {
+    std::vector<std::string> sets =
+        test::equivalenceSettings(model, model, *fixtures, test::scratchDir() + "/out-" + base);
+    sets.insert(sets.end(), {"lora.rank=4", "lora.base_dtype=" + base, "train.max_steps=1"});
+    return config::loadRunConfig("", sets);
+  };
+  ::setenv("RP_HOST_MEMORY_MB", "2", 1);
+  const ThreadRun lora = test::runOnThreads(configFor("model"), 2, TensorPlane::kHostStaged, {}, true);
+  const ThreadRun qlora = test::runOnThreads(configFor("nf4"), 2, TensorPlane::kHostStaged, {}, true);
+  ::unsetenv("RP_HOST_MEMORY_MB");
+  ASSERT_EQ(lora.errors.size(), 2u);
+  for (const auto& e : lora.errors) {
+    EXPECT_NE(e.find("but RP_HOST_MEMORY_MB leaves 0.00 GB: store the frozen base in 4 bits (lora.base_dtype = "
+                     "\"nf4\")"),
+              std::string::npos)
+        << e;
+  }
+  EXPECT_TRUE(qlora.errors.empty()) << qlora.errors.front();
+  EXPECT_EQ(qlora.metrics.size(), 1u);
+}
+
 // A diverged step (fault injection: step 3's loss, hence its gradients, made NaN on whichever rank runs the
 // fused stage) is skipped by every rank alike, and the run goes on exactly as the single-process trainer
 // that skipped the same step: same losses and skip flags, same weights.
