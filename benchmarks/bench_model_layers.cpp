@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "model/causal_lm.h"
+#include "model/nf4.h"
 
 namespace {
 
@@ -54,8 +55,13 @@ void BM_DecoderLayer(benchmark::State& state) {
   const auto c = configFor(state.range(0));
   const std::int64_t seq = state.range(1);
   const bool backward = state.range(2) != 0;
-  rp::model::CausalLM model(c, torch::kFloat);
-  setInit(model);
+  const bool nf4 = state.range(3) != 0;  // QLoRA's packed NF4 projections, dequantized per product
+  rp::model::CausalLM model(c, rp::model::ParamOptions{torch::kFloat, true, nf4, false});
+  if (nf4) {
+    rp::model::initRandom(model);
+  } else {
+    setInit(model);
+  }
   const auto batch = rp::model::causalBatch(torch::randint(c.vocabSize, {1, seq}, torch::kInt64));
   const auto ctx = model.rotary().context(batch, torch::kFloat);
   auto input = torch::randn({1, seq, c.hiddenSize}).requires_grad_(backward);
@@ -70,8 +76,8 @@ void BM_DecoderLayer(benchmark::State& state) {
   state.counters["GFLOPs"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_DecoderLayer)
-    ->ArgNames({"cfg", "seq", "bwd"})
-    ->ArgsProduct({{0, 1}, {256}, {0, 1}})
+    ->ArgNames({"cfg", "seq", "bwd", "nf4"})
+    ->ArgsProduct({{0, 1}, {256}, {0, 1}, {0, 1}})
     ->Unit(benchmark::kMillisecond);
 
 void BM_HeadLoss(benchmark::State& state) {
@@ -93,6 +99,27 @@ void BM_HeadLoss(benchmark::State& state) {
   state.counters["GFLOPs"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_HeadLoss)->ArgNames({"cfg", "chunk"})->ArgsProduct({{0, 1}, {0, 64}})->Unit(benchmark::kMillisecond);
+
+// NF4 dequantisation of one Qwen3-1.7B MLP projection ([6144, 2048], packed; double quantisation by the
+// argument) into float32, on one thread, against its limit: writing as many float32 values (BM_FillFloats).
+void BM_DequantizeNf4(benchmark::State& state) {
+  torch::set_num_threads(1);
+  const rp::model::Nf4Packing packing{{6144, 2048}, state.range(0) != 0};
+  auto packed = torch::empty({packing.bytes()}, torch::kUInt8);
+  rp::model::packNf4(rp::model::quantizeNf4(torch::randn({6144, 2048}), packing.doubleQuant), packing, packed);
+  for (auto _ : state) benchmark::DoNotOptimize(rp::model::dequantizePacked(packed, packing).data_ptr());
+  const double values = static_cast<double>(packing.numel()) * static_cast<double>(state.iterations());
+  state.counters["Gvalues/s"] = benchmark::Counter(values / 1e9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_DequantizeNf4)->ArgNames({"double"})->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
+void BM_FillFloats(benchmark::State& state) {
+  torch::set_num_threads(1);
+  for (auto _ : state) benchmark::DoNotOptimize(torch::full({6144, 2048}, 1.5F).data_ptr());
+  const double values = 6144.0 * 2048.0 * static_cast<double>(state.iterations());
+  state.counters["Gvalues/s"] = benchmark::Counter(values / 1e9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_FillFloats)->Unit(benchmark::kMillisecond);
 
 // The hardware limit the layers are measured against: a large fp32 matmul on one thread.
 void BM_MatmulPeak(benchmark::State& state) {
