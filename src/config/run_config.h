@@ -88,7 +88,7 @@ struct RunConfig {
     std::int64_t rank;
     double alpha, dropout;
     std::vector<std::string> targets;
-    bool nf4Base;      // lora.base_dtype = "nf4": the base's linear weights rounded to NF4 (model/nf4.h)
+    bool nf4Base;      // lora.base_dtype = "nf4": the base's linear weights stored NF4 (model/nf4.h)
     bool doubleQuant;  // lora.double_quant
   } lora;
   struct Output {

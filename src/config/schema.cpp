@@ -110,8 +110,8 @@ const std::vector<KeySpec>& runSchema() {
       {"lora.targets", Type::kStringList, L{"q", "k", "v", "o", "gate", "up", "down"},
        "projections with adapters (MoE: gate+up and down adapt the experts, docs/moe.md)"},
       {"lora.base_dtype", Type::kString, S("model"),
-       "the frozen base's linear weights: \"model\" (the model dtype) or \"nf4\" (QLoRA: rounded to 4-bit NF4 as "
-       "bitsandbytes stores them, docs/model.md)"},
+       "the frozen base's linear weights: \"model\" (the model dtype) or \"nf4\" (QLoRA: stored 4-bit NF4 as "
+       "bitsandbytes stores them, dequantized per product, docs/model.md)"},
       {"lora.double_quant", Type::kBool, false, "nf4: quantize the NF4 block scales too (bitsandbytes' double quant)"},
 
       {"output.dir", Type::kString, S("out"), "output directory (metrics.jsonl, config.effective.toml)"},

@@ -151,7 +151,7 @@ INSTANTIATE_TEST_SUITE_P(
                       // GPT-OSS from MXFP4 experts; LoRA on attention and experts.
                       Case{"gpt_oss_full", {}, "gpt-oss-mxfp4", -1},
                       Case{"gpt_oss_lora", {"lora.rank=4", "lora.alpha=8"}, "gpt-oss-tiny"},
-                      // QLoRA: the base rounded to NF4 at load; the adapter on the
+                      // QLoRA: the base stored NF4 from load on; the adapter on the
                       // bitsandbytes 4-bit base in PEFT, the merged model on its own.
                       Case{"qlora", {"lora.rank=4", "lora.alpha=8", "lora.base_dtype=nf4"}},
                       // From the bitsandbytes 4-bit checkpoint itself.

@@ -58,7 +58,7 @@ const std::vector<Case>& matrixCases() {
       // Bounded staleness: k versions of the weights and gradient slots, iteration t on
       // W_{t-k}, equal to the delayed-update reference.
       Case{"stale2", {}, 2}, Case{"stale3_lora", {"lora.rank=4"}, 3}, Case{"lora", {"lora.rank=4"}},
-      // QLoRA: the frozen base rounded to NF4 (double-quantised scales) at load, on every rank.
+      // QLoRA: the frozen base stored packed NF4 (double-quantised scales) from load on, on every rank.
       Case{"qlora", {"lora.rank=4", "lora.base_dtype=nf4", "lora.double_quant=true"}},
       // Weight uploads in 50 KB chunks (a stage of this model is 0.3-1.8 MB): the copy
       // queue's chunked path, with activation copies going past it, gives the same weights.
