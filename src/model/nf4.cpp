@@ -347,9 +347,7 @@ Nf4Tensor readBnb4bit(const safetensors::CheckpointReader& reader, const std::st
     RP_THROW(InputError, "{}: '{}': blocksize {} (supported: an even positive number, 64 as bitsandbytes writes)", dir,
              stateView.name, q.blocksize);
   }
-  std::int64_t n = 1;
-  for (auto d : q.shape) n *= d;
-  const std::int64_t blocks = (n + q.blocksize - 1) / q.blocksize;
+  const std::int64_t n = Nf4Packing{q.shape}.numel(), blocks = blocksOf(n, q.blocksize);
   auto tensor = [&](const std::string& part, safetensors::DType dtype, std::int64_t numel) {
     const auto& view = get(part);
     if (view.dtype != dtype || view.numel() != numel) {
