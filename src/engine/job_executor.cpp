@@ -483,9 +483,12 @@ void JobExecutor::resolveTimings() {
 }
 
 // The fused stage's losses of the job, read from the device in one copy into the step's loss region, before
-// the fusedDone fence tells the optimizer they are in.
+// the fusedDone fence tells the optimizer they are in. The stack and its copy run on the compute stream, after
+// the losses' kernels: on the current (default) stream they would not wait for the compute stream, and the
+// optimizer read a step's loss with microbatches missing (the GPU tier's W = 2 LoRA cases, 2026-11-27).
 void JobExecutor::writeLosses(std::int64_t step) {
   if (pendingLosses_.empty()) return;
+  const auto onWorker = worker_->enterCompute();
   std::vector<torch::Tensor> sums;
   for (const auto& [mb, sum] : pendingLosses_) sums.push_back(sum);
   device::countHostWait(device::HostWait::kLossRead);

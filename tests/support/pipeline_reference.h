@@ -4,8 +4,8 @@
 
 #include <functional>
 #include <optional>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/torch.h>
@@ -39,8 +39,10 @@ struct Tolerance {
 };
 
 // float32 on a CUDA device: cuBLAS and the fused attention kernels sum in another order than the CPU: 1e-5 on
-// the loss; the grad norms and the weights after 5 updates a little looser.
-constexpr Tolerance kCudaFloat{1e-5, 1e-4, 1e-4};
+// the loss; the grad norms and the weights after 5 updates a little looser. Weights: 2e-4, a fifteenth of one
+// LoRA update at the case's lr 3e-3 (so a missed or doubled step still fails); measured 1.01e-4 on an H100
+// (2026-11-27, a LoRA factor: AdamW's normalisation carries the kernels' differences on near-zero gradients).
+constexpr Tolerance kCudaFloat{1e-5, 1e-4, 2e-4};
 
 // What the pipeline is held to, computed once and compared with any number of pipeline runs of the same
 // config (the in-process tier runs one case on several planes and worker counts against one reference).
@@ -66,7 +68,6 @@ void expectMatches(const Reference& reference, const PipelineResult& pipeline, T
 
 // The two in one: the reference of `config` computed and compared.
 void expectEqualsTrainer(const config::RunConfig& config, const PipelineResult& pipeline, Tolerance tolerance = {});
-void expectEqualsDelayedUpdate(const config::RunConfig& config, const PipelineResult& pipeline,
-                               double weightTolerance);
+void expectEqualsDelayedUpdate(const config::RunConfig& config, const PipelineResult& pipeline, double weightTolerance);
 
 }  // namespace rp::test

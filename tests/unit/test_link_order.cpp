@@ -1,26 +1,37 @@
-// Note [One libstdc++] (cmake/RpDependencies.cmake): in a program that links LibTorch, the C++ library
-// symbols the torch wheel also exports must be answered by libstdc++.so.6, never by the wheel's static copy.
-// dlsym(RTLD_DEFAULT) searches the program's global scope in the order the dynamic linker binds our own calls.
+// Note [One libstdc++] (cmake/RpDependencies.cmake): in a program that links LibTorch, our own calls into the
+// C++ library parts the torch wheel also exports must reach a libstdc++ built for our objects — the system's
+// libstdc++.so.6, or a copy linked into the program itself (a toolchain that links libstdc++ statically; the H100
+// machines' GCC 13 builds do not list libstdc++.so.6, docs/gpu.md) — never the wheel's copy.
+// The address our code takes of a function is the one the dynamic linker bound its calls to (the GOT entry),
+// so the object holding that address is the copy our calls run.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <link.h>
 #include <torch/torch.h>
 
+#include <cstdint>
+#include <filesystem>
 #include <string>
+#include <system_error>
 
 namespace rp::test {
 namespace {
 
-// Where the program's global scope finds `symbol`, or "" if nowhere.
-std::string definingLibrary(const char* symbol) {
-  void* address = dlsym(RTLD_DEFAULT, symbol);
-  Dl_info info{};
-  if (address == nullptr || dladdr(address, &info) == 0 || info.dli_fname == nullptr) return "";
+int inTheProgram() {
+  return 1;
+}
+
+// The object that holds `address`: its path, or "(the program)" for the program itself.
+std::string objectOf(const void* address) {
+  Dl_info info{}, program{};
+  if (dladdr(address, &info) == 0 || info.dli_fname == nullptr) return "";
+  if (dladdr(reinterpret_cast<const void*>(&inTheProgram), &program) != 0 && info.dli_fbase == program.dli_fbase) {
+    return "(the program)";
+  }
   return info.dli_fname;
 }
 
-// The program's loaded objects in load order (the global scope's search order), for the failure message: the
-// first H100 machine's GCC 13 build answered from libtorch.so, and which objects came first is what tells why.
+// The program's loaded objects in load order (the global scope's search order), for the failure message.
 std::string loadOrder() {
   std::string order;
   dl_iterate_phdr(
@@ -34,20 +45,35 @@ std::string loadOrder() {
   return order;
 }
 
-TEST(LinkOrder, TheSystemLibstdcxxAnswersWhatTheTorchWheelAlsoExports) {
+TEST(LinkOrder, OurCallsIntoWhatTheTorchWheelAlsoExportsReachOurLibstdcxx) {
   // A tensor op keeps LibTorch among the program's libraries even where the linker drops unused ones.
   ASSERT_EQ(torch::ones({2}).sum().item<float>(), 2.0F);
-  const char* symbols[] = {
-      "_ZNSt10filesystem10remove_allERKNS_7__cxx114pathERSt10error_code",  // fs::remove_all(path, error_code&)
-      "_ZNSt10filesystem7__cxx114path14_M_split_cmptsEv",                  // fs::path's parsing
-      "_ZNSt10filesystem7__cxx1118directory_iteratorppEv",                 // directory_iterator::operator++
-      "_ZNSt15__exception_ptr13exception_ptr10_M_releaseEv",               // std::exception_ptr's release
+  using RemoveAll = std::uintmax_t (*)(const std::filesystem::path&, std::error_code&);
+  using TempDirectory = std::filesystem::path (*)(std::error_code&);
+  const std::pair<const char*, const void*> ours[] = {
+      {"std::filesystem::remove_all",
+       reinterpret_cast<const void*>(static_cast<RemoveAll>(&std::filesystem::remove_all))},
+      {"std::filesystem::temp_directory_path",
+       reinterpret_cast<const void*>(static_cast<TempDirectory>(&std::filesystem::temp_directory_path))},
   };
-  for (const char* symbol : symbols) {
-    const std::string library = definingLibrary(symbol);
-    EXPECT_NE(library.find("libstdc++.so"), std::string::npos)
-        << symbol << " is answered by '" << library << "'; the load order:" << loadOrder();
+  std::string copy;  // the copy the first of them reached
+  for (const auto& [name, address] : ours) {
+    const std::string object = objectOf(address);
+    EXPECT_TRUE(object.find("libstdc++.so") != std::string::npos || object == "(the program)")
+        << "our calls to " << name << " run the copy in '" << object << "'; the load order:" << loadOrder();
+    if (copy.empty()) copy = object;
+    EXPECT_EQ(object, copy) << name << " and " << ours[0].first << " reach different copies";
   }
+  if (copy.find("libstdc++.so") == std::string::npos) return;  // linked in: exception_ptr's copy is ours too
+  // Linked dynamically: exception_ptr's reference count (a private member our inline code calls) is bound by
+  // the same rule; dlsym(RTLD_DEFAULT) searches the global scope in the order that binding uses.
+  const char* release = "_ZNSt15__exception_ptr13exception_ptr10_M_releaseEv";
+  Dl_info info{};
+  void* address = dlsym(RTLD_DEFAULT, release);
+  ASSERT_NE(address, nullptr) << release;
+  ASSERT_NE(dladdr(address, &info), 0) << release;
+  EXPECT_NE(std::string(info.dli_fname).find("libstdc++.so"), std::string::npos)
+      << release << " is answered by '" << info.dli_fname << "'; the load order:" << loadOrder();
 }
 
 }  // namespace
