@@ -1,9 +1,13 @@
 // AdamW on the host: our kernels (scalar, AVX2, AVX-512; 1 and 2 threads; with and without the fused bf16
 // model copy) in parameters/s and GB/s, beside this machine's memory bandwidth measured in the same binary
-// (a STREAM triad) and LibTorch's torch::optim::AdamW on the same sizes. Prints one table.
+// (a STREAM triad) and LibTorch's torch::optim::AdamW on the same sizes; then the passes of one sync bf16
+// optimizer step over the same parameters (engine/optimizer_worker.cpp: widen the bf16 gradient slots to
+// float32, sum of squares, clip, AdamW with the fused bf16 copy) at 1 and 2 threads (Note [Optimizer threads]).
+// Prints two tables.
 // Usage: bench_adamw [million parameters] (default 16). DeepSpeed's CPU Adam: benchmarks/peer_deepspeed_adam.py.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <thread>
 #include <vector>
@@ -14,6 +18,8 @@
 #include <torch/torch.h>
 
 #include "optim/adamw_simd.h"
+#include "optim/grad_clip.h"
+#include "optim/parallel.h"
 
 using Clock = std::chrono::steady_clock;
 
@@ -107,6 +113,34 @@ int main(int argc, char** argv) {
     torch::optim::AdamW opt({p}, torch::optim::AdamWOptions(1e-3).weight_decay(0.01));
     const double s = timeIt(5, [&] { opt.step(); });
     row("LibTorch torch::optim::AdamW", threads, s, 28);
+  }
+
+  // One sync bf16 step's host passes, as the optimizer thread runs them over its slice.
+  std::vector<std::uint16_t> slot(n);
+  for (std::size_t i = 0; i < n; ++i) slot[i] = rp::optim::toBFloat16(grad[i]);
+  std::printf("\nOne sync bf16 optimizer step's passes over %.0fM parameters (ms)\n", static_cast<double>(n) / 1e6);
+  std::printf(
+      "| threads | widen bf16 -> fp32 | sum of squares | clip | AdamW + bf16 copy | all | ns per parameter |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (int threads : {1, 2}) {
+    const int parts = rp::optim::partsFor(n, threads);
+    const std::vector<rp::optim::GradBuffer> buffers{{grad.data(), n}};
+    const double widen = timeIt(5, [&] {
+      rp::optim::forEachPart(parts, [&](int part) {
+        const auto [begin, end] = rp::optim::partOf(n, part, parts);
+        for (std::size_t k = begin; k < end; ++k) grad[k] = rp::optim::fromBFloat16(slot[k]);
+      });
+    });
+    double norm = 0;
+    const double sum = timeIt(5, [&] { norm = std::sqrt(rp::optim::sumOfSquares(buffers, threads)); });
+    const double clip = timeIt(5, [&] { rp::optim::clipToNorm(buffers, norm * 2, norm, threads); });
+    rp::optim::AdamW adamw({1e-3, 0.9, 0.999, 1e-8, 0.01, false, {}}, rp::optim::bestAdamWKernel());
+    adamw.setThreads(threads);
+    adamw.add("p", param.data(), grad.data(), n, copy.data(), rp::optim::ModelCopy::kBFloat16);
+    const double update = timeIt(5, [&] { adamw.step(1e-3); });
+    const double all = widen + sum + clip + update;
+    std::printf("| %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f |\n", threads, widen * 1e3, sum * 1e3, clip * 1e3,
+                update * 1e3, all * 1e3, all / static_cast<double>(n) * 1e9);
   }
   return 0;
 }

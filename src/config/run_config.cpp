@@ -199,7 +199,7 @@ RunConfig buildRunConfig(Values v) {
   c.optim.warmupSteps = atLeast(v, "optim.warmup_steps", 0);
   c.optim.minLrRatio = inRange(v, "optim.min_lr_ratio", 0.0, 1.0, false);
   c.optim.staleness = staleness(v, c.notices);
-  c.optim.threads = atLeast(v, "optim.threads", 1);
+  c.optim.threads = atLeast(v, "optim.threads", 0);
   c.optim.shardAcrossNodes = v.getBool("optim.shard_across_nodes");
 
   c.pipeline.schedule = parseEnum<PipelineSchedule>(v, "pipeline.schedule",

@@ -63,7 +63,8 @@ const std::vector<KeySpec>& runSchema() {
       {"optim.staleness", Type::kInt, I(1),
        "async: iteration t computes on the weights after step t-k-1, the optimizer up to k steps behind (1..8; "
        "0 = sync). Set alone, it decides the mode"},
-      {"optim.threads", Type::kInt, I(1), "AdamW threads per rank (each takes a contiguous part of every tensor)"},
+      {"optim.threads", Type::kInt, I(0),
+       "optimizer threads per rank (0 = the cores this process may run on, shared among the node's ranks)"},
       {"optim.shard_across_nodes", Type::kBool, false,
        "several nodes: each node keeps 1/N of the AdamW moments (reduce-scatter the gradients, update its shard, "
        "all-gather the masters); same results"},

@@ -11,27 +11,40 @@
 #include "common/resident_memory.h"
 #include "optim/adamw_simd.h"
 #include "optim/grad_clip.h"
+#include "optim/parallel.h"
 #include "run/setup.h"
 
 namespace rp::engine {
 namespace {
 
-// `n` elements of the model dtype at `src` widened into `dst` (or added to it).
-void widen(float* dst, const std::uint8_t* src, std::size_t n, c10::ScalarType dtype, bool add) {
-  if (dtype == c10::ScalarType::Float && !add) {
-    std::memcpy(dst, src, n * sizeof(float));
-    return;
-  }
+// `n` two-byte values at `src` widened by `from` into `dst` (or added to it).
+template <typename From>
+void widenHalves(float* dst, const std::uint8_t* src, std::size_t n, bool add, From from) {
   for (std::size_t k = 0; k < n; ++k) {
-    float x;
-    if (dtype == c10::ScalarType::Float) {
-      std::memcpy(&x, src + k * 4, 4);
-    } else {
-      std::uint16_t bits;
-      std::memcpy(&bits, src + k * 2, 2);
-      x = dtype == c10::ScalarType::Half ? optim::fromHalf(bits) : optim::fromBFloat16(bits);
-    }
+    std::uint16_t bits;
+    std::memcpy(&bits, src + k * 2, 2);
+    const float x = from(bits);
     dst[k] = add ? dst[k] + x : x;
+  }
+}
+
+// `n` elements of the model dtype at `src` widened into `dst` (or added to it), one loop per dtype (the bfloat16
+// one inlined: the largest pass of a bf16 step).
+void widen(float* dst, const std::uint8_t* src, std::size_t n, c10::ScalarType dtype, bool add) {
+  if (dtype == c10::ScalarType::Float) {
+    if (!add) {
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
+    }
+    for (std::size_t k = 0; k < n; ++k) {
+      float x;
+      std::memcpy(&x, src + k * 4, 4);
+      dst[k] += x;
+    }
+  } else if (dtype == c10::ScalarType::BFloat16) {
+    widenHalves(dst, src, n, add, [](std::uint16_t bits) { return optim::fromBFloat16(bits); });
+  } else {
+    widenHalves(dst, src, n, add, [](std::uint16_t bits) { return optim::fromHalf(bits); });
   }
 }
 
@@ -41,10 +54,33 @@ void narrowInto(std::uint8_t* dst, const float* src, std::size_t n, c10::ScalarT
     std::memcpy(dst, src, n * sizeof(float));
     return;
   }
+  const bool half = dtype == c10::ScalarType::Half;
   for (std::size_t k = 0; k < n; ++k) {
-    const std::uint16_t bits = dtype == c10::ScalarType::Half ? optim::toHalf(src[k]) : optim::toBFloat16(src[k]);
+    const std::uint16_t bits = half ? optim::toHalf(src[k]) : optim::toBFloat16(src[k]);
     std::memcpy(dst + k * 2, &bits, 2);
   }
+}
+
+// One widening of a gradient slot's slice into its float32 buffer.
+struct Widening {
+  float* dst;
+  const std::uint8_t* src;
+  std::size_t n;
+  bool add;
+};
+
+// Every widening split over `threads` (optim/parallel.h): part p of each goes to thread p.
+void widenAll(const std::vector<Widening>& work, c10::ScalarType dtype, int threads) {
+  std::size_t elements = 0;
+  for (const auto& w : work) elements += w.n;
+  const int parts = optim::partsFor(elements, threads);
+  const std::size_t size = c10::elementSize(dtype);
+  optim::forEachPart(parts, [&](int part) {
+    for (const auto& w : work) {
+      const auto [begin, end] = optim::partOf(w.n, part, parts);
+      widen(w.dst + begin, w.src + begin * size, end - begin, dtype, w.add);
+    }
+  });
 }
 
 std::pair<std::size_t, std::size_t> sliceOf(std::size_t n, int part, int parts) {
@@ -66,7 +102,8 @@ OptimizerWorker::OptimizerWorker(std::vector<OptimTensor> tensors, Fences& fence
       versions_(std::max(1, options_.staleness)),
       node_(node.duplicate()),
       adamw_(options_.adamw, optim::bestAdamWKernel()) {
-  adamw_.setThreads(options_.threads);
+  threads_ = optim::optimizerThreads(options_.threads, ranks_);
+  adamw_.setThreads(threads_);
   if (options_.crossNode != nullptr) crossNode_ = options_.crossNode->duplicate();
   sharded_ = options_.shardAcrossNodes && crossNode_ && crossNode_->size() > 1;
   RP_CHECK(static_cast<int>(options_.losses.size()) == versions_ + 1, "{} loss buffers for {} weight versions",
@@ -177,20 +214,32 @@ void OptimizerWorker::copyMasters(const Work& work, bool waitForUploads) {
 void OptimizerWorker::copyMaster(std::size_t i, int version) {
   const auto& tensor = tensors_[i];
   const auto [begin, end] = slices_[i];
-  narrowInto(tensor.weights[static_cast<std::size_t>(version)] + begin * c10::elementSize(options_.dtype),
-             tensor.master + begin, end - begin, options_.dtype);
+  const std::size_t size = c10::elementSize(options_.dtype);
+  const int parts = optim::partsFor(end - begin, threads_);
+  optim::forEachPart(parts, [&](int part) {
+    const auto [from, to] = optim::partOf(end - begin, part, parts);
+    narrowInto(tensor.weights[static_cast<std::size_t>(version)] + (begin + from) * size, tensor.master + begin + from,
+               to - from, options_.dtype);
+  });
 }
 
 bool OptimizerWorker::unscaleAndCheck(double scale) {
   const float s = static_cast<float>(scale);
-  std::int32_t bad = 0;
-  for (std::size_t i = 0; i < grads_.size(); ++i) {
-    if (grads_[i].empty()) continue;
-    for (float* g = grads_[i].data(); g != grads_[i].data() + shards_[i].second; ++g) {
-      *g /= s;
-      bad |= std::isfinite(*g) ? 0 : 1;
+  std::size_t elements = 0;
+  for (std::size_t i = 0; i < grads_.size(); ++i) elements += grads_[i].empty() ? 0 : shards_[i].second;
+  const int parts = optim::partsFor(elements, threads_);
+  std::vector<std::int32_t> badPart(static_cast<std::size_t>(parts), 0);
+  optim::forEachPart(parts, [&](int part) {
+    for (std::size_t i = 0; i < grads_.size(); ++i) {
+      if (grads_[i].empty()) continue;
+      const auto [begin, end] = optim::partOf(shards_[i].second, part, parts);
+      for (float* g = grads_[i].data() + begin; g != grads_[i].data() + end; ++g) {
+        *g /= s;
+        badPart[static_cast<std::size_t>(part)] |= std::isfinite(*g) ? 0 : 1;
+      }
     }
-  }
+  });
+  std::int32_t bad = *std::max_element(badPart.begin(), badPart.end());
   node_->allreduce(&bad, 1, control::Reduce::kMax);
   if (crossNode_) crossNode_->allreduce(&bad, 1, control::Reduce::kMax);
   return bad == 0;
@@ -250,6 +299,8 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
   for (int l = options_.layers - 1; l >= 0; --l) {
     doing(fmt::format("take layer {}'s gradients", l));
     fences_.waitDownloads(l, t, crossNode_ ? std::function<void()>(progress) : std::function<void()>());
+    std::vector<Widening> widenings;
+    std::vector<std::size_t> taken;  // the tensors layer l uses
     for (std::size_t i = 0; i < tensors_.size(); ++i) {
       const auto& tensor = tensors_[i];
       if (!tensor.trainable) continue;
@@ -258,8 +309,13 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
       const std::uint8_t* slot =
           tensor.slots[static_cast<std::size_t>(t % versions_)][static_cast<std::size_t>(use - tensor.layers.begin())];
       const auto [begin, end] = slices_[i];
-      widen(grads_[i].data(), slot + begin * c10::elementSize(options_.dtype), end - begin, options_.dtype, started[i]);
+      widenings.push_back({grads_[i].data(), slot + begin * c10::elementSize(options_.dtype), end - begin, started[i]});
       started[i] = true;
+      taken.push_back(i);
+    }
+    widenAll(widenings, options_.dtype, threads_);
+    for (const std::size_t i : taken) {
+      const auto& tensor = tensors_[i];
       const bool final = l == *std::min_element(tensor.layers.begin(), tensor.layers.end());
       if (crossNode_ && final && !grads_[i].empty()) {
         exchanges.push_back(shardCounts_[i].empty()
@@ -306,14 +362,14 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
     for (std::size_t i = 0; i < grads_.size(); ++i) {
       buffers.push_back({grads_[i].data(), grads_[i].empty() ? 0 : shards_[i].second});
     }
-    double sumSq = optim::sumOfSquares(buffers);
+    double sumSq = optim::sumOfSquares(buffers, threads_);
     node_->allreduce(&sumSq, 1, control::Reduce::kSum);
     if (sharded_) crossNode_->allreduce(&sumSq, 1, control::Reduce::kSum);
     result.gradNorm = std::sqrt(sumSq);
     // A diverged step (non-finite loss or norm) is skipped by every rank alike: both are all-reduced.
     result.skipped = !std::isfinite(result.gradNorm) || !std::isfinite(result.lossSum);
     if (!result.skipped) {
-      optim::clipToNorm(buffers, result.gradNorm, options_.gradClip);
+      optim::clipToNorm(buffers, result.gradNorm, options_.gradClip, threads_);
       adamw_.step(result.lr);
       if (sharded_) gatherMasters(t);
     }

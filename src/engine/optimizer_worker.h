@@ -53,7 +53,7 @@ struct OptimTensor {
 
 struct OptimizerOptions {
   optim::AdamWConfig adamw;
-  int threads = 1;  // AdamW threads (optim.threads)
+  int threads = 0;  // optimizer threads (optim.threads; 0: the rank's share of the cores, optim/parallel.h)
   optim::LrSchedule schedule;
   double gradClip = 0.0;
   int staleness = 1;  // 0 = sync; k: V = k versions of weights and slots (Note [Layer fences])
@@ -169,6 +169,7 @@ class OptimizerWorker {
   };
   std::deque<StagedWeights> stagedWeights_;  // a deque: slices point into its elements
   optim::AdamW adamw_;
+  int threads_ = 1;         // of every pass over the slices (Note [Optimizer threads])
   bool sharded_ = false;    // options.shardAcrossNodes over more than one node
   bool fusedCopy_ = false;  // sync bf16/fp16: AdamW writes the rounded weights in its pass (one version)
   std::unique_ptr<optim::LossScaler> scaler_;

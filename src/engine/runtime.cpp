@@ -20,6 +20,7 @@
 #include "engine/regions.h"
 #include "model/batch.h"
 #include "model/lora.h"
+#include "optim/parallel.h"
 #include "run/evaluation.h"
 #include "run/sampling.h"
 #include "run/setup.h"
@@ -129,8 +130,11 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
     RP_LOG_INFO(
         "pipeline: {} node(s) x schedule {}, {} workers, {} microbatches of {} rows, optimizer {}, plan {} ({} stages)",
         id.nodeCount, config::scheduleName(c.pipeline.schedule), workers_, c.train.microbatches, rowsPerMicrobatch_,
-        c.optim.async() ? fmt::format("async ({} step{} stale)", c.optim.staleness, c.optim.staleness > 1 ? "s" : "")
+        fmt::format("{} on {} thread(s) per rank",
+                    c.optim.async()
+                        ? fmt::format("async ({} step{} stale)", c.optim.staleness, c.optim.staleness > 1 ? "s" : "")
                         : "sync",
+                    optim::optimizerThreads(static_cast<int>(c.optim.threads), id.localSize)),
         schedule::describe(plan_), plan_.stageCount());
     RP_LOG_INFO("pipeline: predicted stage costs (GFLOP per microbatch) {}", describeStageCosts(plan_, costs));
     if (roundRobin && plan_.stageCount() < workers_) {

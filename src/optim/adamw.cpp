@@ -5,9 +5,9 @@
 #include <cmath>
 #include <cstring>
 #include <regex>
-#include <thread>
 
 #include "common/error.h"
+#include "optim/parallel.h"
 
 namespace rp::optim {
 
@@ -76,20 +76,6 @@ void adamwScalar(const AdamWStepScalars& s, bool amsgrad, const AdamWSlice& x) {
 
 AdamW::AdamW(AdamWConfig config, AdamWKernel kernel) : config_(config), kernel_(kernel) {
   RP_CHECK(kernel_ != nullptr, "AdamW needs a kernel");
-}
-
-std::uint16_t toBFloat16(float value) {
-  if (std::isnan(value)) return 0x7FC0;
-  std::uint32_t bits;
-  std::memcpy(&bits, &value, 4);
-  return static_cast<std::uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
-}
-
-float fromBFloat16(std::uint16_t bits) {
-  const std::uint32_t wide = static_cast<std::uint32_t>(bits) << 16;
-  float out;
-  std::memcpy(&out, &wide, 4);
-  return out;
 }
 
 float fromHalf(std::uint16_t h) {
@@ -172,24 +158,16 @@ void AdamW::step(double lr) {
   AdamWStepScalars plain = decayed;
   plain.decay = 1.0f;  // torch skips the multiplication for a group with weight_decay 0; by 1 it is exact
   const auto scalars = [&](const Param& p) -> const AdamWStepScalars& { return p.decay ? decayed : plain; };
-  if (threads_ == 1) {
-    for (auto& p : params_) kernel_(scalars(p), config_.amsgrad, slice(p, 0, p.n));
-    return;
-  }
-  // Thread t takes the t-th contiguous part of every parameter (cache lines are never shared: parts are
-  // rounded to 16 floats).
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads_; ++t) {
-    pool.emplace_back([&, t] {
-      for (auto& p : params_) {
-        const std::size_t per = (p.n / static_cast<std::size_t>(threads_) + 15) / 16 * 16;
-        const std::size_t begin = std::min(p.n, per * static_cast<std::size_t>(t));
-        const std::size_t end = t + 1 == threads_ ? p.n : std::min(p.n, begin + per);
-        if (begin < end) kernel_(scalars(p), config_.amsgrad, slice(p, begin, end));
-      }
-    });
-  }
-  for (auto& th : pool) th.join();
+  // Part t of every parameter goes to thread t (optim/parallel.h: cache lines are never shared).
+  std::size_t elements = 0;
+  for (const auto& p : params_) elements += p.n;
+  const int parts = partsFor(elements, threads_);
+  forEachPart(parts, [&](int part) {
+    for (auto& p : params_) {
+      const auto [begin, end] = partOf(p.n, part, parts);
+      if (begin < end) kernel_(scalars(p), config_.amsgrad, slice(p, begin, end));
+    }
+  });
 }
 
 }  // namespace rp::optim

@@ -5,8 +5,10 @@
 // stepped from different threads (the kernel touches only [offset, offset + n)).
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -65,11 +67,22 @@ using AdamWKernel = void (*)(const AdamWStepScalars& s, bool amsgrad, const Adam
 // The scalar reference kernel.
 void adamwScalar(const AdamWStepScalars& s, bool amsgrad, const AdamWSlice& slice);
 
-// float -> bfloat16 / IEEE half, round to nearest even (NaN -> quiet NaN), as LibTorch converts.
-std::uint16_t toBFloat16(float value);
+// float -> bfloat16 / IEEE half, round to nearest even (NaN -> quiet NaN), as LibTorch converts. The bfloat16
+// pair is inline: the optimizer's conversion passes run them once per parameter (Note [Optimizer threads]).
+inline std::uint16_t toBFloat16(float value) {
+  if (std::isnan(value)) return 0x7FC0;
+  std::uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  return static_cast<std::uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+}
 std::uint16_t toHalf(float value);
 // The exact widening back to float (every bfloat16 / half value is a float).
-float fromBFloat16(std::uint16_t bits);
+inline float fromBFloat16(std::uint16_t bits) {
+  const std::uint32_t wide = static_cast<std::uint32_t>(bits) << 16;
+  float out;
+  std::memcpy(&out, &wide, 4);
+  return out;
+}
 float fromHalf(std::uint16_t bits);
 
 // AdamW over registered fp32 tensors. Owns the moments; parameters and gradients stay where they are.

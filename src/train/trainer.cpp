@@ -18,6 +18,7 @@
 #include "model/lora.h"
 #include "optim/adamw_simd.h"
 #include "optim/grad_clip.h"
+#include "optim/parallel.h"
 #include "run/evaluation.h"
 #include "run/sampling.h"
 #include "run/setup.h"
@@ -79,7 +80,8 @@ Trainer::Trainer(config::RunConfig config) : config_(std::move(config)), dtype_(
     trainable_ = model_->hfParameters();
   }
   adamw_ = std::make_unique<optim::AdamW>(run::adamwConfigFor(c), optim::bestAdamWKernel());
-  adamw_->setThreads(static_cast<int>(c.optim.threads));
+  optimThreads_ = optim::optimizerThreads(static_cast<int>(c.optim.threads), 1);
+  adamw_->setThreads(optimThreads_);
   // bf16/fp16: the kernel writes the rounded model copy (the parameter itself) in the same pass.
   const optim::ModelCopy copy = run::modelCopyFor(dtype_);
   std::int64_t count = 0;
@@ -179,12 +181,12 @@ trace::StepMetrics Trainer::applyStep(std::int64_t step, const GradientResult& g
       return m;
     }
   }
-  m.gradNorm = optim::globalGradNorm(buffers);
+  m.gradNorm = optim::globalGradNorm(buffers, optimThreads_);
   if (!std::isfinite(m.gradNorm) || !std::isfinite(m.loss)) {
     m.skipped = true;  // a diverged step: no update (run::runLoop warns and counts)
     return m;
   }
-  optim::clipToNorm(buffers, m.gradNorm, config_.train.gradClip);
+  optim::clipToNorm(buffers, m.gradNorm, config_.train.gradClip, optimThreads_);
   adamw_->step(m.lr);  // also writes the bf16/fp16 parameters from the masters
   return m;
 }

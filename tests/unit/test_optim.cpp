@@ -1,6 +1,11 @@
 // Host optimizer pieces whose reference is their definition: clipping, loss scaling, schedule edges.
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -10,6 +15,7 @@
 #include "optim/grad_clip.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
+#include "optim/parallel.h"
 
 namespace rp::optim {
 namespace {
@@ -24,6 +30,81 @@ TEST(GradClip, ScalesToMaxNormAcrossBuffers) {
   // Below the limit nothing changes.
   EXPECT_NEAR(clipGradNorm(grads, 10.0), 1.0, 1e-6);
   EXPECT_NEAR(globalGradNorm(grads), 1.0, 1e-6);
+}
+
+TEST(OptimizerThreads, PartsCoverEveryElementOnceOnCacheLineBoundaries) {
+  for (const std::size_t n : {std::size_t{0}, std::size_t{5}, std::size_t{16}, std::size_t{1000003}}) {
+    for (const int parts : {1, 2, 3, 7, 16}) {
+      std::size_t next = 0;
+      for (int p = 0; p < parts; ++p) {
+        const auto [begin, end] = partOf(n, p, parts);
+        EXPECT_EQ(begin, next) << n << " in " << parts << ", part " << p;
+        EXPECT_LE(begin, end);
+        if (p + 1 < parts) {
+          EXPECT_TRUE(end % 16 == 0 || end == n) << n << " in " << parts << ", part " << p;
+        }
+        next = end;
+      }
+      EXPECT_EQ(next, n) << n << " in " << parts;
+    }
+  }
+  EXPECT_EQ(partsFor(1000, 16), 1);                  // a small pass stays on the calling thread
+  EXPECT_EQ(partsFor(std::size_t{5} << 18, 16), 5);  // at least 256 Ki elements a part
+  EXPECT_EQ(partsFor(std::size_t{1} << 30, 16), 16);
+  EXPECT_EQ(partsFor(std::size_t{1} << 30, 0), 1);
+}
+
+TEST(OptimizerThreads, EachPartRunsOnceOnAThreadOfItsOwn) {
+  std::mutex mutex;
+  std::vector<int> seen;
+  std::set<std::thread::id> threads;
+  forEachPart(5, [&](int part) {
+    std::lock_guard<std::mutex> lock(mutex);
+    seen.push_back(part);
+    threads.insert(std::this_thread::get_id());
+  });
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(seen, (std::vector<int>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(threads.size(), 5U);
+  EXPECT_TRUE(threads.count(std::this_thread::get_id()));  // part 0 on the caller
+}
+
+TEST(OptimizerThreads, TheDefaultSharesTheCoresAmongTheNodesRanks) {
+  const int cores = availableCores();
+  ASSERT_GE(cores, 1);
+  EXPECT_EQ(optimizerThreads(3, 8), 3);  // optim.threads set: taken as it is
+  EXPECT_EQ(optimizerThreads(0, 1), cores);
+  EXPECT_EQ(optimizerThreads(0, cores), 1);
+  EXPECT_EQ(optimizerThreads(0, cores + 5), 1);
+}
+
+TEST(GradClip, TheNormAndTheClipDoNotDependOnTheThreads) {
+  // Three buffers, one spanning several of the norm's blocks, together enough for 8 parts.
+  std::mt19937 gen(5);
+  std::normal_distribution<float> d;
+  std::vector<std::vector<float>> data{std::vector<float>(1500007), std::vector<float>(700001), std::vector<float>(3)};
+  long double exact = 0;
+  for (auto& v : data) {
+    for (auto& x : v) {
+      x = d(gen) * 1e-3f;
+      exact += static_cast<long double>(x) * x;
+    }
+  }
+  const auto buffersOf = [](std::vector<std::vector<float>>& v) {
+    std::vector<GradBuffer> b;
+    for (auto& x : v) b.push_back({x.data(), x.size()});
+    return b;
+  };
+  const double one = sumOfSquares(buffersOf(data), 1);
+  EXPECT_NEAR(one, static_cast<double>(exact), 1e-12 * static_cast<double>(exact));
+  for (const int threads : {2, 3, 8}) EXPECT_EQ(sumOfSquares(buffersOf(data), threads), one) << threads << " threads";
+  auto clipped1 = data, clipped8 = data;
+  const double norm = std::sqrt(one);
+  clipToNorm(buffersOf(clipped1), norm, 0.5, 1);
+  clipToNorm(buffersOf(clipped8), norm, 0.5, 8);
+  EXPECT_EQ(clipped1, clipped8);
+  EXPECT_NEAR(std::sqrt(sumOfSquares(buffersOf(clipped8), 8)), 0.5, 1e-6);
+  EXPECT_FLOAT_EQ(clipped8[0][7], data[0][7] * static_cast<float>(0.5 / (norm + 1e-6)));
 }
 
 TEST(LossScaler, BacksOffOnOverflowAndGrowsAfterInterval) {

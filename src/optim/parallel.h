@@ -1,0 +1,32 @@
+// Host passes over float buffers split among threads: the optimizer's AdamW update, gradient norm and clipping,
+// and the dtype conversions between the node store and its float32 buffers (Note [Optimizer threads]). Every
+// pass is elementwise or sums in fixed blocks, so no result depends on the thread count.
+// Thread-safety: the functions are reentrant; forEachPart's callback runs on several threads at once.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <utility>
+
+namespace rp::optim {
+
+// The cores this process may run on (its CPU affinity: mpirun's binding, a cgroup's cpuset), at least 1.
+int availableCores();
+
+// A rank's optimizer threads: `configured` where > 0 (optim.threads), else the available cores shared among the
+// node's `ranksOnNode` ranks, at least 1.
+int optimizerThreads(int configured, int ranksOnNode);
+
+// Part `part` of `parts` contiguous parts of [0, n), boundaries at multiples of `grain` elements (16 floats: a
+// cache line is never written by two threads); the last part takes the rest.
+std::pair<std::size_t, std::size_t> partOf(std::size_t n, int part, int parts, std::size_t grain = 16);
+
+// How many parts a pass over `elements` elements uses with `threads` threads: each part at least 256 Ki
+// elements (below that a thread's start costs more than its share of the pass), at most `threads`.
+int partsFor(std::size_t elements, int threads);
+
+// Runs fn(part) for every part in [0, parts): part 0 on the calling thread, each other on a thread of its own;
+// returns when all have. `fn` must not throw.
+void forEachPart(int parts, const std::function<void(int part)>& fn);
+
+}  // namespace rp::optim
