@@ -19,6 +19,7 @@ computes on CUDA only): every step of the plan within the same caps, on any mach
 import argparse
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -62,6 +63,34 @@ def tail(path, n=3):
             return " / ".join(l.strip() for l in f.readlines()[-n:])[-300:]
     except OSError:
         return ""
+
+
+def trace_summary(out, top=8):
+    """Where a run's time went, from its trace.json (the work directory does not come back): per thread of the
+    lowest rank, the spans' total seconds by name with numbers blanked (layers, microbatches, steps), largest
+    first. "" when there is no trace."""
+    try:
+        events = json.load(open(os.path.join(out, "trace.json")))
+    except (OSError, ValueError):
+        return ""
+    events = events.get("traceEvents", []) if isinstance(events, dict) else events
+    spans = [e for e in events if e.get("ph") == "X" and "dur" in e]
+    if not spans:
+        return ""
+    rank = min(e.get("pid", 0) for e in spans)
+    names = {e.get("tid"): e["args"]["name"] for e in events
+             if e.get("ph") == "M" and e.get("name") == "thread_name" and e.get("pid") == rank}
+    totals = {}
+    for e in spans:
+        if e.get("pid") != rank:
+            continue
+        key = (e.get("tid"), re.sub(r"\d+", "#", e["name"]))
+        totals[key] = totals.get(key, 0.0) + e["dur"] / 1e6
+    lines = []
+    for tid in sorted({t for t, _ in totals}, key=str):
+        rows = sorted(((v, n) for (t, n), v in totals.items() if t == tid), reverse=True)[:top]
+        lines.append(f"  rank {rank} {names.get(tid, tid)}: " + "; ".join(f"{n} {v:.2f} s" for v, n in rows))
+    return "\n".join(lines)
 
 
 def flops_per_token(model_dir, seq):
@@ -157,6 +186,9 @@ class Bench:
             detail = f"after {seconds:.0f} s (cap {cap:.0f} s): {tail(log)}"
         gpu_report.step(self.out, name, status, seconds, shown.strip(), detail)
         self.note(f"{name}: {status} in {seconds:.0f} s {detail}")
+        summary = trace_summary(out)
+        if summary:
+            self.note(f"{name}: time by span (trace.json, all steps)\n{summary}")
         return result
 
     def peer(self, name, seq, batch, warm, steps, cap, extra=()):

@@ -1,8 +1,55 @@
 #include "model/causal_lm.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <thread>
+#include <vector>
+
+#include "common/error.h"
+
 namespace rp::model {
+namespace {
+
+// Note [Parallel random init]: a drawn tensor is cut into chunks of 4 Mi elements, and chunk c of the d-th
+// drawn tensor comes from a CPU generator of its own, seeded from (base, d, c) (splitmix64), where base is one
+// draw of the global generator (train.seed decides it all). Chunks are drawn on as many threads as LibTorch's
+// intra-op setting (train.threads), and the values do not depend on how many there are. One thread drew ~100 M values a
+// second, so a 1.7 B model's init took ~17 s before this (docs/gpu.md, "The fourth GPU run").
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+void drawNormal(const torch::Tensor& values, double deviation, std::uint64_t base, std::uint64_t drawn) {
+  RP_CHECK(values.is_contiguous() && values.device().is_cpu(), "random init draws into contiguous host tensors");
+  const torch::Tensor flat = values.view(-1);
+  constexpr std::int64_t kChunk = std::int64_t{1} << 22;
+  const std::int64_t n = flat.numel(), chunks = (n + kChunk - 1) / kChunk;
+  if (chunks == 0) return;
+  // Threads of our own: at::parallel_for ran these draws on one thread (LibTorch 2.x, measured).
+  const auto threads = static_cast<int>(std::clamp<std::int64_t>(at::get_num_threads(), 1, chunks));
+  const auto drawChunks = [&](int thread) {
+    torch::NoGradGuard noGrad;  // per thread: the parameters are drawn in place
+    for (std::int64_t c = thread; c < chunks; c += threads) {
+      const at::Generator generator =
+          at::make_generator<at::CPUGeneratorImpl>(mix(base ^ mix(drawn ^ mix(static_cast<std::uint64_t>(c)))));
+      flat.narrow(0, c * kChunk, std::min(kChunk, n - c * kChunk)).normal_(0.0, deviation, generator);
+    }
+  };
+  std::vector<std::thread> others;
+  for (int t = 1; t < threads; ++t) others.emplace_back(drawChunks, t);
+  drawChunks(0);
+  for (auto& thread : others) thread.join();
+}
+
+}  // namespace
 
 CausalLM::CausalLM(const ModelConfig& config, torch::ScalarType dtype, bool allocate)
     : CausalLM(config, ParamOptions{dtype, allocate}) {}
@@ -59,18 +106,24 @@ std::vector<NamedTensor> CausalLM::hfParameters() const {
 
 void initRandom(CausalLM& model) {
   torch::NoGradGuard noGrad;
+  const double deviation = model.config().initializerRange;
+  // Note [Parallel random init]: one draw of the global generator seeds every tensor's chunks.
+  const auto base = static_cast<std::uint64_t>(
+      torch::randint(std::numeric_limits<std::int64_t>::max(), {1}, torch::kLong).item<std::int64_t>());
+  std::uint64_t drawnTensors = 0;
   for (auto& [name, param] : model.hfParameters()) {
     // As transformers' _init_weights: GPT-OSS's sinks and router bias are drawn, other biases start at zero.
     const bool drawn = name.ends_with("sinks") || name.ends_with("router.bias");
     if (const Nf4Packing* packing = model.packing(name)) {  // a 1-D buffer, drawn as its weight
-      const auto values = torch::empty(packing->shape, model.dtype()).normal_(0.0, model.config().initializerRange);
+      const auto values = torch::empty(packing->shape, model.dtype());
+      drawNormal(values, deviation, base, drawnTensors++);
       packNf4(quantizeNf4(values, packing->doubleQuant), *packing, param);
     } else if (param.dim() == 1 && name.find("norm") != std::string::npos) {
       param.fill_(1.0);
     } else if (!drawn && (param.dim() == 1 || name.ends_with("bias"))) {
       param.zero_();  // biases
     } else {
-      param.normal_(0.0, model.config().initializerRange);
+      drawNormal(param, deviation, base, drawnTensors++);
     }
   }
 }

@@ -1,9 +1,11 @@
 // Properties of the layer-list model that hold for any weights: parameter naming, tied heads,
 // chunked loss, packed-sequence isolation. Parity with transformers is in tests/golden/.
 #include <cmath>
+#include <map>
 #include <random>
 #include <set>
 
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -57,6 +59,44 @@ TEST(ModelLayers, HfNamesAreUniqueAndCoverEveryParameter) {
   for (const auto& [name, p] : untied.hfParameters()) untiedNames.insert(name);
   EXPECT_TRUE(untiedNames.count("lm_head.weight"));
   EXPECT_FALSE(untiedNames.count("model.layers.0.self_attn.q_norm.weight"));
+}
+
+// Note [Parallel random init]: the values depend on train.seed alone, not on the intra-op threads; every
+// drawn tensor and every 4 Mi-element chunk of one has its own stream; norms start at 1 and the draws have the
+// configured deviation.
+TEST(ModelLayers, RandomInitIsTheSameOnAnyThreadCountAndDrawsFreshValuesPerChunk) {
+  ModelConfig c = tinyConfig(Architecture::kQwen3, /*tied=*/false);
+  c.vocabSize = 9000;
+  c.hiddenSize = 1024;  // the embedding and the head: 9.2 M elements, three chunks each
+  c.intermediateSize = 64;
+  c.numLayers = 1;
+  c.initializerRange = 0.02;
+  const int threads = at::get_num_threads();
+  auto drawn = [&](int n) {
+    at::set_num_threads(n);
+    torch::manual_seed(7);
+    auto model = std::make_shared<CausalLM>(c, torch::kFloat);
+    initRandom(*model);
+    return model;
+  };
+  const auto one = drawn(1), two = drawn(2);
+  at::set_num_threads(threads);
+  const auto a = one->hfParameters(), b = two->hfParameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i].second, b[i].second)) << a[i].first;
+  std::map<std::string, torch::Tensor> byName(a.begin(), a.end());
+  const torch::Tensor embed = byName.at("model.embed_tokens.weight").view(-1),
+                      head = byName.at("lm_head.weight").view(-1);
+  EXPECT_NEAR(embed.std().item<double>(), 0.02, 2e-4);
+  EXPECT_NEAR(embed.mean().item<double>(), 0.0, 2e-4);
+  const std::int64_t chunk = std::int64_t{1} << 22;
+  EXPECT_FALSE(torch::equal(embed.narrow(0, 0, 1000), embed.narrow(0, chunk, 1000)));  // chunks differ
+  EXPECT_FALSE(torch::equal(embed.narrow(0, 0, 1000), head.narrow(0, 0, 1000)));       // tensors differ
+  EXPECT_TRUE(torch::equal(byName.at("model.norm.weight"), torch::ones({c.hiddenSize})));
+  torch::manual_seed(8);
+  auto other = std::make_shared<CausalLM>(c, torch::kFloat);
+  initRandom(*other);
+  EXPECT_FALSE(torch::equal(other->hfParameters().front().second, a.front().second));  // the seed decides
 }
 
 // A tied head must use the embedding matrix and send it the gradient of both uses: exactly the sum of
@@ -131,7 +171,8 @@ TEST(ModelLayers, StreamedLossEqualsPlainCrossEntropyAndGradients) {
 // loss stays within a few chunks' logits, while one chunk over every token costs the full [tokens, vocab].
 TEST(ModelLayers, StreamedLossPeakIsBoundedByOneChunk) {
   if (!resetResidentPeak()) GTEST_SKIP() << "the kernel does not let this process reset its resident peak";
-  if (test::kAddressSanitizer) GTEST_SKIP() << "under ASan, freed memory stays resident (quarantine): no peak to measure";
+  if (test::kAddressSanitizer)
+    GTEST_SKIP() << "under ASan, freed memory stays resident (quarantine): no peak to measure";
   torch::manual_seed(11);
   const std::int64_t tokens = 2048, hidden = 64, vocab = 32000, chunk = 128;
   const auto weight = (0.05 * torch::randn({vocab, hidden})).requires_grad_(true);
