@@ -17,9 +17,9 @@
 
 #include <torch/torch.h>
 
+#include "common/parallel.h"
 #include "optim/adamw_simd.h"
 #include "optim/grad_clip.h"
-#include "optim/parallel.h"
 
 using Clock = std::chrono::steady_clock;
 
@@ -123,11 +123,11 @@ int main(int argc, char** argv) {
       "| threads | widen bf16 -> fp32 | sum of squares | clip | AdamW + bf16 copy | all | ns per parameter |\n");
   std::printf("|---:|---:|---:|---:|---:|---:|---:|\n");
   for (int threads : {1, 2}) {
-    const int parts = rp::optim::partsFor(n, threads);
+    const int parts = rp::parallel::partsFor(n, threads);
     const std::vector<rp::optim::GradBuffer> buffers{{grad.data(), n}};
     const double widen = timeIt(5, [&] {
-      rp::optim::forEachPart(parts, [&](int part) {
-        const auto [begin, end] = rp::optim::partOf(n, part, parts);
+      rp::parallel::forEachPart(parts, [&](int part) {
+        const auto [begin, end] = rp::parallel::partOf(n, part, parts);
         for (std::size_t k = begin; k < end; ++k) grad[k] = rp::optim::fromBFloat16(slot[k]);
       });
     });

@@ -59,7 +59,7 @@ struct RunConfig {
     // 0 = sync; k >= 1 = async: iteration t computes on W_{max(0, t-k)} (docs/optimizer.md, "Modes").
     std::int64_t staleness;  // <= kMaxStaleness
     bool async() const { return staleness > 0; }
-    std::int64_t threads;   // optimizer threads per rank (0: its share of the cores; optim/parallel.h)
+    std::int64_t threads;   // optimizer threads per rank (0: its share of the cores; common/parallel.h)
     bool shardAcrossNodes;  // several nodes: each holds 1/N of the moments (docs/optimizer.md, "Across nodes")
   } optim;
   struct Pipeline {

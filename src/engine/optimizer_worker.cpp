@@ -8,10 +8,10 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/parallel.h"
 #include "common/resident_memory.h"
 #include "optim/adamw_simd.h"
 #include "optim/grad_clip.h"
-#include "optim/parallel.h"
 #include "run/setup.h"
 
 namespace rp::engine {
@@ -69,15 +69,15 @@ struct Widening {
   bool add;
 };
 
-// Every widening split over `threads` (optim/parallel.h): part p of each goes to thread p.
+// Every widening split over `threads` (common/parallel.h): part p of each goes to thread p.
 void widenAll(const std::vector<Widening>& work, c10::ScalarType dtype, int threads) {
   std::size_t elements = 0;
   for (const auto& w : work) elements += w.n;
-  const int parts = optim::partsFor(elements, threads);
+  const int parts = parallel::partsFor(elements, threads);
   const std::size_t size = c10::elementSize(dtype);
-  optim::forEachPart(parts, [&](int part) {
+  parallel::forEachPart(parts, [&](int part) {
     for (const auto& w : work) {
-      const auto [begin, end] = optim::partOf(w.n, part, parts);
+      const auto [begin, end] = parallel::partOf(w.n, part, parts);
       widen(w.dst + begin, w.src + begin * size, end - begin, dtype, w.add);
     }
   });
@@ -102,7 +102,7 @@ OptimizerWorker::OptimizerWorker(std::vector<OptimTensor> tensors, Fences& fence
       versions_(std::max(1, options_.staleness)),
       node_(node.duplicate()),
       adamw_(options_.adamw, optim::bestAdamWKernel()) {
-  threads_ = optim::optimizerThreads(options_.threads, ranks_);
+  threads_ = parallel::optimizerThreads(options_.threads, ranks_);
   adamw_.setThreads(threads_);
   if (options_.crossNode != nullptr) crossNode_ = options_.crossNode->duplicate();
   sharded_ = options_.shardAcrossNodes && crossNode_ && crossNode_->size() > 1;
@@ -215,9 +215,9 @@ void OptimizerWorker::copyMaster(std::size_t i, int version) {
   const auto& tensor = tensors_[i];
   const auto [begin, end] = slices_[i];
   const std::size_t size = c10::elementSize(options_.dtype);
-  const int parts = optim::partsFor(end - begin, threads_);
-  optim::forEachPart(parts, [&](int part) {
-    const auto [from, to] = optim::partOf(end - begin, part, parts);
+  const int parts = parallel::partsFor(end - begin, threads_);
+  parallel::forEachPart(parts, [&](int part) {
+    const auto [from, to] = parallel::partOf(end - begin, part, parts);
     narrowInto(tensor.weights[static_cast<std::size_t>(version)] + (begin + from) * size, tensor.master + begin + from,
                to - from, options_.dtype);
   });
@@ -227,12 +227,12 @@ bool OptimizerWorker::unscaleAndCheck(double scale) {
   const float s = static_cast<float>(scale);
   std::size_t elements = 0;
   for (std::size_t i = 0; i < grads_.size(); ++i) elements += grads_[i].empty() ? 0 : shards_[i].second;
-  const int parts = optim::partsFor(elements, threads_);
+  const int parts = parallel::partsFor(elements, threads_);
   std::vector<std::int32_t> badPart(static_cast<std::size_t>(parts), 0);
-  optim::forEachPart(parts, [&](int part) {
+  parallel::forEachPart(parts, [&](int part) {
     for (std::size_t i = 0; i < grads_.size(); ++i) {
       if (grads_[i].empty()) continue;
-      const auto [begin, end] = optim::partOf(shards_[i].second, part, parts);
+      const auto [begin, end] = parallel::partOf(shards_[i].second, part, parts);
       for (float* g = grads_[i].data() + begin; g != grads_[i].data() + end; ++g) {
         *g /= s;
         badPart[static_cast<std::size_t>(part)] |= std::isfinite(*g) ? 0 : 1;

@@ -53,7 +53,7 @@ struct OptimTensor {
 
 struct OptimizerOptions {
   optim::AdamWConfig adamw;
-  int threads = 0;  // optimizer threads (optim.threads; 0: the rank's share of the cores, optim/parallel.h)
+  int threads = 0;  // optimizer threads (optim.threads; 0: the rank's share of the cores, common/parallel.h)
   optim::LrSchedule schedule;
   double gradClip = 0.0;
   int staleness = 1;  // 0 = sync; k: V = k versions of weights and slots (Note [Layer fences])

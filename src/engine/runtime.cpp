@@ -20,7 +20,7 @@
 #include "engine/regions.h"
 #include "model/batch.h"
 #include "model/lora.h"
-#include "optim/parallel.h"
+#include "common/parallel.h"
 #include "run/evaluation.h"
 #include "run/sampling.h"
 #include "run/setup.h"
@@ -134,7 +134,7 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
                     c.optim.async()
                         ? fmt::format("async ({} step{} stale)", c.optim.staleness, c.optim.staleness > 1 ? "s" : "")
                         : "sync",
-                    optim::optimizerThreads(static_cast<int>(c.optim.threads), id.localSize)),
+                    parallel::optimizerThreads(static_cast<int>(c.optim.threads), id.localSize)),
         schedule::describe(plan_), plan_.stageCount());
     RP_LOG_INFO("pipeline: predicted stage costs (GFLOP per microbatch) {}", describeStageCosts(plan_, costs));
     if (roundRobin && plan_.stageCount() < workers_) {

@@ -7,10 +7,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
-#include <thread>
-#include <vector>
 
 #include "common/error.h"
+#include "common/parallel.h"
 
 namespace rp::model {
 namespace {
@@ -33,7 +32,7 @@ void drawNormal(const torch::Tensor& values, double deviation, std::uint64_t bas
   constexpr std::int64_t kChunk = std::int64_t{1} << 22;
   const std::int64_t n = flat.numel(), chunks = (n + kChunk - 1) / kChunk;
   if (chunks == 0) return;
-  // Threads of our own: at::parallel_for ran these draws on one thread (LibTorch 2.x, measured).
+  // Threads of our own (common/parallel.h): at::parallel_for ran these draws on one thread (LibTorch 2.x, measured).
   const auto threads = static_cast<int>(std::clamp<std::int64_t>(at::get_num_threads(), 1, chunks));
   const auto drawChunks = [&](int thread) {
     torch::NoGradGuard noGrad;  // per thread: the parameters are drawn in place
@@ -43,10 +42,7 @@ void drawNormal(const torch::Tensor& values, double deviation, std::uint64_t bas
       flat.narrow(0, c * kChunk, std::min(kChunk, n - c * kChunk)).normal_(0.0, deviation, generator);
     }
   };
-  std::vector<std::thread> others;
-  for (int t = 1; t < threads; ++t) others.emplace_back(drawChunks, t);
-  drawChunks(0);
-  for (auto& thread : others) thread.join();
+  parallel::forEachPart(threads, drawChunks);
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 #include <regex>
 
 #include "common/error.h"
-#include "optim/parallel.h"
+#include "common/parallel.h"
 
 namespace rp::optim {
 
@@ -158,13 +158,13 @@ void AdamW::step(double lr) {
   AdamWStepScalars plain = decayed;
   plain.decay = 1.0f;  // torch skips the multiplication for a group with weight_decay 0; by 1 it is exact
   const auto scalars = [&](const Param& p) -> const AdamWStepScalars& { return p.decay ? decayed : plain; };
-  // Part t of every parameter goes to thread t (optim/parallel.h: cache lines are never shared).
+  // Part t of every parameter goes to thread t (common/parallel.h: cache lines are never shared).
   std::size_t elements = 0;
   for (const auto& p : params_) elements += p.n;
-  const int parts = partsFor(elements, threads_);
-  forEachPart(parts, [&](int part) {
+  const int parts = parallel::partsFor(elements, threads_);
+  parallel::forEachPart(parts, [&](int part) {
     for (auto& p : params_) {
-      const auto [begin, end] = partOf(p.n, part, parts);
+      const auto [begin, end] = parallel::partOf(p.n, part, parts);
       if (begin < end) kernel_(scalars(p), config_.amsgrad, slice(p, begin, end));
     }
   });

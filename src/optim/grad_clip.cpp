@@ -3,7 +3,7 @@
 #include <cmath>
 #include <vector>
 
-#include "optim/parallel.h"
+#include "common/parallel.h"
 
 namespace rp::optim {
 namespace {
@@ -27,9 +27,9 @@ double sumOfSquares(std::span<const GradBuffer> grads, int threads) {
     elements += g.n;
   }
   std::vector<double> sums(blocks.size(), 0.0);
-  const int parts = partsFor(elements, threads);
-  forEachPart(parts, [&](int part) {
-    const auto [first, last] = partOf(blocks.size(), part, parts, 1);
+  const int parts = parallel::partsFor(elements, threads);
+  parallel::forEachPart(parts, [&](int part) {
+    const auto [first, last] = parallel::partOf(blocks.size(), part, parts, 1);
     for (std::size_t b = first; b < last; ++b) {
       double sumSq = 0.0;
       for (std::size_t i = 0; i < blocks[b].n; ++i) sumSq += static_cast<double>(blocks[b].data[i]) * blocks[b].data[i];
@@ -52,10 +52,10 @@ void clipToNorm(std::span<const GradBuffer> grads, double norm, double maxNorm, 
   const auto c = static_cast<float>(coef);
   std::size_t elements = 0;
   for (const auto& g : grads) elements += g.n;
-  const int parts = partsFor(elements, threads);
-  forEachPart(parts, [&](int part) {
+  const int parts = parallel::partsFor(elements, threads);
+  parallel::forEachPart(parts, [&](int part) {
     for (const auto& g : grads) {
-      const auto [begin, end] = partOf(g.n, part, parts);
+      const auto [begin, end] = parallel::partOf(g.n, part, parts);
       for (std::size_t i = begin; i < end; ++i) g.data[i] *= c;
     }
   });

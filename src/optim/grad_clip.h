@@ -1,5 +1,5 @@
 // Global gradient-norm clipping over fp32 buffers, as torch.nn.utils.clip_grad_norm_ (L2, eps 1e-6). `threads`
-// split each pass (optim/parallel.h); the results do not depend on them.
+// split each pass (common/parallel.h); the results do not depend on them.
 #pragma once
 
 #include <cstddef>

@@ -13,12 +13,12 @@
 #include "common/error.h"
 #include "common/fault.h"
 #include "common/log.h"
+#include "common/parallel.h"
 #include "common/resident_memory.h"
 #include "model/batch.h"
 #include "model/lora.h"
 #include "optim/adamw_simd.h"
 #include "optim/grad_clip.h"
-#include "optim/parallel.h"
 #include "run/evaluation.h"
 #include "run/sampling.h"
 #include "run/setup.h"
@@ -80,7 +80,7 @@ Trainer::Trainer(config::RunConfig config) : config_(std::move(config)), dtype_(
     trainable_ = model_->hfParameters();
   }
   adamw_ = std::make_unique<optim::AdamW>(run::adamwConfigFor(c), optim::bestAdamWKernel());
-  optimThreads_ = optim::optimizerThreads(static_cast<int>(c.optim.threads), 1);
+  optimThreads_ = parallel::optimizerThreads(static_cast<int>(c.optim.threads), 1);
   adamw_->setThreads(optimThreads_);
   // bf16/fp16: the kernel writes the rounded model copy (the parameter itself) in the same pass.
   const optim::ModelCopy copy = run::modelCopyFor(dtype_);

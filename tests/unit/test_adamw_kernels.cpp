@@ -142,7 +142,7 @@ TEST(AdamWKernels, WideningEqualsLibTorch) {
 }
 
 TEST(AdamWKernels, ThreadsSplitTheWorkWithoutChangingABit) {
-  const std::size_t n = (std::size_t{3} << 18) + 10007;  // three parts of at least optim::partsFor's minimum
+  const std::size_t n = (std::size_t{3} << 18) + 10007;  // three parts of at least parallel::partsFor's minimum
   Buffers a(n, 1), b(n, 1);
   std::mt19937 gen(2);
   std::normal_distribution<float> d;

@@ -11,11 +11,11 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "common/parallel.h"
 #include "optim/adamw.h"
 #include "optim/grad_clip.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
-#include "optim/parallel.h"
 
 namespace rp::optim {
 namespace {
@@ -37,7 +37,7 @@ TEST(OptimizerThreads, PartsCoverEveryElementOnceOnCacheLineBoundaries) {
     for (const int parts : {1, 2, 3, 7, 16}) {
       std::size_t next = 0;
       for (int p = 0; p < parts; ++p) {
-        const auto [begin, end] = partOf(n, p, parts);
+        const auto [begin, end] = parallel::partOf(n, p, parts);
         EXPECT_EQ(begin, next) << n << " in " << parts << ", part " << p;
         EXPECT_LE(begin, end);
         if (p + 1 < parts) {
@@ -48,17 +48,17 @@ TEST(OptimizerThreads, PartsCoverEveryElementOnceOnCacheLineBoundaries) {
       EXPECT_EQ(next, n) << n << " in " << parts;
     }
   }
-  EXPECT_EQ(partsFor(1000, 16), 1);                  // a small pass stays on the calling thread
-  EXPECT_EQ(partsFor(std::size_t{5} << 18, 16), 5);  // at least 256 Ki elements a part
-  EXPECT_EQ(partsFor(std::size_t{1} << 30, 16), 16);
-  EXPECT_EQ(partsFor(std::size_t{1} << 30, 0), 1);
+  EXPECT_EQ(parallel::partsFor(1000, 16), 1);                  // a small pass stays on the calling thread
+  EXPECT_EQ(parallel::partsFor(std::size_t{5} << 18, 16), 5);  // at least 256 Ki elements a part
+  EXPECT_EQ(parallel::partsFor(std::size_t{1} << 30, 16), 16);
+  EXPECT_EQ(parallel::partsFor(std::size_t{1} << 30, 0), 1);
 }
 
 TEST(OptimizerThreads, EachPartRunsOnceOnAThreadOfItsOwn) {
   std::mutex mutex;
   std::vector<int> seen;
   std::set<std::thread::id> threads;
-  forEachPart(5, [&](int part) {
+  parallel::forEachPart(5, [&](int part) {
     std::lock_guard<std::mutex> lock(mutex);
     seen.push_back(part);
     threads.insert(std::this_thread::get_id());
@@ -70,12 +70,12 @@ TEST(OptimizerThreads, EachPartRunsOnceOnAThreadOfItsOwn) {
 }
 
 TEST(OptimizerThreads, TheDefaultSharesTheCoresAmongTheNodesRanks) {
-  const int cores = availableCores();
+  const int cores = parallel::availableCores();
   ASSERT_GE(cores, 1);
-  EXPECT_EQ(optimizerThreads(3, 8), 3);  // optim.threads set: taken as it is
-  EXPECT_EQ(optimizerThreads(0, 1), cores);
-  EXPECT_EQ(optimizerThreads(0, cores), 1);
-  EXPECT_EQ(optimizerThreads(0, cores + 5), 1);
+  EXPECT_EQ(parallel::optimizerThreads(3, 8), 3);  // optim.threads set: taken as it is
+  EXPECT_EQ(parallel::optimizerThreads(0, 1), cores);
+  EXPECT_EQ(parallel::optimizerThreads(0, cores), 1);
+  EXPECT_EQ(parallel::optimizerThreads(0, cores + 5), 1);
 }
 
 TEST(GradClip, TheNormAndTheClipDoNotDependOnTheThreads) {

@@ -1,4 +1,4 @@
-#include "optim/parallel.h"
+#include "common/parallel.h"
 
 #include <sched.h>
 
@@ -6,7 +6,7 @@
 #include <thread>
 #include <vector>
 
-namespace rp::optim {
+namespace rp::parallel {
 
 int availableCores() {
   cpu_set_t set;
@@ -42,4 +42,4 @@ void forEachPart(int parts, const std::function<void(int part)>& fn) {
   for (auto& thread : others) thread.join();
 }
 
-}  // namespace rp::optim
+}  // namespace rp::parallel

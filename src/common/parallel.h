@@ -1,6 +1,7 @@
-// Host passes over float buffers split among threads: the optimizer's AdamW update, gradient norm and clipping,
-// and the dtype conversions between the node store and its float32 buffers (Note [Optimizer threads]). Every
-// pass is elementwise or sums in fixed blocks, so no result depends on the thread count.
+// Host passes split among threads: the optimizer's AdamW update, gradient norm and clipping, and the dtype
+// conversions between the node store and its float32 buffers (Note [Optimizer threads]: every pass is
+// elementwise or sums in fixed blocks, so no result depends on the thread count), and the random init's chunks
+// (Note [Parallel random init]).
 // Thread-safety: the functions are reentrant; forEachPart's callback runs on several threads at once.
 #pragma once
 
@@ -8,7 +9,7 @@
 #include <functional>
 #include <utility>
 
-namespace rp::optim {
+namespace rp::parallel {
 
 // The cores this process may run on (its CPU affinity: mpirun's binding, a cgroup's cpuset), at least 1.
 int availableCores();
@@ -29,4 +30,4 @@ int partsFor(std::size_t elements, int threads);
 // returns when all have. `fn` must not throw.
 void forEachPart(int parts, const std::function<void(int part)>& fn);
 
-}  // namespace rp::optim
+}  // namespace rp::parallel
