@@ -2,8 +2,9 @@
 // model copy) in parameters/s and GB/s, beside this machine's memory bandwidth measured in the same binary
 // (a STREAM triad) and LibTorch's torch::optim::AdamW on the same sizes; then the passes of one sync bf16
 // optimizer step over the same parameters (engine/optimizer_worker.cpp: widen the bf16 gradient slots to
-// float32, sum of squares, clip, AdamW with the fused bf16 copy) at 1 and 2 threads (Note [Optimizer threads]).
-// Prints two tables.
+// float32, sum of squares, clip, AdamW with the fused bf16 copy) at 1 and 2 threads (Note [Optimizer threads]);
+// then the zeroing of a rank's optimizer state (gradients and both moments) in memory just allocated, the old
+// way and in parallel, beside zeroing memory already present (Note [Parallel first touch]). Prints three tables.
 // Usage: bench_adamw [million parameters] (default 16). DeepSpeed's CPU Adam: benchmarks/peer_deepspeed_adam.py.
 #include <algorithm>
 #include <chrono>
@@ -24,6 +25,11 @@
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+// Keeps the compiler from dropping a buffer nobody reads.
+void escape(void* p) {
+  asm volatile("" : : "g"(p) : "memory");
+}
 
 // Median seconds of `reps` runs of `fn` (after one warm-up run).
 template <typename Fn>
@@ -142,5 +148,31 @@ int main(int argc, char** argv) {
     std::printf("| %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f |\n", threads, widen * 1e3, sum * 1e3, clip * 1e3,
                 update * 1e3, all * 1e3, all / static_cast<double>(n) * 1e9);
   }
+
+  // A rank's optimizer state for these parameters: float32 gradients and two moments. Each run allocates fresh
+  // memory (malloc maps a buffer this large and unmaps it when freed), so every page is a first touch.
+  const std::size_t state = 3 * n;
+  const double stateBytes = static_cast<double>(state * sizeof(float));
+  std::printf("\nZeroing the optimizer state of %.0fM parameters (%.2f GB)\n", static_cast<double>(n) / 1e6,
+              stateBytes / 1e9);
+  std::printf("| how | threads | ms | GB/s |\n|---|---:|---:|---:|\n");
+  const auto zeroRow = [&](const char* how, int threads, double seconds) {
+    std::printf("| %s | %d | %.1f | %.2f |\n", how, threads, seconds * 1e3, stateBytes / seconds / 1e9);
+  };
+  zeroRow("std::vector<float>(n, 0), fresh memory", 1, timeIt(5, [&] {
+            std::vector<float> zeros(state, 0.0f);
+            escape(zeros.data());
+          }));
+  std::vector<int> threadCounts{1, 2};
+  if (rp::parallel::availableCores() > 2) threadCounts.push_back(rp::parallel::availableCores());
+  for (int threads : threadCounts) {
+    zeroRow("parallel::ZeroedFloats, fresh memory", threads, timeIt(5, [&] {
+              rp::parallel::ZeroedFloats zeros(state, threads);
+              escape(zeros.data());
+            }));
+  }
+  rp::parallel::ZeroedFloats present(state, 1);
+  zeroRow("parallel::fillZero, memory present (the limit)", 1,
+          timeIt(5, [&] { rp::parallel::fillZero(present.data(), state * sizeof(float), 1); }));
   return 0;
 }

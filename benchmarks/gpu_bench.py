@@ -186,6 +186,10 @@ class Bench:
             detail = f"after {seconds:.0f} s (cap {cap:.0f} s): {tail(log)}"
         gpu_report.step(self.out, name, status, seconds, shown.strip(), detail)
         self.note(f"{name}: {status} in {seconds:.0f} s {detail}")
+        with open(log, errors="replace") as f:  # how long the set-up took (Note [Parallel first touch])
+            setup = [line.split("] ", 1)[-1].strip() for line in f if "pipeline: set up in" in line]
+        if setup:
+            self.note(f"{name}: {setup[0]}")
         summary = trace_summary(out)
         if summary:
             self.note(f"{name}: time by span (trace.json, all steps)\n{summary}")

@@ -1,12 +1,13 @@
 // Host passes split among threads: the optimizer's AdamW update, gradient norm and clipping, and the dtype
 // conversions between the node store and its float32 buffers (Note [Optimizer threads]: every pass is
 // elementwise or sums in fixed blocks, so no result depends on the thread count), and the random init's chunks
-// (Note [Parallel random init]).
+// (Note [Parallel random init]), and the zeroing of the large buffers a run sets up (Note [Parallel first touch]).
 // Thread-safety: the functions are reentrant; forEachPart's callback runs on several threads at once.
 #pragma once
 
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <utility>
 
 namespace rp::parallel {
@@ -29,5 +30,33 @@ int partsFor(std::size_t elements, int threads);
 // Runs fn(part) for every part in [0, parts): part 0 on the calling thread, each other on a thread of its own;
 // returns when all have. `fn` must not throw.
 void forEachPart(int parts, const std::function<void(int part)>& fn);
+
+// Writes zeros to [data, data + bytes) on up to `threads` threads, in page-aligned parts. On memory not touched
+// before this is also its first touch, which the kernel pays for page by page (Note [Parallel first touch]).
+void fillZero(void* data, std::size_t bytes, int threads);
+
+// `n` floats, all zero, allocated without a serial first touch: fillZero on `threads` threads (Note [Parallel
+// first touch]). Owns its memory; moves, never copies.
+class ZeroedFloats {
+ public:
+  ZeroedFloats() = default;
+  ZeroedFloats(std::size_t n, int threads);
+
+  float* data() { return data_.get(); }
+  const float* data() const { return data_.get(); }
+  std::size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  float* begin() { return data(); }
+  float* end() { return data() + size_; }
+  const float* begin() const { return data(); }
+  const float* end() const { return data() + size_; }
+
+ private:
+  struct Free {
+    void operator()(float* p) const;
+  };
+  std::unique_ptr<float[], Free> data_;
+  std::size_t size_ = 0;
+};
 
 }  // namespace rp::parallel

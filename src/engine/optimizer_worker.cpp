@@ -124,7 +124,7 @@ OptimizerWorker::OptimizerWorker(std::vector<OptimTensor> tensors, Fences& fence
         if (n == crossNode_->rank()) shards_.back() = {from, to - from};
       }
     }
-    grads_.emplace_back(t.trainable ? end - begin : 0, 0.0f);
+    grads_.emplace_back(t.trainable ? end - begin : 0, threads_);
     if (!t.trainable) continue;
     const auto [offset, count] = shards_.back();
     auto* weights = reinterpret_cast<std::uint16_t*>(t.weights.front()) + begin;

@@ -160,8 +160,8 @@ class OptimizerWorker {
   std::vector<std::pair<std::size_t, std::size_t>> shards_;
   // This rank's slice of each trainable tensor's gradient (sharded: after the exchange, its shard's sum is at
   // the front).
-  std::vector<std::vector<float>> grads_;
-  struct StagedWeights {  // checkpoints of bf16/fp16 weights, as float32
+  std::vector<parallel::ZeroedFloats> grads_;  // zeroed on the optimizer threads (Note [Parallel first touch])
+  struct StagedWeights {                       // checkpoints of bf16/fp16 weights, as float32
     std::size_t tensor;
     int version;
     std::size_t begin;  // the first element

@@ -15,12 +15,12 @@
 #include "common/error.h"
 #include "common/fault.h"
 #include "common/log.h"
+#include "common/parallel.h"
 #include "control/channel.h"
 #include "engine/costs.h"
 #include "engine/regions.h"
 #include "model/batch.h"
 #include "model/lora.h"
-#include "common/parallel.h"
 #include "run/evaluation.h"
 #include "run/sampling.h"
 #include "run/setup.h"
@@ -65,6 +65,7 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
       tensorFactory_(std::move(parts.tensors)),
       channel_(std::move(parts.node)),
       worldChannel_(std::move(parts.world)) {
+  const auto started = std::chrono::steady_clock::now();
   const auto& c = config_;
   const auto& id = id_;
   // Every collective waits at most pipeline.stall_timeout_s, the cross-node ones (split off the world channel)
@@ -185,6 +186,12 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
       std::move(slots), std::move(tensors));
   jobs_->setPlan(plan_);
   if (const auto resume = run::openResume(c, identity_)) restore(*resume);
+  if (leader_) {
+    RP_LOG_INFO("pipeline: set up in {:.1f} s (node store {:.2f} GB, rank 0's optimizer state {:.2f} GB)",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
+                static_cast<double>(store_->layout().total()) / 1e9,
+                static_cast<double>(optimizer_->stateBytes()) / 1e9);
+  }
 }
 
 PipelineRuntime::~PipelineRuntime() {
@@ -244,6 +251,12 @@ std::unique_ptr<transport::TensorChannel> PipelineRuntime::buildStore() {
   layout.add("activity", ActivityBoard::regionBytes(id.localSize));
   checkHostMemory(static_cast<double>(layout.total()));
   std::shared_ptr<memory::NodeMemory> memory = nodeMemory_(layout.total(), *channel_, "store");
+  {  // Note [Parallel first touch]: each of the node's ranks zeroes its share, before anyone writes the store
+    const auto [begin, end] = parallel::partOf(layout.total(), id.localRank, id.localSize, 4096);
+    parallel::fillZero(memory->data() + begin, end - begin,
+                       parallel::optimizerThreads(static_cast<int>(c.optim.threads), id.localSize));
+    channel_->barrier();
+  }
   storePin_ = worker_->pinHost(memory->data(), layout.total(), "node store");  // direct copies (cuda)
   store_ = std::make_unique<memory::NodeStore>(std::move(layout), std::move(memory));
   RP_LOG_DEBUG("node store ({}): {:.1f} MB", store_->describe(), static_cast<double>(store_->layout().total()) / 1e6);

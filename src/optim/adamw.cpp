@@ -129,9 +129,16 @@ std::size_t AdamW::add(std::string name, float* param, const float* grad, std::s
                        ModelCopy copy) {
   RP_CHECK((modelCopy != nullptr) == (copy != ModelCopy::kNone), "AdamW::add: a model copy needs its dtype");
   const bool decay = optim::decays(name, config_.noDecay);
-  Param p{std::move(name), param, grad, n, std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f), {},
-          modelCopy,       copy,  decay};
-  if (config_.amsgrad) p.maxExpAvgSq.assign(n, 0.0f);
+  Param p{std::move(name),
+          param,
+          grad,
+          n,
+          parallel::ZeroedFloats(n, threads_),
+          parallel::ZeroedFloats(n, threads_),
+          config_.amsgrad ? parallel::ZeroedFloats(n, threads_) : parallel::ZeroedFloats(),
+          modelCopy,
+          copy,
+          decay};
   params_.push_back(std::move(p));
   return params_.size() - 1;
 }

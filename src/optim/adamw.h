@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "common/parallel.h"
+
 namespace rp::optim {
 
 struct AdamWConfig {
@@ -95,7 +97,8 @@ class AdamW {
   // dtype.
   std::size_t add(std::string name, float* param, const float* grad, std::size_t n, std::uint16_t* modelCopy = nullptr,
                   ModelCopy copy = ModelCopy::kNone);
-  // Splits every step over `threads` threads (contiguous chunks of every parameter); 1 = the calling thread.
+  // Splits every step over `threads` threads (contiguous chunks of every parameter); 1 = the calling thread. Set it
+  // before `add`: the moments of a parameter are zeroed on these threads (Note [Parallel first touch]).
   void setThreads(int threads);
   // One update of every parameter with learning rate `lr` (the schedule's value for this step).
   void step(double lr);
@@ -105,13 +108,13 @@ class AdamW {
   std::size_t size() const { return params_.size(); }
   const std::string& name(std::size_t i) const { return params_[i].name; }
   bool decays(std::size_t i) const { return params_[i].decay; }
-  const std::vector<float>& expAvg(std::size_t i) const { return params_[i].expAvg; }
-  const std::vector<float>& expAvgSq(std::size_t i) const { return params_[i].expAvgSq; }
+  const parallel::ZeroedFloats& expAvg(std::size_t i) const { return params_[i].expAvg; }
+  const parallel::ZeroedFloats& expAvgSq(std::size_t i) const { return params_[i].expAvgSq; }
   // For checkpoints: the moments of parameter i (maxExpAvgSq is empty unless amsgrad), and the step count.
-  std::vector<float>& expAvg(std::size_t i) { return params_[i].expAvg; }
-  std::vector<float>& expAvgSq(std::size_t i) { return params_[i].expAvgSq; }
-  std::vector<float>& maxExpAvgSq(std::size_t i) { return params_[i].maxExpAvgSq; }
-  const std::vector<float>& maxExpAvgSq(std::size_t i) const { return params_[i].maxExpAvgSq; }
+  parallel::ZeroedFloats& expAvg(std::size_t i) { return params_[i].expAvg; }
+  parallel::ZeroedFloats& expAvgSq(std::size_t i) { return params_[i].expAvgSq; }
+  parallel::ZeroedFloats& maxExpAvgSq(std::size_t i) { return params_[i].maxExpAvgSq; }
+  const parallel::ZeroedFloats& maxExpAvgSq(std::size_t i) const { return params_[i].maxExpAvgSq; }
   void restoreStepCount(std::int64_t steps) { step_ = steps; }
 
  private:
@@ -120,7 +123,7 @@ class AdamW {
     float* param;
     const float* grad;
     std::size_t n;
-    std::vector<float> expAvg, expAvgSq, maxExpAvgSq;
+    parallel::ZeroedFloats expAvg, expAvgSq, maxExpAvgSq;  // zeroed on the optimizer's threads
     std::uint16_t* modelCopy;
     ModelCopy copy;
     bool decay;

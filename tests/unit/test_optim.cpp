@@ -78,6 +78,38 @@ TEST(OptimizerThreads, TheDefaultSharesTheCoresAmongTheNodesRanks) {
   EXPECT_EQ(parallel::optimizerThreads(0, cores + 5), 1);
 }
 
+TEST(OptimizerThreads, FillZeroWritesItsRangeAndNothingElseOnAnyThreadCount) {
+  // Unaligned start and length, long enough for several parts (at least 1 MiB each).
+  const std::size_t total = std::size_t{9} << 20, offset = 4097 + 3, length = (std::size_t{7} << 20) + 1234;
+  for (const int threads : {1, 2, 3, 8}) {
+    std::vector<unsigned char> bytes(total, 0xAB);
+    parallel::fillZero(bytes.data() + offset, length, threads);
+    const auto firstNonZero =
+        std::find_if(bytes.begin() + offset, bytes.begin() + offset + length, [](unsigned char b) { return b != 0; });
+    EXPECT_EQ(firstNonZero - bytes.begin(), static_cast<std::ptrdiff_t>(offset + length)) << threads << " threads";
+    EXPECT_TRUE(std::all_of(bytes.begin(), bytes.begin() + offset, [](unsigned char b) { return b == 0xAB; }));
+    EXPECT_TRUE(std::all_of(bytes.begin() + offset + length, bytes.end(), [](unsigned char b) { return b == 0xAB; }));
+  }
+}
+
+TEST(OptimizerThreads, ZeroedFloatsAreZeroEvenInMemoryUsedBefore) {
+  const std::size_t n = (std::size_t{3} << 18) + 5;  // three parts
+  for (int round = 0; round < 3; ++round) {
+    {  // leave non-zero memory in malloc's free lists for the next allocation to reuse
+      std::vector<float> used(n, 7.5f);
+      EXPECT_EQ(used.back(), 7.5f);
+    }
+    parallel::ZeroedFloats zeroed(n, 1 + round);
+    ASSERT_EQ(zeroed.size(), n);
+    EXPECT_TRUE(std::all_of(zeroed.begin(), zeroed.end(), [](float x) { return x == 0.0f; })) << round;
+    const float* where = zeroed.data();
+    parallel::ZeroedFloats moved(std::move(zeroed));
+    EXPECT_EQ(moved.data(), where);  // a move keeps the memory: the optimizer holds pointers into it
+  }
+  EXPECT_TRUE(parallel::ZeroedFloats().empty());
+  EXPECT_TRUE(parallel::ZeroedFloats(0, 4).empty());
+}
+
 TEST(GradClip, TheNormAndTheClipDoNotDependOnTheThreads) {
   // Three buffers, one spanning several of the norm's blocks, together enough for 8 parts.
   std::mt19937 gen(5);
