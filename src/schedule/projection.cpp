@@ -196,10 +196,14 @@ SimCosts projectCosts(const ModelShape& m, const Hardware& h, int seq, int rows,
 bool boundStageFits(const ModelShape& m, const Hardware& h, int layers, bool withHead, int seq, int rows, int inFlight,
                     bool recompute, bool lora) {
   const double params = layers * m.layerParams() + (withHead ? static_cast<double>(m.vocab) * m.hidden : 0.0);
-  // Activations kept per layer per microbatch without recompute: ~34·s·b·h bytes (+ attention scores,
-  // absent with flash attention) — Korthikanti et al., "Reducing Activation Recomputation"; with full
-  // recompute only the layer input (2·s·b·h bytes in bf16).
-  const double perLayer = (recompute ? 2.0 : 34.0) * seq * rows * static_cast<double>(m.hidden);
+  // Activations kept per layer per microbatch, bf16: without recompute a layer's autograd graph as our layers
+  // save it (Note [Activation bytes], dense and sparse layers in their proportions; attention O(T)), the
+  // runtime planner's count; with full recompute only the layer input (2·s·b·h bytes).
+  const double tokens = static_cast<double>(seq) * rows;
+  const double sparse = m.layers > 0 ? static_cast<double>(m.sparseLayers) / m.layers : 0.0;
+  const double graph = (1.0 - sparse) * decoderLayerActivationBytes(m, tokens, 2, false) +
+                       (sparse > 0.0 ? sparse * decoderLayerActivationBytes(m, tokens, 2, true) : 0.0);
+  const double perLayer = recompute ? 2.0 * tokens * m.hidden : graph;
   const double activations = perLayer * layers * inFlight;
   return (lora ? 2.0 : 16.0) * params + activations <= h.memoryGb * 1e9;
 }

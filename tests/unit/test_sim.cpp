@@ -343,6 +343,16 @@ TEST(Projection, CostsFollowTheFlopAndByteCounts) {
   h.memoryGb = 16.0 * 144 * 2 / 1e9;                          // exactly the 16 bytes/parameter of 2 layers
   EXPECT_TRUE(boundStageFits(m, h, 2, false, 3, 1, 0, true));
   EXPECT_FALSE(boundStageFits(m, h, 2, false, 3, 1, 1, true));
+  // Without recompute a microbatch in flight keeps each layer's graph as the runtime planner counts it (Note
+  // [Activation bytes], bf16), far more than the layer input a recomputing stage keeps.
+  const double graph = decoderLayerActivationBytes(m, 3.0, 2, false);
+  EXPECT_GT(graph, 4.0 * 2.0 * 3 * 4);
+  h.memoryGb = (16.0 * 144 * 2 + 2 * 3 * graph) * (1.0 + 1e-12) / 1e9;  // 2 layers x 3 microbatches in flight
+  EXPECT_TRUE(boundStageFits(m, h, 2, false, 3, 1, 3, false));
+  h.memoryGb *= 1.0 - 1e-9;
+  EXPECT_FALSE(boundStageFits(m, h, 2, false, 3, 1, 3, false));
+  EXPECT_TRUE(boundStageFits(m, h, 2, false, 3, 1, 3, true));
+  h.memoryGb = 16.0 * 144 * 2 / 1e9;
 
   // LoRA: the matmuls' backward is their forward (activation gradients only), attention's stays 2x; the head's
   // backward equals its forward; no gradient downloads; 2 bytes per frozen parameter on a bound stage.
