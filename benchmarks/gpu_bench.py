@@ -333,7 +333,8 @@ def gpu_count():
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", required=True)
-    ap.add_argument("--out", required=True, help="where results.json is (scripts/gpu_report.py init made it)")
+    ap.add_argument("--out", required=True, help="where results.json is (scripts/gpu_report.py init made it; "
+                    "started here when absent, for a call of this script alone)")
     ap.add_argument("--budget", type=float, required=True, help="seconds for everything")
     ap.add_argument("--dry-run", action="store_true")
     ap.add_argument("--figures", default="g1,g2", help="g1: G1 and its G3; g2: G2 (async, the peer), its G3, "
@@ -369,6 +370,9 @@ def main():
             setattr(a, key, value)
     a.backend = "cpu" if dry else "cuda"
     a.state = a.state or os.path.join(a.build, "gpu-bench-state.json")
+    if not os.path.exists(os.path.join(a.out, "results.json")):  # called alone, not by scripts/gpu-check.sh
+        os.makedirs(a.out, exist_ok=True)
+        gpu_report.init(a.out, "bench (gpu_bench.py alone)", dry, "see bench-log.txt", "working tree", "-", a.budget)
     bench = Bench(a)
     try:
         bench.run()

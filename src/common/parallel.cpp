@@ -49,14 +49,15 @@ void forEachPart(int parts, const std::function<void(int part)>& fn) {
 // Note [Parallel first touch]
 // A run's set-up creates tens of GB of host memory: the node store (weights, float32 masters, gradient slots),
 // each rank's float32 gradients and AdamW moments (Qwen3-1.7B: 14 GB and 21 GB). The kernel gives a page its
-// physical memory, cleared, when it is first written, and on the virtual machines we run on that costs far more
-// than the write: 0.2-1.2 GB/s per thread on our 2-core development VM (2026-11-27, a 4 GB memset of fresh
-// pages), where one thread writes present memory at several GB/s. Touched from one thread, as `std::vector<float>(n,
-// 0.0f)` and the random init's first writes did, that is most of the ~60 s a 1.7B run spent before its first step. The
-// clearing is per page and scales with the threads that fault (2 threads: 1.7-2x here), so the large buffers are zeroed
-// in parallel parts right after they are allocated: the node store by its node's ranks (each its share, on its
-// optimizer threads, before anyone writes it), a rank's optimizer state on its optimizer threads. Writing zeros over
-// fresh memory changes no value, and memory malloc hands back from its free lists needs the zeros anyway.
+// physical memory, cleared, when it is first written, and on a virtual machine that costs far more than the
+// write: ~1.2 GB/s per thread on our 2-core development VM (2026-11-27, bench_adamw), 20-30x a write to memory
+// already present. Touched from one thread, as `std::vector<float>(n, 0.0f)` and the random init's first writes
+// did, that is ~30 s at this rate, half of the ~60 s the 1.7B runs on an H100 host spent before their first step
+// (that host's rate is not measured). The clearing is per page and scales with the threads that fault (1.6x on
+// 2 threads here), so the large buffers are zeroed in parallel parts right after they are allocated: the node
+// store by its node's ranks (each its share, on its optimizer threads, before anyone writes it), a rank's
+// optimizer state on its optimizer threads. Zeros over fresh memory change no value, and memory that malloc
+// hands back from its free lists needs them anyway.
 void fillZero(void* data, std::size_t bytes, int threads) {
   constexpr std::size_t kPage = 4096;
   auto* bytesAt = static_cast<unsigned char*>(data);
