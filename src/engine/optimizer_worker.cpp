@@ -369,8 +369,7 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
     // A diverged step (non-finite loss or norm) is skipped by every rank alike: both are all-reduced.
     result.skipped = !std::isfinite(result.gradNorm) || !std::isfinite(result.lossSum);
     if (!result.skipped) {
-      optim::clipToNorm(buffers, result.gradNorm, options_.gradClip, threads_);
-      adamw_.step(result.lr);
+      adamw_.step(result.lr, optim::clipCoefficient(result.gradNorm, options_.gradClip));
       if (sharded_) gatherMasters(t);
     }
   }

@@ -41,10 +41,13 @@ AdamWStepScalars stepScalars(const AdamWConfig& c, double lr, std::int64_t step)
       static_cast<float>(lr / biasCorrection1),
       static_cast<float>(std::sqrt(biasCorrection2)),
       static_cast<float>(c.eps),
+      1.0f,
   };
 }
 
-// torch.optim.AdamW, _single_tensor_adamw, in the same float32 operations:
+// torch.optim.AdamW, _single_tensor_adamw, in the same float32 operations, after clip_grad_norm_'s g *= coef
+// (gradScale, Note [Clipping in the update]):
+//   g = g * coef
 //   param *= 1 - lr*wd
 //   m = lerp(m, g, 1-beta1)             (m + w*(g - m) for w < 0.5)
 //   v = v*beta2 + (1-beta2)*g*g
@@ -53,7 +56,7 @@ AdamWStepScalars stepScalars(const AdamWConfig& c, double lr, std::int64_t step)
 //   param += -(lr / (1 - beta1^t)) * m / denom
 void adamwScalar(const AdamWStepScalars& s, bool amsgrad, const AdamWSlice& x) {
   for (std::size_t i = 0; i < x.n; ++i) {
-    const float g = x.grad[i];
+    const float g = x.grad[i] * s.gradScale;
     float p = x.param[i] * s.decay;
     float m = x.expAvg[i];
     m = s.oneMinusBeta1 < 0.5f ? m + s.oneMinusBeta1 * (g - m) : g - (g - m) * (1.0f - s.oneMinusBeta1);
@@ -159,9 +162,10 @@ void AdamW::setThreads(int threads) {
   threads_ = threads;
 }
 
-void AdamW::step(double lr) {
+void AdamW::step(double lr, float gradScale) {
   ++step_;
-  const AdamWStepScalars decayed = stepScalars(config_, lr, step_);
+  AdamWStepScalars decayed = stepScalars(config_, lr, step_);
+  decayed.gradScale = gradScale;
   AdamWStepScalars plain = decayed;
   plain.decay = 1.0f;  // torch skips the multiplication for a group with weight_decay 0; by 1 it is exact
   const auto scalars = [&](const Param& p) -> const AdamWStepScalars& { return p.decay ? decayed : plain; };

@@ -44,6 +44,9 @@ struct AdamWStepScalars {
   float stepSize;             // lr / (1 - beta1^t)
   float biasCorrection2Sqrt;  // sqrt(1 - beta2^t)
   float eps;
+  // What every gradient is multiplied by as it is read (Note [Clipping in the update]): the gradient-norm
+  // clipping coefficient, 1 when no clipping applies.
+  float gradScale = 1.0f;
 };
 
 AdamWStepScalars stepScalars(const AdamWConfig& config, double lr, std::int64_t step);
@@ -100,8 +103,9 @@ class AdamW {
   // Splits every step over `threads` threads (contiguous chunks of every parameter); 1 = the calling thread. Set it
   // before `add`: the moments of a parameter are zeroed on these threads (Note [Parallel first touch]).
   void setThreads(int threads);
-  // One update of every parameter with learning rate `lr` (the schedule's value for this step).
-  void step(double lr);
+  // One update of every parameter with learning rate `lr` (the schedule's value for this step), each gradient
+  // multiplied by `gradScale` as it is read (optim::clipCoefficient; Note [Clipping in the update]).
+  void step(double lr, float gradScale = 1.0f);
 
   std::int64_t stepCount() const { return step_; }
   const AdamWConfig& config() const { return config_; }

@@ -30,12 +30,13 @@ __attribute__((target("avx512f,avx512bw,avx2,f16c"))) void adamwAvx512(const Ada
   const __m512 decay = _mm512_set1_ps(s.decay), w = _mm512_set1_ps(s.oneMinusBeta1),
                w2 = _mm512_set1_ps(1.0f - s.oneMinusBeta1), beta2 = _mm512_set1_ps(s.beta2),
                omb2 = _mm512_set1_ps(s.oneMinusBeta2), step = _mm512_set1_ps(-s.stepSize),
-               bc2 = _mm512_set1_ps(s.biasCorrection2Sqrt), eps = _mm512_set1_ps(s.eps);
+               bc2 = _mm512_set1_ps(s.biasCorrection2Sqrt), eps = _mm512_set1_ps(s.eps),
+               gradScale = _mm512_set1_ps(s.gradScale);
   const bool lerpFromM = s.oneMinusBeta1 < 0.5f;
   const __m512i roundBias = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1), bf16Nan = _mm512_set1_epi32(0x7FC0);
   std::size_t i = 0;
   for (; i + 16 <= x.n; i += 16) {
-    const __m512 g = _mm512_loadu_ps(x.grad + i);
+    const __m512 g = _mm512_mul_ps(_mm512_loadu_ps(x.grad + i), gradScale);
     __m512 p = _mm512_mul_ps(_mm512_loadu_ps(x.param + i), decay);
     __m512 m = _mm512_loadu_ps(x.expAvg + i);
     const __m512 diff = _mm512_sub_ps(g, m);
@@ -70,12 +71,13 @@ __attribute__((target("avx2,f16c"))) void adamwAvx2(const AdamWStepScalars& s, b
   const __m256 decay = _mm256_set1_ps(s.decay), w = _mm256_set1_ps(s.oneMinusBeta1),
                w2 = _mm256_set1_ps(1.0f - s.oneMinusBeta1), beta2 = _mm256_set1_ps(s.beta2),
                omb2 = _mm256_set1_ps(s.oneMinusBeta2), step = _mm256_set1_ps(-s.stepSize),
-               bc2 = _mm256_set1_ps(s.biasCorrection2Sqrt), eps = _mm256_set1_ps(s.eps);
+               bc2 = _mm256_set1_ps(s.biasCorrection2Sqrt), eps = _mm256_set1_ps(s.eps),
+               gradScale = _mm256_set1_ps(s.gradScale);
   const bool lerpFromM = s.oneMinusBeta1 < 0.5f;
   const __m256i roundBias = _mm256_set1_epi32(0x7FFF), one = _mm256_set1_epi32(1), bf16Nan = _mm256_set1_epi32(0x7FC0);
   std::size_t i = 0;
   for (; i + 8 <= x.n; i += 8) {
-    const __m256 g = _mm256_loadu_ps(x.grad + i);
+    const __m256 g = _mm256_mul_ps(_mm256_loadu_ps(x.grad + i), gradScale);
     __m256 p = _mm256_mul_ps(_mm256_loadu_ps(x.param + i), decay);
     __m256 m = _mm256_loadu_ps(x.expAvg + i);
     const __m256 diff = _mm256_sub_ps(g, m);

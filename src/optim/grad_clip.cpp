@@ -45,26 +45,16 @@ double globalGradNorm(std::span<const GradBuffer> grads, int threads) {
   return std::sqrt(sumOfSquares(grads, threads));
 }
 
-void clipToNorm(std::span<const GradBuffer> grads, double norm, double maxNorm, int threads) {
-  if (maxNorm <= 0.0) return;
+// Note [Clipping in the update]
+// clip_grad_norm_ multiplies every gradient by the coefficient in place, then AdamW reads them: two passes over
+// the float32 gradients (read and write 8 bytes per parameter) before the update's 30. The AdamW kernels instead
+// multiply each gradient by the coefficient as they load it — the same float32 multiplication of the same
+// values, so the update is bitwise the one after an in-place clip (tests/unit/test_adamw_kernels.cpp) — and the
+// gradients themselves stay unclipped (nothing reads them after the update).
+float clipCoefficient(double norm, double maxNorm) {
+  if (maxNorm <= 0.0) return 1.0f;
   const double coef = maxNorm / (norm + 1e-6);
-  if (coef >= 1.0) return;
-  const auto c = static_cast<float>(coef);
-  std::size_t elements = 0;
-  for (const auto& g : grads) elements += g.n;
-  const int parts = parallel::partsFor(elements, threads);
-  parallel::forEachPart(parts, [&](int part) {
-    for (const auto& g : grads) {
-      const auto [begin, end] = parallel::partOf(g.n, part, parts);
-      for (std::size_t i = begin; i < end; ++i) g.data[i] *= c;
-    }
-  });
-}
-
-double clipGradNorm(std::span<const GradBuffer> grads, double maxNorm, int threads) {
-  const double norm = globalGradNorm(grads, threads);
-  clipToNorm(grads, norm, maxNorm, threads);
-  return norm;
+  return coef >= 1.0 ? 1.0f : static_cast<float>(coef);
 }
 
 }  // namespace rp::optim

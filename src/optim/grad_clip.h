@@ -1,5 +1,6 @@
-// Global gradient-norm clipping over fp32 buffers, as torch.nn.utils.clip_grad_norm_ (L2, eps 1e-6). `threads`
-// split each pass (common/parallel.h); the results do not depend on them.
+// Global gradient-norm clipping over fp32 buffers, as torch.nn.utils.clip_grad_norm_ (L2, eps 1e-6): the norm
+// here, the scaling in the AdamW update (Note [Clipping in the update]). `threads` split the norm's pass
+// (common/parallel.h); the result does not depend on them.
 #pragma once
 
 #include <cstddef>
@@ -17,11 +18,8 @@ struct GradBuffer {
 double sumOfSquares(std::span<const GradBuffer> grads, int threads = 1);
 // L2 norm over all buffers, accumulated in double.
 double globalGradNorm(std::span<const GradBuffer> grads, int threads = 1);
-// Scales every gradient by maxNorm / (norm + 1e-6) when that is < 1, given the global `norm`; maxNorm <= 0
-// disables clipping.
-void clipToNorm(std::span<const GradBuffer> grads, double norm, double maxNorm, int threads = 1);
-// Scales every gradient by maxNorm / (norm + 1e-6) when that is < 1. Returns the norm before clipping.
-// maxNorm <= 0 disables clipping (the norm is still returned).
-double clipGradNorm(std::span<const GradBuffer> grads, double maxNorm, int threads = 1);
+// What clip_grad_norm_ multiplies every gradient by, given the global `norm`: maxNorm / (norm + 1e-6) as float32
+// when that is < 1, else 1; maxNorm <= 0 disables clipping (1). AdamW::step applies it.
+float clipCoefficient(double norm, double maxNorm);
 
 }  // namespace rp::optim

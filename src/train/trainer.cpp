@@ -186,8 +186,8 @@ trace::StepMetrics Trainer::applyStep(std::int64_t step, const GradientResult& g
     m.skipped = true;  // a diverged step: no update (run::runLoop warns and counts)
     return m;
   }
-  optim::clipToNorm(buffers, m.gradNorm, config_.train.gradClip, optimThreads_);
-  adamw_->step(m.lr);  // also writes the bf16/fp16 parameters from the masters
+  // Clipped as it is read, and the bf16/fp16 parameters written from the masters in the same pass.
+  adamw_->step(m.lr, optim::clipCoefficient(m.gradNorm, config_.train.gradClip));
   return m;
 }
 

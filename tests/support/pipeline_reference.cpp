@@ -79,7 +79,13 @@ Reference delayedUpdateReference(const config::RunConfig& config) {
     std::vector<optim::GradBuffer> buffers;
     for (const auto& slot : trainer.gradSlots())
       buffers.push_back({slot.data_ptr<float>(), static_cast<std::size_t>(slot.numel())});
-    m.gradNorm = optim::clipGradNorm(buffers, config.train.gradClip);
+    // Clipped in place first, as torch.nn.utils.clip_grad_norm_ does (the runtimes clip inside the update:
+    // Note [Clipping in the update]).
+    m.gradNorm = optim::globalGradNorm(buffers);
+    const float coef = optim::clipCoefficient(m.gradNorm, config.train.gradClip);
+    for (const auto& b : buffers) {
+      for (std::size_t i = 0; i < b.n; ++i) b.data[i] *= coef;
+    }
     adamw.step(config.optim.lr);
     history.push_back(snapshot());
     r.steps.push_back(m);

@@ -1,6 +1,7 @@
 // The SIMD AdamW kernels against the scalar reference — bitwise, on sizes with SIMD tails, both lerp
 // branches, amsgrad, and the fused bf16/fp16 model copy — and the model-copy roundings against LibTorch's
-// own float -> bfloat16 / half conversions. Threads split the work without changing a bit.
+// own float -> bfloat16 / half conversions. Threads split the work without changing a bit. A gradient scale
+// (the clipping coefficient) is the in-place clip before the update, bitwise.
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -80,6 +81,37 @@ TEST(AdamWKernels, SimdEqualsScalarBitwise) {
     }
   }
   EXPECT_GT(cases, 0);
+}
+
+TEST(AdamWKernels, AGradientScaleIsAnInPlaceClipBeforeTheUpdateBitwise) {
+  // Note [Clipping in the update]: scaling each gradient as the kernel reads it equals clip_grad_norm_'s
+  // g *= coef followed by the plain update, on every kernel (SIMD bodies and scalar tails: n = 1003).
+  auto kernels = simdKernels();
+  kernels.emplace_back("scalar", &adamwScalar);
+  const float coef = static_cast<float>(1.0 / (7.3 + 1e-6));
+  for (const auto& [name, kernel] : kernels) {
+    for (ModelCopy copy : {ModelCopy::kNone, ModelCopy::kBFloat16}) {
+      const std::size_t n = 1003;
+      Buffers fused(n, 11), clipped(n, 11), unclipped(n, 11);
+      const AdamWConfig config{1e-2, 0.9, 0.999, 1e-8, 0.05, false, {}};
+      std::mt19937 gen(3);
+      std::normal_distribution<float> d;
+      for (std::int64_t step = 1; step <= 3; ++step) {
+        for (std::size_t i = 0; i < n; ++i) {
+          fused.grad[i] = unclipped.grad[i] = 4.0f * d(gen);
+          clipped.grad[i] = fused.grad[i] * coef;
+        }
+        const AdamWStepScalars plain = stepScalars(config, 1e-2, step);
+        AdamWStepScalars scaled = plain;
+        scaled.gradScale = coef;
+        kernel(scaled, false, fused.slice(false, copy));
+        kernel(plain, false, clipped.slice(false, copy));
+        kernel(plain, false, unclipped.slice(false, copy));
+      }
+      EXPECT_TRUE(fused == clipped) << name << " copy=" << static_cast<int>(copy);
+      EXPECT_FALSE(fused == unclipped) << name;  // the scale reaches the update
+    }
+  }
 }
 
 TEST(AdamWKernels, ModelCopyRoundsLikeLibTorch) {
