@@ -67,8 +67,19 @@ struct Widening {
   const std::uint8_t* src;
   std::size_t n;
   bool add;
+  double* blockSums = nullptr;  // the tensor's last widening of the step: its blocks' sums of squares go here
 };
 
+// Note [Norm while widening]
+// The global norm needs every gradient once more after its last widening: a pass that reads 4 bytes per
+// parameter after the backward, on the path to the update (a third of a sync step's host passes before the
+// update on our VM, bench_adamw, before the blocks were summed in eight chains). Instead a tensor's last
+// widening of the step (its shallowest layer's) is cut at Note [Blocked sum of squares]'s block boundaries and
+// each block's sum is taken right after the block is widened, while it is in cache — during the backward, which
+// the widening overlaps. The blocks and their order are sumOfSquares's, so the norm is bitwise the same. Not
+// where the gradients change between the widening and the norm: across nodes (the exchange sums them) and with
+// fp16 (unscaled first); those keep the pass.
+//
 // Every widening split over `threads` (common/parallel.h): part p of each goes to thread p.
 void widenAll(const std::vector<Widening>& work, c10::ScalarType dtype, int threads) {
   std::size_t elements = 0;
@@ -77,8 +88,17 @@ void widenAll(const std::vector<Widening>& work, c10::ScalarType dtype, int thre
   const std::size_t size = c10::elementSize(dtype);
   parallel::forEachPart(parts, [&](int part) {
     for (const auto& w : work) {
-      const auto [begin, end] = parallel::partOf(w.n, part, parts);
-      widen(w.dst + begin, w.src + begin * size, end - begin, dtype, w.add);
+      if (w.blockSums == nullptr) {
+        const auto [begin, end] = parallel::partOf(w.n, part, parts);
+        widen(w.dst + begin, w.src + begin * size, end - begin, dtype, w.add);
+        continue;
+      }
+      const auto [begin, end] = parallel::partOf(w.n, part, parts, optim::kSumBlock);
+      for (std::size_t b = begin; b < end; b += optim::kSumBlock) {
+        const std::size_t n = std::min(optim::kSumBlock, end - b);
+        widen(w.dst + b, w.src + b * size, n, dtype, w.add);
+        w.blockSums[b / optim::kSumBlock] = optim::blockSumOfSquares(w.dst + b, n);
+      }
     }
   });
 }
@@ -125,12 +145,14 @@ OptimizerWorker::OptimizerWorker(std::vector<OptimTensor> tensors, Fences& fence
       }
     }
     grads_.emplace_back(t.trainable ? end - begin : 0, threads_);
+    blockSums_.emplace_back((grads_.back().size() + optim::kSumBlock - 1) / optim::kSumBlock, 0.0);
     if (!t.trainable) continue;
     const auto [offset, count] = shards_.back();
     auto* weights = reinterpret_cast<std::uint16_t*>(t.weights.front()) + begin;
     adamw_.add(t.name, t.master + begin + offset, grads_.back().data(), count, fusedCopy_ ? weights : nullptr,
                fusedCopy_ ? copy : optim::ModelCopy::kNone);
   }
+  normWhileWidening_ = !crossNode_ && !options_.lossScaling;  // Note [Norm while widening]
   if (options_.lossScaling) {
     scaler_ = std::make_unique<optim::LossScaler>(*options_.lossScaling);
     startScale_ = scaler_->scale();
@@ -309,7 +331,9 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
       const std::uint8_t* slot =
           tensor.slots[static_cast<std::size_t>(t % versions_)][static_cast<std::size_t>(use - tensor.layers.begin())];
       const auto [begin, end] = slices_[i];
-      widenings.push_back({grads_[i].data(), slot + begin * c10::elementSize(options_.dtype), end - begin, started[i]});
+      const bool last = l == *std::min_element(tensor.layers.begin(), tensor.layers.end());
+      widenings.push_back({grads_[i].data(), slot + begin * c10::elementSize(options_.dtype), end - begin, started[i],
+                           normWhileWidening_ && last ? blockSums_[i].data() : nullptr});
       started[i] = true;
       taken.push_back(i);
     }
@@ -362,7 +386,14 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
     for (std::size_t i = 0; i < grads_.size(); ++i) {
       buffers.push_back({grads_[i].data(), grads_[i].empty() ? 0 : shards_[i].second});
     }
-    double sumSq = optim::sumOfSquares(buffers, threads_);
+    double sumSq = 0.0;
+    if (normWhileWidening_) {  // the blocks' sums in sumOfSquares's order (Note [Norm while widening])
+      for (const auto& sums : blockSums_) {
+        for (const double s : sums) sumSq += s;
+      }
+    } else {
+      sumSq = optim::sumOfSquares(buffers, threads_);
+    }
     node_->allreduce(&sumSq, 1, control::Reduce::kSum);
     if (sharded_) crossNode_->allreduce(&sumSq, 1, control::Reduce::kSum);
     result.gradNorm = std::sqrt(sumSq);

@@ -161,7 +161,10 @@ class OptimizerWorker {
   // This rank's slice of each trainable tensor's gradient (sharded: after the exchange, its shard's sum is at
   // the front).
   std::vector<parallel::ZeroedFloats> grads_;  // zeroed on the optimizer threads (Note [Parallel first touch])
-  struct StagedWeights {                       // checkpoints of bf16/fp16 weights, as float32
+  // Note [Norm while widening]: each gradient's blocks' sums of squares, taken at its last widening of the step.
+  std::vector<std::vector<double>> blockSums_;
+  bool normWhileWidening_ = false;
+  struct StagedWeights {  // checkpoints of bf16/fp16 weights, as float32
     std::size_t tensor;
     int version;
     std::size_t begin;  // the first element

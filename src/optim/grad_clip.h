@@ -13,6 +13,11 @@ struct GradBuffer {
   std::size_t n;
 };
 
+// Note [Blocked sum of squares]'s block: a buffer's squares are summed in double from zero over blocks of this
+// many elements, and the blocks' sums added in order.
+inline constexpr std::size_t kSumBlock = std::size_t{1} << 16;
+// One block's sum of squares (at most kSumBlock elements): what sumOfSquares adds for it.
+double blockSumOfSquares(const float* data, std::size_t n);
 // Sum of squares over all buffers, accumulated in double in fixed blocks (Note [Blocked sum of squares]): the
 // part of the squared norm one shard holds (a sharded gradient sums it over the shards).
 double sumOfSquares(std::span<const GradBuffer> grads, int threads = 1);
