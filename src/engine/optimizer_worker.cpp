@@ -322,7 +322,7 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
     doing(fmt::format("take layer {}'s gradients", l));
     fences_.waitDownloads(l, t, crossNode_ ? std::function<void()>(progress) : std::function<void()>());
     std::vector<Widening> widenings;
-    std::vector<std::size_t> taken;  // the tensors layer l uses
+    std::vector<std::size_t> finals;  // the tensors whose gradient is final after layer l (its shallowest user)
     for (std::size_t i = 0; i < tensors_.size(); ++i) {
       const auto& tensor = tensors_[i];
       if (!tensor.trainable) continue;
@@ -331,17 +331,15 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
       const std::uint8_t* slot =
           tensor.slots[static_cast<std::size_t>(t % versions_)][static_cast<std::size_t>(use - tensor.layers.begin())];
       const auto [begin, end] = slices_[i];
-      const bool last = l == *std::min_element(tensor.layers.begin(), tensor.layers.end());
+      const bool final = l == *std::min_element(tensor.layers.begin(), tensor.layers.end());
       widenings.push_back({grads_[i].data(), slot + begin * c10::elementSize(options_.dtype), end - begin, started[i],
-                           normWhileWidening_ && last ? blockSums_[i].data() : nullptr});
+                           normWhileWidening_ && final ? blockSums_[i].data() : nullptr});
       started[i] = true;
-      taken.push_back(i);
+      if (final) finals.push_back(i);
     }
     widenAll(widenings, options_.dtype, threads_);
-    for (const std::size_t i : taken) {
-      const auto& tensor = tensors_[i];
-      const bool final = l == *std::min_element(tensor.layers.begin(), tensor.layers.end());
-      if (crossNode_ && final && !grads_[i].empty()) {
+    for (const std::size_t i : finals) {
+      if (crossNode_ && !grads_[i].empty()) {
         exchanges.push_back(shardCounts_[i].empty()
                                 ? crossNode_->startAllreduce(grads_[i].data(), grads_[i].size(),
                                                              control::Element::kFloat32, control::Reduce::kSum)
@@ -382,16 +380,16 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
     trace::Timeline::Scope updateSpan(options_.timeline, fmt::format("AdamW step {}", t + 1), "optimizer", 1);
     // The global norm: this rank's slices' (sharded: shards') sum of squares, summed over the node's ranks
     // (sharded: and over the nodes).
-    std::vector<optim::GradBuffer> buffers;
-    for (std::size_t i = 0; i < grads_.size(); ++i) {
-      buffers.push_back({grads_[i].data(), grads_[i].empty() ? 0 : shards_[i].second});
-    }
     double sumSq = 0.0;
     if (normWhileWidening_) {  // the blocks' sums in sumOfSquares's order (Note [Norm while widening])
       for (const auto& sums : blockSums_) {
         for (const double s : sums) sumSq += s;
       }
     } else {
+      std::vector<optim::GradBuffer> buffers;
+      for (std::size_t i = 0; i < grads_.size(); ++i) {
+        buffers.push_back({grads_[i].data(), grads_[i].empty() ? 0 : shards_[i].second});
+      }
       sumSq = optim::sumOfSquares(buffers, threads_);
     }
     node_->allreduce(&sumSq, 1, control::Reduce::kSum);

@@ -202,7 +202,7 @@ bool boundStageFits(const ModelShape& m, const Hardware& h, int layers, bool wit
   const double tokens = static_cast<double>(seq) * rows;
   const double sparse = m.layers > 0 ? static_cast<double>(m.sparseLayers) / m.layers : 0.0;
   const double graph = (1.0 - sparse) * decoderLayerActivationBytes(m, tokens, 2, false) +
-                       (sparse > 0.0 ? sparse * decoderLayerActivationBytes(m, tokens, 2, true) : 0.0);
+                       sparse * decoderLayerActivationBytes(m, tokens, 2, true);
   const double perLayer = recompute ? 2.0 * tokens * m.hidden : graph;
   const double activations = perLayer * layers * inFlight;
   return (lora ? 2.0 : 16.0) * params + activations <= h.memoryGb * 1e9;

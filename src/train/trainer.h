@@ -86,7 +86,7 @@ class Trainer : public run::Executor {
   std::vector<torch::Tensor> masters_;  // fp32; the parameter itself when the model is fp32
   std::vector<torch::Tensor> slots_;    // fp32 gradients
   std::unique_ptr<optim::AdamW> adamw_;
-  int optimThreads_ = 1;  // of AdamW, the norm and clipping (optim.threads; common/parallel.h)
+  int optimThreads_ = 1;  // of AdamW and the norm (optim.threads; common/parallel.h)
   optim::LrSchedule schedule_;
   std::unique_ptr<optim::LossScaler> scaler_;  // fp16 only
   std::int64_t startStep_ = 0;                 // > 0 when resumed
