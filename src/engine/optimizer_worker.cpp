@@ -132,7 +132,10 @@ OptimizerWorker::OptimizerWorker(std::vector<OptimTensor> tensors, Fences& fence
   // update, so it cannot; sharded, the masters are gathered whole before the copy).
   const optim::ModelCopy copy = run::modelCopyFor(options_.dtype);
   fusedCopy_ = options_.staleness == 0 && copy != optim::ModelCopy::kNone && !sharded_;
-  for (auto& t : tensors_) {
+  byLayer_ = options_.staleness == 0 && !sharded_;  // Note [Update by layer]
+  if (byLayer_) layerGroups_.resize(static_cast<std::size_t>(options_.layers));
+  for (std::size_t i = 0; i < tensors_.size(); ++i) {
+    const auto& t = tensors_[i];
     slices_.push_back(sliceOf(t.numel, rank_, ranks_));
     const auto [begin, end] = slices_.back();
     auto& counts = shardCounts_.emplace_back();
@@ -149,8 +152,13 @@ OptimizerWorker::OptimizerWorker(std::vector<OptimTensor> tensors, Fences& fence
     if (!t.trainable) continue;
     const auto [offset, count] = shards_.back();
     auto* weights = reinterpret_cast<std::uint16_t*>(t.weights.front()) + begin;
-    adamw_.add(t.name, t.master + begin + offset, grads_.back().data(), count, fusedCopy_ ? weights : nullptr,
-               fusedCopy_ ? copy : optim::ModelCopy::kNone);
+    const std::size_t param = adamw_.add(t.name, t.master + begin + offset, grads_.back().data(), count,
+                                         fusedCopy_ ? weights : nullptr, fusedCopy_ ? copy : optim::ModelCopy::kNone);
+    if (byLayer_) {  // updated with the shallowest layer that uses it
+      auto& group = layerGroups_[static_cast<std::size_t>(*std::min_element(t.layers.begin(), t.layers.end()))];
+      group.params.push_back(param);
+      group.tensors.push_back(i);
+    }
   }
   normWhileWidening_ = !crossNode_ && !options_.lossScaling;  // Note [Norm while widening]
   if (options_.lossScaling) {
@@ -245,6 +253,25 @@ void OptimizerWorker::copyMaster(std::size_t i, int version) {
   });
 }
 
+// Note [Update by layer]: in sync mode iteration t+1 uploads layer l's weights once every rank has published
+// copied[l] for step t (Note [Layer fences]), so the update publishes each layer as soon as it is done instead
+// of after the whole model: layer by layer from the first, each tensor with the shallowest layer that uses it
+// (a tied embedding with layer 0), its bf16/fp16 copy written in the same pass (float32: copied right after).
+// Iteration t+1's first stage then waits for the norm and its own layers' update only, and the rest of the
+// update runs while it computes; the main thread no longer waits for the step (engine/runtime.cpp). The
+// values are the whole step's, bitwise (AdamW::update). Sharded across nodes the masters are gathered whole
+// after the update, so that path publishes at the end.
+void OptimizerWorker::updateByLayer(std::int64_t t, const optim::AdamW::Step& step) {
+  for (int l = 0; l < options_.layers; ++l) {
+    const LayerGroup& group = layerGroups_[static_cast<std::size_t>(l)];
+    adamw_.update(step, group.params);
+    if (!fusedCopy_) {
+      for (const std::size_t i : group.tensors) copyMaster(i, 0);
+    }
+    fences_.setCopied(l, rank_, t + 1);
+  }
+}
+
 bool OptimizerWorker::unscaleAndCheck(double scale) {
   const float s = static_cast<float>(scale);
   std::size_t elements = 0;
@@ -267,9 +294,17 @@ bool OptimizerWorker::unscaleAndCheck(double scale) {
   return bad == 0;
 }
 
+// Known once the step has checked its gradients, before its update: a sync run's next iteration need not wait
+// for the update (Note [Update by layer]).
 double OptimizerWorker::scaleAfter(std::int64_t step) {
   if (step < scalerStart_) return startScale_;
-  return waitFor(step).lossScaleAfter;
+  std::unique_lock<std::mutex> lock(mutex_);
+  const auto known = [&] {
+    return std::find_if(scales_.begin(), scales_.end(), [&](const auto& s) { return s.first == step; });
+  };
+  cv_.wait(lock, [&] { return error_ || known() != scales_.end(); });
+  if (error_) std::rethrow_exception(error_);
+  return known()->second;
 }
 
 double OptimizerWorker::lossScaleFor(std::int64_t step) {
@@ -364,6 +399,12 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
     result.lossScale = scaleAfter(t - 1 - options_.staleness);
     result.skipped = !scaler_->update(!unscaleAndCheck(result.lossScale));
     result.lossScaleAfter = scaler_->scale();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      scales_.emplace_back(t, result.lossScaleAfter);
+      if (scales_.size() > kScalesKept) scales_.pop_front();
+    }
+    cv_.notify_all();
     if (result.skipped) {
       result.gradNorm = std::nan("");
       RP_LOG_DEBUG("step {}: non-finite gradients at loss scale {}: skipped", t + 1, result.lossScale);
@@ -398,11 +439,17 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
     // A diverged step (non-finite loss or norm) is skipped by every rank alike: both are all-reduced.
     result.skipped = !std::isfinite(result.gradNorm) || !std::isfinite(result.lossSum);
     if (!result.skipped) {
-      adamw_.step(result.lr, optim::clipCoefficient(result.gradNorm, options_.gradClip));
-      if (sharded_) gatherMasters(t);
+      const float clip = optim::clipCoefficient(result.gradNorm, options_.gradClip);
+      if (byLayer_) {
+        updateByLayer(t, adamw_.beginStep(result.lr, clip));
+      } else {
+        adamw_.step(result.lr, clip);
+        if (sharded_) gatherMasters(t);
+      }
     }
   }
-  if (options_.staleness == 0) copyMasters(work, /*waitForUploads=*/false);  // the next iteration runs on W_{t+1}
+  // The next iteration runs on W_{t+1}: published layer by layer as it was updated, or here (no update).
+  if (options_.staleness == 0 && !(byLayer_ && !result.skipped)) copyMasters(work, /*waitForUploads=*/false);
   result.finished = std::chrono::steady_clock::now();
   result.rankPeakMb = gatherPeaks();
   return result;

@@ -3,7 +3,8 @@
 //   async (staleness k >= 1): copy master -> weights version t mod V (W_t, for iteration t+k, once the
 //          uploads of the iterations that read that version are done), take the gradients layer by layer in
 //          reverse order as each layer's download lands, clip, update the master to W_{t+1};
-//   sync:  take the gradients, clip, update, then copy master -> weights (W_{t+1}).
+//   sync:  take the gradients, clip, update layer by layer from the first, publishing each layer's weights
+//          (W_{t+1}) as it is done (Note [Update by layer]).
 // Weights and gradient slots are in the model dtype (float32, bfloat16 or float16), masters and moments in
 // float32. fp16: the gradients are of the loss times the loss scale; every rank unscales its slices, and a
 // step with a non-finite gradient anywhere is skipped on every rank (the ranks agree by an all-reduce) and
@@ -24,6 +25,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <c10/core/ScalarType.h>
@@ -103,7 +105,7 @@ class OptimizerWorker {
   void publishMasters();
   // The loss scale iteration `step` multiplies its loss by: 1 unless fp16; then the scale after step
   // step - 1 - k (the latest every rank knows when the iteration starts: sync step - 1, async step - 2),
-  // waiting for that step if needed.
+  // waiting for that step's gradient check (not its update) if needed.
   double lossScaleFor(std::int64_t step);
 
   // Checkpoints (docs/checkpoint-format.md): this rank's part of the state after `steps` steps — the masters,
@@ -137,6 +139,9 @@ class OptimizerWorker {
   void copyMasters(const Work& work, bool waitForUploads);
   // Master -> weights version `version` of tensor i's slice, rounded to the model dtype.
   void copyMaster(std::size_t i, int version);
+  // Sync: the update of step t layer by layer, each layer's weights published as it is done (Note [Update by
+  // layer]).
+  void updateByLayer(std::int64_t t, const optim::AdamW::Step& step);
   // Unscales this rank's gradient slices; false if any rank's hold a non-finite value.
   bool unscaleAndCheck(double scale);
   // Sharded: every node's updated shards of the masters, gathered so that every node holds them whole.
@@ -175,6 +180,13 @@ class OptimizerWorker {
   int threads_ = 1;         // of every pass over the slices (Note [Optimizer threads])
   bool sharded_ = false;    // options.shardAcrossNodes over more than one node
   bool fusedCopy_ = false;  // sync bf16/fp16: AdamW writes the rounded weights in its pass (one version)
+  // Sync, not sharded: the update runs layer by layer (Note [Update by layer]); group l holds the trainable
+  // tensors whose shallowest layer is l, as AdamW parameter indices and as tensor indices.
+  bool byLayer_ = false;
+  struct LayerGroup {
+    std::vector<std::size_t> params, tensors;
+  };
+  std::vector<LayerGroup> layerGroups_;
   std::unique_ptr<optim::LossScaler> scaler_;
   std::int64_t scalerStart_ = 0;  // the first step this scaler ran (the resumed step)
   double startScale_ = 1.0;
@@ -182,6 +194,10 @@ class OptimizerWorker {
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<Work> queue_;
+  // fp16: the loss scale after each recent step, as soon as the step has checked its gradients (scaleAfter).
+  // Iterations ask for steps at most staleness + 1 <= 9 back.
+  static constexpr std::size_t kScalesKept = 16;
+  std::deque<std::pair<std::int64_t, double>> scales_;
   std::vector<OptimizerResult> done_;
   std::size_t polled_ = 0;
   std::exception_ptr error_;

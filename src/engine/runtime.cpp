@@ -401,9 +401,9 @@ void PipelineRuntime::runStep(std::int64_t step, const coordinator::Directive& d
     }
   }
   coordination_->report(step, forwardMs, backwardMs);
+  // The next iteration starts as soon as the fences allow: sync, each of its uploads waits for that layer's
+  // update (W_{t+1}, Note [Update by layer]); async, for the copy of older weights.
   optimizer_->enqueue(step, uploadsAfter);
-  // sync: the next iteration starts from W_{t+1}; async: it starts as soon as the fences allow.
-  if (!c.optim.async()) optimizer_->waitFor(step);
 }
 
 control::StallPolicy PipelineRuntime::stallPolicy() const {

@@ -2,9 +2,9 @@
 // worker; model state lives in the node store; each iteration's stage jobs are dispatched round-robin and executed on
 // the workers' replicas, activations and gradients handed off through the tensor plane (transport/) with one readiness
 // message per (job, microbatch) to the next job's worker; the node's ranks then share the AdamW update.
-// The optimizer runs on a thread per rank, synchronously (optim.mode = "sync") or overlapped with the next
-// iterations, which compute on weights optim.staleness steps old ("async"), ordered by per-layer fences
-// (fences.h).
+// The optimizer runs on a thread per rank, ordered with the iterations by per-layer fences (fences.h): in sync
+// mode (optim.mode = "sync") the next iteration uploads each layer once its update is done (Note [Update by
+// layer]); in async mode the next iterations compute on weights optim.staleness steps old.
 // It runs under the shared step loop (run/loop.h) as its Executor.
 #pragma once
 

@@ -162,23 +162,34 @@ void AdamW::setThreads(int threads) {
   threads_ = threads;
 }
 
-void AdamW::step(double lr, float gradScale) {
+AdamW::Step AdamW::beginStep(double lr, float gradScale) {
   ++step_;
-  AdamWStepScalars decayed = stepScalars(config_, lr, step_);
-  decayed.gradScale = gradScale;
-  AdamWStepScalars plain = decayed;
-  plain.decay = 1.0f;  // torch skips the multiplication for a group with weight_decay 0; by 1 it is exact
-  const auto scalars = [&](const Param& p) -> const AdamWStepScalars& { return p.decay ? decayed : plain; };
+  Step s;
+  s.decayed = stepScalars(config_, lr, step_);
+  s.decayed.gradScale = gradScale;
+  s.plain = s.decayed;
+  s.plain.decay = 1.0f;  // torch skips the multiplication for a group with weight_decay 0; by 1 it is exact
+  return s;
+}
+
+void AdamW::update(const Step& step, const std::vector<std::size_t>& params) {
   // Part t of every parameter goes to thread t (common/parallel.h: cache lines are never shared).
   std::size_t elements = 0;
-  for (const auto& p : params_) elements += p.n;
+  for (const std::size_t i : params) elements += params_[i].n;
   const int parts = parallel::partsFor(elements, threads_);
   parallel::forEachPart(parts, [&](int part) {
-    for (auto& p : params_) {
+    for (const std::size_t i : params) {
+      Param& p = params_[i];
       const auto [begin, end] = parallel::partOf(p.n, part, parts);
-      if (begin < end) kernel_(scalars(p), config_.amsgrad, slice(p, begin, end));
+      if (begin < end) kernel_(p.decay ? step.decayed : step.plain, config_.amsgrad, slice(p, begin, end));
     }
   });
+}
+
+void AdamW::step(double lr, float gradScale) {
+  std::vector<std::size_t> all(params_.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+  update(beginStep(lr, gradScale), all);
 }
 
 }  // namespace rp::optim

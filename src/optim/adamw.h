@@ -106,6 +106,14 @@ class AdamW {
   // One update of every parameter with learning rate `lr` (the schedule's value for this step), each gradient
   // multiplied by `gradScale` as it is read (optim::clipCoefficient; Note [Clipping in the update]).
   void step(double lr, float gradScale = 1.0f);
+  // The same update in groups (Note [Update by layer], engine/optimizer_worker.cpp): beginStep counts the step
+  // and fixes its scalars; update() then updates the parameters `params` (indices from add). Each parameter
+  // once per step, in any grouping and order: the result is step()'s, bitwise.
+  struct Step {
+    AdamWStepScalars decayed, plain;  // plain: a parameter without weight decay
+  };
+  Step beginStep(double lr, float gradScale = 1.0f);
+  void update(const Step& step, const std::vector<std::size_t>& params);
 
   std::int64_t stepCount() const { return step_; }
   const AdamWConfig& config() const { return config_; }

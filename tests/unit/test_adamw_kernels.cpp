@@ -193,6 +193,42 @@ TEST(AdamWKernels, ThreadsSplitTheWorkWithoutChangingABit) {
   EXPECT_EQ(std::memcmp(one.expAvg(0).data(), three.expAvg(0).data(), n * sizeof(float)), 0);
 }
 
+// Note [Update by layer]: a step taken in groups, in another order, is step()'s bitwise — decayed and
+// undecayed parameters, the bf16 copy, several threads. Dropping a group, or counting the step per group,
+// fails it.
+TEST(AdamWKernels, AStepInGroupsIsTheWholeStepBitwise) {
+  const std::vector<std::size_t> sizes = {(std::size_t{1} << 19) + 3, 1000, (std::size_t{1} << 18) + 17};
+  const std::vector<std::string> names = {"layers.0.mlp", "layers.0.norm.bias", "embed"};
+  std::vector<Buffers> whole, grouped;
+  AdamW a({1e-3, 0.9, 0.999, 1e-8, 0.1, false, {"bias"}}, bestAdamWKernel());
+  AdamW b({1e-3, 0.9, 0.999, 1e-8, 0.1, false, {"bias"}}, bestAdamWKernel());
+  b.setThreads(2);
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    whole.emplace_back(sizes[i], 7 + static_cast<unsigned>(i));
+    grouped.emplace_back(sizes[i], 7 + static_cast<unsigned>(i));
+    std::mt19937 gen(static_cast<unsigned>(i));
+    std::normal_distribution<float> d;
+    for (std::size_t k = 0; k < sizes[i]; ++k) whole[i].grad[k] = grouped[i].grad[k] = d(gen);
+  }
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    a.add(names[i], whole[i].param.data(), whole[i].grad.data(), sizes[i], whole[i].copy.data(), ModelCopy::kBFloat16);
+    b.add(names[i], grouped[i].param.data(), grouped[i].grad.data(), sizes[i], grouped[i].copy.data(),
+          ModelCopy::kBFloat16);
+  }
+  for (int step = 0; step < 3; ++step) {
+    a.step(1e-3, 0.5f);
+    const AdamW::Step s = b.beginStep(1e-3, 0.5f);
+    b.update(s, {2});
+    b.update(s, {1, 0});
+  }
+  EXPECT_EQ(b.stepCount(), 3);
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    EXPECT_TRUE(whole[i].param == grouped[i].param) << names[i];
+    EXPECT_TRUE(whole[i].copy == grouped[i].copy) << names[i];
+    EXPECT_EQ(std::memcmp(a.expAvgSq(i).data(), b.expAvgSq(i).data(), sizes[i] * sizeof(float)), 0) << names[i];
+  }
+}
+
 TEST(AdamWKernels, TheKernelCanBeForcedAndABadChoiceIsNamed) {
   ::setenv("RP_ADAMW_KERNEL", "scalar", 1);
   EXPECT_EQ(bestAdamWKernel(), &adamwScalar);
