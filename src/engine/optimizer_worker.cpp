@@ -449,7 +449,7 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
     }
   }
   // The next iteration runs on W_{t+1}: published layer by layer as it was updated, or here (no update).
-  if (options_.staleness == 0 && !(byLayer_ && !result.skipped)) copyMasters(work, /*waitForUploads=*/false);
+  if (options_.staleness == 0 && (result.skipped || !byLayer_)) copyMasters(work, /*waitForUploads=*/false);
   result.finished = std::chrono::steady_clock::now();
   result.rankPeakMb = gatherPeaks();
   return result;
