@@ -5,9 +5,11 @@
 # hidden 256, 16 layers, an untied 8192-token vocabulary, 17.8M parameters, random weights, float32), 2
 # worker processes, one 4-token row per microbatch, 2 microbatches, optim.threads = 1, for two plans: seven
 # stages ("5,4,4 | 4 | 4,4,5") and one fused stage with everything but the embedding ("1 | 16 | 1", where the
-# next iteration's fused job waits for every layer). Prints the mean step time of steps 4..14, median of
-# RP_BENCH_REPEATS runs (default 3), for sync and async, for each build in RP_BENCH_BUILDS (default: build;
-# name an older build to compare with it). RP_ADAMW_KERNEL=scalar (docs/env.md) stands in for a weak host.
+# next iteration's fused job waits for every layer). Prints the mean step time of steps 4..14 and the upload
+# the jobs wait for once the weights are published (Note [Upload as published]: the trace's `upload` spans,
+# both ranks, per step), medians of RP_BENCH_REPEATS runs (default 3), for sync and async, for each build in
+# RP_BENCH_BUILDS (default: build; name an older build to compare with it). RP_ADAMW_KERNEL=scalar
+# (docs/env.md) stands in for a weak host.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 fixtures="${RP_FIXTURES_DIR:-$root/../shared/fixtures}"
@@ -29,12 +31,12 @@ PY
 echo "2 workers, 17.8M-parameter untied model, 2 microbatches of 4 tokens, optim.threads = 1, AdamW kernel"
 echo "${RP_ADAMW_KERNEL:-the fastest}; mean step of steps 4..14, median of $repeats runs (the runs in parentheses)"
 echo
-echo "| build | plan | mode | step ms |"
-echo "|---|---|---|---:|"
+echo "| build | plan | mode | step ms | upload waited, ms per step |"
+echo "|---|---|---|---:|---:|"
 # Runs of the builds alternate, so that the machine's drift (±10% over minutes here) falls on all of them alike.
 for plan in "5,4,4 | 4 | 4,4,5" "1 | 16 | 1"; do
   for mode in sync async; do
-    declare -A times=()
+    declare -A times=() uploads=()
     for ((i = 0; i < repeats; ++i)); do
       for build in "${builds[@]}"; do
         dir="$out/run"
@@ -46,18 +48,25 @@ for plan in "5,4,4 | 4 | 4,4,5" "1 | 16 | 1"; do
           --set optim.schedule=constant --set "optim.mode=$mode" --set "pipeline.plan=$plan" \
           --set pipeline.replan_every=0 --set output.sample_prompt= --set "output.dir=$dir" \
           --set output.log_every=1000 >"$dir.log" 2>&1 || { tail -5 "$dir.log"; exit 1; }
-        times[$build]+="$(python3 - "$dir/metrics.jsonl" <<'PY'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1])][3:]
-print(f"{1000 * statistics.mean(r['step_time_s'] for r in rows):.0f}")
+        read -r step upload < <(python3 - "$dir" <<'PY'
+import json, os, statistics, sys
+rows = [json.loads(l) for l in open(os.path.join(sys.argv[1], "metrics.jsonl"))]
+events = json.load(open(os.path.join(sys.argv[1], "trace.json")))["traceEvents"]
+upload = sum(e["dur"] for e in events if e.get("ph") == "X" and e.get("cat") == "upload") / 1e3 / len(rows)
+print(f"{1000 * statistics.mean(r['step_time_s'] for r in rows[3:]):.0f} {upload:.1f}")
 PY
-) "
+)
+        times[$build]+="$step "
+        uploads[$build]+="$upload "
       done
     done
     for build in "${builds[@]}"; do
       read -r -a runs <<<"${times[$build]}"
+      read -r -a waited <<<"${uploads[$build]}"
       sorted=($(printf '%s\n' "${runs[@]}" | sort -n))
-      echo "| $(basename "$(dirname "$build")")/$(basename "$build") | ${plan//|/\\|} | $mode | ${sorted[$((repeats / 2))]} (${runs[*]}) |"
+      sortedUp=($(printf '%s\n' "${waited[@]}" | sort -n))
+      echo "| $(basename "$(dirname "$build")")/$(basename "$build") | ${plan//|/\\|} | $mode |" \
+        "${sorted[$((repeats / 2))]} (${runs[*]}) | ${sortedUp[$((repeats / 2))]} (${waited[*]}) |"
     done
   done
 done

@@ -135,6 +135,12 @@ void Fences::waitDownloads(int l, std::int64_t step, const std::function<void()>
 void Fences::waitCopiedByAll(int l, std::int64_t n) const {
   for (int r = 0; r < ranks_; ++r) wait(copiedAt(l, r), n, fmt::format("rank {}'s weight copy of layer {}", r, l), r);
 }
+void Fences::forEachCopiedByAll(int begin, int end, std::int64_t n, const std::function<void(int)>& each) const {
+  for (int l = begin; l < end; ++l) {
+    waitCopiedByAll(l, n);
+    each(l);
+  }
+}
 bool Fences::copiedByAll(int l, std::int64_t n) const {
   for (int r = 0; r < ranks_; ++r) {
     if (at(copiedAt(l, r)).load(std::memory_order_acquire) < n) return false;

@@ -47,8 +47,11 @@ class Fences {
   // Iteration `step`'s download of layer l landed; `meanwhile` (optional) runs between polls: the optimizer
   // lets its cross-node gradient exchanges progress there.
   void waitDownloads(int layer, std::int64_t step, const std::function<void()>& meanwhile = {}) const;
-  void waitCopiedByAll(int layer, std::int64_t atLeast) const;    // every rank's slice
-  bool copiedByAll(int layer, std::int64_t atLeast) const;        // the same, without waiting
+  void waitCopiedByAll(int layer, std::int64_t atLeast) const;  // every rank's slice
+  bool copiedByAll(int layer, std::int64_t atLeast) const;      // the same, without waiting
+  // Calls each(l) for the layers [begin, end) in order, each as soon as every rank's copy of it reached
+  // `atLeast`, not after the last one's (Note [Upload as published]).
+  void forEachCopiedByAll(int begin, int end, std::int64_t atLeast, const std::function<void(int)>& each) const;
   void waitConsumedByAll(int layer, std::int64_t atLeast) const;  // every rank's slice
   void waitFusedDone(std::int64_t step) const;                    // iteration `step`'s fused stage finished
   void waitFusedStarted(std::int64_t step, int microbatch) const;

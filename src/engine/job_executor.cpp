@@ -3,10 +3,12 @@
 #include "engine/job_executor.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <limits>
 #include <map>
+#include <thread>
 
 #include <torch/torch.h>
 
@@ -44,7 +46,10 @@ JobExecutor::JobExecutor(JobContext c, std::unique_ptr<StageSlots> slots,
       tensors_(std::move(tensors)) {}
 
 JobExecutor::~JobExecutor() {
-  if (prefetch_) prefetch_->ticket.wait();    // never free memory the copy thread still writes
+  if (prefetch_) prefetch_->ticket.wait();  // never free memory the copy thread still writes
+  // An upload given up while it waited for a layer to be published: its copies land first (an error of theirs
+  // comes after the one being reported).
+  while (!uploading_.done()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   for (const auto& p : puts_) p.copy.wait();  // nor memory a put's copy still reads
 }
 
@@ -91,35 +96,46 @@ std::string JobExecutor::weightsOf(int tensor, std::int64_t step) const {
 // t-1; staleness k >= 1: W_{t-k}, copied before step t-k's update). With V >= 2 iteration t also waits for
 // iteration t-2's last gradient download, so at most two iterations are in flight, as the parity-buffered
 // tensor plane needs (with V = 1 the copy fence implies it).
+//
+// Note [Upload as published]: the optimizer publishes the weights layer by layer, the first layer first (sync:
+// as each layer is updated, Note [Update by layer]; async: as each layer is copied), so the upload queues each
+// layer's tensors as soon as that layer is published rather than after the whole stage is: the copy of layer
+// l runs while the optimizer still writes the layers after it, and what the job waits for after the last
+// layer's publication is that layer's copy, not the stage's. A tensor goes with the first layer of the range
+// that uses it; copied[l] covers every tensor of layer l (the optimizer writes a tensor with its shallowest
+// layer, or publishes every layer at once).
 void JobExecutor::upload(std::int64_t step, const schedule::Range& layers) {
   torch::NoGradGuard noGrad;
+  uploading_ = device::Ticket();
   {
     activity_->set(rank_, 0, fmt::format("upload {}-{} (step {})", layers.begin, layers.end - 1, step + 1));
-    trace::Timeline::Scope wait(timeline_, "wait: weights published", "wait", 0);
+    trace::Timeline::Scope wait(timeline_, "wait: weights published", "wait", 0);  // queueing does not block
     device::countHostWait(device::HostWait::kReadiness);
     if (versions_ >= 2 && step >= 2) {
       for (int l = 0; l < model_->layerCount(); ++l) fences_->waitDownloads(l, step - 2);
     }
-    for (int l = layers.begin; l < layers.end; ++l) fences_->waitCopiedByAll(l, step - versions_ + 1);
+    std::vector<bool> queued(model_->tensors().size(), false);
+    fences_->forEachCopiedByAll(layers.begin, layers.end, step - versions_ + 1, [&](int l) {
+      for (int i : model_->tensorsOfLayer(l)) {
+        if (!queued[static_cast<std::size_t>(i)]) queueWeight(uploading_, i, step);
+        queued[static_cast<std::size_t>(i)] = true;
+      }
+    });
   }
   trace::Timeline::Scope span(timeline_, fmt::format("upload {}-{}", layers.begin, layers.end - 1), "upload", 0);
-  device::Ticket ticket;
-  queueWeights(ticket, layers, step);
-  ticket.wait();
+  uploading_.wait();
   if (step >= 0) {
     for (int l = layers.begin; l < layers.end; ++l) fences_->addUpload(l, step);
   }
 }
 
-// The weights of every tensor the layers use, queued as bulk copies on the worker (behind urgent copies) into
-// the tensors' places in the slot they are bound to.
-void JobExecutor::queueWeights(device::Ticket& ticket, const schedule::Range& layers, std::int64_t step) {
+// Tensor i's weights of iteration `step`, queued as a bulk copy on the worker (behind urgent copies) into its
+// place in the slot it is bound to.
+void JobExecutor::queueWeight(device::Ticket& ticket, int i, std::int64_t step) {
   if (skipUploads_) return;
-  for (int i : model_->tensorsOf(layers.begin, layers.end)) {
-    const auto& t = model_->tensors()[static_cast<std::size_t>(i)];
-    worker_->copyBulk(ticket, t.local.data_ptr(), store_->bytes(weightsOf(i, step)), model_->bytes(i));
-    uploadedBytes_ += model_->bytes(i);
-  }
+  const auto& t = model_->tensors()[static_cast<std::size_t>(i)];
+  worker_->copyBulk(ticket, t.local.data_ptr(), store_->bytes(weightsOf(i, step)), model_->bytes(i));
+  uploadedBytes_ += model_->bytes(i);
 }
 
 // A tensor of the tensor plane into worker memory (ahead of any queued weight copy) — `writer`'s hand-off or a
@@ -185,7 +201,7 @@ void JobExecutor::prefetchNext(std::int64_t step, std::int64_t k, const schedule
     }
     prefetch_ = Prefetch{step, static_cast<std::int64_t>(next), device::Ticket()};
     slots_->bind(*model_, layers, 1 - slot_);
-    queueWeights(prefetch_->ticket, layers, step);
+    for (int i : model_->tensorsOf(layers.begin, layers.end)) queueWeight(prefetch_->ticket, i, step);
     return;
   }
 }

@@ -67,7 +67,7 @@ struct JobContext {
 class JobExecutor {
  public:
   JobExecutor(JobContext context, std::unique_ptr<StageSlots> slots, std::unique_ptr<transport::TensorChannel> tensors);
-  ~JobExecutor();  // waits for a prefetch still in flight (its copies write into the slots)
+  ~JobExecutor();  // waits for a prefetch or an upload still in flight (their copies write into the slots)
 
   // The activation hand-off's shape: [rows per microbatch, seq_len, hidden].
   static std::vector<std::int64_t> activationShape(const config::RunConfig& config, const PipelineModel& model,
@@ -120,8 +120,8 @@ class JobExecutor {
   std::vector<int> gradientOwners(const schedule::Range& layers) const;
   // Hooks on the layers' owned tensors that mark where each layer's gradients become final.
   std::unique_ptr<GradientMarks> gradientMarks(const schedule::Range& layers);
-  // Iteration `step`'s weights of every tensor the layers use.
-  void queueWeights(device::Ticket& ticket, const schedule::Range& layers, std::int64_t step);
+  // Iteration `step`'s weights of tensor i.
+  void queueWeight(device::Ticket& ticket, int i, std::int64_t step);
   // The store region of tensor i's weights that iteration `step` reads (frozen tensors have one version).
   std::string weightsOf(int tensor, std::int64_t step) const;
   // A tensor of the tensor plane into worker memory / out of it.
@@ -154,6 +154,7 @@ class JobExecutor {
     device::Ticket ticket;
   };
   std::optional<Prefetch> prefetch_;            // weights of this worker's next job, in flight
+  device::Ticket uploading_;                    // weights of the job starting now, queued as they are published
   std::vector<bool> checkpoint_;                // layers whose input a forward stage saves (backward-stage starts)
   double lossScale_ = 1.0;                      // the loss scale of this iteration (fp16)
   std::vector<double> forwardMs_, backwardMs_;  // this rank's per-layer times in the current iteration

@@ -133,7 +133,7 @@ OptimizerWorker::OptimizerWorker(std::vector<OptimTensor> tensors, Fences& fence
   const optim::ModelCopy copy = run::modelCopyFor(options_.dtype);
   fusedCopy_ = options_.staleness == 0 && copy != optim::ModelCopy::kNone && !sharded_;
   byLayer_ = options_.staleness == 0 && !sharded_;  // Note [Update by layer]
-  if (byLayer_) layerGroups_.resize(static_cast<std::size_t>(options_.layers));
+  layerGroups_.resize(static_cast<std::size_t>(options_.layers));
   for (std::size_t i = 0; i < tensors_.size(); ++i) {
     const auto& t = tensors_[i];
     slices_.push_back(sliceOf(t.numel, rank_, ranks_));
@@ -154,11 +154,10 @@ OptimizerWorker::OptimizerWorker(std::vector<OptimTensor> tensors, Fences& fence
     auto* weights = reinterpret_cast<std::uint16_t*>(t.weights.front()) + begin;
     const std::size_t param = adamw_.add(t.name, t.master + begin + offset, grads_.back().data(), count,
                                          fusedCopy_ ? weights : nullptr, fusedCopy_ ? copy : optim::ModelCopy::kNone);
-    if (byLayer_) {  // updated with the shallowest layer that uses it
-      auto& group = layerGroups_[static_cast<std::size_t>(*std::min_element(t.layers.begin(), t.layers.end()))];
-      group.params.push_back(param);
-      group.tensors.push_back(i);
-    }
+    // copied (and, by layer, updated) with the shallowest layer that uses it
+    auto& group = layerGroups_[static_cast<std::size_t>(*std::min_element(t.layers.begin(), t.layers.end()))];
+    group.params.push_back(param);
+    group.tensors.push_back(i);
   }
   normWhileWidening_ = !crossNode_ && !options_.lossScaling;  // Note [Norm while widening]
   if (options_.lossScaling) {
@@ -227,18 +226,20 @@ void OptimizerWorker::loop() {
 
 // Master -> weights version t mod V on this rank's slice. Note [Layer fences]: no weight is written while an
 // upload may still read it, so each tensor first waits for every upload of every layer using it from that
-// version, up to iteration t (its last reader before iteration t + V).
+// version, up to iteration t (its last reader before iteration t + V). Layer by layer from the first, each
+// tensor with the shallowest layer that uses it, each layer published as soon as its tensors are written, so
+// the uploads that wait for this copy start before it is whole (Note [Upload as published]).
 void OptimizerWorker::copyMasters(const Work& work, bool waitForUploads) {
   const std::int64_t t = work.step;
-  for (std::size_t i = 0; i < tensors_.size(); ++i) {
-    const auto& tensor = tensors_[i];
-    if (!tensor.trainable) continue;
-    if (waitForUploads) {
-      for (int l : tensor.layers) fences_.waitUploads(l, t, work.uploadsAfter[static_cast<std::size_t>(l)]);
+  for (int l = 0; l < options_.layers; ++l) {
+    for (const std::size_t i : layerGroups_[static_cast<std::size_t>(l)].tensors) {
+      if (waitForUploads) {
+        for (int u : tensors_[i].layers) fences_.waitUploads(u, t, work.uploadsAfter[static_cast<std::size_t>(u)]);
+      }
+      if (!fusedCopy_) copyMaster(i, static_cast<int>(t % versions_));
     }
-    if (!fusedCopy_) copyMaster(i, static_cast<int>(t % versions_));
+    fences_.setCopied(l, rank_, t + 1);
   }
-  for (int l = 0; l < options_.layers; ++l) fences_.setCopied(l, rank_, t + 1);
 }
 
 void OptimizerWorker::copyMaster(std::size_t i, int version) {

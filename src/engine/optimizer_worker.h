@@ -180,8 +180,9 @@ class OptimizerWorker {
   int threads_ = 1;         // of every pass over the slices (Note [Optimizer threads])
   bool sharded_ = false;    // options.shardAcrossNodes over more than one node
   bool fusedCopy_ = false;  // sync bf16/fp16: AdamW writes the rounded weights in its pass (one version)
-  // Sync, not sharded: the update runs layer by layer (Note [Update by layer]); group l holds the trainable
-  // tensors whose shallowest layer is l, as AdamW parameter indices and as tensor indices.
+  // Sync, not sharded: the update runs layer by layer (Note [Update by layer]). Group l holds the trainable
+  // tensors whose shallowest layer is l, as AdamW parameter indices and as tensor indices: the update by layer
+  // and every copy of the masters go group by group (Note [Upload as published]).
   bool byLayer_ = false;
   struct LayerGroup {
     std::vector<std::size_t> params, tensors;

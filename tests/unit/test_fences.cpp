@@ -1,5 +1,6 @@
 // Note [Layer fences] in one process: counters order waiters after setters, a wait that outlives the stall
 // timeout names the late rank and its last operation (activity board), and the board reads consistently.
+#include <atomic>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -40,6 +41,31 @@ TEST(Fences, AWaiterProceedsOnlyAfterEveryRankPublished) {
   EXPECT_TRUE(passed.load());
   EXPECT_TRUE(fences.copiedByAll(1, 1));
   EXPECT_FALSE(fences.copiedByAll(0, 1)) << "other layers are independent";
+}
+
+// Note [Upload as published]: a stage's upload queues each layer as soon as every rank published it, so the
+// first layers' copies run while the optimizer still writes the later ones.
+TEST(Fences, EachLayerIsHandedOnAsSoonAsItIsPublishedNotAfterTheRange) {
+  Store store(4, 2);
+  Fences fences(store.fenceBytes.data(), 4, 2, {10.0, 10.0});
+  std::atomic<int> handed{0};
+  std::vector<int> order;
+  std::thread upload([&] {
+    fences.forEachCopiedByAll(1, 4, 1, [&](int l) {
+      order.push_back(l);
+      ++handed;
+    });
+  });
+  for (int r = 0; r < 2; ++r) fences.setCopied(1, r, 1);
+  fences.setCopied(2, 0, 1);  // rank 1's slice of layer 2 is not published yet
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (handed.load() < 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(handed.load(), 1) << "layer 1 is published, layer 2 not by every rank";
+  fences.setCopied(2, 1, 1);
+  for (int r = 0; r < 2; ++r) fences.setCopied(3, r, 1);
+  upload.join();
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3}));
 }
 
 TEST(Fences, CountersAccumulateUploadsAndDownloads) {

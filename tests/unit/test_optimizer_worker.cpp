@@ -1,11 +1,16 @@
 // The optimizer thread alone, on a store of plain buffers (one rank, threads as the workers): Note [Update by
 // layer] — a sync step publishes each layer's weights as soon as that layer is updated, the first layer first,
-// and the values are the whole step's (AdamW::step on the same gradients, clipped), bitwise.
+// and the values are the whole step's (AdamW::step on the same gradients, clipped), bitwise; Note [Upload as
+// published] — async's copy of the masters publishes each layer as soon as that layer is copied.
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -59,51 +64,75 @@ void fillGradients(StoreTensor& t, unsigned seed) {
   }
 }
 
-TEST(OptimizerWorker, SyncPublishesEachLayerAsSoonAsItIsUpdatedWithTheWholeStepsValues) {
-  // Layer 0 holds a tied embedding (also used by the last layer) and a small tensor; the deeper layers are
-  // large, so their update takes a while after layer 0 is published.
-  const std::size_t big = std::size_t{1} << 21;
-  std::vector<StoreTensor> store;
-  store.push_back(makeTensor("embed", {0, kLayers - 1}, 4096, 1));
-  store.push_back(makeTensor("layers.0.w", {0}, 1000, 2));
-  for (int l = 1; l < kLayers; ++l) store.push_back(makeTensor(fmt::format("layers.{}.w", l), {l}, big, 3 + l));
-  std::vector<StoreTensor> reference = store;
-
-  std::vector<std::int64_t> fenceMemory(Fences::regionBytes(kLayers, 1) / 8 + 1, 0);
-  Fences fences(fenceMemory.data(), kLayers, 1, {60.0, 120.0});
-  control::InProcHub hub(1);
-  control::InProcChannel node(hub, 0);
-  std::vector<double> losses0(1, 1.0), losses1(1, 1.0);
-  OptimizerOptions options;
-  options.adamw = {1e-3, 0.9, 0.999, 1e-8, 0.01, false, {}};
-  options.threads = 1;
-  options.schedule = {optim::ScheduleKind::kConstant, 1e-3, 0, 100, 0.0};
-  options.gradClip = 1.0;
-  options.staleness = 0;
-  options.dtype = c10::ScalarType::BFloat16;
-  options.layers = kLayers;
-  options.losses = {losses0.data(), losses1.data()};
-  options.microbatches = 1;
-  std::vector<OptimTensor> tensors;
-  for (auto& t : store) {
-    OptimTensor o{t.name,          t.layers, {reinterpret_cast<std::uint8_t*>(t.weights.data())}, t.master.data(), {{}},
-                  t.master.size(), true,     {static_cast<std::int64_t>(t.master.size())}};
-    for (auto& slot : t.slots) o.slots[0].push_back(reinterpret_cast<std::uint8_t*>(slot.data()));
-    tensors.push_back(std::move(o));
+// One rank's store — layer 0 holds a tied embedding (also used by the last layer) and a small tensor; the deeper
+// layers are large, so writing them takes a while after layer 0 is done — its fences, and the optimizer thread
+// over them (one version of the weights: sync, or async with staleness 1).
+struct OneRank {
+  explicit OneRank(int staleness) {
+    const std::size_t big = std::size_t{1} << 21;
+    store.push_back(makeTensor("embed", {0, kLayers - 1}, 4096, 1));
+    store.push_back(makeTensor("layers.0.w", {0}, 1000, 2));
+    for (int l = 1; l < kLayers; ++l) store.push_back(makeTensor(fmt::format("layers.{}.w", l), {l}, big, 3 + l));
+    reference = store;
+    options.adamw = {1e-3, 0.9, 0.999, 1e-8, 0.01, false, {}};
+    options.threads = 1;
+    options.schedule = {optim::ScheduleKind::kConstant, 1e-3, 0, 100, 0.0};
+    options.gradClip = 1.0;
+    options.staleness = staleness;
+    options.dtype = c10::ScalarType::BFloat16;
+    options.layers = kLayers;
+    options.losses = {losses0.data(), losses1.data()};
+    options.microbatches = 1;
+    std::vector<OptimTensor> tensors;
+    for (auto& t : store) {
+      OptimTensor o{
+          t.name,          t.layers, {reinterpret_cast<std::uint8_t*>(t.weights.data())}, t.master.data(), {{}},
+          t.master.size(), true,     {static_cast<std::int64_t>(t.master.size())}};
+      for (auto& slot : t.slots) o.slots[0].push_back(reinterpret_cast<std::uint8_t*>(slot.data()));
+      tensors.push_back(std::move(o));
+    }
+    worker = std::make_unique<OptimizerWorker>(std::move(tensors), fences, options, node);
   }
-  OptimizerWorker worker(std::move(tensors), fences, options, node);
+  // A new step's gradients, the same in the store and in the reference.
+  void newGradients(std::int64_t step) {
+    for (std::size_t i = 0; i < store.size(); ++i) {
+      fillGradients(store[i], static_cast<unsigned>(100 * step + i));
+      fillGradients(reference[i], static_cast<unsigned>(100 * step + i));
+    }
+  }
+  // The backward of iteration `step` is done: every layer's gradients, the fused stage's losses.
+  void finishIteration(std::int64_t step) {
+    for (int l = kLayers - 1; l >= 0; --l) fences.addDownload(l, step);
+    fences.setFusedDone(step);
+  }
+  // The reference's global norm of its gradients.
+  double referenceNorm() {
+    std::vector<optim::GradBuffer> grads;
+    for (auto& t : reference) grads.push_back({t.grad.data(), t.grad.size()});
+    return std::sqrt(optim::sumOfSquares(grads));
+  }
 
-  optim::AdamW adamw(options.adamw, optim::bestAdamWKernel());
+  std::vector<StoreTensor> store, reference;
+  std::vector<std::int64_t> fenceMemory = std::vector<std::int64_t>(Fences::regionBytes(kLayers, 1) / 8 + 1, 0);
+  Fences fences{fenceMemory.data(), kLayers, 1, {60.0, 120.0}};
+  control::InProcHub hub{1};
+  control::InProcChannel node{hub, 0};
+  std::vector<double> losses0 = std::vector<double>(1, 1.0), losses1 = std::vector<double>(1, 1.0);
+  OptimizerOptions options;
+  std::unique_ptr<OptimizerWorker> worker;
+};
+
+TEST(OptimizerWorker, SyncPublishesEachLayerAsSoonAsItIsUpdatedWithTheWholeStepsValues) {
+  OneRank rank(/*staleness=*/0);
+  auto [store, reference, fences] = std::tie(rank.store, rank.reference, rank.fences);
+  optim::AdamW adamw(rank.options.adamw, optim::bestAdamWKernel());
   for (auto& t : reference) {
     adamw.add(t.name, t.master.data(), t.grad.data(), t.master.size(), t.weights.data(), optim::ModelCopy::kBFloat16);
   }
   int layerZeroFirst = 0;
   constexpr int kSteps = 3;
   for (std::int64_t step = 0; step < kSteps; ++step) {
-    for (std::size_t i = 0; i < store.size(); ++i) {
-      fillGradients(store[i], static_cast<unsigned>(100 * step + i));
-      fillGradients(reference[i], static_cast<unsigned>(100 * step + i));
-    }
+    rank.newGradients(step);
     // What a next iteration's upload sees: when layer 0 is published, is the last layer still being updated?
     std::atomic<bool> ready{false}, done{false};
     bool lastStillPending = false;
@@ -114,12 +143,11 @@ TEST(OptimizerWorker, SyncPublishesEachLayerAsSoonAsItIsUpdatedWithTheWholeSteps
       lastStillPending = !fences.copiedByAll(kLayers - 1, step + 1);
     });
     while (!ready) std::this_thread::yield();
-    worker.enqueue(step, std::vector<std::int64_t>(kLayers, 0));
-    for (int l = kLayers - 1; l >= 0; --l) fences.addDownload(l, step);
-    fences.setFusedDone(step);
+    rank.worker->enqueue(step, std::vector<std::int64_t>(kLayers, 0));
+    rank.finishIteration(step);
     OptimizerResult result;
     try {
-      result = worker.waitFor(step);
+      result = rank.worker->waitFor(step);
     } catch (...) {
       done = true;
       observer.join();
@@ -130,11 +158,9 @@ TEST(OptimizerWorker, SyncPublishesEachLayerAsSoonAsItIsUpdatedWithTheWholeSteps
     layerZeroFirst += lastStillPending ? 1 : 0;
     for (int l = 0; l < kLayers; ++l) EXPECT_TRUE(fences.copiedByAll(l, step + 1)) << "layer " << l;
 
-    std::vector<optim::GradBuffer> grads;
-    for (auto& t : reference) grads.push_back({t.grad.data(), t.grad.size()});
-    const double norm = std::sqrt(optim::sumOfSquares(grads));
+    const double norm = rank.referenceNorm();
     EXPECT_EQ(result.gradNorm, norm) << "step " << step;
-    adamw.step(1e-3, optim::clipCoefficient(norm, options.gradClip));
+    adamw.step(1e-3, optim::clipCoefficient(norm, rank.options.gradClip));
     for (std::size_t i = 0; i < store.size(); ++i) {
       const std::size_t n = store[i].master.size();
       EXPECT_EQ(std::memcmp(store[i].master.data(), reference[i].master.data(), n * sizeof(float)), 0)
@@ -146,6 +172,57 @@ TEST(OptimizerWorker, SyncPublishesEachLayerAsSoonAsItIsUpdatedWithTheWholeSteps
   // Publishing every layer after the whole update leaves a window of nanoseconds between layer 0 and the last;
   // by layer it is the update of three 2M-element layers, in every step.
   EXPECT_GE(layerZeroFirst, 1) << "layer 0 was never published before the last layer's update was done";
+}
+
+// Async (staleness 1): step t first copies the masters, W_t, into the weights iteration t + 1 uploads, and
+// publishes each layer as soon as it is copied (Note [Upload as published]). The copy of a tensor waits for the
+// uploads of the version it overwrites by every layer that uses it; holding back layer 2's upload holds back
+// layer 2 and what comes after it, but not layers 0 and 1, which are published with their final values.
+TEST(OptimizerWorker, AsyncPublishesEachLayerAsSoonAsItIsCopied) {
+  OneRank rank(/*staleness=*/1);
+  auto [store, reference, fences] = std::tie(rank.store, rank.reference, rank.fences);
+  constexpr int kHeld = 2;
+  static_assert(kHeld > 1 && kHeld < kLayers - 1, "layers 0 and 1 (the tied embedding's other user is the last)");
+  rank.newGradients(0);
+  for (auto& t : store) std::fill(t.weights.begin(), t.weights.end(), std::uint16_t{0x7fc1});  // NaN until copied
+  std::vector<std::int64_t> uploads(kLayers, 0);
+  uploads[kHeld] = 1;  // iteration 0 uploads layer 2 once; that upload has not finished yet
+  rank.worker->enqueue(0, uploads);
+
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!fences.copiedByAll(1, 1) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // what could come after layer 1, has come
+  const bool early = fences.copiedByAll(0, 1) && fences.copiedByAll(1, 1);
+  const bool held = !fences.copiedByAll(kHeld, 1) && !fences.copiedByAll(kLayers - 1, 1);
+  for (std::size_t i = 0; i < 2 && early; ++i) {  // embed, layers.0.w: W_0 rounded, as the upload will read it
+    for (std::size_t k = 0; k < store[i].master.size(); ++k) {
+      if (store[i].weights[k] != optim::toBFloat16(store[i].master[k])) {
+        ADD_FAILURE() << store[i].name << "[" << k << "] published before it was copied";
+        break;
+      }
+    }
+  }
+  fences.addUpload(kHeld, 0);  // the upload lands: the copy goes on
+  rank.finishIteration(0);
+  const OptimizerResult result = rank.worker->waitFor(0);
+  EXPECT_TRUE(early) << "layers 0 and 1 were not published while layer 2's copy waited for its upload";
+  EXPECT_TRUE(held) << "a layer was published before the upload of the version it overwrites had landed";
+  for (int l = 0; l < kLayers; ++l) EXPECT_TRUE(fences.copiedByAll(l, 1)) << "layer " << l;
+
+  // The update after the copy: the masters are AdamW's, the weights W_0 rounded (the reference's since its
+  // construction).
+  optim::AdamW adamw(rank.options.adamw, optim::bestAdamWKernel());
+  for (auto& t : reference) adamw.add(t.name, t.master.data(), t.grad.data(), t.master.size());
+  const double norm = rank.referenceNorm();
+  EXPECT_EQ(result.gradNorm, norm);
+  adamw.step(1e-3, optim::clipCoefficient(norm, rank.options.gradClip));
+  for (std::size_t i = 0; i < store.size(); ++i) {
+    const std::size_t n = store[i].master.size();
+    EXPECT_EQ(std::memcmp(store[i].master.data(), reference[i].master.data(), n * sizeof(float)), 0) << store[i].name;
+    EXPECT_EQ(std::memcmp(store[i].weights.data(), reference[i].weights.data(), n * 2), 0) << store[i].name;
+  }
 }
 
 }  // namespace
