@@ -187,9 +187,9 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
   jobs_->setPlan(plan_);
   if (const auto resume = run::openResume(c, identity_)) restore(*resume);
   if (leader_) {
-    RP_LOG_INFO("pipeline: set up in {:.1f} s (node store {:.2f} GB, rank 0's optimizer state {:.2f} GB)",
+    RP_LOG_INFO("pipeline: set up in {:.1f} s (node store {:.2f} GB{}, rank 0's optimizer state {:.2f} GB)",
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
-                static_cast<double>(store_->layout().total()) / 1e9,
+                static_cast<double>(store_->layout().total()) / 1e9, storePinned_,
                 static_cast<double>(optimizer_->stateBytes()) / 1e9);
   }
 }
@@ -257,7 +257,14 @@ std::unique_ptr<transport::TensorChannel> PipelineRuntime::buildStore() {
                        parallel::optimizerThreads(static_cast<int>(c.optim.threads), id.localSize));
     channel_->barrier();
   }
+  const auto pinning = std::chrono::steady_clock::now();
   storePin_ = worker_->pinHost(memory->data(), layout.total(), "node store");  // direct copies (cuda)
+  if (worker_->placement().backend == device::Backend::kCuda) {                // the set-up line says whether it held
+    storePinned_ = storePin_
+                       ? fmt::format(", pinned in {:.1f} s",
+                                     std::chrono::duration<double>(std::chrono::steady_clock::now() - pinning).count())
+                       : std::string(", not pinned: uploads are staged by the driver");
+  }
   store_ = std::make_unique<memory::NodeStore>(std::move(layout), std::move(memory));
   RP_LOG_DEBUG("node store ({}): {:.1f} MB", store_->describe(), static_cast<double>(store_->layout().total()) / 1e6);
   std::unique_ptr<transport::TensorChannel> tensors = tensorFactory_(

@@ -124,6 +124,7 @@ class PipelineRuntime : public run::Executor {
   std::unique_ptr<PipelineModel> model_;
   std::unique_ptr<memory::NodeStore> store_;
   std::shared_ptr<void> storePin_;  // the store registered with the worker's device (released before store_)
+  std::string storePinned_;         // cuda: whether the pinning held, for the set-up line
   schedule::Plan plan_;             // this iteration's, from rank 0's directive
   LayerCosts proxyCosts_;           // FLOP-proxy costs: split a backward stage's measured time over its layers
   // Versions of the trainable weights and gradient slots (Note [Layer fences]): max(1, optim.staleness).

@@ -1,7 +1,7 @@
 // The pipeline runtime on a GPU, threads as ranks: every worker a CUDA worker, the same 5 steps as the CPU
 // tiers, held to the single-process trainer on the CPU (tests/support/pipeline_reference.h). W = 1, and W = 2
 // ranks sharing one GPU, on both tensor planes; float32 (full, LoRA, layer-grain recompute), bfloat16 and
-// float16 (with its loss scaling).
+// float16 (with its loss scaling); and the node store pinned for the uploads.
 #include <fmt/format.h>
 
 #include "gpu_skip.h"
@@ -76,6 +76,26 @@ INSTANTIATE_TEST_SUITE_P(
       return fmt::format("w{}_{}_{}", std::get<0>(info.param), std::get<1>(info.param).name,
                          test::planeName(std::get<2>(info.param)));
     });
+
+// The node store is registered with the device (cudaHostRegister), or every upload goes through the driver's
+// staging buffers at a fraction of the link's speed: the set-up line says which (a machine whose locked-memory
+// limit is too low fails here, with the warning naming the limit in the output).
+TEST(GpuPipelineSetUp, TheNodeStoreIsPinned) {
+  RP_SKIP_WITHOUT_GPU();
+  const auto fixtures = fixturesDir();
+  RP_SKIP_UNLESS(fixtures, "shared fixtures");
+  const std::string model = *fixtures + "/models/tinystories-656k";
+  std::vector<std::string> sets = equivalenceSettings(model, model, *fixtures, scratchDir());
+  sets.insert(sets.end(), {"train.max_steps=1", "pipeline.backend=cuda"});
+  testing::internal::CaptureStderr();
+  const ThreadRun run = runOnThreads(config::loadRunConfig("", sets), 1, TensorPlane::kHostStaged, {});
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(run.metrics.size(), 1u);
+  const auto line = log.find("pipeline: set up in");
+  ASSERT_NE(line, std::string::npos) << log;
+  const std::string setUp = log.substr(line, log.find('\n', line) - line);
+  EXPECT_NE(setUp.find(", pinned in "), std::string::npos) << setUp << "\n" << log;
+}
 
 }  // namespace
 }  // namespace rp::test
