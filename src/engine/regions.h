@@ -1,5 +1,5 @@
 // Names of the node-store regions and small helpers shared by the runtime's files (runtime.cpp,
-// job_executor.cpp). Internal to engine/.
+// job_executor.cpp, job_store_copies.cpp). Internal to engine/.
 #pragma once
 
 #include <cstdint>
