@@ -1,8 +1,12 @@
 #include "common/parallel.h"
 
 #include <sched.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -22,6 +26,18 @@ int availableCores() {
 int optimizerThreads(int configured, int ranksOnNode) {
   if (configured > 0) return configured;
   return std::max(1, availableCores() / std::max(1, ranksOnNode));
+}
+
+// On Linux, PRIO_PROCESS with a thread id addresses that thread alone (setpriority(2), "BUGS").
+int thisThreadsNice() {
+  errno = 0;
+  const int nice = getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
+  return errno == 0 ? nice : 0;
+}
+
+bool lowerThisThreadsPriority(int nice) {
+  const auto tid = static_cast<id_t>(syscall(SYS_gettid));
+  return setpriority(PRIO_PROCESS, tid, std::min(19, thisThreadsNice() + nice)) == 0;
 }
 
 std::pair<std::size_t, std::size_t> partOf(std::size_t n, int part, int parts, std::size_t grain) {

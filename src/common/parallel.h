@@ -19,6 +19,14 @@ int availableCores();
 // node's `ranksOnNode` ranks, at least 1.
 int optimizerThreads(int configured, int ranksOnNode);
 
+// Note [Optimizer priority]: lowers the calling thread's scheduling priority by `nice` (Linux: per thread; the
+// threads it creates afterwards, forEachPart's among them, inherit it), so that whenever a thread of the
+// process's own priority is runnable it takes the core. Returns false, changing nothing, where the system
+// refuses.
+bool lowerThisThreadsPriority(int nice);
+// The calling thread's nice value (its scheduling priority; higher is lower).
+int thisThreadsNice();
+
 // Part `part` of `parts` contiguous parts of [0, n), boundaries at multiples of `grain` elements (16 floats: a
 // cache line is never written by two threads); the last part takes the rest.
 std::pair<std::size_t, std::size_t> partOf(std::size_t n, int part, int parts, std::size_t grain = 16);

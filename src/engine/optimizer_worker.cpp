@@ -200,7 +200,18 @@ std::vector<OptimizerResult> OptimizerWorker::poll() {
   return out;
 }
 
+// Note [Optimizer priority]: the optimizer's passes run on up to a rank's share of the cores (Note [Optimizer
+// threads]) while the rank's main thread issues the jobs — in async mode always, in sync mode while the update
+// by layer overlaps the next iteration. Under Linux's fair scheduler runnable threads share a core by weight, so
+// sixteen optimizer threads on sixteen cores could leave the issuing thread part of a core at times, and a GPU
+// whose queue of launches runs dry idles. The optimizer thread runs at nice +kOptimizerNice, and so do the
+// threads its passes start (they inherit it): whenever the issuing thread (or the copy thread, or the tensor
+// plane's sender) is runnable it takes the core, and when they wait the optimizer has every core. Raising
+// one's own nice value needs no privilege; where the system refuses, the optimizer runs at the process's.
 void OptimizerWorker::loop() {
+  if (!parallel::lowerThisThreadsPriority(kOptimizerNice)) {
+    RP_LOG_DEBUG("optimizer thread of rank {}: could not lower its priority; it competes with the jobs' thread", rank_);
+  }
   while (true) {
     Work work;
     {

@@ -198,6 +198,7 @@ class OptimizerWorker {
   // fp16: the loss scale after each recent step, as soon as the step has checked its gradients (scaleAfter).
   // Iterations ask for steps at most staleness + 1 <= 9 back.
   static constexpr std::size_t kScalesKept = 16;
+  static constexpr int kOptimizerNice = 10;  // Note [Optimizer priority]: a tenth of a nice-0 thread's weight
   std::deque<std::pair<std::int64_t, double>> scales_;
   std::vector<OptimizerResult> done_;
   std::size_t polled_ = 0;

@@ -1,4 +1,7 @@
+#include <algorithm>
 #include <cstdlib>
+#include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -6,6 +9,7 @@
 #include "common/error.h"
 #include "common/fault.h"
 #include "common/mapped_file.h"
+#include "common/parallel.h"
 #include "support/fixtures.h"
 
 namespace rp {
@@ -57,6 +61,27 @@ TEST(Check, InternalErrorNamesConditionAndLocation) {
     EXPECT_NE(what.find("workers == 4"), std::string::npos) << what;
     EXPECT_NE(what.find("test_common.cpp"), std::string::npos) << what;
   }
+}
+
+// Note [Optimizer priority]: a thread lowers its own priority only, and the threads its passes start afterwards
+// run at it (Linux's nice value is per thread and inherited at creation) — the optimizer relies on both.
+TEST(Parallel, AThreadLowersItsOwnPriorityAndItsPartsInheritIt) {
+  const int caller = parallel::thisThreadsNice();
+  int before = 0, after = 0;
+  bool lowered = false;
+  std::vector<int> parts(3, -100);
+  std::thread optimizer([&] {
+    before = parallel::thisThreadsNice();
+    lowered = parallel::lowerThisThreadsPriority(5);
+    after = parallel::thisThreadsNice();
+    parallel::forEachPart(3, [&](int p) { parts[static_cast<std::size_t>(p)] = parallel::thisThreadsNice(); });
+  });
+  optimizer.join();
+  ASSERT_TRUE(lowered) << "setpriority refused to raise a thread's own nice value";
+  EXPECT_EQ(before, caller) << "a new thread starts at its creator's priority";
+  EXPECT_EQ(after, std::min(19, before + 5));
+  for (int nice : parts) EXPECT_EQ(nice, after) << "a part's thread (part 0 is the lowered thread itself)";
+  EXPECT_EQ(parallel::thisThreadsNice(), caller) << "the other threads of the process keep theirs";
 }
 
 TEST(MappedFile, MissingFileIsInputErrorNamingIt) {

@@ -7,8 +7,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <random>
+#include <sstream>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -16,6 +21,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "common/parallel.h"
 #include "control/inproc/inproc_channel.h"
 #include "engine/fences.h"
 #include "engine/optimizer_worker.h"
@@ -223,6 +229,39 @@ TEST(OptimizerWorker, AsyncPublishesEachLayerAsSoonAsItIsCopied) {
     EXPECT_EQ(std::memcmp(store[i].master.data(), reference[i].master.data(), n * sizeof(float)), 0) << store[i].name;
     EXPECT_EQ(std::memcmp(store[i].weights.data(), reference[i].weights.data(), n * 2), 0) << store[i].name;
   }
+}
+
+// The nice values of this process's threads (/proc/self/task/<tid>/stat: the 19th field; the 2nd, the thread's
+// name in parentheses, is skipped by the last ')').
+std::vector<int> threadNices() {
+  std::vector<int> nices;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream in(task.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream fields(stat.substr(close + 2));  // field 3 onward
+    std::string field;
+    for (int f = 3; f <= 19 && fields >> field; ++f) {
+      if (f == 19) nices.push_back(std::stoi(field));
+    }
+  }
+  return nices;
+}
+
+// Note [Optimizer priority]: the optimizer thread runs below the priority of the thread that issues the jobs.
+TEST(OptimizerWorker, RunsBelowThePriorityOfTheThreadThatIssuesTheJobs) {
+  const int issuing = parallel::thisThreadsNice();
+  OneRank rank(/*staleness=*/0);
+  const int lowered = std::min(19, issuing + 10);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  std::vector<int> nices = threadNices();
+  while (std::count(nices.begin(), nices.end(), lowered) == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    nices = threadNices();
+  }
+  EXPECT_EQ(std::count(nices.begin(), nices.end(), lowered), 1) << "one thread at nice " << lowered;
+  EXPECT_EQ(parallel::thisThreadsNice(), issuing);
 }
 
 }  // namespace
