@@ -10,8 +10,9 @@ of the budget (a run that does not fit is recorded as skipped, never guessed):
       the fair row), then the reference library (benchmarks/peer_roundpipe_ref.py, `roundpipe` 0.1.1);
   G3  model FLOP utilisation of each of our runs against the GPU's dense bf16 peak;
   the longest sequence on a card of --card-gib (ours: pipeline.memory_limit_gb; the peer: its allocator's
-      fraction), layer recompute, one row per microbatch, 2 steps per rung, bisected between the lengths known
-      to fit and to fail, ours then the peer's, each capped.
+      fraction), layer recompute, one row per microbatch, 2 steps per rung: ours against the reference at the
+      same lengths from --duel-start until a length one trains and the other does not (duel() below), under
+      twice --ladder-cap; without the reference's G2 result (a dry run), our own longest, bisected.
 Figures go into <out>/results.json (scripts/gpu_report.py) with the command that made them.
 --dry-run: the CPU backend, configs/builtin-tiny, 64-token rows, 2 ranks under mpirun, the peer skipped (it
 computes on CUDA only): every step of the plan within the same caps, on any machine (tests/gpu/check_dry_run.sh).
@@ -103,6 +104,58 @@ def flops_per_token(model_dir, seq):
     matmul = layers * (h * heads * hd * 2 + h * kv * hd * 2 + 3 * h * c["intermediate_size"]) + vocab * h
     attention = layers * 2 * seq * heads * hd  # QK^T and AV, causal: half of 2 x 2 x T x heads x hd per token
     return 3 * (2 * matmul + attention)
+
+
+def duel(fits, start, grain, seq_max):
+    """Which of the two trains the longer sequence, ours or the reference, probing both at the same lengths.
+    `fits(system, tokens)` runs one rung ("ours" or "peer") and says whether it trained within the card, or None
+    when no time is left. The reference goes first at each length, doubling from `start` while it trains; ours
+    runs where the answer depends on it: where the reference does not train (ours training there decides it),
+    and below a length neither trains, where the lengths are bisected in multiples of `grain`. So a length one
+    trains and the other does not decides in as few rungs as the two limits allow, instead of bisecting each
+    limit apart. Returns (verdict, why): "ours" or "peer" (that one trains a length the other does not),
+    "tie" (the same to `grain`, or both train `seq_max`), or None (stopped: no time left)."""
+    lo, hi, s = 0, None, start  # the reference trains lo (0: none seen); neither trains hi
+    ours_lo = False  # ours trains lo
+    while True:
+        peer = fits("peer", s)
+        if peer is None:
+            return None, f"stopped before the reference's rung at {s}"
+        if not peer or hi is not None or s >= seq_max:
+            ours = fits("ours", s)
+            if ours is None:
+                return None, f"stopped before our rung at {s}"
+            if ours and not peer:
+                return "ours", f"ours trains {s} tokens, the reference does not"
+            if peer and not ours:
+                return "peer", f"the reference trains {s} tokens, ours does not"
+            if ours:  # both train s: only at seq_max (doubling) or bisecting upwards
+                lo, ours_lo = s, True
+                if s >= seq_max:
+                    return "tie", f"both train {s} tokens, the longest tried"
+            else:
+                hi = s
+        else:
+            lo, ours_lo = s, False
+        if hi is None:
+            s = min(2 * s, seq_max)
+            continue
+        mid = (lo + hi) // 2 // grain * grain
+        if mid > lo:
+            s = mid
+            continue
+        if lo == 0:
+            return None, f"neither trains {hi} tokens, the shortest tried"
+        if not ours_lo:
+            ours = fits("ours", lo)
+            if ours is None:
+                return None, f"stopped before our rung at {lo}"
+            if not ours:
+                return "peer", f"the reference trains {lo} tokens, ours does not"
+        return "tie", f"both train {lo} tokens, neither {hi}"
+
+
+VERDICTS = {"ours": "ours longer", "peer": "the reference longer", "tie": "the same", None: "undecided"}
 
 
 class Bench:
@@ -221,33 +274,42 @@ class Bench:
         self.note(f"{name}: {status} in {seconds:.0f} s {detail}")
         return result
 
+    def rung(self, system, tokens, card_gib, cap):
+        """One rung of a ladder: True where a run of `tokens` per row trains within the card, False where it
+        does not (or fails), None where no time is left for it (recorded as skipped)."""
+        a = self.a
+        name = f"ladder-{system}-{tokens}"
+        left = self.budget.cap(cap)
+        if left < a.min_run:
+            self.skip(name, f"budget: {max(0, left):.0f} s left")
+            return None
+        rows = a.workers + 1
+        if system == "ours":
+            limit = round(card_gib * 2**30 / 1e9 - a.reserve_gb, 2)  # that card's free memory less our reserve
+            r = self.ours(name, tokens, rows, 2, 1, left, sets=("pipeline.recompute=layer",
+                                                                 f"pipeline.memory_limit_gb={limit}"))
+        else:
+            r = self.peer(name, tokens, rows, 1, 1, left, extra=("--memory-gib", str(card_gib),
+                                                                 "--recompute-grain", "layer"))
+        return r is not None and (r.get("peak_gpu_mb") is None or a.dry_run or
+                                  r["peak_gpu_mb"] <= card_gib * 2**30 / 1e6)
+
     def ladder(self, system, card_gib):
         """Bisection over lengths in multiples of `grain`: the longest that ran within the card, and why not more."""
         a = self.a
         lo, hi, why = None, None, "not tried"
-        limit = round(card_gib * 2**30 / 1e9 - a.reserve_gb, 2)  # that card's free memory less our reserve
-        card_mb = card_gib * 2**30 / 1e6
         grain = a.ladder_grain
         deadline = time.monotonic() + a.ladder_cap
         s = a.ladder_start
-        rows = a.workers + 1
         while True:
-            left = min(deadline - time.monotonic(), self.budget.cap(a.ladder_cap))
-            if left < a.min_run:
+            fits = self.rung(system, s, card_gib, deadline - time.monotonic())
+            if fits is None:
                 why = f"{why}; ladder stopped: its cap or the budget"
                 break
-            name = f"ladder-{system}-{s}"
-            if system == "ours":
-                r = self.ours(name, s, rows, 2, 1, left, sets=("pipeline.recompute=layer",
-                                                             f"pipeline.memory_limit_gb={limit}"))
-            else:
-                r = self.peer(name, s, rows, 1, 1, left, extra=("--memory-gib", str(card_gib),
-                                                                "--recompute-grain", "layer"))
-            fits = r is not None and (r.get("peak_gpu_mb") is None or a.dry_run or r["peak_gpu_mb"] <= card_mb)
             if fits:
                 lo, why = s, f"{s} fits"
             else:
-                hi, why = s, f"{s} does not fit" if r is not None else f"{s} failed or ran out of time"
+                hi, why = s, f"{s} does not fit (or failed)"
             if hi is None:
                 nxt = min(s * 2, a.seq_max)
             elif lo is None:
@@ -315,12 +377,18 @@ class Bench:
                                           commands().get(name, "see the build+tests part"),
                                           f"{r['tokens_per_s']:.0f} vs {reference['tokens_per_s']:.0f} tokens/s "
                                           f"({reference['peer']}, peak {reference['peak_gpu_mb']:.0f} MB); {shape}")
-            for system in ("ours", "peer"):
-                if system == "peer" and a.dry_run:
-                    self.skip("ladder-peer", "dry run: the reference library computes on CUDA only")
-                    continue
-                lo, hi, why = self.ladder(system, a.card_gib)
-                gpu_report.figure(self.out, "G2-max-seq", f"{system}: longest sequence within {a.card_gib} GiB",
+            if reference:  # ours against the reference at the same lengths (duel above)
+                deadline = time.monotonic() + 2 * a.ladder_cap
+                verdict, why = duel(lambda system, tokens: self.rung(system, tokens, a.card_gib,
+                                                                     deadline - time.monotonic()),
+                                    a.duel_start, a.ladder_grain, a.seq_max)
+                gpu_report.figure(self.out, "G2-max-seq", f"longest sequence within {a.card_gib} GiB: "
+                                  "ours vs the reference", VERDICTS[verdict], "verdict", "see the ladder-* steps", why)
+            else:  # no reference to duel: our own longest, bisected
+                self.skip("ladder-peer", "dry run: the reference library computes on CUDA only" if a.dry_run
+                          else "the reference's G2 run gave no result")
+                lo, hi, why = self.ladder("ours", a.card_gib)
+                gpu_report.figure(self.out, "G2-max-seq", f"ours: longest sequence within {a.card_gib} GiB",
                                   lo if lo is not None else "-", "tokens", "see the ladder-* steps",
                                   f"fits: {lo}; first not fitting: {hi}; {why}")
 
@@ -355,6 +423,8 @@ def main():
     ap.add_argument("--reserve-gb", type=float, default=2.0, help="our pipeline.memory_reserve_gb default")
     ap.add_argument("--ladder-cap", type=float, default=None, help="seconds per system's ladder")
     ap.add_argument("--ladder-start", type=int, default=None)
+    ap.add_argument("--duel-start", type=int, default=None, help="the duel's first length [81920: above the 73k "
+                    "tokens the RoundPipe paper trains Qwen3-1.7B at on one RTX 4090 with the reference library]")
     ap.add_argument("--ladder-grain", type=int, default=None)
     ap.add_argument("--seq-max", type=int, default=None)
     a = ap.parse_args()
@@ -363,7 +433,8 @@ def main():
                     seq=64 if dry else 4096, batch=4 if dry else 8, steps=4 if dry else 5,
                     workers=2 if dry else max(1, gpu_count()),
                     run_cap=60 if dry else 180, min_run=5 if dry else 30, ladder_cap=60 if dry else 120,
-                    ladder_start=128 if dry else 16384, ladder_grain=64 if dry else 2048,
+                    ladder_start=128 if dry else 16384, duel_start=128 if dry else 81920,
+                    ladder_grain=64 if dry else 2048,
                     seq_max=512 if dry else 131072)
     for key, value in defaults.items():
         if getattr(a, key) is None:
