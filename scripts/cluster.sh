@@ -8,7 +8,7 @@
 #   cluster.sh up [N]          bring up N hosts (default 3: h1 = controller, h2 h3 = compute), Slurm included;
 #                              what an earlier run whose owner died left (namespaces, bridge, daemons) is
 #                              removed first; a cluster whose owner lives stops it with exit code 75 (busy)
-#   cluster.sh down            stop what `up` started, delete the namespaces
+#   cluster.sh down            stop what `up` started, delete the namespaces (and their hosts' Open MPI session dirs)
 #   cluster.sh on hN CMD...    run CMD on host hN
 #   cluster.sh mpirun ARGS...  Open MPI's mpirun on h1, its daemons started on the hosts ARGS names
 #                              (--host h2:2,h3:2) over their eth0
@@ -172,7 +172,9 @@ remove() {
   [[ -f $state/munged.pid ]] && kill "$(cat "$state/munged.pid")" 2>/dev/null
   for ns in $names; do
     ip netns del "$ns" 2>/dev/null
-    [[ $ns == rp-sw ]] || rm -rf "/etc/netns/$ns"
+    # Open MPI's session directories of that host's mpirun (ompi.<host>.<uid>: `on` shares this /tmp), which
+    # a job that ended by a signal or a cut link leaves behind.
+    [[ $ns == rp-sw ]] || rm -rf "/etc/netns/$ns" "${TMPDIR:-/tmp}/ompi.$ns."*
   done
   rm -f "$state"/*.bgpid "$state/munged.pid" "$state/hosts"
   return 0
