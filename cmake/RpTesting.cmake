@@ -8,26 +8,51 @@ include(GoogleTest)
 set(RP_DEFAULT_FIXTURES_DIR "${PROJECT_SOURCE_DIR}/../shared/fixtures" CACHE PATH
     "Shared test fixtures (RP_FIXTURES_DIR in the environment overrides it)")
 
-# rp_gtest(<name> LABEL <label> SOURCES ... LIBS ... [TORCH] [ENV k=v] [TIMEOUT s] [FIXTURES ...] [LONG pattern])
-# One gtest binary whose test cases become CTest tests. TORCH reuses rp_model's precompiled header. The cases
-# matching the gtest pattern LONG are labelled long instead (only in `scripts/test.sh --all`; CMake 3.25's
-# discovery takes one label per test).
+# The gtest main of every rp_gtest binary: a process where every selected case skipped exits 77, which its
+# CTest test declares a skip; one whose filter selects nothing fails (tests/support/gtest_main.cpp).
+add_library(rp_gtest_main STATIC ${PROJECT_SOURCE_DIR}/tests/support/gtest_main.cpp)
+target_link_libraries(rp_gtest_main PUBLIC GTest::gtest PRIVATE rp_warnings)
+
+# Note [One process per suite]
+# A process that links LibTorch spends ~0.6 s of CPU starting (its operator registry) before a case runs, and
+# most cases take less, so one CTest test per gtest case spent more of the suite starting processes than
+# testing. rp_gtest registers one CTest test per gtest test suite, `<label>.<Suite>` (parameterised:
+# `<label>.<Prefix>/<Suite>`), which runs the binary with --gtest_filter=<Suite>.*: its cases run in one
+# process, one after another, as they do when the binary runs alone. The suites are listed after each link
+# (cmake/RpGtestSuites.cmake); TIMEOUT is per case, so a suite gets TIMEOUT x its cases, at most
+# max(TIMEOUT, 600) s. Binaries whose cases take seconds each keep one test per case (PER_CASE), so that
+# ctest spreads them over its slots: the in-process pipeline (~10 s a case) and the gpu tier (on a GPU machine
+# its cases run in parallel within the GPU check's budget; without a GPU each skips at once).
+
+# rp_gtest(<name> LABEL <label> SOURCES ... LIBS ... [TORCH] [PER_CASE] [ENV k=v ...] [TIMEOUT s] [FIXTURES ...]
+#          [LONG pattern])
+# One gtest binary whose test suites (or, with PER_CASE, cases) become CTest tests. TORCH reuses rp_model's
+# precompiled header. With PER_CASE, the cases matching the gtest pattern LONG are labelled long instead (only
+# in `scripts/test.sh --all`; CMake 3.25's discovery takes one label per test).
 function(rp_gtest name)
-  cmake_parse_arguments(arg "TORCH" "LABEL;TIMEOUT;LONG" "SOURCES;LIBS;ENV;FIXTURES" ${ARGN})
+  cmake_parse_arguments(arg "TORCH;PER_CASE" "LABEL;TIMEOUT;LONG" "SOURCES;LIBS;ENV;FIXTURES" ${ARGN})
   if(NOT arg_TIMEOUT)
     set(arg_TIMEOUT 120)
   endif()
   add_executable(${name} ${arg_SOURCES})
-  target_link_libraries(${name} PRIVATE ${arg_LIBS} rp_test_support GTest::gtest GTest::gtest_main rp_warnings)
+  target_link_libraries(${name} PRIVATE ${arg_LIBS} rp_test_support rp_gtest_main rp_warnings)
   set_property(GLOBAL APPEND PROPERTY RP_TIER_TARGETS_${arg_LABEL} ${name})
   if(arg_TORCH AND RP_USE_PCH)
     target_precompile_headers(${name} REUSE_FROM rp_model)
   endif()
-  # CMake 3.25's gtest_discover_tests splits list-valued properties, so at most one ENV entry.
-  set(props LABELS ${arg_LABEL} TIMEOUT ${arg_TIMEOUT})
+  if(arg_PER_CASE)
+    rp_gtest_per_case(${name})
+  else()
+    rp_gtest_per_suite(${name})
+  endif()
+endfunction()
+
+# One CTest test per case (gtest_discover_tests; CMake 3.25's splits list-valued properties: at most one ENV).
+macro(rp_gtest_per_case name)
+  set(props LABELS ${arg_LABEL} TIMEOUT ${arg_TIMEOUT} SKIP_RETURN_CODE 77)
   list(LENGTH arg_ENV env_count)
   if(env_count GREATER 1)
-    message(FATAL_ERROR "rp_gtest(${name}): at most one ENV entry (gtest_discover_tests limitation)")
+    message(FATAL_ERROR "rp_gtest(${name} PER_CASE): at most one ENV entry (gtest_discover_tests limitation)")
   elseif(env_count EQUAL 1)
     list(APPEND props ENVIRONMENT ${arg_ENV})
   endif()
@@ -43,7 +68,56 @@ function(rp_gtest name)
   else()
     gtest_discover_tests(${name} TEST_PREFIX "${arg_LABEL}." DISCOVERY_TIMEOUT 60 PROPERTIES ${props})
   endif()
-endfunction()
+endmacro()
+
+# One CTest test per suite (Note [One process per suite]): the suites are written after the link, and the
+# include file written here turns them into tests when ctest reads the directory.
+macro(rp_gtest_per_suite name)
+  if(arg_LONG)
+    message(FATAL_ERROR "rp_gtest(${name}): LONG needs PER_CASE")
+  endif()
+  set(suites_file "${CMAKE_CURRENT_BINARY_DIR}/${name}_suites.cmake")
+  add_custom_command(TARGET ${name} POST_BUILD BYPRODUCTS "${suites_file}"
+                     COMMAND ${CMAKE_COMMAND} -D "TEST_EXECUTABLE=$<TARGET_FILE:${name}>"
+                             -D "SUITES_FILE=${suites_file}" -D DISCOVERY_TIMEOUT=60
+                             -P "${PROJECT_SOURCE_DIR}/cmake/RpGtestSuites.cmake"
+                     VERBATIM)
+  set(rp_executable "$<TARGET_FILE:${name}>")
+  set(rp_label "${arg_LABEL}")
+  set(rp_timeout "${arg_TIMEOUT}")
+  set(rp_longest 600)
+  if(arg_TIMEOUT GREATER 600)
+    set(rp_longest ${arg_TIMEOUT})
+  endif()
+  set(rp_properties "SKIP_RETURN_CODE 77 WORKING_DIRECTORY [==[${CMAKE_CURRENT_BINARY_DIR}]==]")
+  if(arg_ENV)
+    string(APPEND rp_properties " ENVIRONMENT [==[${arg_ENV}]==]")
+  endif()
+  if(arg_FIXTURES)
+    string(APPEND rp_properties " FIXTURES_REQUIRED [==[${arg_FIXTURES}]==]")
+  endif()
+  string(CONFIGURE [===[# rp_gtest(@name@): one CTest test per suite (cmake/RpTesting.cmake)
+if(EXISTS [==[@suites_file@]==])
+  include([==[@suites_file@]==])
+  foreach(entry IN LISTS rp_gtest_suites)
+    string(REPLACE "|" ";" parts "${entry}")
+    list(GET parts 0 suite)
+    list(GET parts 1 filter)
+    list(GET parts 2 cases)
+    math(EXPR timeout "@rp_timeout@ * ${cases}")
+    if(timeout GREATER @rp_longest@)
+      set(timeout @rp_longest@)
+    endif()
+    add_test("@rp_label@.${suite}" [==[@rp_executable@]==] "--gtest_filter=${filter}")
+    set_tests_properties("@rp_label@.${suite}" PROPERTIES LABELS @rp_label@ TIMEOUT ${timeout} @rp_properties@)
+  endforeach()
+else()
+  add_test(@name@_NOT_BUILT @name@_NOT_BUILT)
+endif()
+]===] rp_include @ONLY)
+  file(GENERATE OUTPUT "${CMAKE_CURRENT_BINARY_DIR}/${name}_include.cmake" CONTENT "${rp_include}")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${CMAKE_CURRENT_BINARY_DIR}/${name}_include.cmake")
+endmacro()
 
 # mpiexec as CTest runs it: as root Open MPI needs --allow-run-as-root, and more ranks than cores
 # need --oversubscribe. Ranks get one compute thread each (RP_NUM_THREADS=1) so they do not fight.
