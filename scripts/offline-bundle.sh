@@ -65,8 +65,9 @@ out, wanted, base = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
 skipped, system = set(sys.argv[4].split()), set(sys.argv[5].split())
 FLAGS = ["--no-recommends", "--no-suggests", "--no-conflicts", "--no-breaks", "--no-replaces", "--no-enhances"]
 
-def depends(pkgs):
-    text = subprocess.run(["apt-cache", "depends", *FLAGS, *pkgs], capture_output=True, text=True, check=True).stdout
+def depends(pkgs, recurse=False):
+    text = subprocess.run(["apt-cache", "depends", *FLAGS, *(["--recurse"] if recurse else []), *pkgs],
+                          capture_output=True, text=True, check=True).stdout
     deps, current, alternative, virtual = {}, None, False, False
     for line in text.splitlines():
         if not line.startswith(" "):
@@ -90,7 +91,10 @@ def depends(pkgs):
             virtual = True
     return deps
 
+graph = {}  # package -> the dependencies followed (apt-cache loads its cache for ~1 s a call: few calls)
+
 def closure(roots):
+    graph.update(depends(roots, recurse=True))  # every package any of their dependencies reaches
     seen, todo = set(), list(roots)
     while todo:
         batch = [p for p in dict.fromkeys(todo) if p not in seen]
@@ -98,8 +102,11 @@ def closure(roots):
         if not batch:
             break
         seen.update(batch)
-        for deps in depends(batch).values():
-            todo.extend(d.split(":")[0] for d in deps)
+        unknown = [p for p in batch if p not in graph]  # a name the recursion printed otherwise (an arch suffix)
+        if unknown:
+            graph.update(depends(unknown))
+        for p in batch:
+            todo.extend(d.split(":")[0] for d in graph.get(p, []))
     return seen
 
 priorities = {}
@@ -125,8 +132,8 @@ need |= set(wanted)
 # A dev package's .so links point at its runtime library: that one comes too, even where a C++ build machine
 # usually has it (ICU, curl, OpenSSL), or the links dangle under the prefix.
 direct = set()
-for deps in depends(sorted(need)).values():
-    direct |= {d.split(":")[0] for d in deps} - skipped - system
+for p in sorted(need):
+    direct |= {d.split(":")[0] for d in graph.get(p, [])} - skipped - system
 learn_priorities(direct - set(priorities))
 need |= {d for d in direct if priority(d) not in core}
 open(out, "w").write("\n".join(sorted(need)) + "\n")
