@@ -27,6 +27,10 @@ select=(-LE long)
 ((all)) && select=()
 start=$SECONDS
 status=0
+# Open MPI probes its matching-transport components (PSM, PSM2, OFI: fabrics these machines lack) in every
+# process that starts MPI, ~0.35 s each, mostly asleep, before it settles on ob1 anyway: every rank of every
+# mpirun and every run of the tools in the tests paid it (docs/testing.md, "Timings"). A caller's choice wins.
+export OMPI_MCA_pml="${OMPI_MCA_pml:-ob1}"
 ctest --output-on-failure --no-tests=error -j "${RP_TEST_JOBS:-2}" "${select[@]}" "$@" || status=$?
 echo "test.sh: ctest took $((SECONDS - start)) s"
 exit $status
