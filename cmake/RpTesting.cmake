@@ -21,8 +21,9 @@ target_link_libraries(rp_gtest_main PUBLIC GTest::gtest PRIVATE rp_warnings)
 # process, one after another, as they do when the binary runs alone. The suites are listed after each link
 # (cmake/RpGtestSuites.cmake); TIMEOUT is per case, so a suite gets TIMEOUT x its cases, at most
 # max(TIMEOUT, 600) s. Binaries whose cases take seconds each keep one test per case (PER_CASE), so that
-# ctest spreads them over its slots: the in-process pipeline (~10 s a case) and the gpu tier (on a GPU machine
-# its cases run in parallel within the GPU check's budget; without a GPU each skips at once).
+# ctest spreads them over its slots: the in-process pipeline (~10 s a case), the export round trips (a Python
+# process each) and the gpu tier (on a GPU machine its cases run side by side within the GPU check's budget;
+# without a GPU each skips at once).
 
 # rp_gtest(<name> LABEL <label> SOURCES ... LIBS ... [TORCH] [PER_CASE] [ENV k=v ...] [TIMEOUT s] [FIXTURES ...]
 #          [LONG pattern])
