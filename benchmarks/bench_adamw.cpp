@@ -17,7 +17,7 @@
 #include <immintrin.h>
 #include <vector>
 
-#include <torch/torch.h>
+#include <torch/torch.h>  // torch::optim::AdamW, the peer: not in model/libtorch.h
 
 #include "common/parallel.h"
 #include "optim/adamw_simd.h"

@@ -6,10 +6,9 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include <torch/torch.h>
-
 #include "common/resident_memory.h"
 #include "model/layers.h"
+#include "model/libtorch.h"
 #include "model/linear_cross_entropy.h"
 
 namespace {

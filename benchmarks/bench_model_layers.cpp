@@ -3,9 +3,9 @@
 // can be set against the machine's matmul peak (BM_MatmulPeak) and against transformers on the same shapes
 // (benchmarks/peer_hf_layers.py). docs/benchmarks.md has the numbers and commands.
 #include <benchmark/benchmark.h>
-#include <torch/torch.h>
 
 #include "model/causal_lm.h"
+#include "model/libtorch.h"
 #include "model/nf4.h"
 
 namespace {

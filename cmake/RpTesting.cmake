@@ -4,6 +4,7 @@ if(NOT RP_BUILD_TESTS)
 endif()
 find_package(GTest REQUIRED)
 include(GoogleTest)
+include(RpUnity)
 
 set(RP_DEFAULT_FIXTURES_DIR "${PROJECT_SOURCE_DIR}/../shared/fixtures" CACHE PATH
     "Shared test fixtures (RP_FIXTURES_DIR in the environment overrides it)")
@@ -25,10 +26,22 @@ target_link_libraries(rp_gtest_main PUBLIC GTest::gtest PRIVATE rp_warnings)
 # process each) and the gpu tier (on a GPU machine its cases run side by side within the GPU check's budget;
 # without a GPU each skips at once).
 
+# Note [Test binaries]
+# Every translation unit that uses LibTorch pays for its headers even when they are precompiled (~6.6 s of
+# template instantiation at the end of the unit, Note [LibTorch headers] in src/model/libtorch.h), and every
+# binary pays a link against it: the unit tests that use LibTorch are one binary (unit_torch_tests), those that
+# do not another (unit_tests: a process that does not load LibTorch starts in milliseconds, one that does in
+# ~0.8 s, and CTest starts one per suite), the goldens' cases a third (golden_tests), their sources compiled in
+# unity batches (cmake/RpUnity.cmake) like the libraries'. A binary of
+# its own for what needs one: the link-order check (built alone by scripts/gpu-check.sh), the per-case binaries
+# (the in-process pipeline, the export round trips, the gpu tier, which scripts/gpu-check.sh builds target by
+# target). Source files stay one per subject; in a batch they share one translation unit, so their file-local
+# names must differ.
+
 # rp_gtest(<name> LABEL <label> SOURCES ... LIBS ... [TORCH] [PER_CASE] [ENV k=v ...] [TIMEOUT s] [FIXTURES ...]
 #          [LONG pattern])
 # One gtest binary whose test suites (or, with PER_CASE, cases) become CTest tests. TORCH reuses rp_model's
-# precompiled header. With PER_CASE, the cases matching the gtest pattern LONG are labelled long instead (only
+# precompiled header; with RP_UNITY_BUILD the sources compile in batches (Note [Test binaries]). With PER_CASE, the cases matching the gtest pattern LONG are labelled long instead (only
 # in `scripts/test.sh --all`; CMake 3.25's discovery takes one label per test).
 function(rp_gtest name)
   cmake_parse_arguments(arg "TORCH;PER_CASE" "LABEL;TIMEOUT;LONG" "SOURCES;LIBS;ENV;FIXTURES" ${ARGN})
@@ -40,6 +53,9 @@ function(rp_gtest name)
   set_property(GLOBAL APPEND PROPERTY RP_TIER_TARGETS_${arg_LABEL} ${name})
   if(arg_TORCH AND RP_USE_PCH)
     target_precompile_headers(${name} REUSE_FROM rp_model)
+  endif()
+  if(RP_UNITY_BUILD)
+    rp_unity(${name})
   endif()
   if(arg_PER_CASE)
     rp_gtest_per_case(${name})

@@ -1,5 +1,6 @@
-# Note [Unity batches]: with RP_UNITY_BUILD each library's C++ sources compile 4 at a time as one translation
-# unit, so <torch/torch.h>'s precompiled header loads once per batch (~8.5 s per load on our 2-core machines).
+# Note [Unity batches]: with RP_UNITY_BUILD each library's and test binary's C++ sources compile 4 at a time as one
+# translation unit, so LibTorch's headers are paid for once per batch (~6.6 s a unit even precompiled on our
+# 2-core machines, Note [LibTorch headers] in src/model/libtorch.h).
 # CMake's own unity build writes `#include "<absolute path>"` into its batch files, so two clones in different
 # places compile different files and ccache (CCACHE_BASEDIR, cmake/RpOptions.cmake) never hits across them: a
 # fresh clone on a warm cache rebuilt every batch. rp_unity() writes the batches itself, each including its

@@ -7,7 +7,6 @@
 #include <optional>
 #include <sstream>
 
-#include <torch/torch.h>
 #include <CLI/CLI.hpp>
 
 #include "cli/run_main.h"
@@ -19,6 +18,7 @@
 #include "device/device.h"
 #include "model/causal_lm.h"
 #include "model/generate.h"
+#include "model/libtorch.h"
 
 namespace {
 

@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include <torch/torch.h>
 #include <CLI/CLI.hpp>
 
 #include "cli/run_main.h"
@@ -14,6 +13,7 @@
 #include "device/device.h"
 #include "device/placement.h"
 #include "engine/runtime.h"
+#include "model/libtorch.h"
 #include "run/preemption.h"
 #include "train/trainer.h"
 #include "world/mpi_session.h"

@@ -16,9 +16,8 @@
 #include <mutex>
 #include <vector>
 
-#include <torch/torch.h>
-
 #include "device/worker.h"
+#include "model/libtorch.h"
 
 namespace rp::engine {
 

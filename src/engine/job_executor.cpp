@@ -9,13 +9,12 @@
 #include <limits>
 #include <thread>
 
-#include <torch/torch.h>
-
 #include "common/env.h"
 #include "common/fault.h"
 #include "control/channel.h"
 #include "device/host_waits.h"
 #include "engine/regions.h"
+#include "model/libtorch.h"
 #include "trace/formats.h"
 
 namespace rp::engine {

@@ -17,8 +17,6 @@
 #include <utility>
 #include <vector>
 
-#include <torch/torch.h>
-
 #include "config/run_config.h"
 #include "device/worker.h"
 #include "engine/activity.h"
@@ -31,6 +29,7 @@
 #include "engine/stage_slots.h"
 #include "memory/node_store.h"
 #include "model/batch.h"
+#include "model/libtorch.h"
 #include "schedule/dispatch.h"
 #include "schedule/plan.h"
 #include "trace/timeline.h"

@@ -2,6 +2,7 @@
 // docs/schedule.md, "Runtime"): a job's weights in — uploaded as each layer is published, or prefetched while
 // the previous job runs — and its gradients out, each layer's at its mark.
 #include "engine/job_executor.h"
+#include "model/libtorch.h"
 
 #include <algorithm>
 #include <cstring>
@@ -9,7 +10,6 @@
 #include <vector>
 
 #include <fmt/format.h>
-#include <torch/torch.h>
 
 #include "device/host_waits.h"
 #include "engine/regions.h"

@@ -2,9 +2,8 @@
 
 #include <algorithm>
 
-#include <torch/torch.h>
-
 #include "common/error.h"
+#include "model/libtorch.h"
 
 namespace rp::engine {
 namespace {

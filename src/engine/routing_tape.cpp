@@ -1,8 +1,7 @@
 #include "engine/routing_tape.h"
 
-#include <torch/torch.h>
-
 #include "common/error.h"
+#include "model/libtorch.h"
 
 namespace rp::engine {
 namespace {

@@ -9,8 +9,6 @@
 #include <limits>
 #include <thread>
 
-#include <torch/torch.h>
-
 #include "common/env.h"
 #include "common/error.h"
 #include "common/fault.h"
@@ -20,6 +18,7 @@
 #include "engine/costs.h"
 #include "engine/regions.h"
 #include "model/batch.h"
+#include "model/libtorch.h"
 #include "model/lora.h"
 #include "run/evaluation.h"
 #include "run/sampling.h"

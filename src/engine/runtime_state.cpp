@@ -1,7 +1,6 @@
 // The pipeline runtime's checkpoints (docs/checkpoint-format.md): node 0's ranks each save their optimizer
 // slices of the node store; every rank restores the slices it owns under its own layout, so a checkpoint
 // resumes with any number of workers.
-#include <torch/torch.h>
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +10,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "engine/runtime.h"
+#include "model/libtorch.h"
 #include "trace/formats.h"
 
 namespace rp::engine {

@@ -5,13 +5,13 @@
 #include <map>
 #include <set>
 
-#include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/manifest.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "model/expert_layout.h"
+#include "model/libtorch.h"
 #include "model/lora.h"
 #include "model/mxfp4.h"
 #include "model/nf4.h"

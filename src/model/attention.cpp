@@ -4,9 +4,8 @@
 #include <limits>
 #include <optional>
 
-#include <torch/torch.h>
-
 #include "common/error.h"
+#include "model/libtorch.h"
 
 namespace rp::model {
 

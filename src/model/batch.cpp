@@ -1,8 +1,7 @@
 #include "model/batch.h"
 
-#include <torch/torch.h>
-
 #include "common/error.h"
+#include "model/libtorch.h"
 
 namespace rp::model {
 

@@ -2,7 +2,6 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
-#include <torch/torch.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -10,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/parallel.h"
+#include "model/libtorch.h"
 
 namespace rp::model {
 namespace {

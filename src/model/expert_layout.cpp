@@ -1,9 +1,9 @@
 #include "model/expert_layout.h"
 
 #include <fmt/format.h>
-#include <torch/torch.h>
 
 #include "common/error.h"
+#include "model/libtorch.h"
 
 namespace rp::model {
 namespace {

@@ -3,9 +3,8 @@
 #include <algorithm>
 #include <numeric>
 
-#include <torch/torch.h>
-
 #include "common/error.h"
+#include "model/libtorch.h"
 
 namespace rp::model {
 

@@ -1,12 +1,11 @@
 // Hugging Face safetensors -> CausalLM parameters (declared in causal_lm.h).
 #include <set>
 
-#include <torch/torch.h>
-
 #include "common/error.h"
 #include "common/log.h"
 #include "model/causal_lm.h"
 #include "model/expert_layout.h"
+#include "model/libtorch.h"
 #include "model/mxfp4.h"
 #include "model/nf4.h"
 #include "model/safetensors.h"

@@ -4,9 +4,8 @@
 #include <cmath>
 #include <numbers>
 
-#include <torch/torch.h>
-
 #include "common/error.h"
+#include "model/libtorch.h"
 #include "model/linear_cross_entropy.h"
 #include "model/lora.h"
 

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include <torch/torch.h>
+#include "model/libtorch.h"
 
 namespace rp::model {
 

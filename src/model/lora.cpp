@@ -5,11 +5,11 @@
 #include <mutex>
 
 #include <fmt/ranges.h>
-#include <torch/torch.h>
 
 #include "common/error.h"
 #include "common/log.h"
 #include "model/causal_lm.h"
+#include "model/libtorch.h"
 
 namespace rp::model {
 namespace {

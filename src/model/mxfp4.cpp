@@ -1,8 +1,7 @@
 #include "model/mxfp4.h"
 
-#include <torch/torch.h>
-
 #include "common/error.h"
+#include "model/libtorch.h"
 #include "model/torch_bridge.h"
 
 namespace rp::model {

@@ -6,10 +6,10 @@
 #include <mutex>
 #include <regex>
 
-#include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "model/libtorch.h"
 #include "model/torch_bridge.h"
 
 namespace rp::model {

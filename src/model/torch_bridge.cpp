@@ -2,9 +2,8 @@
 
 #include <cstring>
 
-#include <torch/torch.h>
-
 #include "common/error.h"
+#include "model/libtorch.h"
 
 namespace rp::model {
 

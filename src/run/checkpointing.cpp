@@ -6,11 +6,11 @@
 #include <sstream>
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <torch/torch.h>
 
 #include "checkpoint/directory.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "model/libtorch.h"
 
 namespace rp::run {
 namespace {

@@ -2,9 +2,8 @@
 
 #include <algorithm>
 
-#include <torch/torch.h>
-
 #include "model/batch.h"
+#include "model/libtorch.h"
 
 namespace rp::run {
 

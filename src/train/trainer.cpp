@@ -7,8 +7,6 @@
 #include <limits>
 #include <utility>
 
-#include <torch/torch.h>
-
 #include "common/env.h"
 #include "common/error.h"
 #include "common/fault.h"
@@ -16,6 +14,7 @@
 #include "common/parallel.h"
 #include "common/resident_memory.h"
 #include "model/batch.h"
+#include "model/libtorch.h"
 #include "model/lora.h"
 #include "optim/adamw_simd.h"
 #include "optim/grad_clip.h"

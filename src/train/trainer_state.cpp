@@ -1,7 +1,7 @@
 // The single-process trainer's checkpoints: what it saves and how it resumes (docs/checkpoint-format.md).
-#include <torch/torch.h>
 
 #include "common/error.h"
+#include "model/libtorch.h"
 #include "train/trainer.h"
 
 namespace rp::train {

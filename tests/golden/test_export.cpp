@@ -7,12 +7,12 @@
 #include <fstream>
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "config/run_config.h"
 #include "export/hf_export.h"
+#include "model/libtorch.h"
 #include "model/safetensors.h"
 #include "model/safetensors_writer.h"
 #include "model/torch_bridge.h"

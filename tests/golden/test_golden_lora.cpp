@@ -6,9 +6,9 @@
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
 
 #include "model/causal_lm.h"
+#include "model/libtorch.h"
 #include "model/lora.h"
 #include "model/safetensors.h"
 #include "model/torch_bridge.h"

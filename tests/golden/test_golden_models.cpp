@@ -7,12 +7,12 @@
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "config/schema.h"
 #include "model/causal_lm.h"
+#include "model/libtorch.h"
 #include "model/safetensors.h"
 #include "model/safetensors_writer.h"
 #include "model/torch_bridge.h"
@@ -22,16 +22,16 @@
 namespace rp::model {
 namespace {
 
-struct Case {
+struct ModelCase {
   std::string name;
   bool fromFixtures;  // the checkpoint is the shared fixture, not a generated one
 };
 
-void PrintTo(const Case& c, std::ostream* os) {
+void PrintTo(const ModelCase& c, std::ostream* os) {
   *os << c.name;
 }
 
-class GoldenModel : public ::testing::TestWithParam<Case> {
+class GoldenModel : public ::testing::TestWithParam<ModelCase> {
  protected:
   void SetUp() override {
     const auto golden = test::goldenDir();
@@ -142,9 +142,9 @@ TEST_P(GoldenModel, PackedDocumentsMatchSeparateTransformersRuns) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, GoldenModel,
-                         ::testing::Values(Case{"tinystories-656k", true}, Case{"qwen3-tiny", false},
-                                           Case{"llama3-tiny", false}, Case{"qwen3-moe-tiny", false},
-                                           Case{"gpt-oss-tiny", false}),
+                         ::testing::Values(ModelCase{"tinystories-656k", true}, ModelCase{"qwen3-tiny", false},
+                                           ModelCase{"llama3-tiny", false}, ModelCase{"qwen3-moe-tiny", false},
+                                           ModelCase{"gpt-oss-tiny", false}),
                          [](const auto& info) {
                            std::string n = info.param.name;
                            for (auto& c : n) {

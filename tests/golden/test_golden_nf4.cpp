@@ -9,10 +9,10 @@
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
 
 #include "common/error.h"
 #include "model/causal_lm.h"
+#include "model/libtorch.h"
 #include "model/nf4.h"
 #include "model/safetensors.h"
 #include "model/safetensors_writer.h"
@@ -22,17 +22,17 @@
 namespace rp::model {
 namespace {
 
-struct Case {
+struct Nf4Case {
   std::string name;
   bool doubleQuant;
   bool fromFixtures = false;  // the unquantised checkpoint is the shared fixture's
 };
 
-void PrintTo(const Case& c, std::ostream* os) {
+void PrintTo(const Nf4Case& c, std::ostream* os) {
   *os << c.name << (c.doubleQuant ? " (double quant)" : "");
 }
 
-class GoldenNf4 : public ::testing::TestWithParam<Case> {
+class GoldenNf4 : public ::testing::TestWithParam<Nf4Case> {
  protected:
   void SetUp() override {
     const auto golden = test::goldenDir();
@@ -160,8 +160,8 @@ TEST(GoldenNf4Errors, AQuantizedLmHeadIsRefusedByName) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, GoldenNf4,
-                         ::testing::Values(Case{"llama3-tiny", true}, Case{"qwen3-tiny", false},
-                                           Case{"tinystories-656k", false, true}, Case{"qwen3-moe-tiny", false}),
+                         ::testing::Values(Nf4Case{"llama3-tiny", true}, Nf4Case{"qwen3-tiny", false},
+                                           Nf4Case{"tinystories-656k", false, true}, Nf4Case{"qwen3-moe-tiny", false}),
                          [](const auto& info) {
                            std::string name = info.param.name.substr(0, info.param.name.rfind("-tiny"));
                            std::replace(name.begin(), name.end(), '-', '_');

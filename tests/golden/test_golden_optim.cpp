@@ -4,10 +4,10 @@
 #include <fstream>
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
 #include "config/schema.h"
+#include "model/libtorch.h"
 #include "model/safetensors.h"
 #include "model/torch_bridge.h"
 #include "optim/adamw.h"

@@ -4,13 +4,13 @@
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAStream.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
 
 #include <vector>
 
 #include "device/worker.h"
 #include "engine/gradient_marks.h"
 #include "gpu_skip.h"
+#include "model/libtorch.h"
 
 namespace rp::engine {
 namespace {

@@ -3,9 +3,9 @@
 // and a bfloat16 projection over it computes the CPU's float32 product within bfloat16 rounding, forward and
 // backward.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
 
 #include "gpu_skip.h"
+#include "model/libtorch.h"
 #include "model/nf4.h"
 
 namespace rp::model {

@@ -2,13 +2,13 @@
 // (Worker::computeAfter: the compute stream waits on the event the copy's ticket carries) without the host
 // waiting for the copy.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
 
 #include <cstdint>
 #include <vector>
 
 #include "device/worker.h"
 #include "gpu_skip.h"
+#include "model/libtorch.h"
 
 namespace rp::device {
 namespace {

@@ -2,13 +2,13 @@
 // bfloat16 and float16, with and without a sliding window, and the per-document path in float32, against the
 // dense masked reference computed in float32 from the same inputs.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
 
 #include <cmath>
 
 #include "gpu_skip.h"
 #include "model/attention.h"
 #include "model/batch.h"
+#include "model/libtorch.h"
 #include "support/attention_reference.h"
 
 namespace rp::model {

@@ -13,11 +13,11 @@
 
 #include <gtest/gtest.h>
 #include <mpi.h>
-#include <torch/torch.h>
 
 #include "common/env.h"
 #include "config/run_config.h"
 #include "engine/runtime.h"
+#include "model/libtorch.h"
 #include "mpi_test_session.h"
 #include "support/fixtures.h"
 #include "support/pipeline_reference.h"

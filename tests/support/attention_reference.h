@@ -4,11 +4,11 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
 
 #include <vector>
 
 #include "model/attention.h"
+#include "model/libtorch.h"
 
 namespace rp::test {
 

@@ -6,10 +6,10 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
 
 #include "control/inproc/inproc_channel.h"
 #include "engine/runtime.h"
+#include "model/libtorch.h"
 
 namespace rp::test {
 namespace {

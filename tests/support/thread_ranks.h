@@ -8,9 +8,8 @@
 #include <string>
 #include <vector>
 
-#include <torch/torch.h>
-
 #include "config/run_config.h"
+#include "model/libtorch.h"
 #include "trace/metrics.h"
 
 namespace rp::test {

@@ -7,10 +7,10 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
 
 #include "common/resident_memory.h"
 #include "model/causal_lm.h"
+#include "model/libtorch.h"
 #include "schedule/projection.h"
 #include "support/sanitizers.h"
 

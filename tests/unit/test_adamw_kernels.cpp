@@ -7,9 +7,9 @@
 #include <random>
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
 
 #include "common/error.h"
+#include "model/libtorch.h"
 #include "optim/adamw_simd.h"
 
 namespace rp::optim {

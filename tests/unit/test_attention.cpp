@@ -5,11 +5,11 @@
 #include <random>
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
 
 #include "common/resident_memory.h"
 #include "model/attention.h"
 #include "model/causal_lm.h"
+#include "model/libtorch.h"
 #include "support/attention_reference.h"
 #include "support/sanitizers.h"
 

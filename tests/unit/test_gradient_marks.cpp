@@ -1,12 +1,12 @@
 // Note [Gradient marks]: during a backward, a layer is marked once every tensor it owns has accumulated its
 // gradient, deepest layer first; a layer not fully reached has no mark; the hooks go with the object.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
 
 #include <map>
 #include <vector>
 
 #include "engine/gradient_marks.h"
+#include "model/libtorch.h"
 
 namespace rp::engine {
 namespace {

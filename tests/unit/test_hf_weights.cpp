@@ -3,12 +3,12 @@
 #include <fstream>
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "model/causal_lm.h"
 #include "model/expert_layout.h"
+#include "model/libtorch.h"
 #include "model/safetensors.h"
 #include "support/fixtures.h"
 #include "support/safetensors_writer.h"

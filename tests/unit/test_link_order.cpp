@@ -7,12 +7,13 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <link.h>
-#include <torch/torch.h>
 
 #include <cstdint>
 #include <filesystem>
 #include <string>
 #include <system_error>
+
+#include "model/libtorch.h"
 
 namespace rp::test {
 namespace {

@@ -3,10 +3,10 @@
 #include <functional>
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
 
 #include "common/error.h"
 #include "model/causal_lm.h"
+#include "model/libtorch.h"
 #include "model/lora.h"
 
 namespace rp::model {

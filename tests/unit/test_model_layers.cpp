@@ -7,11 +7,11 @@
 
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
 
 #include "common/resident_memory.h"
 #include "model/causal_lm.h"
 #include "model/generate.h"
+#include "model/libtorch.h"
 #include "model/linear_cross_entropy.h"
 #include "support/sanitizers.h"
 

@@ -8,11 +8,11 @@
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include "common/error.h"
+#include "model/libtorch.h"
 
 #include "model/causal_lm.h"
 #include "model/nf4.h"
@@ -127,7 +127,8 @@ TEST(Nf4, ABitsandbytesTensorThatIsNotWholeNf4IsNamed) {
       << readError(scratch + "/json", name);
 }
 
-ModelConfig tinyConfig() {
+// A model whose weights fill whole 64-value NF4 blocks.
+ModelConfig blockSizedConfig() {
   ModelConfig c;
   c.vocabSize = 40;
   c.hiddenSize = 64;
@@ -185,8 +186,8 @@ TEST(Nf4, APackedLinearEqualsTheLinearOfItsDequantizedWeight) {
 // NF4 round trip.
 TEST(Nf4, AnNf4BasePacksTheDecoderProjectionsOnly) {
   torch::manual_seed(5);
-  CausalLM dense(tinyConfig(), torch::kFloat);
-  CausalLM packed(tinyConfig(), ParamOptions{torch::kFloat, true, /*nf4Base=*/true, false});
+  CausalLM dense(blockSizedConfig(), torch::kFloat);
+  CausalLM packed(blockSizedConfig(), ParamOptions{torch::kFloat, true, /*nf4Base=*/true, false});
   const auto packedParams = packed.hfParameters();
   int packedCount = 0;
   {
@@ -216,7 +217,7 @@ TEST(Nf4, AnNf4BasePacksTheDecoderProjectionsOnly) {
   EXPECT_TRUE(torch::equal(packed.logits(batch), dense.logits(batch)));
   // A mixture of experts: its attention projections only (transformers 5 keeps the experts as parameters and
   // the router unconverted).
-  ModelConfig moe = tinyConfig();
+  ModelConfig moe = blockSizedConfig();
   moe.arch = Architecture::kQwen3Moe;
   moe.moe.numExperts = 4;
   moe.moe.expertsPerToken = 2;

@@ -5,11 +5,11 @@
 #include <fstream>
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "config/run_config.h"
+#include "model/libtorch.h"
 #include "support/fixtures.h"
 #include "train/trainer.h"
 
