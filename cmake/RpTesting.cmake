@@ -32,17 +32,17 @@ target_link_libraries(rp_gtest_main PUBLIC GTest::gtest PRIVATE rp_warnings)
 # binary pays a link against it: the unit tests that use LibTorch are one binary (unit_torch_tests), those that
 # do not another (unit_tests: a process that does not load LibTorch starts in milliseconds, one that does in
 # ~0.8 s, and CTest starts one per suite), the goldens' cases a third (golden_tests), their sources compiled in
-# unity batches (cmake/RpUnity.cmake) like the libraries'. A binary of
-# its own for what needs one: the link-order check (built alone by scripts/gpu-check.sh), the per-case binaries
-# (the in-process pipeline, the export round trips, the gpu tier, which scripts/gpu-check.sh builds target by
-# target). Source files stay one per subject; in a batch they share one translation unit, so their file-local
-# names must differ.
+# unity batches (cmake/RpUnity.cmake) like the libraries'. A binary of its own for what needs one: the
+# link-order check (built alone by scripts/gpu-check.sh) and the per-case binaries (the in-process pipeline, the
+# export round trips, the gpu tier, which scripts/gpu-check.sh builds target by target). Source files stay one
+# per subject; in a batch they share one translation unit, so their file-local names must differ.
 
 # rp_gtest(<name> LABEL <label> SOURCES ... LIBS ... [TORCH] [PER_CASE] [ENV k=v ...] [TIMEOUT s] [FIXTURES ...]
 #          [LONG pattern])
 # One gtest binary whose test suites (or, with PER_CASE, cases) become CTest tests. TORCH reuses rp_model's
-# precompiled header; with RP_UNITY_BUILD the sources compile in batches (Note [Test binaries]). With PER_CASE, the cases matching the gtest pattern LONG are labelled long instead (only
-# in `scripts/test.sh --all`; CMake 3.25's discovery takes one label per test).
+# precompiled header; with RP_UNITY_BUILD the sources compile in batches (Note [Test binaries]). With PER_CASE,
+# the cases matching the gtest pattern LONG are labelled long instead (only in `scripts/test.sh --all`; CMake
+# 3.25's discovery takes one label per test).
 function(rp_gtest name)
   cmake_parse_arguments(arg "TORCH;PER_CASE" "LABEL;TIMEOUT;LONG" "SOURCES;LIBS;ENV;FIXTURES" ${ARGN})
   if(NOT arg_TIMEOUT)
