@@ -47,12 +47,24 @@ endif()
 # ccache, set up so that a fresh clone elsewhere hits the cache an earlier build filled (docs/building.md):
 # paths under the source tree hashed relative to it (base_dir, no cwd in the hash for -g builds), and the
 # precompiled headers' objects cacheable (CMake includes the header with -include; pch_defines, time_macros).
+# C++ in depend mode: a miss compiles at once and keys the result on the compiler's own dependency list (-MD,
+# which Ninja asks for anyway) instead of running the preprocessor first, 1-3 s of every cold compile here. A
+# precompiled header's contents are not in that list, but ccache hashes the .gch itself whenever a source
+# includes a header that has one (checked: changing the header changes the object, not a stale hit).
 find_program(RP_CCACHE ccache)
 if(RP_CCACHE)
-  set(_rp_ccache env CCACHE_BASEDIR=${PROJECT_SOURCE_DIR} CCACHE_NOHASHDIR=true
-      CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime ${RP_CCACHE})
-  set(CMAKE_CXX_COMPILER_LAUNCHER ${_rp_ccache})
-  set(CMAKE_CUDA_COMPILER_LAUNCHER ${_rp_ccache})
+  set(_rp_ccache_env CCACHE_BASEDIR=${PROJECT_SOURCE_DIR} CCACHE_NOHASHDIR=true
+      CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime)
+  set(CMAKE_CXX_COMPILER_LAUNCHER env ${_rp_ccache_env} CCACHE_DEPEND=true ${RP_CCACHE})
+  set(CMAKE_CUDA_COMPILER_LAUNCHER env ${_rp_ccache_env} ${RP_CCACHE})
+endif()
+
+# mold where it is installed (scripts/bootstrap.sh installs it): every test binary and tool links LibTorch,
+# and mold links one in a third of GNU ld's time (unit_torch_tests: 3.7 -> 1.05 s on our 2-core machines).
+find_program(RP_MOLD mold)
+if(RP_MOLD AND ((CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_GREATER_EQUAL 12.1)
+                OR CMAKE_CXX_COMPILER_ID STREQUAL "Clang"))
+  add_link_options(-fuse-ld=mold)
 endif()
 
 # Warnings for our own targets (third-party headers come in as -isystem).
