@@ -7,8 +7,7 @@
 #include <optional>
 #include <sstream>
 
-#include <CLI/CLI.hpp>
-
+#include "cli/command_line.h"
 #include "cli/run_main.h"
 #include "common/env.h"
 #include "common/error.h"
@@ -56,7 +55,7 @@ double meanLoss(CausalLM& model, const std::vector<std::int32_t>& ids) {
 }
 
 int run(int argc, char** argv) {
-  CLI::App app{
+  rp::cli::CommandLine line{
       "roundpipe_generate: a continuation (or chat reply) and the loss of a Hugging Face Llama/Qwen3 checkpoint"};
   std::string modelDir;
   std::string prompt = "Once upon a time";
@@ -67,21 +66,19 @@ int run(int argc, char** argv) {
   bool chat = false;
   std::string templateName = "auto";
   rp::model::Sampling sampling;
-  app.add_option("--model", modelDir, "Hugging Face model directory (config.json, *.safetensors, tokenizer.json)")
-      ->required();
-  app.add_option("--prompt", prompt, "prompt text");
-  app.add_option("--max-new-tokens", maxNew, "tokens to generate")->check(rp::cli::wholeAtLeast(1));
-  app.add_option("--loss-text", lossText, "text file to report the model's mean next-token loss on");
-  app.add_option("--dtype", dtypeName, "compute dtype: float32 | bfloat16");
-  app.add_option("--threads", threads, "LibTorch intra-op threads (0 = RP_NUM_THREADS or LibTorch default)");
-  app.add_flag("--chat", chat, "the prompt is a user turn: render it with the chat template, print the reply");
-  app.add_option("--template", templateName, "with --chat: auto | model | chatml | llama3 (as data.template)");
-  app.add_option("--temperature", sampling.temperature, "sampling temperature (0 = greedy)")
-      ->check(CLI::Range(0.0, 1e6));
-  app.add_option("--top-p", sampling.topP, "nucleus sampling: the most likely tokens up to this mass")
-      ->check(CLI::Range(1e-9, 1.0));
-  app.add_option("--seed", sampling.seed, "seed of the sampling");
-  if (const auto code = rp::cli::parseCommandLine(app, argc, argv)) return *code;
+  line.option("--model", modelDir, "Hugging Face model directory (config.json, *.safetensors, tokenizer.json)")
+      .required();
+  line.option("--prompt", prompt, "prompt text");
+  line.option("--max-new-tokens", maxNew, "tokens to generate").wholeAtLeast(1);
+  line.option("--loss-text", lossText, "text file to report the model's mean next-token loss on");
+  line.option("--dtype", dtypeName, "compute dtype: float32 | bfloat16");
+  line.option("--threads", threads, "LibTorch intra-op threads (0 = RP_NUM_THREADS or LibTorch default)");
+  line.flag("--chat", chat, "the prompt is a user turn: render it with the chat template, print the reply");
+  line.option("--template", templateName, "with --chat: auto | model | chatml | llama3 (as data.template)");
+  line.option("--temperature", sampling.temperature, "sampling temperature (0 = greedy)").range(0.0, 1e6);
+  line.option("--top-p", sampling.topP, "nucleus sampling: the most likely tokens up to this mass").range(1e-9, 1.0);
+  line.option("--seed", sampling.seed, "seed of the sampling");
+  if (const auto code = line.parse(argc, argv)) return *code;
   if (threads == 0) threads = static_cast<int>(rp::env::getInt(rp::env::kNumThreads));
   if (threads > 0) torch::set_num_threads(threads);
   const auto dtype = parseDtype(dtypeName);

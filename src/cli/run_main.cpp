@@ -1,12 +1,9 @@
 #include "cli/run_main.h"
 
-#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <memory>
-
-#include <fmt/format.h>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -36,37 +33,6 @@ int runMain(const std::function<int()>& body) {
   int code = kExitOk;
   guarded(body, code);
   return code;
-}
-
-std::optional<int> parseCommandLine(CLI::App& app, int argc, char** argv) {
-  try {
-    app.parse(argc, argv);
-    return std::nullopt;
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? kExitOk : kExitBadInput;  // CLI11's own codes (106, 109, ...) are not ours
-  }
-}
-
-CLI::Validator wholeAtLeast(std::int64_t minimum) {
-  return CLI::Validator(
-      [minimum](std::string& text) -> std::string {
-        std::int64_t value = 0;
-        const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-        if (error == std::errc() && end == text.data() + text.size() && value >= minimum) return "";
-        return fmt::format("expected a whole number >= {}, got {}", minimum, text);
-      },
-      fmt::format("INT>={}", minimum));
-}
-
-CLI::Validator positiveNumber() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        char* end = nullptr;
-        const double value = std::strtod(text.c_str(), &end);
-        if (!text.empty() && *end == '\0' && value > 0) return "";
-        return fmt::format("expected a number > 0, got {}", text);
-      },
-      "NUMBER>0");
 }
 
 int runMpiMain(int* argc, char*** argv, const std::function<int(const MpiSession&)>& body) {

@@ -5,11 +5,6 @@
 
 #include <functional>
 
-#include <cstdint>
-#include <optional>
-
-#include <CLI/CLI.hpp>
-
 namespace rp {
 class MpiSession;
 }
@@ -22,15 +17,6 @@ inline constexpr int kExitBadInput = 2;
 inline constexpr int kExitPreempted = 3;  // a preemption signal stopped the run after it saved a checkpoint
 
 int runMain(const std::function<int()>& body);
-
-// Parses the command line: nullopt to go on, or the exit code to return now (0 after --help; kExitBadInput
-// after a usage error, which CLI11 prints with the usage).
-std::optional<int> parseCommandLine(CLI::App& app, int argc, char** argv);
-
-// Option checks with plain messages ("--max-new-tokens: expected a whole number >= 1, got 0"; CLI11's own
-// range checks print the limits of double).
-CLI::Validator wholeAtLeast(std::int64_t minimum);
-CLI::Validator positiveNumber();
 
 // For executables that run under mpirun: starts the MPI session, runs `body`, and on an exception on any
 // rank prints it (with the rank) and exits that process at once with its code; the launcher ends the whole

@@ -8,8 +8,7 @@
 #include <optional>
 #include <sstream>
 
-#include <CLI/CLI.hpp>
-
+#include "cli/command_line.h"
 #include "cli/run_main.h"
 #include "common/error.h"
 #include "schedule/partitioner.h"
@@ -70,65 +69,64 @@ std::string withSuffix(const std::string& path, const std::string& suffix) {
 }
 
 int run(int argc, char** argv) {
-  CLI::App app{"roundpipe_sim: simulate RoundPipe and classic pipeline schedules (docs/simulator.md)"};
+  rp::cli::CommandLine line{"roundpipe_sim: simulate RoundPipe and classic pipeline schedules (docs/simulator.md)"};
   std::string schedule = "all", plan, stages, profile, jsonPath, svgPath;
   int workers = 8, microbatches = 0, rounds = 1, layers = 28, virtualStages = 2;
   double fwd = 1.0, bwd = 2.0, headFwd = 3.0, headBwd = 6.0, hop = 0.0;
-  app.add_option("--schedule", schedule, "roundpipe | gpipe | 1f1b | interleaved-1f1b | all");
-  app.add_option("--workers", workers, "workers (GPUs)")->check(rp::cli::wholeAtLeast(1));
-  app.add_option("--microbatches", microbatches, "microbatches per round (default: workers)");
-  app.add_option("--rounds", rounds, "rounds per step (RoundPipe; the baselines run microbatches x rounds)");
-  app.add_option("--layers", layers, "decoder layers")->check(rp::cli::wholeAtLeast(1));
-  app.add_option("--fwd", fwd, "forward time of one decoder layer for one microbatch");
-  app.add_option("--bwd", bwd, "backward time of one decoder layer for one microbatch (without recompute)");
-  app.add_option("--head-fwd", headFwd, "LM head + loss forward time per microbatch");
-  app.add_option("--head-bwd", headBwd, "LM head backward time per microbatch");
-  app.add_option("--hop", hop, "transfer time of one activation between two workers");
-  app.add_option("--profile", profile, "per-layer times from a run (<output.dir>/profile.json) instead of the above");
+  line.option("--schedule", schedule, "roundpipe | gpipe | 1f1b | interleaved-1f1b | all");
+  line.option("--workers", workers, "workers (GPUs)").wholeAtLeast(1);
+  line.option("--microbatches", microbatches, "microbatches per round (default: workers)");
+  line.option("--rounds", rounds, "rounds per step (RoundPipe; the baselines run microbatches x rounds)");
+  line.option("--layers", layers, "decoder layers").wholeAtLeast(1);
+  line.option("--fwd", fwd, "forward time of one decoder layer for one microbatch");
+  line.option("--bwd", bwd, "backward time of one decoder layer for one microbatch (without recompute)");
+  line.option("--head-fwd", headFwd, "LM head + loss forward time per microbatch");
+  line.option("--head-bwd", headBwd, "LM head backward time per microbatch");
+  line.option("--hop", hop, "transfer time of one activation between two workers");
+  line.option("--profile", profile, "per-layer times from a run (<output.dir>/profile.json) instead of the above");
   std::string tracePath;
-  app.add_option("--trace", tracePath,
-                 "replay a RoundPipe run from its trace.json: its plan, workers, microbatches and stage times");
-  app.add_option("--plan", plan, "RoundPipe plan \"F1,F2,...|fused|B1,...\" (default: the runtime's partitioner)");
-  app.add_option("--stages", stages,
-                 "baselines: decoder layers per stage, workers x chunks of them for interleaved-1f1b (default: the "
-                 "runtime's balanced split)");
-  app.add_option("--virtual", virtualStages, "interleaved-1f1b: model chunks per worker")
-      ->check(rp::cli::wholeAtLeast(1));
+  line.option("--trace", tracePath,
+              "replay a RoundPipe run from its trace.json: its plan, workers, microbatches and stage times");
+  line.option("--plan", plan, "RoundPipe plan \"F1,F2,...|fused|B1,...\" (default: the runtime's partitioner)");
+  line.option("--stages", stages,
+              "baselines: decoder layers per stage, workers x chunks of them for interleaved-1f1b (default: the "
+              "runtime's balanced split)");
+  line.option("--virtual", virtualStages, "interleaved-1f1b: model chunks per worker").wholeAtLeast(1);
   bool recompute = false;
   std::string hardwarePath, modelPath;
   int seq = 2048, rows = 1;
-  app.add_option("--hardware", hardwarePath, "GPU projection: a cluster-configs/*.toml profile (with --model)");
-  app.add_option("--model", modelPath, "GPU projection: a Hugging Face config.json");
-  app.add_option("--seq", seq, "GPU projection: tokens per sequence");
-  app.add_option("--rows", rows, "GPU projection: sequences per microbatch");
+  line.option("--hardware", hardwarePath, "GPU projection: a cluster-configs/*.toml profile (with --model)");
+  line.option("--model", modelPath, "GPU projection: a Hugging Face config.json");
+  line.option("--seq", seq, "GPU projection: tokens per sequence");
+  line.option("--rows", rows, "GPU projection: sequences per microbatch");
   bool lora = false;
-  app.add_flag("--lora", lora,
-               "GPU projection: LoRA on a frozen bf16 base (no weight gradients computed or downloaded, no optimizer "
-               "state on the baselines' GPUs)");
+  line.flag("--lora", lora,
+            "GPU projection: LoRA on a frozen bf16 base (no weight gradients computed or downloaded, no optimizer "
+            "state on the baselines' GPUs)");
   bool nf4 = false;
-  app.add_flag("--nf4", nf4,
-               "GPU projection, with --lora: the frozen base's attention and dense-MLP projections stored and uploaded "
-               "as NF4 (lora.base_dtype = \"nf4\"; experts and router stay bf16)");
+  line.flag("--nf4", nf4,
+            "GPU projection, with --lora: the frozen base's attention and dense-MLP projections stored and uploaded "
+            "as NF4 (lora.base_dtype = \"nf4\"; experts and router stay bf16)");
   std::string planner = "reference";
-  app.add_option("--planner", planner, "RoundPipe plan without --plan: reference (the partitioner) | search");
+  line.option("--planner", planner, "RoundPipe plan without --plan: reference (the partitioner) | search");
   int ahead = 1;
-  app.add_option("--recompute-ahead", ahead,
-                 "RoundPipe: backward microbatches recomputed before their gradient arrives (pipeline.recompute_ahead; "
-                 "0 = after)")
-      ->check(rp::cli::wholeAtLeast(0));
+  line.option("--recompute-ahead", ahead,
+              "RoundPipe: backward microbatches recomputed before their gradient arrives (pipeline.recompute_ahead; "
+              "0 = after)")
+      .wholeAtLeast(0);
   std::vector<double> speeds;
-  app.add_option("--worker-speeds", speeds,
-                 "compute speed of each worker against the costs, comma-separated (1 = nominal; 0.6 = a card at 60%)")
-      ->delimiter(',');
+  line.option("--worker-speeds", speeds,
+              "compute speed of each worker against the costs, comma-separated (1 = nominal; 0.6 = a card at 60%)")
+      .delimiter(',');
   std::string dispatchRule = "round_robin";
-  app.add_option("--dispatch", dispatchRule,
-                 "RoundPipe: round_robin | earliest_finish (each job to the worker predicted to finish it first, "
-                 "from the costs and --worker-speeds; pipeline.dispatch)");
-  app.add_flag("--recompute-baselines", recompute,
-               "baselines checkpoint activations as RoundPipe does (a recompute before every backward)");
-  app.add_option("--json", jsonPath, "write the result as JSON");
-  app.add_option("--svg", svgPath, "write a Gantt chart (SVG)");
-  if (const auto code = rp::cli::parseCommandLine(app, argc, argv)) return *code;
+  line.option("--dispatch", dispatchRule,
+              "RoundPipe: round_robin | earliest_finish (each job to the worker predicted to finish it first, "
+              "from the costs and --worker-speeds; pipeline.dispatch)");
+  line.flag("--recompute-baselines", recompute,
+            "baselines checkpoint activations as RoundPipe does (a recompute before every backward)");
+  line.option("--json", jsonPath, "write the result as JSON");
+  line.option("--svg", svgPath, "write a Gantt chart (SVG)");
+  if (const auto code = line.parse(argc, argv)) return *code;
   const bool projecting = !hardwarePath.empty() || !modelPath.empty();
   if (projecting && (hardwarePath.empty() || modelPath.empty())) {
     RP_THROW(rp::InputError, "a GPU projection needs both --hardware and --model");

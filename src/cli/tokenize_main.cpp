@@ -1,7 +1,6 @@
 // roundpipe_tokenize: writes the pre-tokenized dataset format (docs/data.md) from text/jsonl/alpaca/sharegpt
 // files, with the same rules roundpipe_train applies when it tokenizes on the fly.
-#include <CLI/CLI.hpp>
-
+#include "cli/command_line.h"
 #include "cli/run_main.h"
 #include "common/log.h"
 #include "data/dataset.h"
@@ -10,20 +9,21 @@
 namespace {
 
 int run(int argc, char** argv) {
-  CLI::App app{"roundpipe_tokenize: tokenize a dataset once for roundpipe_train (data.format = \"tokenized\")"};
+  rp::cli::CommandLine line{
+      "roundpipe_tokenize: tokenize a dataset once for roundpipe_train (data.format = \"tokenized\")"};
   rp::data::DatasetOptions options;
   std::string modelDir, output;
-  app.add_option("--model", modelDir, "Hugging Face model directory (tokenizer.json and config.json)")->required();
-  app.add_option("--output", output, "output directory")->required();
-  app.add_option("--format", options.format, "text | jsonl | alpaca | sharegpt")
-      ->check(CLI::IsMember({"text", "jsonl", "alpaca", "sharegpt"}));
-  app.add_option("--sample-by", options.sampleBy, "text: line | paragraph | document")
-      ->check(CLI::IsMember({"line", "paragraph", "document"}));
-  app.add_option("--template", options.chatTemplate, "alpaca/sharegpt: auto | model | chatml | llama3")
-      ->check(CLI::IsMember({"auto", "chatml", "llama3"}));
-  app.add_flag("--skip-bad-records", options.skipBadRecords, "skip (and count) bad records instead of failing");
-  app.add_option("inputs", options.paths, "dataset files")->required();
-  if (const auto code = rp::cli::parseCommandLine(app, argc, argv)) return *code;
+  line.option("--model", modelDir, "Hugging Face model directory (tokenizer.json and config.json)").required();
+  line.option("--output", output, "output directory").required();
+  line.option("--format", options.format, "text | jsonl | alpaca | sharegpt")
+      .oneOf({"text", "jsonl", "alpaca", "sharegpt"});
+  line.option("--sample-by", options.sampleBy, "text: line | paragraph | document")
+      .oneOf({"line", "paragraph", "document"});
+  line.option("--template", options.chatTemplate, "alpaca/sharegpt: auto | model | chatml | llama3")
+      .oneOf({"auto", "chatml", "llama3"});
+  line.flag("--skip-bad-records", options.skipBadRecords, "skip (and count) bad records instead of failing");
+  line.option("inputs", options.paths, "dataset files").required();
+  if (const auto code = line.parse(argc, argv)) return *code;
   options.names = {"--format", "--template", "the input files", "--skip-bad-records"};
   const auto config = rp::model::loadModelConfig(modelDir);
   options.bosId = static_cast<std::int32_t>(config.bosTokenId);

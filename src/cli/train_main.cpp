@@ -5,8 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include <CLI/CLI.hpp>
-
+#include "cli/command_line.h"
 #include "cli/run_main.h"
 #include "common/log.h"
 #include "config/run_config.h"
@@ -21,18 +20,18 @@
 namespace {
 
 int run(int argc, char** argv, const rp::MpiSession& session) {
-  CLI::App app{"roundpipe_train: fine-tune a Hugging Face Llama/Qwen3 checkpoint"};
+  rp::cli::CommandLine line{"roundpipe_train: fine-tune a Hugging Face Llama/Qwen3 checkpoint"};
   std::string configPath;
   std::vector<std::string> overrides;
   std::string resume;
   bool printOnly = false;
-  app.add_option("--config", configPath, "run config (TOML)")->required();
-  app.add_option("--set", overrides, "override a key: --set train.max_steps=50 (repeatable)");
-  app.add_option(
+  line.option("--config", configPath, "run config (TOML)").required();
+  line.option("--set", overrides, "override a key: --set train.max_steps=50 (repeatable)");
+  line.option(
       "--resume", resume,
       "continue from a checkpoint: latest, auto (latest if there is one), a name in checkpoint.dir, or a directory");
-  app.add_flag("--print-config", printOnly, "print the effective config and exit");
-  if (const auto code = rp::cli::parseCommandLine(app, argc, argv)) return *code;
+  line.flag("--print-config", printOnly, "print the effective config and exit");
+  if (const auto code = line.parse(argc, argv)) return *code;
   const bool leader = session.identity().rank == 0;
   if (!resume.empty()) overrides.push_back("checkpoint.resume=" + resume);
   auto config = rp::config::loadRunConfig(configPath, overrides);
