@@ -77,7 +77,7 @@ TEST_P(ExportTest, TransformersAndPeftGiveOurLogits) {
   exportCheckpoint(checkpoint, out + "/hf", {false, "float32", 1e6, false});  // 1 MB shards: several files
   std::string command =
       fmt::format("HF_HUB_OFFLINE=1 {} {}/tests/golden/check_export.py --ours {}/ours.safetensors --model {}/hf",
-                  RP_PYTHON, RP_SOURCE_DIR, out, out);
+                  test::kPython, test::kSourceDir, out, out);
   if (lora) {
     exportCheckpoint(checkpoint, out + "/peft", {true, "", 5e9, false});
     std::ifstream in(out + "/peft/adapter_config.json");

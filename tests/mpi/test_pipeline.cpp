@@ -81,7 +81,7 @@ TEST_P(Equivalence, LossesAndWeightsEqualTheSingleProcessTrainer) {
     const auto golden = test::goldenDir();
     RP_SKIP_UNLESS(golden, "golden directory (generated Qwen3 and Llama)");
     c.model = *golden + "/" + (c.model.empty() ? std::string("qwen3-tiny") : c.model.substr(7));
-    c.tokenizer = std::string(RP_SOURCE_DIR) + "/configs/builtin-tiny";
+    c.tokenizer = std::string(test::kSourceDir) + "/configs/builtin-tiny";
   } else {
     c.model = *fixtures + "/" + c.model;
     c.tokenizer = c.model;

@@ -40,7 +40,7 @@ class ScratchCleaner : public ::testing::EmptyTestEventListener {
 
 std::optional<std::string> fixturesDir() {
   std::string dir = env::get(env::kFixturesDir);
-  if (dir.empty()) dir = RP_DEFAULT_FIXTURES_DIR;
+  if (dir.empty()) dir = kDefaultFixturesDir;
   if (!fs::is_directory(dir)) return std::nullopt;
   return fs::canonical(dir).string();
 }
