@@ -20,8 +20,8 @@ namespace rp::cli {
 
 // Note [CLI11 in one source]: CLI11 (2.1, header-only) compiled into every source that builds a CLI::App cost
 // each executable's main ~15 s at -O2 (its parser's inline functions generated again in each; -ftime-report:
-// "opt and generate"), 6 mains on every cold build. This header names no CLI11 type but by declaration, so only
-// command_line.cpp compiles CLI11; what the user sees (usage, --help, CLI11's own messages) is CLI11's.
+// "opt and generate"), five mains on every cold build. This header names no CLI11 type but by declaration, so
+// only command_line.cpp compiles CLI11; what the user sees (usage, --help, CLI11's own messages) is CLI11's.
 class CommandLine {
  public:
   // One option's settings, chained after CommandLine::option.
