@@ -20,7 +20,7 @@ int run(int argc, char** argv) {
   line.option("--sample-by", options.sampleBy, "text: line | paragraph | document")
       .oneOf({"line", "paragraph", "document"});
   line.option("--template", options.chatTemplate, "alpaca/sharegpt: auto | model | chatml | llama3")
-      .oneOf({"auto", "chatml", "llama3"});
+      .oneOf({"auto", "model", "chatml", "llama3"});
   line.flag("--skip-bad-records", options.skipBadRecords, "skip (and count) bad records instead of failing");
   line.option("inputs", options.paths, "dataset files").required();
   if (const auto code = line.parse(argc, argv)) return *code;

@@ -80,6 +80,9 @@ expect 2 "$work/empty.txt: no samples to train on" \
 printf '{"instruction": "Say hi", "output": "hi"}\n{"instruction": 3}\n' >"$work/alpaca.jsonl"
 expect 2 '--template "auto": the model has no chat template of its own and the tokenizer has neither .* set --template explicitly' \
   "$bin/roundpipe_tokenize" --model "$model" --output "$work/tok" --format alpaca "$work/alpaca.jsonl"
+# --template model reaches the data layer (its help lists it; the option's own check once refused it).
+expect 2 '--template "model": no chat template beside .*; set --template to chatml or llama3' \
+  "$bin/roundpipe_tokenize" --model "$model" --output "$work/tok" --format alpaca --template model "$work/alpaca.jsonl"
 expect 2 "alpaca.jsonl:line 2: bad alpaca record: .*to skip such records: --skip-bad-records" \
   "$bin/roundpipe_tokenize" --model "$model" --output "$work/tok" --format alpaca --template chatml \
   "$work/alpaca.jsonl"
