@@ -49,7 +49,7 @@ double meanLoss(CausalLM& model, const std::vector<std::int32_t>& ids) {
                                     ids.begin() + static_cast<std::ptrdiff_t>(end));
     const auto loss = model.loss(rp::model::causalBatch(torch::tensor(chunk).unsqueeze(0)));
     sum += loss.sum.item<double>();
-    tokens += loss.tokens;
+    tokens += static_cast<std::int64_t>(chunk.size()) - 1;  // causalBatch: every token but the last has a target
   }
   return tokens > 0 ? sum / static_cast<double>(tokens) : 0.0;
 }

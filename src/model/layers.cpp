@@ -427,6 +427,16 @@ torch::Tensor Head::logits(const torch::Tensor& hidden) const {
   return torch::linear(norm_->forward(hidden), weight_);
 }
 
+// Note [Nothing read back per microbatch]
+// What a pipeline job computes for one microbatch of a dense model (embedding, decoder layers, head and loss, their
+// backward) only enqueues work on the device. Reading a device value on the host (`item()`, a copy to the CPU) or
+// an op whose output size depends on values (nonzero, a boolean mask's indexing, unique) makes the host wait for
+// everything queued before it, and the GPU drains while the host issues the rest. The host-side facts a microbatch
+// needs (documents' offsets, targets counted) come from the batch before it goes to the device (Rotary::context,
+// PackedRow::targetCount), and the loss sums are read once per job (engine/job_executor.cpp, writeLosses). Tested
+// on the CPU by the ops the path calls (test_model_layers.cpp, NothingIsReadBackFromTheDevice) and on a GPU with
+// LibTorch's synchronisation check set to fail (test_gpu_attention.cpp). MoE routing reads each sparse layer's
+// expert counts (it sizes the experts' batches from them): sparse layers are outside this rule.
 LossSum Head::loss(const torch::Tensor& hidden, const torch::Tensor& targets, std::int64_t chunkTokens) const {
   const auto flatHidden = hidden.reshape({-1, hidden.size(-1)});
   const auto flatTargets = targets.reshape({-1});
@@ -434,7 +444,6 @@ LossSum Head::loss(const torch::Tensor& hidden, const torch::Tensor& targets, st
   const auto chunk = chunkTokens > 0 ? chunkTokens : autoChunkRows(rows, weight_.size(1), weight_.size(0));
   LossSum out;
   out.sum = linearCrossEntropy(norm_->forward(flatHidden), weight_, flatTargets, chunk, kIgnoreIndex);
-  out.tokens = flatTargets.ne(kIgnoreIndex).sum().item<std::int64_t>();
   return out;
 }
 

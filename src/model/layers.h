@@ -224,10 +224,11 @@ class Embedding : public torch::nn::Module {
   torch::Tensor weight;  // [vocab, hidden]
 };
 
-// Summed token loss and the number of tokens it covers, so microbatches accumulate exactly.
+// Summed token loss, so microbatches accumulate exactly. The tokens it covers are the batch's targets, which the
+// caller counts on the host (PackedRow::targetCount): counted here, they would be read back from the device, a wait
+// for the GPU in every microbatch (Note [Nothing read back per microbatch], model/layers.cpp).
 struct LossSum {
-  torch::Tensor sum;  // scalar float32
-  std::int64_t tokens = 0;
+  torch::Tensor sum;  // scalar float32, on the hidden states' device
   torch::Tensor aux;  // MoE with the load-balancing loss: coef x that loss of this forward (routerAuxLoss)
 };
 

@@ -27,8 +27,8 @@ EvalResult evaluate(model::CausalLM& model, const std::vector<data::PackedRow>& 
     const model::LossSum loss =
         model.loss(model::toBatch(rows, begin, std::min(rows.size(), begin + per)), lossChunkTokens);
     sum += loss.sum.item<double>();
-    r.targetTokens += loss.tokens;
   }
+  for (const auto& row : rows) r.targetTokens += row.targetCount();
   model.train(training);
   r.loss = sum / static_cast<double>(std::max<std::int64_t>(1, r.targetTokens));
   return r;

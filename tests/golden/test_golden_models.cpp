@@ -64,9 +64,9 @@ class GoldenModel : public ::testing::TestWithParam<ModelCase> {
     EXPECT_LE(err, tol * scale) << what << ": max abs error " << err << " vs reference scale " << scale;
   }
 
-  // transformers' `loss`: the mean token loss, plus a MoE model's load-balancing loss.
-  static torch::Tensor objective(const LossSum& loss) {
-    const auto mean = loss.sum / static_cast<double>(loss.tokens);
+  // transformers' `loss`: the mean token loss over the batch's targets, plus a MoE model's load-balancing loss.
+  static torch::Tensor objective(const LossSum& loss, const Batch& batch) {
+    const auto mean = loss.sum / batch.targets.ne(kIgnoreIndex).sum().item<double>();
     return loss.aux.defined() ? mean + loss.aux : mean;
   }
 
@@ -88,7 +88,7 @@ TEST_P(GoldenModel, LogitsAndLossMatchTransformers) {
   expectClose(tokenLoss.view({batch.inputIds.size(0), T - 1}), golden("token_loss"), 1e-5, "per-token loss");
 
   const auto loss = model_->loss(batch, /*chunkTokens=*/7);
-  expectClose(objective(loss), golden("loss"), 1e-5, "mean loss (chunked)");
+  expectClose(objective(loss, batch), golden("loss"), 1e-5, "mean loss (chunked)");
   if (goldens_->find("aux_loss") != nullptr) {
     ASSERT_TRUE(loss.aux.defined()) << "transformers added a load-balancing loss; we did not";
     expectClose(loss.aux, golden("aux_loss"), 1e-5, "load-balancing loss");
@@ -99,7 +99,7 @@ TEST_P(GoldenModel, LogitsAndLossMatchTransformers) {
 
 TEST_P(GoldenModel, GradientsMatchTransformers) {
   const auto batch = causalBatch(golden("input_ids"));
-  objective(model_->loss(batch)).backward();
+  objective(model_->loss(batch), batch).backward();
   std::size_t compared = 0;
   for (const auto& [name, param] : model_->hfParameters()) {
     ASSERT_TRUE(param.grad().defined()) << name;
