@@ -166,8 +166,9 @@ for w in "${wheels[@]}"; do
 done
 (cd "$work/carry" && find . -type f ! -name MANIFEST -printf '%s %P\n' | sort -k2 >MANIFEST)
 mkdir -p "$(dirname "$out")"
-# The .debs are xz inside already: level 1 loses nothing against 9 and takes seconds.
-tar -C "$work/carry" -cf - . | xz -1 -T0 >"$out.tmp"
+# The .debs are xz inside already and the wheels zip: xz -0 makes 48.58 MB of them where -1 made 48.50, in 6 s
+# instead of 16 on 2 cores (2026-11-28; the whole script 15 s instead of 23).
+tar -C "$work/carry" -cf - . | xz -0 -T0 >"$out.tmp"
 mv "$out.tmp" "$out"
 bytes=$(stat -c %s "$out")
 mib=$(python3 -c "print(f'{$bytes / 2**20:.1f}')")
