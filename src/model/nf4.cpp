@@ -108,7 +108,10 @@ torch::Tensor decode(const torch::Tensor& codes, const torch::Tensor& absmax, st
 torch::Tensor nestedScales(const torch::Tensor& absmaxCodes, const torch::Tensor& nestedAbsmax,
                            const torch::Tensor& map, const torch::Tensor& offset) {
   const auto blocks = absmaxCodes.numel();
-  const auto scales = nestedAbsmax.repeat_interleave(kNestedBlockSize).slice(0, 0, blocks);
+  // Each nested scale repeated over its block (an expand, not repeat_interleave: nothing sized by values on the
+  // device, Note [Nothing read back per microbatch]).
+  const auto scales =
+      nestedAbsmax.view({-1, 1}).expand({nestedAbsmax.numel(), kNestedBlockSize}).reshape(-1).slice(0, 0, blocks);
   return (map.index_select(0, absmaxCodes.to(torch::kInt)) * scales).add_(offset);
 }
 
