@@ -268,8 +268,8 @@ class OpRecorder {
 // tensor's value back to the host (item() and bool conversions go through _local_scalar_dense) or whose output
 // size depends on values (nonzero, masked_select, unique, bincount, repeat_interleave without a size): on a GPU
 // each waits for the compute queued before it. Packed documents (the per-document attention) and one document per
-// row (causal attention), both architectures, float32 and bfloat16, full fine-tune and QLoRA. Copies to the host are what the GPU tier's
-// synchronisation check adds (test_gpu_attention.cpp): on the CPU they are no copies at all.
+// row (causal attention), both architectures, float32 and bfloat16, full fine-tune and QLoRA. Copies to the host are
+// what the GPU tier's synchronisation check adds (test_gpu_attention.cpp): on the CPU they are no copies at all.
 TEST(ModelLayers, NothingIsReadBackFromTheDevice) {
   const std::set<std::string> readBack{"aten::_local_scalar_dense",
                                        "aten::item",
@@ -289,34 +289,35 @@ TEST(ModelLayers, NothingIsReadBackFromTheDevice) {
   for (auto arch : {Architecture::kLlama, Architecture::kQwen3}) {
     for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
       for (const bool qlora : {false, true}) {
-      // QLoRA: the projections packed NF4 (double-quantised), adapters on all seven.
-      CausalLM model(tinyConfig(arch, /*tied=*/arch == Architecture::kQwen3), ParamOptions{dtype, true, qlora, qlora});
-      torch::manual_seed(3);
-      initRandom(model);
-      if (qlora) attachLora(model, LoraConfig{4, 8.0, 0.0, {"q", "k", "v", "o", "gate", "up", "down"}});
-      for (const bool packed : {true, false}) {
-        Batch batch = causalBatch(torch::randint(97, {2, 14}, torch::kInt64));
-        if (packed) {
-          batch.positionIds = torch::cat({torch::arange(5), torch::arange(1), torch::arange(8)}).repeat({2, 1});
-          batch.segmentIds =
-              torch::cat({torch::zeros(5), torch::ones(1), torch::full({8}, 2)}).to(torch::kInt64).repeat({2, 1});
+        // QLoRA: the projections packed NF4 (double-quantised), adapters on all seven.
+        CausalLM model(tinyConfig(arch, /*tied=*/arch == Architecture::kQwen3),
+                       ParamOptions{dtype, true, qlora, qlora});
+        torch::manual_seed(3);
+        initRandom(model);
+        if (qlora) attachLora(model, LoraConfig{4, 8.0, 0.0, {"q", "k", "v", "o", "gate", "up", "down"}});
+        for (const bool packed : {true, false}) {
+          Batch batch = causalBatch(torch::randint(97, {2, 14}, torch::kInt64));
+          if (packed) {
+            batch.positionIds = torch::cat({torch::arange(5), torch::arange(1), torch::arange(8)}).repeat({2, 1});
+            batch.segmentIds =
+                torch::cat({torch::zeros(5), torch::ones(1), torch::full({8}, 2)}).to(torch::kInt64).repeat({2, 1});
+          }
+          const auto ctx = model.rotary().context(batch, dtype);  // on the host, before the batch goes to the device
+          std::set<std::string> called;
+          {
+            const OpRecorder recorder;
+            auto h = model.embedding().forward(batch.inputIds);
+            for (std::int64_t i = 0; i < model.numDecoderLayers(); ++i) h = model.decoderLayer(i).forward(h, ctx);
+            model.head().loss(h, batch.targets, /*chunkTokens=*/5).sum.backward();
+            called = recorder.names();
+          }
+          const std::string what = fmt::format("{} {}{} packed={}", architectureName(arch), c10::toString(dtype),
+                                               qlora ? " QLoRA" : "", packed);
+          ASSERT_TRUE(called.count("aten::mm") || called.count("aten::addmm") || called.count("aten::matmul"))
+              << what << ": the recorder saw no matrix product";
+          for (const auto& name : called) EXPECT_FALSE(readBack.count(name)) << what << " calls " << name;
+          model.zero_grad();
         }
-        const auto ctx = model.rotary().context(batch, dtype);  // on the host, before the batch goes to the device
-        std::set<std::string> called;
-        {
-          const OpRecorder recorder;
-          auto h = model.embedding().forward(batch.inputIds);
-          for (std::int64_t i = 0; i < model.numDecoderLayers(); ++i) h = model.decoderLayer(i).forward(h, ctx);
-          model.head().loss(h, batch.targets, /*chunkTokens=*/5).sum.backward();
-          called = recorder.names();
-        }
-        const std::string what = fmt::format("{} {}{} packed={}", architectureName(arch), c10::toString(dtype),
-                                             qlora ? " QLoRA" : "", packed);
-        ASSERT_TRUE(called.count("aten::mm") || called.count("aten::addmm") || called.count("aten::matmul"))
-            << what << ": the recorder saw no matrix product";
-        for (const auto& name : called) EXPECT_FALSE(readBack.count(name)) << what << " calls " << name;
-        model.zero_grad();
-      }
       }
     }
   }
