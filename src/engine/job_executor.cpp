@@ -257,10 +257,11 @@ void JobExecutor::runMicrobatch(std::int64_t step, std::int64_t k, const schedul
 // the forward pass) for the recompute, and the gradient from the previous job for the backward proper. With
 // pipeline.recompute_ahead = R > 0 the job recomputes microbatches 0..R-1 first, then after the backward of m
 // the recompute of m+R, so a recompute runs while the worker would otherwise wait for a gradient; at most R
-// recomputed graphs are held beside the one being back-propagated. A saved input of microbatch m is in place
-// once the fused stage has started m (every forward stage put it before signalling the next), which the
-// fusedStarted fence publishes; that wait is the only new one, and the fused stage never waits on a backward
-// job, so it cannot deadlock. Losses and gradients are unchanged: the same ops on the same inputs.
+// recomputed graphs are held beside the one being back-propagated (R as the worker's memory allows: Note
+// [Recompute ahead within the budget], costs.cpp). A saved input of microbatch m is in place once the fused stage
+// has started m (every forward stage put it before signalling the next), which the fusedStarted fence publishes;
+// that wait is the only new one, and the fused stage never waits on a backward job, so it cannot deadlock.
+// Losses and gradients are unchanged: the same ops on the same inputs.
 
 // Layers [from, to) of microbatch mb recomputed from the saved input of `from`, with their graph.
 JobExecutor::Recomputed JobExecutor::recompute(std::int64_t step, int from, int to, const StepData& data, int mb) {
@@ -392,7 +393,7 @@ void JobExecutor::runJob(std::int64_t step, std::int64_t k, const schedule::Disp
                        config_.pipeline.recompute == config::Recompute::kLayer &&
                        uses == model_->tensorsOf(job.layers.begin, job.layers.end).size();
   const int M = static_cast<int>(config_.train.microbatches);
-  const int ahead = job.kind == schedule::JobKind::kBackward ? static_cast<int>(config_.pipeline.recomputeAhead) : 0;
+  const int ahead = job.kind == schedule::JobKind::kBackward ? proxyCosts_.recomputeAhead : 0;  // within the budget
   const bool downloadsAtEnd = job.kind != schedule::JobKind::kForward && !downloadsPerLayer_;
   std::unique_ptr<GradientMarks> marks;  // Note [Gradient marks]: over the last microbatch's backward
   auto run = [&](int mb, Recomputed* recomputed) {

@@ -55,7 +55,9 @@ struct JobContext {
   ActivityBoard& activity;
   trace::Timeline* timeline;
   device::Worker& worker;
-  const LayerCosts& proxyCosts;  // spreads a backward stage's measured time over its layers by cost
+  // Spreads a backward stage's measured time over its layers by cost; its recomputeAhead is how many graphs a
+  // backward job recomputes ahead (Note [Recompute ahead within the budget]).
+  const LayerCosts& proxyCosts;
   int rank;                      // local rank: the worker index in the node's pipeline
   int worldRank;
   int nodeCount;

@@ -111,7 +111,9 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
 
   const int L = model_->layerCount();
   placeWorker();
-  proxyCosts_ = estimateCosts(*model_, c.train.seqLen, rowsPerMicrobatch_, static_cast<int>(c.pipeline.recomputeAhead));
+  const auto wanted = static_cast<int>(c.pipeline.recomputeAhead);
+  proxyCosts_ = estimateCosts(*model_, c.train.seqLen, rowsPerMicrobatch_, wanted, memoryBudget_);
+  if (leader_) reportRecomputeDepth(proxyCosts_, wanted, memoryBudget_, c.train.seqLen * rowsPerMicrobatch_);
   const LayerCosts& costs = proxyCosts_;
   const schedule::LayerCosts planCosts = startingCosts(costs.layers, c.pipeline.profile);
   const bool roundRobin = c.pipeline.schedule == config::PipelineSchedule::kRoundPipe;
@@ -119,9 +121,9 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
     // Weights bound to workers: stage s on worker s, a contiguous partition balanced by the same costs.
     plan_ = schedule::balancedBoundPlan(planCosts, workers_);
   } else if (c.pipeline.plan == "auto") {
-    plan_ = schedule::choosePlan(
-        c.pipeline.planner, planCosts,
-        {workers_, static_cast<int>(c.train.microbatches), memoryBudget_, static_cast<int>(c.pipeline.recomputeAhead)});
+    plan_ =
+        schedule::choosePlan(c.pipeline.planner, planCosts,
+                             {workers_, static_cast<int>(c.train.microbatches), memoryBudget_, costs.recomputeAhead});
   } else {
     plan_ = schedule::parsePlan(c.pipeline.plan, L, "pipeline.plan");
   }
@@ -154,7 +156,7 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
   co.stall = stallPolicy();
   co.planner = c.pipeline.planner;
   co.microbatches = static_cast<int>(c.train.microbatches);
-  co.recomputeAhead = static_cast<int>(c.pipeline.recomputeAhead);
+  co.recomputeAhead = costs.recomputeAhead;
   co.dispatch = c.pipeline.dispatch;
   for (const auto& place : id.places) co.workerOfRank.push_back(place.localRank);
   coordination_ = std::make_unique<coordinator::Coordination>(*worldChannel_, co, plan_, planCosts);

@@ -94,6 +94,11 @@ double decoderLayerActivationBytes(const ModelShape& m, double tokens, int eleme
   return tokens * (norms + attention + mlp);
 }
 
+double decoderLayerBackwardWorkingBytes(const ModelShape& m, double tokens, int elementBytes, bool sparse) {
+  const double width = sparse ? static_cast<double>(m.expertsPerToken) * m.expertIntermediate : m.intermediate;
+  return tokens * 2.0 * width * elementBytes;
+}
+
 double headFlops(const ModelShape& m, int seq, int rows) {
   return 2.0 * static_cast<double>(m.vocab) * m.hidden * static_cast<double>(seq) * rows;
 }

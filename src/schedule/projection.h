@@ -45,6 +45,10 @@ double decoderLayerFlops(const ModelShape& model, int seq, int rows);
 // holds O(T) (flash and per-document kernels), never a [T, T] score matrix. Measured on the CPU
 // (tests/unit/test_activation_memory.cpp) within 10% at 8k and 16k tokens, float32 and bfloat16.
 double decoderLayerActivationBytes(const ModelShape& model, double tokens, int elementBytes, bool sparse);
+// What the layer's backward allocates beside its graph at its peak: the MLP's backward holds the gradients of
+// two of its intermediate tensors at once (per token 2 x intermediate, a sparse layer's k experts' widths) while
+// the graph is still whole. Measured on the CPU in float32 (the same test) within 10% at 8k and 16k tokens.
+double decoderLayerBackwardWorkingBytes(const ModelShape& model, double tokens, int elementBytes, bool sparse);
 double headFlops(const ModelShape& model, int seq, int rows);
 
 // A cluster-configs/*.toml profile.

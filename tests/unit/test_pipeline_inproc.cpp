@@ -14,6 +14,7 @@
 #include "support/fixtures.h"
 #include "support/pipeline_reference.h"
 #include "support/thread_ranks.h"
+#include "trace/formats.h"
 #include "train/trainer.h"
 
 namespace rp::engine {
@@ -241,6 +242,53 @@ TEST(InProcPipeline, AStageOverTheMemoryBudgetIsNamed) {
     EXPECT_NE(e.find("stage 2-3 needs"), std::string::npos) << e;
     EXPECT_NE(e.find("MB budget (pipeline.memory_limit_gb"), std::string::npos) << e;
   }
+}
+
+// Note [Recompute ahead within the budget]: where one decoder layer's backward with a recomputed graph held ahead
+// does not fit the worker budget, the run lowers pipeline.recompute_ahead, says so, and recomputes no microbatch
+// ahead (no `recompute` span in the trace), with the losses of the run without a budget. TinyStories in float32
+// at 1,024 tokens per microbatch: a layer's graph 11.5 MB, its backward's working memory 4.7 MB (the MLP's
+// gradients 3.1, the job's input and gradients 1.6), its gradients 0.8 MB, beside two slots of the 1 MB
+// embedding: 19.1 MB at depth 0, 30.6 MB at 1; the budget is 23 MB.
+TEST(InProcPipeline, TheMemoryBudgetLowersRecomputeAhead) {
+  const auto fixtures = test::fixturesDir();
+  RP_SKIP_UNLESS(fixtures, "shared fixtures");
+  const std::string model = *fixtures + "/models/tinystories-656k", scratch = test::scratchDir();
+  auto runWith = [&](const std::string& name, const std::vector<std::string>& extra, std::string* log) {
+    std::vector<std::string> sets = test::equivalenceSettings(model, model, *fixtures, scratch + "/" + name);
+    sets.insert(sets.end(), {"train.seq_len=256", "train.global_batch=8", "train.microbatches=2", "train.max_steps=2",
+                             "pipeline.recompute_ahead=1"});
+    sets.insert(sets.end(), extra.begin(), extra.end());
+    testing::internal::CaptureStderr();
+    const ThreadRun run = test::runOnThreads(config::loadRunConfig("", sets), 2, TensorPlane::kHostStaged, {});
+    *log = testing::internal::GetCapturedStderr();
+    int recomputes = 0;
+    const auto trace = nlohmann::json::parse(std::ifstream(scratch + "/" + name + "/trace.json"));
+    for (const auto& event : trace.at("traceEvents")) {
+      const auto span = trace::parseComputeSpanName(event.value("name", std::string()));
+      recomputes += span && span->kind == "recompute";
+    }
+    return std::make_pair(run, recomputes);
+  };
+  std::string freeLog, budgetLog;
+  const auto [free, freeRecomputes] = runWith("free", {}, &freeLog);
+  const auto [budget, budgetRecomputes] = runWith("budget", {"pipeline.memory_limit_gb=0.023"}, &budgetLog);
+  EXPECT_GT(freeRecomputes, 0) << "without a budget the backward jobs recompute ahead";
+  EXPECT_EQ(freeLog.find("recompute ahead lowered"), std::string::npos) << freeLog;
+  EXPECT_EQ(budgetRecomputes, 0) << "recomputed ahead within a budget that holds no second graph";
+  EXPECT_NE(budgetLog.find("recompute ahead lowered from 1 to 0 to fit the 0.02 GB worker budget at 1024 tokens"),
+            std::string::npos)
+      << budgetLog;
+  EXPECT_EQ(budgetLog.find("expect to run out of memory"), std::string::npos) << budgetLog;
+  ASSERT_EQ(free.metrics.size(), 2u);
+  ASSERT_EQ(budget.metrics.size(), 2u);
+  for (std::size_t s = 0; s < 2; ++s) EXPECT_EQ(free.metrics[s].loss, budget.metrics[s].loss) << "step " << s + 1;
+
+  // A budget below even depth 0's need: warned, before any memory runs out (the CPU's is not enforced).
+  std::string tightLog;
+  runWith("tight", {"pipeline.memory_limit_gb=0.012"}, &tightLog);
+  EXPECT_NE(tightLog.find("more than the 0.01 GB budget"), std::string::npos) << tightLog;
+  EXPECT_NE(tightLog.find("recompute ahead 0, lowered from 1"), std::string::npos) << tightLog;
 }
 
 // Note [Host memory]: a node that cannot hold the store and the optimizer state stops every rank before
