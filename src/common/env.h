@@ -33,7 +33,7 @@ inline constexpr Var kRequireFixtures{"RP_REQUIRE_FIXTURES", "0",
 inline constexpr Var kCrashReport{"RP_CRASH_REPORT", "0", "testing: 1 = test binaries print where they crashed"};
 
 // Testing hook (common/fault.h, Note [Fault injection]); empty = off.
-inline constexpr Var kFaultInject{"RP_FAULT_INJECT", "", "testing: kill|throw|hang:<rank>:<step>[:<point>]"};
+inline constexpr Var kFaultInject{"RP_FAULT_INJECT", "", "testing: kill|throw|hang|nan|oom:<rank>:<step>[:<point>]"};
 
 // Testing and benchmarks (common/fault.h, Note [Slow worker] in device/cpu/cpu_worker.cpp): world ranks whose CPU
 // worker computes at a fraction of its pace, "<rank>:<speed>[,<rank>:<speed>...]"; empty = none.

@@ -24,16 +24,20 @@ bool maybeInject(int rank, std::int64_t step, const char* point) {
     if (colon == std::string::npos) break;
     at = colon + 1;
   }
-  const bool known =
-      !parts.empty() && (parts[0] == "kill" || parts[0] == "throw" || parts[0] == "hang" || parts[0] == "nan");
+  const bool known = !parts.empty() && (parts[0] == "kill" || parts[0] == "throw" || parts[0] == "hang" ||
+                                        parts[0] == "nan" || parts[0] == "oom");
   if (!known || parts.size() < 3 || parts.size() > 4) {
-    RP_THROW(InputError, "{}='{}': expected kill|throw|hang|nan:<rank>|*:<step>[:<point>]", env::kFaultInject.name,
+    RP_THROW(InputError, "{}='{}': expected kill|throw|hang|nan|oom:<rank>|*:<step>[:<point>]", env::kFaultInject.name,
              spec);
   }
   const std::string where = parts.size() == 4 ? parts[3] : "step";
   if ((parts[1] != "*" && std::stoi(parts[1]) != rank) || std::stoll(parts[2]) != step || where != point) return false;
   if (parts[0] == "nan") {
     RP_LOG_WARN("fault injection: rank {} makes its {} of step {} non-finite", rank, point, step);
+    return true;
+  }
+  if (parts[0] == "oom") {
+    RP_LOG_WARN("fault injection: rank {} runs out of memory at {} of step {}", rank, point, step);
     return true;
   }
   if (parts[0] == "kill") {

@@ -138,6 +138,10 @@ class Worker {
   // The most worker memory the compute held at once since the last call (CUDA: the caching allocator's
   // peak, then reset); 0 where not measured (CPU: the memory report measures the process).
   virtual std::size_t takePeakComputeBytes() = 0;
+  // Caps what the compute may hold on the device at once at `bytes`, beside what allocate() gave: past it an
+  // allocation fails as out of memory (CUDA: the caching allocator's memory fraction, for the device and the
+  // whole process). pipeline.memory_limit_gb, enforced (Note [Stage slots]). CPU: host memory, not capped.
+  virtual void capComputeMemory(std::size_t bytes) = 0;
   // Copies `bytes` from `src` to `dst` ahead of every queued bulk copy, after the compute submitted so far
   // (which may have produced `src`, or may still read a block `dst` reuses).
   virtual Ticket copyUrgent(void* dst, const void* src, std::size_t bytes) = 0;

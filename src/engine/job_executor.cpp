@@ -73,15 +73,43 @@ std::int64_t JobExecutor::runIteration(std::int64_t step, const schedule::Dispat
   std::int64_t jobs = 0;
   for (const auto& job : table.jobs) jobs += job.worker == rank_ ? 1 : 0;
   if (config_.pipeline.schedule == config::PipelineSchedule::kOneFOneB) {
-    runOneFOneB(step, table, data);
+    namingOutOfMemory(step, "its 1F1B stage", [&] { runOneFOneB(step, table, data); });
   } else {
     for (std::size_t k = 0; k < table.jobs.size(); ++k) {
-      if (table.jobs[k].worker == rank_) runJob(step, static_cast<std::int64_t>(k), table, data);
+      const schedule::Job& job = table.jobs[k];
+      if (job.worker != rank_) continue;
+      const std::string what = fmt::format("the {} job over layers {}-{}", schedule::jobKindName(job.kind),
+                                           job.layers.begin, job.layers.end - 1);
+      namingOutOfMemory(step, what, [&] { runJob(step, static_cast<std::int64_t>(k), table, data); });
     }
   }
   landPuts();        // the hand-offs' sources may go; the next iteration's tensors reuse their places
   resolveTimings();  // once per iteration: the host never waits for the device's clock between two jobs
   return jobs;
+}
+
+// Note [Out of worker memory]: a job that outgrows the worker's memory (on a GPU: the card, or the cap of
+// pipeline.memory_limit_gb) fails with LibTorch's OutOfMemoryError deep inside an operator; the rank stops with
+// an InputError that names the job, the step, the microbatch's tokens and the settings that change its memory,
+// followed by LibTorch's own account. RP_FAULT_INJECT's "oom" action at point "job" fails a job so (the CPU
+// has no such limit to run into).
+void JobExecutor::namingOutOfMemory(std::int64_t step, const std::string& what, const std::function<void()>& run) {
+  try {
+    if (fault::maybeInject(worldRank_, step, "job")) {
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "fault injection: out of memory in ", what);
+    }
+    run();
+  } catch (const c10::OutOfMemoryError& e) {
+    const std::string torch = e.what_without_backtrace();
+    RP_THROW(InputError,
+             "rank {}: the worker ran out of memory in {} of step {}, at {} tokens per microbatch ({} row(s) of "
+             "train.seq_len {}): shorten train.seq_len, put fewer rows in a microbatch (train.global_batch / "
+             "train.microbatches), recompute layer by layer (pipeline.recompute = \"layer\", "
+             "pipeline.recompute_ahead = 0), or give the worker more memory (pipeline.memory_limit_gb, "
+             "pipeline.memory_reserve_gb). LibTorch: {}",
+             worldRank_, what, step + 1, rowsPerMicrobatch_ * config_.train.seqLen, rowsPerMicrobatch_,
+             config_.train.seqLen, torch.substr(0, torch.find('\n')));
+  }
 }
 
 // A tensor of the tensor plane into worker memory (ahead of any queued weight copy) — `writer`'s hand-off or a

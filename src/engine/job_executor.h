@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -105,6 +106,9 @@ class JobExecutor {
                      int mb, Recomputed* ahead = nullptr);
   Recomputed recompute(std::int64_t step, int from, int to, const StepData& data, int mb);
   Recomputed recomputeAhead(std::int64_t step, const schedule::Job& job, const StepData& data, int mb);
+  // Runs `run` (`what`: the job, for the message); LibTorch's out-of-memory becomes an InputError naming the job,
+  // the step and what to change (Note [Out of worker memory]).
+  void namingOutOfMemory(std::int64_t step, const std::string& what, const std::function<void()>& run);
   // Back-propagates `grad` through a recomputed stage, with its layers' share of the load-balancing loss.
   void backPropagate(std::int64_t step, int mb, const Recomputed& r, const torch::Tensor& grad);
   // The MoE router statistics of iteration `step` (Note [Router statistics]); only when auxLoss_.

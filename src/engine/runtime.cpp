@@ -160,7 +160,7 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
   co.dispatch = c.pipeline.dispatch;
   for (const auto& place : id.places) co.workerOfRank.push_back(place.localRank);
   coordination_ = std::make_unique<coordinator::Coordination>(*worldChannel_, co, plan_, planCosts);
-  auto slots = std::make_unique<StageSlots>(*worker_, memoryBudget_);
+  auto slots = std::make_unique<StageSlots>(*worker_, memoryBudget_, c.pipeline.memoryLimitGb > 0);
   if (leader_) {
     run::logStartWarnings(c, model_->model().config(), worker_->placement().backend == device::Backend::kCpu);
   }

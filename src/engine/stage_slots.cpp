@@ -56,6 +56,7 @@ void StageSlots::fit(PipelineModel& model, const schedule::Plan& plan) {
   bytes_ = bytes;
   slots_[0] = worker_.allocate(bytes_);
   slots_[1] = worker_.allocate(bytes_);
+  if (capped_) worker_.capComputeMemory(static_cast<std::size_t>(std::max(0.0, budget_ - 2.0 * bytes_)));
 }
 
 void StageSlots::bind(PipelineModel& model, const schedule::Range& layers, int slot) {

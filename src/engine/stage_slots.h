@@ -3,7 +3,9 @@
 // plan's largest stage (its distinct tensors in the model dtype, 64-byte aligned). A job binds the tensors of
 // its layers to views of one slot and uploads the store's weights into them; the next job of the worker
 // takes the other slot, so its weights can arrive while this one computes. Re-planning re-sizes the slots.
-// Gradients and activations are the compute's own (LibTorch's allocator), freed after each job.
+// Gradients and activations are the compute's own (LibTorch's allocator), freed after each job; with
+// pipeline.memory_limit_gb the allocator may hold only what the limit leaves beside the two slots, so a run that
+// fits the limit here fits a card of that size, and one that does not fails as out of memory.
 // Thread-safety: the rank's main thread.
 #pragma once
 
@@ -21,8 +23,10 @@ torch::Device torchDevice(const device::Placement& placement);
 
 class StageSlots {
  public:
-  // `budget`: bytes of worker memory per worker (0 = unlimited); both slots must fit in it.
-  StageSlots(device::Worker& worker, double budget = 0) : worker_(worker), budget_(budget) {}
+  // `budget`: bytes of worker memory per worker (0 = unlimited); both slots must fit in it. `capped`: the compute
+  // may hold no more than the budget leaves beside the slots (pipeline.memory_limit_gb, enforced).
+  StageSlots(device::Worker& worker, double budget = 0, bool capped = false)
+      : worker_(worker), budget_(budget), capped_(capped) {}
 
   // The bytes a stage over `layers` binds.
   static std::size_t stageBytes(const PipelineModel& model, const schedule::Range& layers);
@@ -38,6 +42,7 @@ class StageSlots {
  private:
   device::Worker& worker_;
   double budget_;
+  bool capped_;
   std::size_t bytes_ = 0;
   std::shared_ptr<void> slots_[2];
 };

@@ -1,7 +1,7 @@
 // The pipeline runtime on a GPU, threads as ranks: every worker a CUDA worker, the same 5 steps as the CPU
 // tiers, held to the single-process trainer on the CPU (tests/support/pipeline_reference.h). W = 1, and W = 2
 // ranks sharing one GPU, on both tensor planes; float32 (full, LoRA, layer-grain recompute), bfloat16 and
-// float16 (with its loss scaling); and the node store pinned for the uploads.
+// float16 (with its loss scaling); the node store pinned for the uploads, and pipeline.memory_limit_gb enforced.
 #include <fmt/format.h>
 
 #include "gpu_skip.h"
@@ -95,6 +95,34 @@ TEST(GpuPipelineSetUp, TheNodeStoreIsPinned) {
   ASSERT_NE(line, std::string::npos) << log;
   const std::string setUp = log.substr(line, log.find('\n', line) - line);
   EXPECT_NE(setUp.find(", pinned in "), std::string::npos) << setUp << "\n" << log;
+}
+
+// pipeline.memory_limit_gb is enforced on a GPU (Note [Stage slots]): the caching allocator may hold only what the
+// limit leaves beside the two stage slots. 12 MB leaves a few, less than a microbatch of 2,048 tokens needs (a
+// decoder layer's graph alone is 23 MB in float32, the loss's logits chunk 8 MB): the run fails as out of
+// memory on a card with 80 GB free, where a limit of 2 GB trains.
+TEST(GpuPipelineSetUp, TheMemoryLimitCapsTheCompute) {
+  RP_SKIP_WITHOUT_GPU();
+  const auto fixtures = fixturesDir();
+  RP_SKIP_UNLESS(fixtures, "shared fixtures");
+  const std::string model = *fixtures + "/models/tinystories-656k", scratch = scratchDir();
+  auto runWith = [&](const std::string& limitGb, const std::string& out, bool failing) {
+    std::vector<std::string> sets = equivalenceSettings(model, model, *fixtures, out);
+    sets.insert(sets.end(), {"train.seq_len=512", "train.global_batch=8", "train.microbatches=2", "train.max_steps=1",
+                             "pipeline.backend=cuda", "pipeline.memory_limit_gb=" + limitGb});
+    return runOnThreads(config::loadRunConfig("", sets), 1, TensorPlane::kHostStaged, {}, failing);
+  };
+  testing::internal::CaptureStderr();
+  const ThreadRun fits = runWith("2", scratch + "/fits", false);
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(fits.metrics.size(), 1u);
+  EXPECT_NE(log.find("the compute may hold 2.00 GB beside the stage slots"), std::string::npos) << log;
+  const ThreadRun capped = runWith("0.012", scratch + "/capped", true);
+  ASSERT_EQ(capped.errors.size(), 1u) << "a run beyond its memory limit trained";
+  // Note [Out of worker memory]: the job named, then LibTorch's account.
+  EXPECT_NE(capped.errors[0].find("rank 0: the worker ran out of memory in the "), std::string::npos)
+      << capped.errors[0];
+  EXPECT_NE(capped.errors[0].find("LibTorch: CUDA out of memory"), std::string::npos) << capped.errors[0];
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // the engine's protocol (stage jobs, readiness, fences, the sharded optimizer, the coordinator, checkpoints)
 // is exercised in one process in seconds: W = 1..4 workers give the single-process trainer's losses, grad
 // norms and weights (tests/support/pipeline_reference.h, the references of the MPI tier too).
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -289,6 +290,29 @@ TEST(InProcPipeline, TheMemoryBudgetLowersRecomputeAhead) {
   runWith("tight", {"pipeline.memory_limit_gb=0.012"}, &tightLog);
   EXPECT_NE(tightLog.find("more than the 0.01 GB budget"), std::string::npos) << tightLog;
   EXPECT_NE(tightLog.find("recompute ahead 0, lowered from 1"), std::string::npos) << tightLog;
+}
+
+// Note [Out of worker memory]: a job that runs out of worker memory (injected: the CPU has no limit to run into)
+// stops its rank with a message naming the job, the step, the microbatch's tokens and what to change. One worker:
+// threads as ranks have no launcher to stop the others when one fails (under mpirun: tests/mpi/kill_rank.sh).
+TEST(InProcPipeline, AJobOutOfMemoryIsNamed) {
+  const auto fixtures = test::fixturesDir();
+  RP_SKIP_UNLESS(fixtures, "shared fixtures");
+  const std::string model = *fixtures + "/models/tinystories-656k";
+  std::vector<std::string> sets = test::equivalenceSettings(model, model, *fixtures, test::scratchDir() + "/out");
+  ::setenv("RP_FAULT_INJECT", "oom:0:1:job", 1);
+  const ThreadRun run = test::runOnThreads(config::loadRunConfig("", sets), 1, TensorPlane::kHostStaged, {}, true);
+  ::unsetenv("RP_FAULT_INJECT");
+  ASSERT_FALSE(run.errors.empty());
+  const auto named = std::find_if(run.errors.begin(), run.errors.end(), [](const std::string& e) {
+    return e.find("rank 0: the worker ran out of memory in the ") != std::string::npos;
+  });
+  ASSERT_NE(named, run.errors.end()) << ::testing::PrintToString(run.errors);
+  for (const char* part :
+       {" job over layers ", " of step 2, at 64 tokens per microbatch (2 row(s) of train.seq_len 32)",
+        "shorten train.seq_len", "pipeline.memory_limit_gb", "LibTorch: fault injection: out of memory in the "}) {
+    EXPECT_NE(named->find(part), std::string::npos) << part << "\n" << *named;
+  }
 }
 
 // Note [Host memory]: a node that cannot hold the store and the optimizer state stops every rank before

@@ -35,6 +35,7 @@ class CpuWorker : public Worker {
   std::shared_ptr<void> pinHost(void*, std::size_t, const std::string&) override { return nullptr; }
   std::size_t freeMemory() override { return 0; }
   std::size_t takePeakComputeBytes() override { return 0; }
+  void capComputeMemory(std::size_t) override {}
   Ticket copyUrgent(void* dst, const void* src, std::size_t bytes) override;
   // The compute before any mark has run: the same as copyUrgent.
   Ticket copyUrgentAfter(void* dst, const void* src, std::size_t bytes, const ComputeMark&) override {

@@ -2,9 +2,11 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 
+#include <ATen/Context.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -192,6 +194,20 @@ class CudaWorker : public Worker {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device_));
     const auto cached = stats.reserved_bytes[kAggregate].current - stats.allocated_bytes[kAggregate].current;
     return free + static_cast<std::size_t>(std::max<std::int64_t>(0, cached));
+  }
+
+  void capComputeMemory(std::size_t bytes) override {
+    check(cudaSetDevice(device_), "cudaSetDevice", device_);
+    std::size_t free = 0, total = 0;
+    check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo", device_);
+    // The fraction is kept by the caching allocator, which exists once LibTorch's CUDA state is initialised.
+    at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
+    const double fraction = std::min(1.0, static_cast<double>(bytes) / static_cast<double>(total));
+    c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, static_cast<c10::DeviceIndex>(device_));
+    RP_LOG_INFO(
+        "CUDA device {}: the compute may hold {:.2f} GB beside the stage slots (pipeline.memory_limit_gb; "
+        "the caching allocator's memory fraction {:.5f} of {:.2f} GB)",
+        device_, static_cast<double>(bytes) / 1e9, fraction, static_cast<double>(total) / 1e9);
   }
 
   std::size_t takePeakComputeBytes() override {
