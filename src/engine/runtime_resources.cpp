@@ -1,6 +1,7 @@
 // The resources a pipeline rank runs with: the device it computes on and the worker memory the partitioner
 // packs stages by (placeWorker), and the host memory the node store and optimizer state need
 // (checkHostMemory). Part of PipelineRuntime (runtime.h).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -27,15 +28,21 @@ void PipelineRuntime::placeWorker() {
                                                 placed.device, fault::slowWorkerSpeed(id_.rank)});
   device_ = torchDevice(worker_->placement());
   const bool fromDevice = c.pipeline.memoryLimitGb == 0 && placed.backend == device::Backend::kCuda;
-  const double free = fromDevice ? static_cast<double>(worker_->freeMemory()) : 0.0;
+  // The ranks on this rank's GPU (pipeline.ranks_per_gpu; the last GPU may have fewer) share its free memory,
+  // each with a reserve of its own (its CUDA context, LibTorch's workspace).
+  const auto perGpu = static_cast<int>(c.pipeline.ranksPerGpu);
+  const int sharing = std::min(perGpu, id_.localSize - id_.localRank / perGpu * perGpu);
+  const double free = fromDevice ? static_cast<double>(worker_->freeMemory()) / sharing : 0.0;
   double least = fromDevice ? free - c.pipeline.memoryReserveGb * 1e9 : std::numeric_limits<double>::infinity();
   worldChannel_->allreduce(&least, 1, control::Reduce::kMin);  // every rank, before any of them may throw
   if (least <= 0) {
     if (fromDevice && free - c.pipeline.memoryReserveGb * 1e9 <= 0) {
       RP_THROW(InputError,
-               "rank {}: {} has {:.2f} GB free, no more than pipeline.memory_reserve_gb = {}: free the GPU (other "
+               "rank {}: {} has {:.2f} GB free{}, no more than pipeline.memory_reserve_gb = {}: free the GPU (other "
                "processes on it?) or lower the reserve",
-               id_.rank, worker_->describe(), free / 1e9, c.pipeline.memoryReserveGb);
+               id_.rank, worker_->describe(), free / 1e9,
+               sharing > 1 ? fmt::format(" for each of the {} ranks sharing it", sharing) : std::string(),
+               c.pipeline.memoryReserveGb);
     }
     RP_THROW(InputError,
              "rank {}: another rank's GPU has no memory beyond pipeline.memory_reserve_gb (its error names it)",
@@ -59,7 +66,8 @@ void PipelineRuntime::placeWorker() {
               worker_->describe());
   if (leader_ && memoryBudget_ > 0) {
     RP_LOG_INFO("pipeline: stages planned for {:.2f} GB of worker memory each ({})", memoryBudget_ / 1e9,
-                std::isinf(least) ? "pipeline.memory_limit_gb" : "the least free GPU memory less the reserve");
+                std::isinf(least) ? "pipeline.memory_limit_gb"
+                                  : "the least free GPU memory, shared by the ranks on a GPU, less the reserve");
   }
 }
 
