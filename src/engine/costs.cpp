@@ -81,8 +81,10 @@ LayerCosts estimateCosts(const PipelineModel& model, std::int64_t seq, std::int6
   out.layerBackwardPeak = budget > 0 ? depth.need : 0.0;
   // A decoder layer's graph: the fused stage holds all of its layers' graphs at once, a stage-grain backward job
   // the recomputed graphs of its stage plus `recomputeAhead` more; layer grain holds one layer's at a time, so
-  // this over-counts its backward stages (they are rarely the largest), and the fused stage's, which never
-  // recomputes, by more than a backward's working memory, once per job, which per-layer bytes leave out.
+  // this over-counts its backward stages (they are rarely the largest), as it does the fused stage, which never
+  // recomputes. A backward's working memory, once per job, is left out: the half of the budget the partitioner
+  // keeps for the prefetched stage, which holds only weights, covers it, and where one layer needs more than
+  // half, recomputeAheadWithin counts it.
   for (const auto& m : memory) c.backwardBytes.push_back(m.weights + m.gradients + (1.0 + depth.ahead) * m.graph);
   return out;
 }
