@@ -6,7 +6,7 @@
 #include <map>
 #include <mutex>
 
-#include <ATen/Context.h>
+#include <ATen/ops/empty.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -200,8 +200,10 @@ class CudaWorker : public Worker {
     check(cudaSetDevice(device_), "cudaSetDevice", device_);
     std::size_t free = 0, total = 0;
     check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo", device_);
-    // The fraction is kept by the caching allocator, which exists once LibTorch's CUDA state is initialised.
-    at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
+    // The fraction is kept by the caching allocator, which LibTorch makes with its CUDA state on the first
+    // device tensor (so one of a byte here, back in its cache at once).
+    (void)at::empty({1},
+                    at::TensorOptions().dtype(at::kByte).device(at::kCUDA, static_cast<c10::DeviceIndex>(device_)));
     const double fraction = std::min(1.0, static_cast<double>(bytes) / static_cast<double>(total));
     c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, static_cast<c10::DeviceIndex>(device_));
     RP_LOG_INFO(
