@@ -9,6 +9,26 @@ find_package(ZLIB REQUIRED)                      # checkpoint checksums (crc32)
 find_package(Threads REQUIRED)
 find_package(ICU REQUIRED COMPONENTS uc i18n)   # tokenizer: NFC and pre-tokenizer regexes
 
+# Note [One fmt]: every translation unit formats with Debian's fmt, compiled once (libfmt.so). Header-only fmt
+# compiled its formatting core into every unit that formatted anything, ~5 s of -O2 a unit, a quarter of the
+# cold build (docs/building.md, "fmt"). LibTorch's include directory bundles a newer fmt, which would shadow
+# Debian's in torch-using units, so Debian's fmt directory is reached through a link in the build tree, a
+# system directory that rp_fmt's users see first: rp_torch names rp_fmt before LibTorch. src/common/error.h
+# stops the build of any unit that sees another fmt. The LibTorch headers the runtime includes use no fmt.
+add_library(rp_fmt INTERFACE)
+get_target_property(_rp_fmt_include fmt::fmt INTERFACE_INCLUDE_DIRECTORIES)
+list(GET _rp_fmt_include 0 _rp_fmt_include)
+file(MAKE_DIRECTORY "${PROJECT_BINARY_DIR}/fmt-include")
+file(CREATE_LINK "${_rp_fmt_include}/fmt" "${PROJECT_BINARY_DIR}/fmt-include/fmt" SYMBOLIC)
+target_include_directories(rp_fmt SYSTEM INTERFACE "${PROJECT_BINARY_DIR}/fmt-include")
+string(REGEX MATCHALL "[0-9]+" _rp_fmt_version "${fmt_VERSION}")
+list(GET _rp_fmt_version 0 _rp_fmt_major)
+list(GET _rp_fmt_version 1 _rp_fmt_minor)
+list(GET _rp_fmt_version 2 _rp_fmt_patch)
+math(EXPR _rp_fmt_number "${_rp_fmt_major} * 10000 + ${_rp_fmt_minor} * 100 + ${_rp_fmt_patch}")
+target_compile_definitions(rp_fmt INTERFACE RP_FMT_VERSION=${_rp_fmt_number})
+target_link_libraries(rp_fmt INTERFACE fmt::fmt)
+
 # --- LibTorch, from the torch wheel in the project venv -----------------------------------------
 if(NOT EXISTS "${RP_PYTHON}")
   message(FATAL_ERROR "RP_PYTHON=${RP_PYTHON} does not exist: run scripts/bootstrap.sh first "
@@ -41,7 +61,7 @@ message(STATUS "roundpipe: LibTorch ${Torch_VERSION} from ${_rp_torch_prefix}")
 # resolve them there (its RPATH uses $ORIGIN), not in /usr/local/cuda, whose NCCL may be older.
 file(GLOB RP_TORCH_NVIDIA_LIBDIRS LIST_DIRECTORIES true "${RP_SITE_PACKAGES}/nvidia/*/lib")
 add_library(rp_torch INTERFACE)
-target_link_libraries(rp_torch INTERFACE ${TORCH_LIBRARIES})
+target_link_libraries(rp_torch INTERFACE rp_fmt ${TORCH_LIBRARIES})
 # Note [One libstdc++]: the torch wheels export the parts of libstdc++ they link statically (all of
 # std::filesystem, exception_ptr's reference count; pytorch/pytorch#133437). The dynamic linker binds each
 # symbol to the first library of the program's list that defines it, and libtorch_cpu.so comes before

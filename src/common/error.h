@@ -5,8 +5,9 @@
 #include <stdexcept>
 #include <string>
 
-#include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include "common/fmt.h"
 
 namespace rp {
 

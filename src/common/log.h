@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include <fmt/format.h>
+#include "common/fmt.h"
 
 namespace rp::log {
 
