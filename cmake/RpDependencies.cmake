@@ -11,10 +11,10 @@ find_package(ICU REQUIRED COMPONENTS uc i18n)   # tokenizer: NFC and pre-tokeniz
 
 # Note [One fmt]: every translation unit formats with Debian's fmt, compiled once (libfmt.so). Header-only fmt
 # compiled its formatting core into every unit that formatted anything, ~5 s of -O2 a unit, a quarter of the
-# cold build (docs/building.md, "fmt"). LibTorch's include directory bundles a newer fmt, which would shadow
-# Debian's in torch-using units, so Debian's fmt directory is reached through a link in the build tree, a
-# system directory that rp_fmt's users see first: rp_torch names rp_fmt before LibTorch. src/common/error.h
-# stops the build of any unit that sees another fmt. The LibTorch headers the runtime includes use no fmt.
+# cold build (docs/building.md, "Two fmt versions"). LibTorch's include directory bundles a newer fmt, which
+# would shadow Debian's in torch-using units, so Debian's fmt directory is reached through a link in the build
+# tree, a system directory that rp_fmt's users see first: rp_torch names rp_fmt before LibTorch.
+# src/common/fmt.h stops the build of any unit that sees another fmt. The LibTorch headers we include use none.
 add_library(rp_fmt INTERFACE)
 get_target_property(_rp_fmt_include fmt::fmt INTERFACE_INCLUDE_DIRECTORIES)
 list(GET _rp_fmt_include 0 _rp_fmt_include)
