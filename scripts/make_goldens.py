@@ -51,6 +51,8 @@ import torch
 import transformers
 from safetensors.torch import save_file
 
+import bnb_reference
+
 
 def perturb(model, seed):
     """Random weights everywhere, norms included (all-ones norms would hide bugs in their use)."""
@@ -205,11 +207,13 @@ def nf4_checkpoint(source, name, double_quant, out):
     if not os.path.isdir(source):
         print(f"make_goldens: {source} absent, skipping {name}-nf4", file=sys.stderr)
         return
+    bnb_reference.use_generic_cpu_kernels()
     config = transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
                                              bnb_4bit_use_double_quant=double_quant,
                                              bnb_4bit_compute_dtype=torch.float32)
     model = transformers.AutoModelForCausalLM.from_pretrained(
         source, quantization_config=config, device_map="cpu", attn_implementation="eager").eval()
+    bnb_reference.without_packed_inference(model)
     target = os.path.join(out, name + "-nf4")
     model.save_pretrained(target, safe_serialization=True)
     g = torch.Generator().manual_seed(11)

@@ -8,11 +8,15 @@ up in --expect-dtype, with logits within --low-tol (a negative --low-tol checks 
 Exit code 0 when every comparison is within --tol (max |diff| / max |logit|).
 """
 import argparse
+import os
 import sys
 
 import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+import bnb_reference  # noqa: E402
 
 
 def main():
@@ -31,6 +35,7 @@ def main():
 
     def compare(model, what, tol):
         model.eval()
+        bnb_reference.without_packed_inference(model)
         with torch.no_grad():
             got = model(input_ids=ids).logits.float()
         rel = ((got - ref).abs().max() / ref.abs().max()).item()
@@ -42,6 +47,8 @@ def main():
         ok &= compare(AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32), "exported model", args.tol)
     if args.adapter:
         from peft import PeftModel
+
+        bnb_reference.use_generic_cpu_kernels()  # a QLoRA base is loaded 4-bit by bitsandbytes
 
         base = AutoModelForCausalLM.from_pretrained(args.base, dtype=torch.float32)
         ok &= compare(PeftModel.from_pretrained(base, args.adapter), "PEFT adapter on its base", args.tol)
