@@ -68,9 +68,7 @@ LayerCosts estimateCosts(const PipelineModel& model, std::int64_t seq, std::int6
     } else {
       forward = schedule::decoderLayerFlops(shape, s, r);
       m.graph = schedule::decoderLayerActivationBytes(shape, tokens, elementBytes, model.sparse(l));
-      // The MLP's gradients, and the job's input, the gradient it receives and the one it sends (not in the graph).
-      m.working = schedule::decoderLayerBackwardWorkingBytes(shape, tokens, elementBytes, model.sparse(l)) +
-                  3.0 * tokens * shape.hidden * elementBytes;
+      m.working = schedule::decoderLayerJobWorkingBytes(shape, tokens, elementBytes, model.sparse(l));
     }
     c.forward.push_back(forward / 1e9);
     c.backward.push_back(3.0 * forward / 1e9);  // recompute + backward (2x)

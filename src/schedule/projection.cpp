@@ -1,5 +1,6 @@
 #include "schedule/projection.h"
 
+#include <algorithm>
 #include <fstream>
 
 #include <toml++/toml.h>
@@ -97,6 +98,10 @@ double decoderLayerActivationBytes(const ModelShape& m, double tokens, int eleme
 double decoderLayerBackwardWorkingBytes(const ModelShape& m, double tokens, int elementBytes, bool sparse) {
   const double width = sparse ? static_cast<double>(m.expertsPerToken) * m.expertIntermediate : m.intermediate;
   return tokens * 2.0 * width * elementBytes;
+}
+
+double decoderLayerJobWorkingBytes(const ModelShape& m, double tokens, int elementBytes, bool sparse) {
+  return decoderLayerBackwardWorkingBytes(m, tokens, elementBytes, sparse) + 3.0 * tokens * m.hidden * elementBytes;
 }
 
 double headFlops(const ModelShape& m, int seq, int rows) {
@@ -206,10 +211,18 @@ bool boundStageFits(const ModelShape& m, const Hardware& h, int layers, bool wit
   // runtime planner's count; with full recompute only the layer input (2·s·b·h bytes).
   const double tokens = static_cast<double>(seq) * rows;
   const double sparse = m.layers > 0 ? static_cast<double>(m.sparseLayers) / m.layers : 0.0;
-  const double graph = (1.0 - sparse) * decoderLayerActivationBytes(m, tokens, 2, false) +
-                       sparse * decoderLayerActivationBytes(m, tokens, 2, true);
-  const double perLayer = recompute ? 2.0 * tokens * m.hidden : graph;
-  const double activations = perLayer * layers * inFlight;
+  const double dense = decoderLayerActivationBytes(m, tokens, 2, false);
+  const double expert = decoderLayerActivationBytes(m, tokens, 2, true);
+  const double perLayer = recompute ? 2.0 * tokens * m.hidden : (1.0 - sparse) * dense + sparse * expert;
+  // One layer's backward at a time, of the costlier kind the model has: its working memory, and with recompute
+  // the graph it rebuilds.
+  double backward = 0.0;
+  if (inFlight > 0 && layers > 0) {
+    if (sparse < 1.0) backward = decoderLayerJobWorkingBytes(m, tokens, 2, false) + (recompute ? dense : 0.0);
+    if (sparse > 0.0)
+      backward = std::max(backward, decoderLayerJobWorkingBytes(m, tokens, 2, true) + (recompute ? expert : 0.0));
+  }
+  const double activations = perLayer * layers * inFlight + backward;
   return (lora ? 2.0 : 16.0) * params + activations <= h.memoryGb * 1e9;
 }
 

@@ -49,6 +49,9 @@ double decoderLayerActivationBytes(const ModelShape& model, double tokens, int e
 // two of its intermediate tensors at once (per token 2 x intermediate, a sparse layer's k experts' widths) while
 // the graph is still whole. Measured on the CPU in float32 (the same test) within 10% at 8k and 16k tokens.
 double decoderLayerBackwardWorkingBytes(const ModelShape& model, double tokens, int elementBytes, bool sparse);
+// What a backward job holds for one decoder layer beside its graph: the layer's backward working memory (above)
+// and the job's input, the gradient it receives and the one it sends (3 x tokens x hidden, not in the graph).
+double decoderLayerJobWorkingBytes(const ModelShape& model, double tokens, int elementBytes, bool sparse);
 double headFlops(const ModelShape& model, int seq, int rows);
 
 // A cluster-configs/*.toml profile.
@@ -96,8 +99,9 @@ SimCosts projectCosts(const ModelShape& model, const Hardware& hardware, int seq
 
 // Whether weight-bound training fits: bf16 weights and gradients, fp32 masters and Adam moments (16 bytes
 // per parameter; `lora`: the frozen bf16 weights alone, 2 bytes) of one stage of `layers` decoder layers (plus
-// the head on the last), and the activations of `inFlight` microbatches kept for backward (with `recompute`,
-// only each layer's input).
+// the head on the last), the activations of `inFlight` microbatches kept for backward (with `recompute`, only
+// each layer's input) and, with any in flight, what one layer's backward needs beside them: its working memory
+// and, with `recompute`, the graph it rebuilds (the runtime planner's count, engine/costs.h).
 bool boundStageFits(const ModelShape& model, const Hardware& hardware, int layers, bool withHead, int seq, int rows,
                     int inFlight, bool recompute, bool lora = false);
 

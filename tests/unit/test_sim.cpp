@@ -344,14 +344,21 @@ TEST(Projection, CostsFollowTheFlopAndByteCounts) {
   EXPECT_TRUE(boundStageFits(m, h, 2, false, 3, 1, 0, true));
   EXPECT_FALSE(boundStageFits(m, h, 2, false, 3, 1, 1, true));
   // Without recompute a microbatch in flight keeps each layer's graph as the runtime planner counts it (Note
-  // [Activation bytes], bf16), far more than the layer input a recomputing stage keeps.
+  // [Activation bytes], bf16), far more than the layer input a recomputing stage keeps; and one layer's backward
+  // needs its working memory beside them (the MLP's two gradients, 2 x 8 wide, and the job's input and
+  // gradients in and out, 3 x 4 wide, per token in bf16) — with recompute, also the graph it rebuilds.
   const double graph = decoderLayerActivationBytes(m, 3.0, 2, false);
+  const double working = 3.0 * (2 * 8 + 3 * 4) * 2;
+  EXPECT_DOUBLE_EQ(decoderLayerJobWorkingBytes(m, 3.0, 2, false), working);
   EXPECT_GT(graph, 4.0 * 2.0 * 3 * 4);
-  h.memoryGb = (16.0 * 144 * 2 + 2 * 3 * graph) * (1.0 + 1e-12) / 1e9;  // 2 layers x 3 microbatches in flight
-  EXPECT_TRUE(boundStageFits(m, h, 2, false, 3, 1, 3, false));
-  h.memoryGb *= 1.0 - 1e-9;
-  EXPECT_FALSE(boundStageFits(m, h, 2, false, 3, 1, 3, false));
-  EXPECT_TRUE(boundStageFits(m, h, 2, false, 3, 1, 3, true));
+  auto fitsExactly = [&](double bytes, int inFlight, bool recompute) {
+    h.memoryGb = bytes * (1.0 + 1e-12) / 1e9;
+    const bool fits = boundStageFits(m, h, 2, false, 3, 1, inFlight, recompute);
+    h.memoryGb = bytes * (1.0 - 1e-9) / 1e9;
+    return fits && !boundStageFits(m, h, 2, false, 3, 1, inFlight, recompute);
+  };
+  EXPECT_TRUE(fitsExactly(16.0 * 144 * 2 + 2 * 3 * graph + working, 3, false));  // 2 layers x 3 in flight
+  EXPECT_TRUE(fitsExactly(16.0 * 144 * 2 + 2 * 3 * (2.0 * 3 * 4) + graph + working, 3, true));
   h.memoryGb = 16.0 * 144 * 2 / 1e9;
 
   // LoRA: the matmuls' backward is their forward (activation gradients only), attention's stays 2x; the head's
