@@ -17,6 +17,7 @@ apt_packages=(
   fortunes                                      # the demo's corpus when ../shared is absent
   slurmd slurmctld slurm-client munge           # the cluster tier's real Slurm (scripts/cluster.sh)
   iproute2 util-linux                           # its hosts: network namespaces, nsenter, unshare, tc
+  gdb                                           # its failures: a crashed rank's stack from its core
 )
 
 say() { echo "bootstrap: $*"; }
