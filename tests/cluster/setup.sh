@@ -44,6 +44,9 @@ fail() {
     fi
   done < <(find "$work" -maxdepth 2 -type f -name "core*" 2>/dev/null)
   if [[ -z ${RP_CLUSTER_RETRIED:-} ]] && crashed_in_mpi_init; then
+    # At that crash rsi holds the fragment's tag (the handler's second argument): which component it was for.
+    find "$work" -maxdepth 2 -type f -name "core*" -exec gdb -batch -ex "info registers rip rsi" "$train" {} \; \
+      2>/dev/null | grep -E "^(rip|rsi) "
     echo "RETRY: a rank crashed inside MPI_Init_thread, before any of our code ran (Note [Open MPI's start-up" \
       "crash], tests/cluster/setup.sh): running the test once more on a fresh cluster"
     trap - EXIT
