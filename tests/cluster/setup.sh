@@ -14,10 +14,11 @@ trap 'declare -F on_exit >/dev/null && on_exit; ((owned)) && "$cluster" down; rm
 # (Open MPI's own report of a crash can show a single frame: a jump through a null pointer), with the tails of the
 # jobs' and the Slurm daemons' logs.
 ulimit -c unlimited 2>/dev/null || true
-# Note [Open MPI's start-up crash]: in a few cluster.slurm_sbatch runs in a hundred (4 ranks started by srun), a rank
-# dies inside MPI_Init_thread: Open MPI 4.1.4's TCP BTL receives a peer's first message (tag 0x41, the ob1 PML's
-# matched send) before this rank's PML registered its handler, and calls it (a jump to address 0; docs/testing.md). None of our code has run then, so a test whose rank crashed
-# there runs once more from a fresh cluster, saying so; a crash anywhere else, or a second one, fails the test.
+# Note [Open MPI's start-up crash]: in a few cluster.slurm_sbatch runs in a hundred (4 ranks started by srun), a
+# rank dies inside MPI_Init_thread: Open MPI 4.1.4's TCP BTL receives a peer's first message (tag 0x41, the ob1
+# PML's matched send) before this rank's PML registered its handler, and calls it (a jump to address 0;
+# docs/testing.md). None of our code has run then, so a test whose rank crashed there runs once more from a fresh
+# cluster, saying so; a crash anywhere else, or a second one, fails the test.
 crashed_in_mpi_init() {
   command -v gdb >/dev/null || return 1
   local core
