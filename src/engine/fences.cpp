@@ -125,12 +125,15 @@ std::string Fences::versionOf(std::int64_t step) const {
   return versions_ == 1 ? "" : fmt::format(" (version {})", step % versions_);
 }
 
-void Fences::waitUploads(int l, std::int64_t step, std::int64_t n) const {
-  wait(uploadsAt(l, step), n, fmt::format("the uploads of layer {}{}", l, versionOf(step)));
+void Fences::waitUploads(int l, std::int64_t step, std::int64_t n, const std::function<void()>& meanwhile) const {
+  wait(uploadsAt(l, step), n, fmt::format("the uploads of layer {}{}", l, versionOf(step)), -1, meanwhile);
 }
 void Fences::waitDownloads(int l, std::int64_t step, const std::function<void()>& meanwhile) const {
   wait(downloadsAt(l, step), step / versions_ + 1,
        fmt::format("step {}'s gradient download of layer {}{}", step + 1, l, versionOf(step)), -1, meanwhile);
+}
+bool Fences::downloaded(int l, std::int64_t step) const {
+  return at(downloadsAt(l, step)).load(std::memory_order_acquire) >= step / versions_ + 1;
 }
 void Fences::waitCopiedByAll(int l, std::int64_t n) const {
   for (int r = 0; r < ranks_; ++r) wait(copiedAt(l, r), n, fmt::format("rank {}'s weight copy of layer {}", r, l), r);

@@ -42,11 +42,14 @@ class Fences {
   // relative to the start). Before any rank starts.
   void startAt(std::int64_t steps);
 
-  // At least `atLeast` uploads of layer l from the version iteration `step` reads.
-  void waitUploads(int layer, std::int64_t step, std::int64_t atLeast) const;
+  // At least `atLeast` uploads of layer l from the version iteration `step` reads; `meanwhile` (optional) runs
+  // between polls.
+  void waitUploads(int layer, std::int64_t step, std::int64_t atLeast,
+                   const std::function<void()>& meanwhile = {}) const;
   // Iteration `step`'s download of layer l landed; `meanwhile` (optional) runs between polls: the optimizer
   // lets its cross-node gradient exchanges progress there.
   void waitDownloads(int layer, std::int64_t step, const std::function<void()>& meanwhile = {}) const;
+  bool downloaded(int layer, std::int64_t step) const;          // waitDownloads without waiting
   void waitCopiedByAll(int layer, std::int64_t atLeast) const;  // every rank's slice
   bool copiedByAll(int layer, std::int64_t atLeast) const;      // the same, without waiting
   // Calls each(l) for the layers [begin, end) in order, each as soon as every rank's copy of it reached

@@ -58,6 +58,7 @@ std::vector<std::int64_t> JobExecutor::activationShape(const config::RunConfig& 
 
 // Stage grain checkpoints the input of every backward stage; layer grain the input of every layer.
 void JobExecutor::setPlan(const schedule::Plan& plan) {
+  dropPrefetch();  // the slots may be re-sized
   checkpoint_.assign(static_cast<std::size_t>(model_->layerCount()),
                      config_.pipeline.recompute == config::Recompute::kLayer);
   for (const auto& r : plan.backward) checkpoint_[static_cast<std::size_t>(r.begin)] = true;
@@ -65,8 +66,9 @@ void JobExecutor::setPlan(const schedule::Plan& plan) {
 }
 
 std::int64_t JobExecutor::runIteration(std::int64_t step, const schedule::DispatchTable& table, const StepData& data,
-                                       double lossScale) {
+                                       double lossScale, const schedule::DispatchTable* next) {
   lossScale_ = lossScale;
+  next_ = next;
   const auto L = static_cast<std::size_t>(model_->layerCount());
   forwardMs_.assign(L, kNotMeasured);
   backwardMs_.assign(L, kNotMeasured);
@@ -83,6 +85,7 @@ std::int64_t JobExecutor::runIteration(std::int64_t step, const schedule::Dispat
       namingOutOfMemory(step, what, [&] { runJob(step, static_cast<std::int64_t>(k), table, data); });
     }
   }
+  next_ = nullptr;
   landPuts();        // the hand-offs' sources may go; the next iteration's tensors reuse their places
   resolveTimings();  // once per iteration: the host never waits for the device's clock between two jobs
   return jobs;
@@ -402,16 +405,19 @@ void JobExecutor::runJob(std::int64_t step, std::int64_t k, const schedule::Disp
                                           job.layers.begin, job.layers.end - 1, step + 1),
                               "job", 2);
   slot_ = 1 - slot_;  // consecutive jobs of a worker alternate between the two stage slots
-  if (prefetch_ && prefetch_->step == step && prefetch_->job == k) {
+  const bool prefetched = prefetch_ && prefetch_->of.step == step && prefetch_->of.job == k &&
+                          prefetch_->of.layers == job.layers && prefetch_->slot == slot_;
+  if (!prefetched) dropPrefetch();  // a guess of this iteration's table that did not hold (Note [Prefetch])
+  slots_->bind(*model_, job.layers, slot_);
+  if (prefetched) {
     trace::Timeline::Scope wait(timeline_, "wait: prefetched weights", "upload", 0);
     prefetch_->ticket.wait();
     prefetch_.reset();
     for (int l = job.layers.begin; l < job.layers.end; ++l) fences_->addUpload(l, step);
   } else {
-    slots_->bind(*model_, job.layers, slot_);
     upload(step, job.layers);
   }
-  prefetchNext(step, k, table);
+  prefetchNext(step, k, table, next_);
   model_->model().train();
   // Layer-grain backward jobs download each layer as its last microbatch's backward finishes it, unless a
   // tensor is used by two of the job's layers (its gradient is final only after both).
@@ -421,12 +427,20 @@ void JobExecutor::runJob(std::int64_t step, std::int64_t k, const schedule::Disp
                        config_.pipeline.recompute == config::Recompute::kLayer &&
                        uses == model_->tensorsOf(job.layers.begin, job.layers.end).size();
   const int M = static_cast<int>(config_.train.microbatches);
+  if (job.kind == schedule::JobKind::kFused && step > 0) {
+    // Note [Recompute ahead]: the fusedStarted fence holds one (step, microbatch); this iteration's fused stage
+    // starts after the previous one's last microbatch has, so its value only grows while two iterations overlap.
+    trace::Timeline::Scope wait(timeline_, "wait: previous fused stage", "wait", 0);
+    device::countHostWait(device::HostWait::kReadiness);
+    fences_->waitFusedStarted(step - 1, M - 1);
+  }
   const int ahead = job.kind == schedule::JobKind::kBackward ? proxyCosts_.recomputeAhead : 0;  // within the budget
   const bool downloadsAtEnd = job.kind != schedule::JobKind::kForward && !downloadsPerLayer_;
   std::unique_ptr<GradientMarks> marks;  // Note [Gradient marks]: over the last microbatch's backward
   auto run = [&](int mb, Recomputed* recomputed) {
     if (downloadsAtEnd && mb + 1 == M) marks = gradientMarks(job.layers);
     runMicrobatch(step, k, table, data, mb, recomputed);
+    tryPrefetch();  // the next job's weights, if published meanwhile
   };
   if (ahead == 0) {
     for (int mb = 0; mb < M; ++mb) run(mb, nullptr);

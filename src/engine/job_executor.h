@@ -79,9 +79,14 @@ class JobExecutor {
   // backward stage (layer grain: of every layer).
   void setPlan(const schedule::Plan& plan);
   // This worker's jobs of iteration `step` in `table` (roundpipe, gpipe: one after another; 1F1B: its stage's
-  // microbatches interleaved), `lossScale` the iteration's (fp16; else 1). Returns the number of jobs run.
+  // microbatches interleaved), `lossScale` the iteration's (fp16; else 1). `next` (optional): the next
+  // iteration's table as it will be unless the plan changes, whose first job of this worker's is prefetched
+  // during this iteration's last (Note [Prefetch across iterations]). Returns the number of jobs run.
   std::int64_t runIteration(std::int64_t step, const schedule::DispatchTable& table, const StepData& data,
-                            double lossScale);
+                            double lossScale, const schedule::DispatchTable* next = nullptr);
+  // Waits for a prefetch in flight and forgets it: before anything rewrites the store's weights outside the
+  // fences (the final publication), and before the slots are re-sized.
+  void dropPrefetch();
   // This rank's per-layer forward and backward milliseconds in the last iteration, summed over its
   // microbatches (kNotMeasured where it ran none of the layer).
   const std::vector<double>& forwardMs() const { return forwardMs_; }
@@ -125,15 +130,21 @@ class JobExecutor {
   std::vector<int> gradientOwners(const schedule::Range& layers) const;
   // Hooks on the layers' owned tensors that mark where each layer's gradients become final.
   std::unique_ptr<GradientMarks> gradientMarks(const schedule::Range& layers);
-  // Iteration `step`'s weights of tensor i.
-  void queueWeight(device::Ticket& ticket, int i, std::int64_t step);
+  // Iteration `step`'s weights of tensor i, into `dst` (its place in a stage slot).
+  void queueWeight(device::Ticket& ticket, int i, std::int64_t step, void* dst);
   // The store region of tensor i's weights that iteration `step` reads (frozen tensors have one version).
   std::string weightsOf(int tensor, std::int64_t step) const;
   // A tensor of the tensor plane into worker memory / out of it.
   torch::Tensor fetch(const transport::TensorId& id, at::IntArrayRef shape, int writer);
   void put(const transport::TensorId& id, const torch::Tensor& tensor, const transport::Readers& readers);
   void landPuts(const transport::TensorId* only = nullptr);
-  void prefetchNext(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table);
+  // Note [Prefetch]: which job of this worker comes after job k of `table` (in `next` if none in `table`); its
+  // weights are prefetched as soon as they are published (tryPrefetch, after each microbatch).
+  void prefetchNext(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table,
+                    const schedule::DispatchTable* next);
+  void tryPrefetch();
+  // Whether iteration `step` may upload layers [begin, end) without waiting (upload()'s fences).
+  bool publishedFor(std::int64_t step, const schedule::Range& layers) const;
   void resolveTimings();
   void writeLosses(std::int64_t step);
 
@@ -154,11 +165,18 @@ class JobExecutor {
   std::unique_ptr<StageSlots> slots_;  // the worker memory its stages are bound to
   int slot_ = 0;                       // the slot of the job running now
   std::unique_ptr<transport::TensorChannel> tensors_;  // activations and gradients between stage jobs
-  struct Prefetch {
+  struct NextJob {
     std::int64_t step, job;
+    schedule::Range layers;
+  };
+  std::optional<NextJob> awaited_;  // this worker's next job, whose weights are not yet published
+  struct Prefetch {
+    NextJob of;
+    int slot;
     device::Ticket ticket;
   };
-  std::optional<Prefetch> prefetch_;            // weights of this worker's next job, in flight
+  std::optional<Prefetch> prefetch_;               // weights of this worker's next job, in flight (not bound yet)
+  const schedule::DispatchTable* next_ = nullptr;  // runIteration's `next`, during the iteration
   device::Ticket uploading_;                    // weights of the job starting now, queued as they are published
   std::vector<bool> checkpoint_;                // layers whose input a forward stage saves (backward-stage starts)
   double lossScale_ = 1.0;                      // the loss scale of this iteration (fp16)

@@ -49,7 +49,9 @@ void JobExecutor::upload(std::int64_t step, const schedule::Range& layers) {
     std::vector<bool> queued(model_->tensors().size(), false);
     fences_->forEachCopiedByAll(layers.begin, layers.end, step - versions_ + 1, [&](int l) {
       for (int i : model_->tensorsOfLayer(l)) {
-        if (!queued[static_cast<std::size_t>(i)]) queueWeight(uploading_, i, step);
+        if (!queued[static_cast<std::size_t>(i)]) {
+          queueWeight(uploading_, i, step, model_->tensors()[static_cast<std::size_t>(i)].local.data_ptr());
+        }
         queued[static_cast<std::size_t>(i)] = true;
       }
     });
@@ -62,39 +64,69 @@ void JobExecutor::upload(std::int64_t step, const schedule::Range& layers) {
 }
 
 // Tensor i's weights of iteration `step`, queued as a bulk copy on the worker (behind urgent copies) into its
-// place in the slot it is bound to.
-void JobExecutor::queueWeight(device::Ticket& ticket, int i, std::int64_t step) {
+// place in a stage slot.
+void JobExecutor::queueWeight(device::Ticket& ticket, int i, std::int64_t step, void* dst) {
   if (skipUploads_) return;
-  const auto& t = model_->tensors()[static_cast<std::size_t>(i)];
-  worker_->copyBulk(ticket, t.local.data_ptr(), store_->bytes(weightsOf(i, step)), model_->bytes(i));
+  worker_->copyBulk(ticket, dst, store_->bytes(weightsOf(i, step)), model_->bytes(i));
   uploadedBytes_ += model_->bytes(i);
 }
 
-// One-stage weight prefetch (Note [Prefetch]): while job k runs, bind this worker's next job in the same
-// iteration to the other stage slot and queue its weights, if it uses none of job k's tensors (a tensor is
-// bound to one place at a time) and its weights are already published. The job waits for the ticket instead
-// of uploading.
-void JobExecutor::prefetchNext(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table) {
-  const auto& current = table.jobs[static_cast<std::size_t>(k)].layers;
-  for (std::size_t next = static_cast<std::size_t>(k) + 1; next < table.jobs.size(); ++next) {
-    if (table.jobs[next].worker != rank_) continue;
-    const auto& layers = table.jobs[next].layers;
-    for (int a = current.begin; a < current.end; ++a) {
-      for (int b = layers.begin; b < layers.end; ++b) {
-        for (int i : model_->tensorsOfLayer(a)) {
-          const auto& other = model_->tensorsOfLayer(b);
-          if (std::find(other.begin(), other.end(), i) != other.end()) return;  // shared tensor: no prefetch
-        }
-      }
+// Note [Prefetch]: while job k runs, the weights of this worker's next job go into the other stage slot, queued
+// once they are published (checked as the job starts and after each of its microbatches), so the next job
+// finds them there instead of uploading. The copies go to the places the job will bind its tensors to
+// (StageSlots::places) and the job binds them when it starts: the tensors may be the running job's too (a
+// tied embedding, the same stage in the next iteration). One stage ahead, one prefetch at a time.
+//
+// Note [Prefetch across iterations]: after a worker's last job of iteration t comes its first of t + 1, in the
+// table the coordinator will send unless the plan changes (round-robin: dispatch() from this table's counter;
+// gpipe: the same table; not known ahead under earliest_finish). Its weights are published during iteration
+// t in async mode — W_{t+1-k} — once step t-k's update is done (Note [Copy as the iteration starts]), so they
+// reach the worker while iteration t computes: with one stage (one fused job a step, as on an 80 GB card) its
+// upload is no longer exposed between the iterations. In sync mode W_{t+1} needs iteration t's gradients, so
+// there is nothing to prefetch before the iteration ends. A guess the next table does not confirm (a new
+// plan, another dispatch) is dropped as the job starts: its ticket awaited, its bytes ignored.
+void JobExecutor::prefetchNext(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table,
+                               const schedule::DispatchTable* next) {
+  awaited_.reset();
+  const auto firstOf = [&](const schedule::DispatchTable& in, std::size_t from, std::int64_t at) {
+    for (std::size_t j = from; j < in.jobs.size() && !awaited_; ++j) {
+      if (in.jobs[j].worker == rank_) awaited_ = NextJob{at, static_cast<std::int64_t>(j), in.jobs[j].layers};
     }
-    for (int l = layers.begin; l < layers.end; ++l) {
-      if (!fences_->copiedByAll(l, step - versions_ + 1)) return;
-    }
-    prefetch_ = Prefetch{step, static_cast<std::int64_t>(next), device::Ticket()};
-    slots_->bind(*model_, layers, 1 - slot_);
-    for (int i : model_->tensorsOf(layers.begin, layers.end)) queueWeight(prefetch_->ticket, i, step);
-    return;
+  };
+  firstOf(table, static_cast<std::size_t>(k) + 1, step);
+  if (next != nullptr) firstOf(*next, 0, step + 1);
+  tryPrefetch();
+}
+
+void JobExecutor::tryPrefetch() {
+  if (!awaited_ || prefetch_ || !publishedFor(awaited_->step, awaited_->layers)) return;
+  prefetch_ = Prefetch{*awaited_, 1 - slot_, device::Ticket()};
+  awaited_.reset();
+  const schedule::Range& layers = prefetch_->of.layers;
+  const std::vector<std::uint8_t*> places = slots_->places(*model_, layers, prefetch_->slot);
+  const std::vector<int> tensors = model_->tensorsOf(layers.begin, layers.end);
+  for (std::size_t j = 0; j < tensors.size(); ++j) {
+    queueWeight(prefetch_->ticket, tensors[j], prefetch_->of.step, places[j]);
   }
+}
+
+bool JobExecutor::publishedFor(std::int64_t step, const schedule::Range& layers) const {
+  if (versions_ >= 2 && step >= 2) {
+    for (int l = 0; l < model_->layerCount(); ++l) {
+      if (!fences_->downloaded(l, step - 2)) return false;
+    }
+  }
+  for (int l = layers.begin; l < layers.end; ++l) {
+    if (!fences_->copiedByAll(l, step - versions_ + 1)) return false;
+  }
+  return true;
+}
+
+void JobExecutor::dropPrefetch() {
+  awaited_.reset();
+  if (!prefetch_) return;
+  prefetch_->ticket.wait();
+  prefetch_.reset();
 }
 
 // Download: each trainable tensor's accumulated gradient into the slot of its first user in this job (a

@@ -167,19 +167,43 @@ OptimizerWorker::OptimizerWorker(std::vector<OptimTensor> tensors, Fences& fence
   thread_ = std::thread([this] { loop(); });
 }
 
+// A run ends with the thread idle (PipelineRuntime::drain waits for the last step). Destroyed earlier — a rank
+// failing mid-iteration — the thread drops what is queued, and a fence it waits on (a copy waiting for uploads
+// the failed iteration never makes) gives up at its next poll.
 OptimizerWorker::~OptimizerWorker() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
   }
+  stopping_ = true;
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
 
-void OptimizerWorker::enqueue(std::int64_t step, std::vector<std::int64_t> uploadsAfter) {
+void OptimizerWorker::stopPoint() const {
+  if (stopping_.load(std::memory_order_relaxed)) throw Stopped{};
+}
+
+// Note [Copy as the iteration starts]: async's copy of W_t into the version iteration t + k reads overwrites
+// what iteration t itself uploads, so it waits for iteration t's uploads — and for nothing else: W_t is the
+// master after step t - 1's update, queued before it. Queued as iteration t starts (not with step t's update,
+// after the iteration), it runs while the iteration computes, once the update of step t - 1 is done and each
+// layer's uploads have landed: a one-stage plan uploads everything as its job starts, so W_t is published
+// mid-iteration and iteration t + 1 finds it there (or in its worker's memory already: Note [Prefetch across
+// iterations]) instead of waiting for the whole copy after iteration t's last job. The values are the same;
+// only the copy moved.
+void OptimizerWorker::beginIteration(std::int64_t step, std::vector<std::int64_t> uploadsAfter) {
+  if (options_.staleness == 0) return;  // sync: W_{t+1} is published by step t's update
   std::lock_guard<std::mutex> lock(mutex_);
   if (error_) std::rethrow_exception(error_);
-  queue_.push_back({step, std::move(uploadsAfter)});
+  queue_.push_back({Work::Kind::kCopy, step, std::move(uploadsAfter)});
+  cv_.notify_all();
+}
+
+void OptimizerWorker::enqueue(std::int64_t step) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (error_) std::rethrow_exception(error_);
+  queue_.push_back({Work::Kind::kUpdate, step, {}});
   cv_.notify_all();
 }
 
@@ -217,14 +241,24 @@ void OptimizerWorker::loop() {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      if (stop_ && queue_.empty()) return;
+      if (stop_) return;
       work = std::move(queue_.front());
       queue_.pop_front();
     }
     try {
-      const OptimizerResult result = runStep(work);
+      if (work.kind == Work::Kind::kCopy) {
+        if (options_.activity != nullptr) {
+          options_.activity->set(rank_, 1, fmt::format("copy master -> weights (step {})", work.step + 1));
+        }
+        trace::Timeline::Scope span(options_.timeline, "copy master -> weights", "optimizer", 1);
+        copyMasters(work.step, &work.uploadsAfter);  // iteration t + k runs on W_t
+        continue;
+      }
+      const OptimizerResult result = runStep(work.step);
       std::lock_guard<std::mutex> lock(mutex_);
       done_.push_back(result);
+    } catch (const Stopped&) {
+      return;
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);
       error_ = std::current_exception();
@@ -240,12 +274,13 @@ void OptimizerWorker::loop() {
 // version, up to iteration t (its last reader before iteration t + V). Layer by layer from the first, each
 // tensor with the shallowest layer that uses it, each layer published as soon as its tensors are written, so
 // the uploads that wait for this copy start before it is whole (Note [Upload as published]).
-void OptimizerWorker::copyMasters(const Work& work, bool waitForUploads) {
-  const std::int64_t t = work.step;
+void OptimizerWorker::copyMasters(std::int64_t t, const std::vector<std::int64_t>* uploadsAfter) {
   for (int l = 0; l < options_.layers; ++l) {
     for (const std::size_t i : layerGroups_[static_cast<std::size_t>(l)].tensors) {
-      if (waitForUploads) {
-        for (int u : tensors_[i].layers) fences_.waitUploads(u, t, work.uploadsAfter[static_cast<std::size_t>(u)]);
+      if (uploadsAfter != nullptr) {
+        for (int u : tensors_[i].layers) {
+          fences_.waitUploads(u, t, (*uploadsAfter)[static_cast<std::size_t>(u)], [this] { stopPoint(); });
+        }
       }
       if (!fusedCopy_) copyMaster(i, static_cast<int>(t % versions_));
     }
@@ -342,19 +377,12 @@ void OptimizerWorker::restoreScaler(double scale, std::int64_t goodSteps, std::i
 // inside its calls). Only what is still in flight after the last layer is exposed, traced as
 // "gradient exchange across nodes (exposed)". Sums are MPI's either way, so the result is the blocking
 // exchange's.
-OptimizerResult OptimizerWorker::runStep(const Work& work) {
-  const std::int64_t t = work.step;
+OptimizerResult OptimizerWorker::runStep(std::int64_t t) {
   auto doing = [&](const std::string& what) {
     if (options_.activity != nullptr) options_.activity->set(rank_, 1, fmt::format("{} (step {})", what, t + 1));
   };
   OptimizerResult result;
   result.step = t;
-  if (options_.staleness > 0) {
-    doing("copy master -> weights");
-    trace::Timeline::Scope span(options_.timeline, "copy master -> weights", "optimizer", 1);
-    copyMasters(work, /*waitForUploads=*/true);  // iteration t + k runs on W_t
-  }
-
   // Gradients, deepest layer first, as each layer's download lands. Across nodes (data parallel: every node's
   // slice holders sum their gradients, each applies the same update) a tensor's sum starts as soon as its
   // slice is final — after its shallowest layer — and runs on while the deeper layers' downloads are awaited
@@ -363,11 +391,12 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
   std::vector<bool> started(tensors_.size(), false);
   std::vector<std::unique_ptr<control::PendingCollective>> exchanges;
   const auto progress = [&] {
+    stopPoint();
     for (auto& exchange : exchanges) exchange->test();
   };
   for (int l = options_.layers - 1; l >= 0; --l) {
     doing(fmt::format("take layer {}'s gradients", l));
-    fences_.waitDownloads(l, t, crossNode_ ? std::function<void()>(progress) : std::function<void()>());
+    fences_.waitDownloads(l, t, progress);
     std::vector<Widening> widenings;
     std::vector<std::size_t> finals;  // the tensors whose gradient is final after layer l (its shallowest user)
     for (std::size_t i = 0; i < tensors_.size(); ++i) {
@@ -461,7 +490,7 @@ OptimizerResult OptimizerWorker::runStep(const Work& work) {
     }
   }
   // The next iteration runs on W_{t+1}: published layer by layer as it was updated, or here (no update).
-  if (options_.staleness == 0 && (result.skipped || !byLayer_)) copyMasters(work, /*waitForUploads=*/false);
+  if (options_.staleness == 0 && (result.skipped || !byLayer_)) copyMasters(t, nullptr);
   result.finished = std::chrono::steady_clock::now();
   result.rankPeakMb = gatherPeaks();
   return result;

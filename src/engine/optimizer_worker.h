@@ -1,8 +1,9 @@
 // The optimizer thread of one rank: steps AdamW over this rank's slice of every trainable tensor in the node
 // store, in the order the RoundPipe reference gives (docs/schedule.md, "Optimizer"):
-//   async (staleness k >= 1): copy master -> weights version t mod V (W_t, for iteration t+k, once the
-//          uploads of the iterations that read that version are done), take the gradients layer by layer in
-//          reverse order as each layer's download lands, clip, update the master to W_{t+1};
+//   async (staleness k >= 1): as iteration t starts, copy master -> weights version t mod V (W_t, for
+//          iteration t+k, once the uploads of the iterations that read that version are done); once it has
+//          been issued, take its gradients layer by layer in reverse order as each layer's download lands,
+//          clip, update the master to W_{t+1};
 //   sync:  take the gradients, clip, update layer by layer from the first, publishing each layer's weights
 //          (W_{t+1}) as it is done (Note [Update by layer]).
 // Weights and gradient slots are in the model dtype (float32, bfloat16 or float16), masters and moments in
@@ -15,6 +16,7 @@
 // Thread-safety: enqueue/wait/poll from one (the main) thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -93,9 +95,12 @@ class OptimizerWorker {
                   control::ControlChannel& node);
   ~OptimizerWorker();
 
-  // `uploadsAfter[l]`: how many uploads of layer l the iterations up to and including `step` that read its
-  // weights version make in all (the copy phase waits for them; the count depends on each iteration's plan).
-  void enqueue(std::int64_t step, std::vector<std::int64_t> uploadsAfter);
+  // Iteration `step` starts; `uploadsAfter[l]`: how many uploads of layer l the iterations up to and including
+  // `step` that read its weights version make in all (the count depends on each iteration's plan). Async: queues
+  // the copy of W_step into that version, which waits for those uploads (Note [Copy as the iteration starts]).
+  void beginIteration(std::int64_t step, std::vector<std::int64_t> uploadsAfter);
+  // Queues step `step`'s update; it takes the iteration's gradients as their downloads land.
+  void enqueue(std::int64_t step);
   // Blocks until `step` is done; rethrows the thread's error.
   OptimizerResult waitFor(std::int64_t step);
   // Results finished since the last call, in order.
@@ -132,11 +137,17 @@ class OptimizerWorker {
  private:
   void loop();
   struct Work {
+    enum class Kind { kCopy, kUpdate } kind;
     std::int64_t step;
-    std::vector<std::int64_t> uploadsAfter;
+    std::vector<std::int64_t> uploadsAfter;  // kCopy
   };
-  OptimizerResult runStep(const Work& work);
-  void copyMasters(const Work& work, bool waitForUploads);
+  struct Stopped {};  // thrown out of a fence's wait when the worker is destroyed meanwhile
+  OptimizerResult runStep(std::int64_t t);
+  // Master -> weights version t mod V, each layer published as it is copied; `uploadsAfter` (async): each
+  // tensor first waits for that many uploads of every layer using it from that version.
+  void copyMasters(std::int64_t t, const std::vector<std::int64_t>* uploadsAfter);
+  // Between a fence's polls: throws Stopped once the destructor has begun.
+  void stopPoint() const;
   // Master -> weights version `version` of tensor i's slice, rounded to the model dtype.
   void copyMaster(std::size_t i, int version);
   // Sync: the update of step t layer by layer, each layer's weights published as it is done (Note [Update by
@@ -204,6 +215,7 @@ class OptimizerWorker {
   std::size_t polled_ = 0;
   std::exception_ptr error_;
   bool stop_ = false;
+  std::atomic<bool> stopping_{false};  // stop_, for the fence waits of the thread (stopPoint)
   std::thread thread_;
 };
 

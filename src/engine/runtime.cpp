@@ -398,7 +398,12 @@ void PipelineRuntime::runStep(std::int64_t step, const coordinator::Directive& d
   for (int l = 0; l < L; ++l) {
     uploadsAfter[static_cast<std::size_t>(l)] += l >= plan_.fused.begin || oneFOneB ? 1 : 2;
   }
-  const std::int64_t jobs = jobs_->runIteration(step, table, data, optimizer_->lossScaleFor(step));
+  optimizer_->beginIteration(step, uploadsAfter);  // async: W_step's copy, once these uploads have landed
+  const auto next =
+      schedule::nextTable(plan_, workers_, table, c.pipeline.schedule == config::PipelineSchedule::kRoundPipe,
+                          c.pipeline.dispatch);  // Note [Prefetch across iterations]
+  const std::int64_t jobs =
+      jobs_->runIteration(step, table, data, optimizer_->lossScaleFor(step), next ? &*next : nullptr);
   stepSizes_.back().waits = waits.counts();
   stepSizes_.back().jobs = jobs;
   // This rank's per-layer timings of the iteration, for the partitioner (averaged per microbatch).
@@ -411,7 +416,7 @@ void PipelineRuntime::runStep(std::int64_t step, const coordinator::Directive& d
   coordination_->report(step, forwardMs, backwardMs);
   // The next iteration starts as soon as the fences allow: sync, each of its uploads waits for that layer's
   // update (W_{t+1}, Note [Update by layer]); async, for the copy of older weights.
-  optimizer_->enqueue(step, uploadsAfter);
+  optimizer_->enqueue(step);
 }
 
 control::StallPolicy PipelineRuntime::stallPolicy() const {
@@ -573,6 +578,7 @@ std::vector<trace::StepMetrics> PipelineRuntime::finished() {
 }
 
 void PipelineRuntime::drain(std::int64_t steps) {
+  jobs_->dropPrefetch();  // of an iteration that will not run, reading weights the final publication rewrites
   coordination_->finish(steps, describeWorldRank());
   if (steps > startStep_) optimizer_->waitFor(steps - 1);
   trainingMemory_ = readResidentMemory();  // before the final checkpoint stages its copy of the state

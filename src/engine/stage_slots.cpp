@@ -60,16 +60,27 @@ void StageSlots::fit(PipelineModel& model, const schedule::Plan& plan) {
 }
 
 void StageSlots::bind(PipelineModel& model, const schedule::Range& layers, int slot) {
+  const std::vector<std::uint8_t*> at = places(model, layers, slot);
+  const std::vector<int> tensors = model.tensorsOf(layers.begin, layers.end);
+  for (std::size_t k = 0; k < tensors.size(); ++k) {
+    model.bind(tensors[k], at[k], slots_[slot], torchDevice(worker_.placement()));
+  }
+}
+
+std::vector<std::uint8_t*> StageSlots::places(const PipelineModel& model, const schedule::Range& layers,
+                                              int slot) const {
   RP_CHECK(slot == 0 || slot == 1, "stage slot {} (expected 0 or 1)", slot);
   RP_CHECK(slots_[slot], "stage slots are not allocated (fit() first)");
   auto* base = static_cast<std::uint8_t*>(slots_[slot].get());
+  std::vector<std::uint8_t*> at;
   std::size_t offset = 0;
   for (int i : model.tensorsOf(layers.begin, layers.end)) {
     RP_CHECK(offset + model.bytes(i) <= bytes_, "stage {}-{} does not fit its slot of {} bytes", layers.begin,
              layers.end - 1, bytes_);
-    model.bind(i, base + offset, slots_[slot], torchDevice(worker_.placement()));
+    at.push_back(base + offset);
     offset += aligned(model.bytes(i));
   }
+  return at;
 }
 
 }  // namespace rp::engine

@@ -10,7 +10,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "device/worker.h"
 #include "engine/pipeline_model.h"
@@ -35,8 +37,11 @@ class StageSlots {
   // Makes each slot hold `plan`'s largest stage, allocating anew (and unbinding every tensor) when that size
   // changed. Between jobs only. An InputError naming the largest stage when two slots exceed the budget.
   void fit(PipelineModel& model, const schedule::Plan& plan);
-  // Binds the tensors of `layers` to views of slot `slot` (0 or 1).
+  // Binds the tensors of `layers` to views of slot `slot` (0 or 1): each at its place (below).
   void bind(PipelineModel& model, const schedule::Range& layers, int slot);
+  // Where bind() puts each tensor of `layers` in slot `slot`, in model.tensorsOf order: a prefetch copies the
+  // weights there before the job binds them (Note [Prefetch across iterations]).
+  std::vector<std::uint8_t*> places(const PipelineModel& model, const schedule::Range& layers, int slot) const;
   std::size_t slotBytes() const { return bytes_; }
 
  private:

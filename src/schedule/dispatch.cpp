@@ -43,6 +43,13 @@ DispatchTable dispatch(const Plan& plan, int workers, std::int64_t counterStart)
   return table;
 }
 
+std::optional<DispatchTable> nextTable(const Plan& plan, int workers, const DispatchTable& table, bool roundRobin,
+                                       DispatchRule rule) {
+  if (!roundRobin) return table;
+  if (rule != DispatchRule::kRoundRobin) return std::nullopt;
+  return dispatch(plan, workers, table.counterEnd);
+}
+
 DispatchTable dispatchBound(const Plan& plan, int workers) {
   const int stages = static_cast<int>(plan.forward.size()) + 1;
   if (stages != workers || plan.backward.size() != plan.forward.size()) {

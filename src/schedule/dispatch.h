@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,12 @@ struct DispatchTable {
 };
 
 DispatchTable dispatch(const Plan& plan, int workers, std::int64_t counterStart);
+
+// The table of the iteration after `table` as long as `plan` stays: round-robin continues from its counter, a
+// bound table (`roundRobin` false) repeats; under earliest_finish it depends on times measured meanwhile
+// (nullopt). What a worker prefetches its next iteration's first job by (Note [Prefetch across iterations]).
+std::optional<DispatchTable> nextTable(const Plan& plan, int workers, const DispatchTable& table, bool roundRobin,
+                                       DispatchRule rule);
 
 // The baselines' assignment (weights bound to workers): the plan has one stage per worker — forward stage s
 // and the backward stage over the same layers on worker s, the fused (last) stage on worker N-1.

@@ -1,6 +1,7 @@
 // The coordinator over the in-process channel (threads as ranks): rank 0's plan and dispatch table reach
 // every rank, timing reports feed re-planning, and late peers are named.
 #include <csignal>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -63,6 +64,11 @@ TEST(Coordinator, EveryRankRunsRankZerosTableTheCounterContinuesAndAStopReachesA
       EXPECT_EQ(d.step, step);
       EXPECT_EQ(d.plan, plan);
       EXPECT_EQ(d.table, expected) << "rank " << r << " step " << step;
+      if (step > 0) {  // what a worker prefetched by after the step before (Note [Prefetch across iterations])
+        const auto& before = got[static_cast<std::size_t>(r)][static_cast<std::size_t>(step - 1)].table;
+        EXPECT_EQ(schedule::nextTable(plan, 3, before, true, schedule::DispatchRule::kRoundRobin), d.table)
+            << "rank " << r << " step " << step;
+      }
       EXPECT_EQ(d.planChanged, step == 0);
       EXPECT_EQ(d.stop, step == 3) << "rank " << r << " step " << step;
     }
@@ -104,7 +110,15 @@ TEST(Coordinator, BoundSchedulesGetTheSameTableEveryIteration) {
   const Plan plan = schedule::balancedBoundPlan(proxy, 2);
   onThreadsAsRanks(2, [&](control::ControlChannel& channel) {
     Coordination coordination(channel, {2, 1, false, 0, 0, {10.0, 10.0}}, plan, proxy);
-    for (int step = 0; step < 3; ++step) EXPECT_EQ(coordination.begin(step).table, schedule::dispatchBound(plan, 2));
+    std::optional<schedule::DispatchTable> guessed;  // Note [Prefetch across iterations]
+    for (int step = 0; step < 3; ++step) {
+      const schedule::DispatchTable table = coordination.begin(step).table;
+      EXPECT_EQ(table, schedule::dispatchBound(plan, 2));
+      if (guessed) {
+        EXPECT_EQ(*guessed, table) << "step " << step;
+      }
+      guessed = schedule::nextTable(plan, 2, table, false, schedule::DispatchRule::kRoundRobin);
+    }
   });
 }
 
@@ -235,6 +249,8 @@ TEST(Coordinator, EarliestFinishMeasuresASlowRankAndSendsItFewerJobs) {
     for (const auto& job : schedule::dispatch(plan, 3, start).jobs) slowRoundRobin += job.worker == 2 ? 1 : 0;
   }
   EXPECT_LT(slow, slowRoundRobin) << slow << " jobs on the slow rank; round-robin: " << slowRoundRobin;
+  // Its next table depends on times measured meanwhile: nothing to prefetch by (Note [Prefetch across iterations]).
+  EXPECT_FALSE(schedule::nextTable(plan, 3, got[0].back().table, true, schedule::DispatchRule::kEarliestFinish));
 }
 
 TEST(Coordinator, NodesAverageTheirTimings) {

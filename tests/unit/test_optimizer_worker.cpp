@@ -1,7 +1,8 @@
 // The optimizer thread alone, on a store of plain buffers (one rank, threads as the workers): Note [Update by
 // layer] — a sync step publishes each layer's weights as soon as that layer is updated, the first layer first,
 // and the values are the whole step's (AdamW::step on the same gradients, clipped), bitwise; Note [Upload as
-// published] — async's copy of the masters publishes each layer as soon as that layer is copied.
+// published] and Note [Copy as the iteration starts] — async's copy of the masters runs as the iteration starts
+// and publishes each layer as soon as that layer is copied.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -149,7 +150,8 @@ TEST(OptimizerWorker, SyncPublishesEachLayerAsSoonAsItIsUpdatedWithTheWholeSteps
       lastStillPending = !fences.copiedByAll(kLayers - 1, step + 1);
     });
     while (!ready) std::this_thread::yield();
-    rank.worker->enqueue(step, std::vector<std::int64_t>(kLayers, 0));
+    rank.worker->beginIteration(step, std::vector<std::int64_t>(kLayers, 0));  // sync: nothing to copy
+    rank.worker->enqueue(step);
     rank.finishIteration(step);
     OptimizerResult result;
     try {
@@ -180,55 +182,86 @@ TEST(OptimizerWorker, SyncPublishesEachLayerAsSoonAsItIsUpdatedWithTheWholeSteps
   EXPECT_GE(layerZeroFirst, 1) << "layer 0 was never published before the last layer's update was done";
 }
 
-// Async (staleness 1): step t first copies the masters, W_t, into the weights iteration t + 1 uploads, and
-// publishes each layer as soon as it is copied (Note [Upload as published]). The copy of a tensor waits for the
-// uploads of the version it overwrites by every layer that uses it; holding back layer 2's upload holds back
-// layer 2 and what comes after it, but not layers 0 and 1, which are published with their final values.
-TEST(OptimizerWorker, AsyncPublishesEachLayerAsSoonAsItIsCopied) {
+// Async (staleness 1): as iteration t starts, the masters, W_t, are copied into the weights iteration t + 1
+// uploads (Note [Copy as the iteration starts]), each layer published as soon as it is copied (Note [Upload as
+// published]). The copy of a tensor waits for the uploads of the version it overwrites by every layer that uses
+// it; holding back layer 2's upload holds back layer 2 and what comes after it, but not layers 0 and 1, which
+// are published with their final values. It waits for nothing else: not for step t's update to be queued.
+TEST(OptimizerWorker, AsyncCopiesAsTheIterationStartsAndPublishesEachLayerAsSoonAsItIsCopied) {
   OneRank rank(/*staleness=*/1);
   auto [store, reference, fences] = std::tie(rank.store, rank.reference, rank.fences);
   constexpr int kHeld = 2;
   static_assert(kHeld > 1 && kHeld < kLayers - 1, "layers 0 and 1 (the tied embedding's other user is the last)");
-  rank.newGradients(0);
-  for (auto& t : store) std::fill(t.weights.begin(), t.weights.end(), std::uint16_t{0x7fc1});  // NaN until copied
-  std::vector<std::int64_t> uploads(kLayers, 0);
-  uploads[kHeld] = 1;  // iteration 0 uploads layer 2 once; that upload has not finished yet
-  rank.worker->enqueue(0, uploads);
-
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (!fences.copiedByAll(1, 1) && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // what could come after layer 1, has come
-  const bool early = fences.copiedByAll(0, 1) && fences.copiedByAll(1, 1);
-  const bool held = !fences.copiedByAll(kHeld, 1) && !fences.copiedByAll(kLayers - 1, 1);
-  for (std::size_t i = 0; i < 2 && early; ++i) {  // embed, layers.0.w: W_0 rounded, as the upload will read it
-    for (std::size_t k = 0; k < store[i].master.size(); ++k) {
-      if (store[i].weights[k] != optim::toBFloat16(store[i].master[k])) {
-        ADD_FAILURE() << store[i].name << "[" << k << "] published before it was copied";
-        break;
-      }
-    }
-  }
-  fences.addUpload(kHeld, 0);  // the upload lands: the copy goes on
-  rank.finishIteration(0);
-  const OptimizerResult result = rank.worker->waitFor(0);
-  EXPECT_TRUE(early) << "layers 0 and 1 were not published while layer 2's copy waited for its upload";
-  EXPECT_TRUE(held) << "a layer was published before the upload of the version it overwrites had landed";
-  for (int l = 0; l < kLayers; ++l) EXPECT_TRUE(fences.copiedByAll(l, 1)) << "layer " << l;
-
-  // The update after the copy: the masters are AdamW's, the weights W_0 rounded (the reference's since its
-  // construction).
   optim::AdamW adamw(rank.options.adamw, optim::bestAdamWKernel());
   for (auto& t : reference) adamw.add(t.name, t.master.data(), t.grad.data(), t.master.size());
-  const double norm = rank.referenceNorm();
-  EXPECT_EQ(result.gradNorm, norm);
-  adamw.step(1e-3, optim::clipCoefficient(norm, rank.options.gradClip));
-  for (std::size_t i = 0; i < store.size(); ++i) {
-    const std::size_t n = store[i].master.size();
-    EXPECT_EQ(std::memcmp(store[i].master.data(), reference[i].master.data(), n * sizeof(float)), 0) << store[i].name;
-    EXPECT_EQ(std::memcmp(store[i].weights.data(), reference[i].weights.data(), n * 2), 0) << store[i].name;
+  std::vector<std::int64_t> uploads(kLayers, 0);
+  for (std::int64_t step = 0; step < 2; ++step) {
+    for (auto& t : store) std::fill(t.weights.begin(), t.weights.end(), std::uint16_t{0x7fc1});  // NaN until copied
+    uploads[kHeld] += 1;  // iteration `step` uploads layer 2 once; that upload has not landed yet
+    rank.worker->beginIteration(step, uploads);
+
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!fences.copiedByAll(1, step + 1) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // what could come after layer 1, has come
+    const bool early = fences.copiedByAll(0, step + 1) && fences.copiedByAll(1, step + 1);
+    const bool held = !fences.copiedByAll(kHeld, step + 1) && !fences.copiedByAll(kLayers - 1, step + 1);
+    for (std::size_t i = 0; i < 2 && early; ++i) {  // embed, layers.0.w: W_t rounded, as the upload will read it
+      for (std::size_t k = 0; k < store[i].master.size(); ++k) {
+        if (store[i].weights[k] != optim::toBFloat16(reference[i].master[k])) {
+          ADD_FAILURE() << store[i].name << "[" << k << "] published before it was copied (step " << step << ")";
+          break;
+        }
+      }
+    }
+    EXPECT_TRUE(early) << "step " << step << ": layers 0 and 1 were not published while layer 2's copy waited";
+    EXPECT_TRUE(held) << "step " << step << ": a layer was published before the upload it overwrites had landed";
+    fences.addUpload(kHeld, step);  // the upload lands: the copy goes on, with step t's update not yet queued
+    const auto copied = [&] {
+      for (int l = 0; l < kLayers; ++l) {
+        if (!fences.copiedByAll(l, step + 1)) return false;
+      }
+      return true;
+    };
+    while (!copied() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_TRUE(copied()) << "step " << step << ": the copy did not finish before the step's update was queued";
+    for (std::size_t i = 0; i < store.size(); ++i) {  // every weight W_t rounded
+      const std::size_t n = store[i].master.size();
+      std::vector<std::uint16_t> rounded(n);
+      for (std::size_t k = 0; k < n; ++k) rounded[k] = optim::toBFloat16(reference[i].master[k]);
+      EXPECT_EQ(std::memcmp(store[i].weights.data(), rounded.data(), n * 2), 0) << store[i].name << " step " << step;
+    }
+
+    // The update after the copy: the masters are AdamW's.
+    rank.newGradients(step);
+    rank.worker->enqueue(step);
+    rank.finishIteration(step);
+    const OptimizerResult result = rank.worker->waitFor(step);
+    const double norm = rank.referenceNorm();
+    EXPECT_EQ(result.gradNorm, norm);
+    adamw.step(1e-3, optim::clipCoefficient(norm, rank.options.gradClip));
+    for (std::size_t i = 0; i < store.size(); ++i) {
+      const std::size_t n = store[i].master.size();
+      EXPECT_EQ(std::memcmp(store[i].master.data(), reference[i].master.data(), n * sizeof(float)), 0)
+          << store[i].name << " step " << step;
+    }
   }
+}
+
+// A rank failing mid-iteration destroys its optimizer while the copy waits for uploads that will never come:
+// the thread gives up at the fence's next poll instead of waiting out the stall timeout (60 s here).
+TEST(OptimizerWorker, ADestroyedWorkerStopsWaitingForUploads) {
+  OneRank rank(/*staleness=*/1);
+  std::vector<std::int64_t> uploads(kLayers, 1);  // none of these uploads will land
+  rank.worker->beginIteration(0, uploads);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the copy is waiting
+  const auto start = std::chrono::steady_clock::now();
+  rank.worker.reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_FALSE(rank.fences.copiedByAll(0, 1));
 }
 
 // The nice values of this process's threads (/proc/self/task/<tid>/stat: the 19th field; the 2nd, the thread's

@@ -426,6 +426,57 @@ TEST(InProcPipeline, ASlowWorkerGetsFewerJobsAndTheRunStaysTheTrainers) {
   EXPECT_LT(3 * slow, jobs) << m[0] << ": not below an even share (round-robin's)";
 }
 
+// Note [Prefetch across iterations] and Note [Copy as the iteration starts]: in async mode the weights of a
+// worker's first job of iteration t + 1 are published while iteration t computes, and reach the worker's other
+// stage slot during its last job of t. One worker, three jobs an iteration (fwd 0, fused, bwd 0: the fused and
+// bwd jobs are prefetched within the iteration), compute slowed so that the optimizer of a 656K-parameter
+// model is well ahead of it; the first job of iterations 2..6 must find its weights prefetched in some of
+// them, and the run stays the delayed-update reference's.
+TEST(InProcPipeline, AsyncPrefetchesTheNextIterationsFirstJob) {
+  const auto fixtures = test::fixturesDir();
+  RP_SKIP_UNLESS(fixtures, "shared fixtures");
+  const std::string model = *fixtures + "/models/tinystories-656k", scratch = test::scratchDir();
+  const int layers = nlohmann::json::parse(std::ifstream(model + "/config.json")).at("num_hidden_layers").get<int>();
+  auto configAt = [&](const std::string& out) {
+    std::vector<std::string> sets = test::equivalenceSettings(model, model, *fixtures, out);
+    sets.insert(sets.end(), {"optim.staleness=1", "train.max_steps=6", "pipeline.replan_every=0",
+                             fmt::format("pipeline.plan=1 | {} | 1", layers)});
+    return config::loadRunConfig("", sets);
+  };
+  std::vector<std::string> names;
+  {
+    train::Trainer probe(configAt(scratch + "/reference"));
+    for (const auto& [name, param] : probe.trainable()) names.push_back(name);
+  }
+  ::setenv("RP_SLOW_WORKER", "0:0.2", 1);
+  const ThreadRun run = test::runOnThreads(configAt(scratch + "/pipeline"), 1, TensorPlane::kHostStaged, names);
+  ::unsetenv("RP_SLOW_WORKER");
+  ASSERT_EQ(run.metrics.size(), 6u);
+
+  const auto trace = nlohmann::json::parse(std::ifstream(scratch + "/pipeline/trace.json"));
+  std::vector<std::pair<double, double>> firstJobs;  // [ts, ts + dur) of each iteration's job 0 from step 2 on
+  std::vector<double> prefetched;                    // when a job took prefetched weights
+  const std::regex firstJob(R"(job 0: .* \(step ([0-9]+)\))");
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.value("ph", "") != "X") continue;
+    const std::string name = e.value("name", "");
+    std::smatch m;
+    if (std::regex_match(name, m, firstJob) && std::stoi(m[1]) >= 2) {
+      firstJobs.emplace_back(e.at("ts").get<double>(), e.at("ts").get<double>() + e.at("dur").get<double>());
+    }
+    if (name == "wait: prefetched weights") prefetched.push_back(e.at("ts").get<double>());
+  }
+  ASSERT_EQ(firstJobs.size(), 5u);
+  int across = 0;
+  for (const auto& [begin, end] : firstJobs) {
+    across += std::any_of(prefetched.begin(), prefetched.end(), [&](double t) { return t >= begin && t < end; });
+  }
+  EXPECT_GE(prefetched.size(), 2u * 6u) << "the fused and bwd jobs are prefetched within each iteration";
+  EXPECT_GE(across, 1) << "no iteration's first job found its weights prefetched during the previous iteration";
+  test::expectEqualsDelayedUpdate(configAt(scratch + "/reference"),
+                                  {run.metrics, [&](const std::string& n) { return run.weights.at(n); }}, 1e-5);
+}
+
 // pipeline.profile of another model (a layer count that differs) is named, with both counts, on every rank.
 TEST(InProcPipeline, AProfileOfAnotherModelIsNamed) {
   const auto fixtures = test::fixturesDir();
