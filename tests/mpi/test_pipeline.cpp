@@ -90,7 +90,10 @@ TEST_P(Equivalence, LossesAndWeightsEqualTheSingleProcessTrainer) {
   auto sets = baseConfig(c, *fixtures, freshScratch(c.name + "-pipe"));
   if (c.replans) {
     // The embedding "costs" 5 times a decoder layer: the first plan puts it alone in a stage and every decoder
-    // layer with the head, which the measured times (a cheap embedding) overturn at the first re-plan.
+    // layer with the head, which the measured times (a cheap embedding) overturn. A tiny model's layer takes
+    // well under a millisecond, so one preemption while it runs (a loaded machine: ctest -j2 beside 4 ranks on
+    // 2 cores) can make it look like the skewed profile said: the case runs 8 steps and re-plans at every step
+    // once times are measured, not once from one iteration's times (1 run in 15 saw no re-plan that way).
     const std::string profile = scratch(c.name + "-skewed-profile.json");
     if (worldRank() == 0) {
       const auto config = nlohmann::json::parse(std::ifstream(c.model + "/config.json"));
@@ -122,7 +125,7 @@ TEST_P(Equivalence, LossesAndWeightsEqualTheSingleProcessTrainer) {
                                          << schedule::describe(firstPlan);
   }
   if (worldRank() != 0) return;
-  ASSERT_EQ(metrics.size(), 5u);
+  ASSERT_EQ(metrics.size(), c.replans ? 8u : 5u);
 
   // The merged timeline has every rank's compute and optimizer spans.
   const auto trace = nlohmann::json::parse(std::ifstream(scratch(c.name + "-pipe") + "/trace.json"));
@@ -286,8 +289,12 @@ INSTANTIATE_TEST_SUITE_P(
              {"pipeline.plan=1,1 | 1 | 1,1", "pipeline.tensor_channel=direct"}},
         Case{"tinystories_lora", "models/tinystories-656k", "", {"lora.rank=4", "pipeline.plan=2 | 1 | 1,1"}},
         Case{"qwen3_generated", "", "", {"pipeline.plan=2,1 | 1 | 1,1,1"}},
-        Case{"qwen3_replanned", "", "", {"pipeline.replan_every=2"}, true},
-        Case{"qwen3_searched", "", "", {"pipeline.planner=search", "pipeline.replan_every=2"}, true},
+        Case{"qwen3_replanned", "", "", {"pipeline.replan_every=1", "train.max_steps=8"}, true},
+        Case{"qwen3_searched",
+             "",
+             "",
+             {"pipeline.planner=search", "pipeline.replan_every=1", "train.max_steps=8"},
+             true},
         Case{"qwen3_layer_recompute", "", "", {"pipeline.plan=3 | 1 | 2,1", "pipeline.recompute=layer"}},
         Case{"qwen3_recompute_ahead2", "", "", {"pipeline.plan=2,1 | 1 | 1,1,1", "pipeline.recompute_ahead=2"}},
         // Tables from the earliest-finish rule (workers chosen from the profile, not the counter).
