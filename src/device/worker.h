@@ -148,8 +148,12 @@ class Worker {
   // A download (`dst` in host memory) ordered after the compute up to `after` (a mark of this worker) only, so
   // it may overlap the compute submitted since, which must not write `src` (Note [Gradient marks]).
   virtual Ticket copyUrgentAfter(void* dst, const void* src, std::size_t bytes, const ComputeMark& after) = 0;
-  // Queues a copy of `bytes` as chunks of at most chunkBytes, behind urgent copies; adds to `ticket`.
-  virtual void copyBulk(Ticket& ticket, void* dst, const void* src, std::size_t bytes) = 0;
+  // Queues a copy of `bytes` as chunks of at most chunkBytes, behind urgent copies; adds to `ticket`. Ordered
+  // after the compute up to `after` (a mark of this worker taken after the last compute that reads or writes the
+  // memory at `dst`: a stage slot's previous job, Note [Slot release]), so it may overlap the compute submitted
+  // since; where `after` is null, after the compute submitted so far.
+  virtual void copyBulk(Ticket& ticket, void* dst, const void* src, std::size_t bytes,
+                        std::shared_ptr<ComputeMark> after) = 0;
   // Hand-off buffers other ranks of the node open (openRing, with the handle), and one of theirs opened here.
   // Errors name the call and why (a SystemError; CUDA IPC needs the ranks' GPUs to reach each other).
   virtual std::unique_ptr<HandoffRing> shareRing(int slots, std::size_t slotBytes) = 0;

@@ -456,6 +456,7 @@ void JobExecutor::runJob(std::int64_t step, std::int64_t k, const schedule::Disp
   if (downloadsAtEnd) download(step, job.layers, marks.get());
   downloadsPerLayer_ = false;
   writeLosses(step);
+  slots_->release(slot_, worker_->mark());  // Note [Slot release]: after the job's last compute
   if (job.kind == schedule::JobKind::kFused) fences_->setFusedDone(step);
   deviceJobPeak_ = std::max(deviceJobPeak_, worker_->takePeakComputeBytes());  // the caching allocator's, per job
 }
@@ -477,6 +478,7 @@ void JobExecutor::runOneFOneB(std::int64_t step, const schedule::DispatchTable& 
   }
   download(step, layers);
   writeLosses(step);
+  slots_->release(slot_, worker_->mark());  // Note [Slot release]
   deviceJobPeak_ = std::max(deviceJobPeak_, worker_->takePeakComputeBytes());
   for (std::int64_t k : mine) {
     if (table.jobs[static_cast<std::size_t>(k)].kind == schedule::JobKind::kFused) fences_->setFusedDone(step);

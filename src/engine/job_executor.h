@@ -130,8 +130,9 @@ class JobExecutor {
   std::vector<int> gradientOwners(const schedule::Range& layers) const;
   // Hooks on the layers' owned tensors that mark where each layer's gradients become final.
   std::unique_ptr<GradientMarks> gradientMarks(const schedule::Range& layers);
-  // Iteration `step`'s weights of tensor i, into `dst` (its place in a stage slot).
-  void queueWeight(device::Ticket& ticket, int i, std::int64_t step, void* dst);
+  // Iteration `step`'s weights of tensor i, into `dst` (its place in stage slot `slot`), after the compute that
+  // last read that slot (Note [Slot release]).
+  void queueWeight(device::Ticket& ticket, int i, std::int64_t step, void* dst, int slot);
   // The store region of tensor i's weights that iteration `step` reads (frozen tensors have one version).
   std::string weightsOf(int tensor, std::int64_t step) const;
   // A tensor of the tensor plane into worker memory / out of it.
@@ -143,6 +144,8 @@ class JobExecutor {
   void prefetchNext(std::int64_t step, std::int64_t k, const schedule::DispatchTable& table,
                     const schedule::DispatchTable* next);
   void tryPrefetch();
+  // Waits for `copy`, trying the prefetch meanwhile (Note [Prefetch while the device computes]).
+  void waitPrefetching(const device::Ticket& copy);
   // Whether iteration `step` may upload layers [begin, end) without waiting (upload()'s fences).
   bool publishedFor(std::int64_t step, const schedule::Range& layers) const;
   void resolveTimings();

@@ -5,8 +5,10 @@
 #include "model/libtorch.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -50,7 +52,7 @@ void JobExecutor::upload(std::int64_t step, const schedule::Range& layers) {
     fences_->forEachCopiedByAll(layers.begin, layers.end, step - versions_ + 1, [&](int l) {
       for (int i : model_->tensorsOfLayer(l)) {
         if (!queued[static_cast<std::size_t>(i)]) {
-          queueWeight(uploading_, i, step, model_->tensors()[static_cast<std::size_t>(i)].local.data_ptr());
+          queueWeight(uploading_, i, step, model_->tensors()[static_cast<std::size_t>(i)].local.data_ptr(), slot_);
         }
         queued[static_cast<std::size_t>(i)] = true;
       }
@@ -65,9 +67,9 @@ void JobExecutor::upload(std::int64_t step, const schedule::Range& layers) {
 
 // Tensor i's weights of iteration `step`, queued as a bulk copy on the worker (behind urgent copies) into its
 // place in a stage slot.
-void JobExecutor::queueWeight(device::Ticket& ticket, int i, std::int64_t step, void* dst) {
+void JobExecutor::queueWeight(device::Ticket& ticket, int i, std::int64_t step, void* dst, int slot) {
   if (skipUploads_) return;
-  worker_->copyBulk(ticket, dst, store_->bytes(weightsOf(i, step)), model_->bytes(i));
+  worker_->copyBulk(ticket, dst, store_->bytes(weightsOf(i, step)), model_->bytes(i), slots_->releasedAfter(slot));
   uploadedBytes_ += model_->bytes(i);
 }
 
@@ -106,8 +108,25 @@ void JobExecutor::tryPrefetch() {
   const std::vector<std::uint8_t*> places = slots_->places(*model_, layers, prefetch_->slot);
   const std::vector<int> tensors = model_->tensorsOf(layers.begin, layers.end);
   for (std::size_t j = 0; j < tensors.size(); ++j) {
-    queueWeight(prefetch_->ticket, tensors[j], prefetch_->of.step, places[j]);
+    queueWeight(prefetch_->ticket, tensors[j], prefetch_->of.step, places[j], prefetch_->slot);
   }
+}
+
+// Note [Prefetch while the device computes]: a job's gradient downloads land only when the device has computed
+// its last microbatch's backward, and the host, which submitted that compute long before (stream-ordered jobs),
+// waits for them at the job's end — the longest wait of a fused or backward job on a GPU. The next job's
+// weights may be published meanwhile (async: the copy of the next iteration's weights runs while this one
+// computes, Note [Copy as the iteration starts]); a prefetch tried only after each microbatch was submitted
+// would miss them, and the next job would upload them after this one ends, its compute waiting. So the wait
+// tries the prefetch every 100 µs until it is issued; the copy, ordered only after the job that last used the
+// other slot (Note [Slot release]), runs while this job still computes. On the CPU the compute is done when
+// the host gets here and the downloads are too: nothing changes.
+void JobExecutor::waitPrefetching(const device::Ticket& copy) {
+  while (awaited_ && !prefetch_ && !copy.done()) {
+    tryPrefetch();
+    if (awaited_) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  copy.wait();
 }
 
 bool JobExecutor::publishedFor(std::int64_t step, const schedule::Range& layers) const {
@@ -171,7 +190,7 @@ void JobExecutor::download(std::int64_t step, const schedule::Range& layers, con
     }
   }
   for (int l = layers.end - 1; l >= layers.begin; --l) {
-    for (const auto& copy : copies[static_cast<std::size_t>(l - layers.begin)]) copy.wait();
+    for (const auto& copy : copies[static_cast<std::size_t>(l - layers.begin)]) waitPrefetching(copy);
     fences_->addDownload(l, step);
   }
   for (std::size_t i = 0; i < owner.size(); ++i) {

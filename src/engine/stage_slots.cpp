@@ -53,6 +53,8 @@ void StageSlots::fit(PipelineModel& model, const schedule::Plan& plan) {
   model.unbindAll();
   slots_[0].reset();
   slots_[1].reset();
+  released_[0].reset();
+  released_[1].reset();
   bytes_ = bytes;
   slots_[0] = worker_.allocate(bytes_);
   slots_[1] = worker_.allocate(bytes_);
@@ -65,6 +67,16 @@ void StageSlots::bind(PipelineModel& model, const schedule::Range& layers, int s
   for (std::size_t k = 0; k < tensors.size(); ++k) {
     model.bind(tensors[k], at[k], slots_[slot], torchDevice(worker_.placement()));
   }
+}
+
+void StageSlots::release(int slot, std::shared_ptr<device::ComputeMark> mark) {
+  RP_CHECK(slot == 0 || slot == 1, "stage slot {} (expected 0 or 1)", slot);
+  released_[slot] = std::move(mark);
+}
+
+std::shared_ptr<device::ComputeMark> StageSlots::releasedAfter(int slot) const {
+  RP_CHECK(slot == 0 || slot == 1, "stage slot {} (expected 0 or 1)", slot);
+  return released_[slot];
 }
 
 std::vector<std::uint8_t*> StageSlots::places(const PipelineModel& model, const schedule::Range& layers,

@@ -6,6 +6,13 @@
 // Gradients and activations are the compute's own (LibTorch's allocator), freed after each job; with
 // pipeline.memory_limit_gb the allocator may hold only what the limit leaves beside the two slots, so a run that
 // fits the limit here fits a card of that size, and one that does not fails as out of memory.
+//
+// Note [Slot release]: on a device whose compute runs behind the host (CUDA), a copy into a slot must wait for
+// the compute that still reads it — the last job bound to that slot — and for nothing later: the weights of
+// job k+1 go into the slot job k-1 used, so they may land while job k computes in the other one. Each job ends
+// by recording a mark of the worker in its slot (release); copies into the slot are ordered after that mark
+// (Worker::copyBulk's `after`). A slot no job has computed in since it was allocated has none, and a copy into
+// it waits for the compute submitted so far, as every copy did before.
 // Thread-safety: the rank's main thread.
 #pragma once
 
@@ -43,6 +50,10 @@ class StageSlots {
   // weights there before the job binds them (Note [Prefetch across iterations]).
   std::vector<std::uint8_t*> places(const PipelineModel& model, const schedule::Range& layers, int slot) const;
   std::size_t slotBytes() const { return bytes_; }
+  // Note [Slot release]: `mark` follows the last compute of the job bound to `slot`; releasedAfter() is the
+  // latest such mark since the slots were allocated, or null.
+  void release(int slot, std::shared_ptr<device::ComputeMark> mark);
+  std::shared_ptr<device::ComputeMark> releasedAfter(int slot) const;
 
  private:
   device::Worker& worker_;
@@ -50,6 +61,7 @@ class StageSlots {
   bool capped_;
   std::size_t bytes_ = 0;
   std::shared_ptr<void> slots_[2];
+  std::shared_ptr<device::ComputeMark> released_[2];
 };
 
 }  // namespace rp::engine

@@ -30,7 +30,7 @@ TEST(CudaWorker, CopiesRoundTripThroughDeviceMemory) {
   std::iota(host.begin(), host.end(), 0);
   auto memory = worker->allocate(n);
   Ticket up;
-  worker->copyBulk(up, memory.get(), host.data(), n);
+  worker->copyBulk(up, memory.get(), host.data(), n, nullptr);
   up.wait();
   worker->copyUrgent(back.data(), memory.get(), n).wait();
   EXPECT_EQ(back, host);
@@ -93,7 +93,7 @@ TEST(CudaWorker, UrgentCopyOvertakesAGibibyteOfQueuedWeightChunks) {
   auto pinA = worker->pinHost(hostActivation.data(), kActivation, "test activation");
   Ticket bulk;
   const auto start = std::chrono::steady_clock::now();
-  worker->copyBulk(bulk, weights.get(), hostWeights.data(), kWeights);
+  worker->copyBulk(bulk, weights.get(), hostWeights.data(), kWeights, nullptr);
   Ticket urgent = worker->copyUrgent(activation.get(), hostActivation.data(), kActivation);
   urgent.wait();
   const double urgentMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

@@ -36,7 +36,7 @@ TEST(CpuWorker, UrgentCopiesOvertakeQueuedWeightChunks) {
   std::vector<std::uint8_t> src(14), dst(14, 0), urgentSrc(3, 7), urgentDst(3, 0);
   std::iota(src.begin(), src.end(), 1);
   Ticket weights;
-  engine.copyBulk(weights, dst.data(), src.data(), src.size());  // chunks of 4, 4, 4, 2
+  engine.copyBulk(weights, dst.data(), src.data(), src.size(), nullptr);  // chunks of 4, 4, 4, 2
   {
     // The copy thread is busy with the first weight chunk; three more are queued.
     std::unique_lock<std::mutex> lock(mutex);

@@ -156,7 +156,7 @@ Ticket CpuWorker::copyUrgent(void* dst, const void* src, std::size_t bytes) {
   return t;
 }
 
-void CpuWorker::copyBulk(Ticket& ticket, void* dst, const void* src, std::size_t bytes) {
+void CpuWorker::copyBulk(Ticket& ticket, void* dst, const void* src, std::size_t bytes, std::shared_ptr<ComputeMark>) {
   bulk_.submit(ticket, dst, src, bytes);
 }
 

@@ -41,7 +41,9 @@ class CpuWorker : public Worker {
   Ticket copyUrgentAfter(void* dst, const void* src, std::size_t bytes, const ComputeMark&) override {
     return copyUrgent(dst, src, bytes);
   }
-  void copyBulk(Ticket& ticket, void* dst, const void* src, std::size_t bytes) override;
+  // The compute before any mark has run: `after` orders nothing here.
+  void copyBulk(Ticket& ticket, void* dst, const void* src, std::size_t bytes,
+                std::shared_ptr<ComputeMark> after) override;
   std::unique_ptr<HandoffRing> shareRing(int slots, std::size_t slotBytes) override;
   std::unique_ptr<PeerRing> openRing(const std::string& handle) override;
   std::string linksId() override;

@@ -240,12 +240,17 @@ class CudaWorker : public Worker {
     return copyOn(s_.download, dst, src, bytes);
   }
 
-  // Weights: the queue's thread issues one chunk at a time on the low-priority stream, after the compute
-  // submitted before this call (the previous job may still read the slot being refilled).
-  void copyBulk(Ticket& ticket, void* dst, const void* src, std::size_t bytes) override {
-    auto event = std::make_shared<EventMark>();
-    check(cudaEventCreateWithFlags(&event->event, cudaEventDisableTiming), "cudaEventCreate", device_);
-    check(cudaEventRecord(event->event, s_.compute), "cudaEventRecord", device_);
+  // Weights: the queue's thread issues one chunk at a time on the low-priority stream, after the compute up to
+  // `after` — the last job that read the slot being refilled (Note [Slot release]) — or, without it, after the
+  // compute submitted before this call.
+  void copyBulk(Ticket& ticket, void* dst, const void* src, std::size_t bytes,
+                std::shared_ptr<ComputeMark> after) override {
+    std::shared_ptr<EventMark> event = std::static_pointer_cast<EventMark>(std::move(after));
+    if (!event) {
+      event = std::make_shared<EventMark>();
+      check(cudaEventCreateWithFlags(&event->event, cudaEventDisableTiming), "cudaEventCreate", device_);
+      check(cudaEventRecord(event->event, s_.compute), "cudaEventRecord", device_);
+    }
     bulkQueue_.submit(ticket, dst, src, bytes, [this, event] {
       check(cudaStreamWaitEvent(s_.bulk, event->event, 0), "cudaStreamWaitEvent (weights)", device_);
     });
