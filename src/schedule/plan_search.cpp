@@ -67,6 +67,16 @@ SearchResult searchPlan(const LayerCosts& c, const PlanTarget& target) {
   };
   for (const auto& candidate : partitionCandidates(c, options)) consider(candidate.plan);
   const double cap = memoryLimit > 0 ? memoryLimit / 2.0 : std::numeric_limits<double>::infinity();
+  // Note [One stage for one worker]: one worker runs every job in turn, so the whole model as one fused stage
+  // computes what the split plans compute, without the recompute a backward stage makes or a second upload of
+  // the embedding, and one job an iteration lets the next iteration's weights come in while this one computes
+  // (Note [Prefetch across iterations]). With more workers a single stage leaves all but one idle in an
+  // iteration, which the simulator's overlapping rounds do not see, so it is not a candidate there.
+  if (workers == 1) {
+    Plan whole;
+    whole.fused = {0, L};
+    if (fits({whole.fused}, c.backwardBytes, cap)) consider(whole);
+  }
   for (int e = 1; e < L; ++e) {  // the fused tail [e, L) holds the head and maybe decoder layers
     Plan p;
     p.fused = {e, L};

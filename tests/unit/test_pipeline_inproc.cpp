@@ -477,6 +477,60 @@ TEST(InProcPipeline, AsyncPrefetchesTheNextIterationsFirstJob) {
                                   {run.metrics, [&](const std::string& n) { return run.weights.at(n); }}, 1e-5);
 }
 
+// Note [One stage for one worker]: one worker's automatic plan is one fused stage over every layer, one job an
+// iteration, and in async mode each iteration's job finds its weights prefetched during the previous one (Note
+// [Prefetch across iterations]; on the CPU the prefetch is tried after each microbatch, which the slowed compute
+// gives time for). The losses and weights are the delayed-update reference's.
+TEST(InProcPipeline, OneWorkerTrainsTheWholeModelAsOneStagePrefetchedAcrossIterations) {
+  const auto fixtures = test::fixturesDir();
+  RP_SKIP_UNLESS(fixtures, "shared fixtures");
+  const std::string model = *fixtures + "/models/tinystories-656k", scratch = test::scratchDir();
+  const int layers = nlohmann::json::parse(std::ifstream(model + "/config.json")).at("num_hidden_layers").get<int>();
+  auto configAt = [&](const std::string& out) {
+    std::vector<std::string> sets = test::equivalenceSettings(model, model, *fixtures, out);
+    sets.insert(sets.end(), {"optim.staleness=1", "train.max_steps=6", "pipeline.replan_every=0"});
+    return config::loadRunConfig("", sets);
+  };
+  std::vector<std::string> names;
+  {
+    train::Trainer probe(configAt(scratch + "/reference"));
+    for (const auto& [name, param] : probe.trainable()) names.push_back(name);
+  }
+  ::setenv("RP_SLOW_WORKER", "0:0.2", 1);
+  const ThreadRun run = test::runOnThreads(configAt(scratch + "/pipeline"), 1, TensorPlane::kHostStaged, names);
+  ::unsetenv("RP_SLOW_WORKER");
+  ASSERT_EQ(run.metrics.size(), 6u);
+
+  const auto trace = nlohmann::json::parse(std::ifstream(scratch + "/pipeline/trace.json"));
+  const std::regex jobName(R"(job ([0-9]+): (\w+) ([0-9]+)-([0-9]+) \(step ([0-9]+)\))");
+  std::vector<std::pair<double, double>> jobs;  // [ts, ts + dur) of each step's job from step 2 on
+  std::vector<double> prefetched;
+  int allJobs = 0;
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.value("ph", "") != "X") continue;
+    const std::string name = e.value("name", "");
+    std::smatch m;
+    if (std::regex_match(name, m, jobName)) {
+      ++allJobs;
+      EXPECT_EQ(fmt::format("{} {} {}-{}", m[1].str(), m[2].str(), m[3].str(), m[4].str()),
+                fmt::format("0 fused 0-{}", layers + 1))
+          << "every iteration is one fused job over the embedding, the decoder layers and the head";
+      if (std::stoi(m[5]) >= 2) {
+        jobs.emplace_back(e.at("ts").get<double>(), e.at("ts").get<double>() + e.at("dur").get<double>());
+      }
+    }
+    if (name == "wait: prefetched weights") prefetched.push_back(e.at("ts").get<double>());
+  }
+  EXPECT_EQ(allJobs, 6);
+  int found = 0;
+  for (const auto& [begin, end] : jobs) {
+    found += std::any_of(prefetched.begin(), prefetched.end(), [&](double t) { return t >= begin && t < end; });
+  }
+  EXPECT_GE(found, 3) << "of the 5 iterations from step 2 on, too few found their job's weights prefetched";
+  test::expectEqualsDelayedUpdate(configAt(scratch + "/reference"),
+                                  {run.metrics, [&](const std::string& n) { return run.weights.at(n); }}, 1e-5);
+}
+
 // pipeline.profile of another model (a layer count that differs) is named, with both counts, on every rank.
 TEST(InProcPipeline, AProfileOfAnotherModelIsNamed) {
   const auto fixtures = test::fixturesDir();

@@ -290,6 +290,27 @@ TEST(PlanSearch, NeverWorseThanTheReferenceAndBetterWhenTheGreedyMisses) {
   for (const auto& st : capped.plan.backward) EXPECT_LE(2.0 * st.size(), 6.0) << describe(capped.plan);
 }
 
+// Note [One stage for one worker]: one worker's best plan is the whole model as one fused stage, where it fits
+// half the memory budget; with two workers no candidate is a single stage.
+TEST(PlanSearch, OneWorkerRunsTheWholeModelAsOneFusedStageWhereItFits) {
+  LayerCosts c;
+  for (int l = 0; l < 10; ++l) {
+    const double f = l == 0 ? 0.1 : l == 9 ? 3.0 : 1.0;
+    c.forward.push_back(f);
+    c.backward.push_back(3 * f);
+    c.bytes.push_back(1.0);
+    c.backwardBytes.push_back(2.0);
+  }
+  const SearchResult one = searchPlan(c, {1, 4});
+  EXPECT_EQ(one.plan.fused, (Range{0, 10})) << describe(one.plan);
+  EXPECT_TRUE(one.plan.forward.empty() && one.plan.backward.empty()) << describe(one.plan);
+  EXPECT_LT(one.makespan, one.referenceMakespan) << "the reference's split recomputes its backward stages";
+  const SearchResult capped = searchPlan(c, {1, 4, 2 * 2.0 * 9});  // half the budget holds 9 of the 10 layers
+  EXPECT_GT(capped.plan.fused.begin, 0) << describe(capped.plan);
+  const SearchResult two = searchPlan(c, {2, 4});
+  EXPECT_GT(two.plan.fused.begin, 0) << describe(two.plan);
+}
+
 // Mixture of experts: bytes follow every expert, FLOPs the chosen ones (docs/moe.md), by hand on a tiny shape
 // read from a Qwen3-MoE config.json (layer 1 of 2 dense through mlp_only_layers).
 TEST(Projection, MoeLayersStoreEveryExpertAndComputeTheChosen) {
