@@ -417,6 +417,7 @@ void JobExecutor::runJob(std::int64_t step, std::int64_t k, const schedule::Disp
   } else {
     upload(step, job.layers);
   }
+  slots_->release(slot_, nullptr);  // Note [Slot release]: computed in until this job's end mark (or a failure)
   prefetchNext(step, k, table, next_);
   model_->model().train();
   // Layer-grain backward jobs download each layer as its last microbatch's backward finishes it, unless a
@@ -472,6 +473,7 @@ void JobExecutor::runOneFOneB(std::int64_t step, const schedule::DispatchTable& 
   const schedule::Range layers = table.jobs[static_cast<std::size_t>(mine.front())].layers;
   slots_->bind(*model_, layers, slot_);
   upload(step, layers);
+  slots_->release(slot_, nullptr);
   model_->model().train();
   for (const auto& op : schedule::oneFOneBOrder(table, rank_, static_cast<int>(config_.train.microbatches))) {
     runMicrobatch(step, op.job, table, data, op.microbatch);

@@ -11,8 +11,9 @@
 // the compute that still reads it — the last job bound to that slot — and for nothing later: the weights of
 // job k+1 go into the slot job k-1 used, so they may land while job k computes in the other one. Each job ends
 // by recording a mark of the worker in its slot (release); copies into the slot are ordered after that mark
-// (Worker::copyBulk's `after`). A slot no job has computed in since it was allocated has none, and a copy into
-// it waits for the compute submitted so far, as every copy did before.
+// (Worker::copyBulk's `after`). A slot no job has computed in since it was allocated has none, nor has one a job
+// is computing in (cleared as the job starts, so a job that fails leaves none), and a copy into it waits for
+// the compute submitted so far, as every copy did before.
 // Thread-safety: the rank's main thread.
 #pragma once
 
