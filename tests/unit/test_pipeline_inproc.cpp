@@ -426,21 +426,18 @@ TEST(InProcPipeline, ASlowWorkerGetsFewerJobsAndTheRunStaysTheTrainers) {
   EXPECT_LT(3 * slow, jobs) << m[0] << ": not below an even share (round-robin's)";
 }
 
-// Note [Prefetch across iterations] and Note [Copy as the iteration starts]: in async mode the weights of a
-// worker's first job of iteration t + 1 are published while iteration t computes, and reach the worker's other
-// stage slot during its last job of t. One worker, three jobs an iteration (fwd 0, fused, bwd 0: the fused and
-// bwd jobs are prefetched within the iteration), compute slowed so that the optimizer of a 656K-parameter
-// model is well ahead of it; the first job of iterations 2..6 must find its weights prefetched in some of
-// them, and the run stays the delayed-update reference's.
-TEST(InProcPipeline, AsyncPrefetchesTheNextIterationsFirstJob) {
-  const auto fixtures = test::fixturesDir();
-  RP_SKIP_UNLESS(fixtures, "shared fixtures");
-  const std::string model = *fixtures + "/models/tinystories-656k", scratch = test::scratchDir();
+// The runs of Note [Prefetch across iterations]: one worker at a fifth of its pace (RP_SLOW_WORKER), so the
+// optimizer of a 656K-parameter model is well ahead of it; async (k = 1), 6 steps, no re-planning, `extra`
+// settings. Checks the losses and weights against the delayed-update reference; returns the run's trace spans
+// (complete events) and the model's decoder-layer count.
+std::pair<std::vector<nlohmann::json>, int> slowedAsyncRun(const std::string& fixtures,
+                                                           const std::vector<std::string>& extra) {
+  const std::string model = fixtures + "/models/tinystories-656k", scratch = test::scratchDir();
   const int layers = nlohmann::json::parse(std::ifstream(model + "/config.json")).at("num_hidden_layers").get<int>();
   auto configAt = [&](const std::string& out) {
-    std::vector<std::string> sets = test::equivalenceSettings(model, model, *fixtures, out);
-    sets.insert(sets.end(), {"optim.staleness=1", "train.max_steps=6", "pipeline.replan_every=0",
-                             fmt::format("pipeline.plan=1 | {} | 1", layers)});
+    std::vector<std::string> sets = test::equivalenceSettings(model, model, fixtures, out);
+    sets.insert(sets.end(), {"optim.staleness=1", "train.max_steps=6", "pipeline.replan_every=0"});
+    for (const auto& e : extra) sets.push_back(fmt::format(fmt::runtime(e), layers));
     return config::loadRunConfig("", sets);
   };
   std::vector<std::string> names;
@@ -451,84 +448,81 @@ TEST(InProcPipeline, AsyncPrefetchesTheNextIterationsFirstJob) {
   ::setenv("RP_SLOW_WORKER", "0:0.2", 1);
   const ThreadRun run = test::runOnThreads(configAt(scratch + "/pipeline"), 1, TensorPlane::kHostStaged, names);
   ::unsetenv("RP_SLOW_WORKER");
-  ASSERT_EQ(run.metrics.size(), 6u);
-
+  EXPECT_EQ(run.metrics.size(), 6u);
+  test::expectEqualsDelayedUpdate(configAt(scratch + "/reference"),
+                                  {run.metrics, [&](const std::string& n) { return run.weights.at(n); }}, 1e-5);
   const auto trace = nlohmann::json::parse(std::ifstream(scratch + "/pipeline/trace.json"));
-  std::vector<std::pair<double, double>> firstJobs;  // [ts, ts + dur) of each iteration's job 0 from step 2 on
-  std::vector<double> prefetched;                    // when a job took prefetched weights
-  const std::regex firstJob(R"(job 0: .* \(step ([0-9]+)\))");
+  std::vector<nlohmann::json> spans;
   for (const auto& e : trace.at("traceEvents")) {
-    if (e.value("ph", "") != "X") continue;
+    if (e.value("ph", "") == "X") spans.push_back(e);
+  }
+  return {spans, layers};
+}
+
+// How many of `jobs` ([ts, ts + dur)) took prefetched weights within them.
+int prefetchedWithin(const std::vector<std::pair<double, double>>& jobs, const std::vector<nlohmann::json>& spans) {
+  int found = 0;
+  for (const auto& [begin, end] : jobs) {
+    found += std::any_of(spans.begin(), spans.end(), [&](const nlohmann::json& e) {
+      const double t = e.at("ts").get<double>();
+      return e.value("name", "") == "wait: prefetched weights" && t >= begin && t < end;
+    });
+  }
+  return found;
+}
+
+// Note [Prefetch across iterations] and Note [Copy as the iteration starts]: in async mode the weights of a
+// worker's first job of iteration t + 1 are published while iteration t computes, and reach the worker's other
+// stage slot during its last job of t. One worker, three jobs an iteration (fwd 0, fused, bwd 0: the fused and
+// bwd jobs are prefetched within the iteration); the first job of iterations 2..6 must find its weights
+// prefetched in some of them.
+TEST(InProcPipeline, AsyncPrefetchesTheNextIterationsFirstJob) {
+  const auto fixtures = test::fixturesDir();
+  RP_SKIP_UNLESS(fixtures, "shared fixtures");
+  const auto [spans, layers] = slowedAsyncRun(*fixtures, {"pipeline.plan=1 | {} | 1"});
+  std::vector<std::pair<double, double>> firstJobs;  // each iteration's job 0 from step 2 on
+  int prefetched = 0;
+  const std::regex firstJob(R"(job 0: .* \(step ([0-9]+)\))");
+  for (const auto& e : spans) {
     const std::string name = e.value("name", "");
     std::smatch m;
     if (std::regex_match(name, m, firstJob) && std::stoi(m[1]) >= 2) {
       firstJobs.emplace_back(e.at("ts").get<double>(), e.at("ts").get<double>() + e.at("dur").get<double>());
     }
-    if (name == "wait: prefetched weights") prefetched.push_back(e.at("ts").get<double>());
+    prefetched += name == "wait: prefetched weights" ? 1 : 0;
   }
   ASSERT_EQ(firstJobs.size(), 5u);
-  int across = 0;
-  for (const auto& [begin, end] : firstJobs) {
-    across += std::any_of(prefetched.begin(), prefetched.end(), [&](double t) { return t >= begin && t < end; });
-  }
-  EXPECT_GE(prefetched.size(), 2u * 6u) << "the fused and bwd jobs are prefetched within each iteration";
-  EXPECT_GE(across, 1) << "no iteration's first job found its weights prefetched during the previous iteration";
-  test::expectEqualsDelayedUpdate(configAt(scratch + "/reference"),
-                                  {run.metrics, [&](const std::string& n) { return run.weights.at(n); }}, 1e-5);
+  EXPECT_GE(prefetched, 2 * 6) << "the fused and bwd jobs are prefetched within each iteration";
+  EXPECT_GE(prefetchedWithin(firstJobs, spans), 1)
+      << "no iteration's first job found its weights prefetched during the previous iteration";
 }
 
 // Note [One stage for one worker]: one worker's automatic plan is one fused stage over every layer, one job an
 // iteration, and in async mode each iteration's job finds its weights prefetched during the previous one (Note
 // [Prefetch across iterations]; on the CPU the prefetch is tried after each microbatch, which the slowed compute
-// gives time for). The losses and weights are the delayed-update reference's.
+// gives time for).
 TEST(InProcPipeline, OneWorkerTrainsTheWholeModelAsOneStagePrefetchedAcrossIterations) {
   const auto fixtures = test::fixturesDir();
   RP_SKIP_UNLESS(fixtures, "shared fixtures");
-  const std::string model = *fixtures + "/models/tinystories-656k", scratch = test::scratchDir();
-  const int layers = nlohmann::json::parse(std::ifstream(model + "/config.json")).at("num_hidden_layers").get<int>();
-  auto configAt = [&](const std::string& out) {
-    std::vector<std::string> sets = test::equivalenceSettings(model, model, *fixtures, out);
-    sets.insert(sets.end(), {"optim.staleness=1", "train.max_steps=6", "pipeline.replan_every=0"});
-    return config::loadRunConfig("", sets);
-  };
-  std::vector<std::string> names;
-  {
-    train::Trainer probe(configAt(scratch + "/reference"));
-    for (const auto& [name, param] : probe.trainable()) names.push_back(name);
-  }
-  ::setenv("RP_SLOW_WORKER", "0:0.2", 1);
-  const ThreadRun run = test::runOnThreads(configAt(scratch + "/pipeline"), 1, TensorPlane::kHostStaged, names);
-  ::unsetenv("RP_SLOW_WORKER");
-  ASSERT_EQ(run.metrics.size(), 6u);
-
-  const auto trace = nlohmann::json::parse(std::ifstream(scratch + "/pipeline/trace.json"));
+  const auto [spans, layers] = slowedAsyncRun(*fixtures, {});
   const std::regex jobName(R"(job ([0-9]+): (\w+) ([0-9]+)-([0-9]+) \(step ([0-9]+)\))");
-  std::vector<std::pair<double, double>> jobs;  // [ts, ts + dur) of each step's job from step 2 on
-  std::vector<double> prefetched;
+  std::vector<std::pair<double, double>> jobs;  // each step's job from step 2 on
   int allJobs = 0;
-  for (const auto& e : trace.at("traceEvents")) {
-    if (e.value("ph", "") != "X") continue;
+  for (const auto& e : spans) {
     const std::string name = e.value("name", "");
     std::smatch m;
-    if (std::regex_match(name, m, jobName)) {
-      ++allJobs;
-      EXPECT_EQ(fmt::format("{} {} {}-{}", m[1].str(), m[2].str(), m[3].str(), m[4].str()),
-                fmt::format("0 fused 0-{}", layers + 1))
-          << "every iteration is one fused job over the embedding, the decoder layers and the head";
-      if (std::stoi(m[5]) >= 2) {
-        jobs.emplace_back(e.at("ts").get<double>(), e.at("ts").get<double>() + e.at("dur").get<double>());
-      }
+    if (!std::regex_match(name, m, jobName)) continue;
+    ++allJobs;
+    EXPECT_EQ(fmt::format("{} {} {}-{}", m[1].str(), m[2].str(), m[3].str(), m[4].str()),
+              fmt::format("0 fused 0-{}", layers + 1))
+        << "every iteration is one fused job over the embedding, the decoder layers and the head";
+    if (std::stoi(m[5]) >= 2) {
+      jobs.emplace_back(e.at("ts").get<double>(), e.at("ts").get<double>() + e.at("dur").get<double>());
     }
-    if (name == "wait: prefetched weights") prefetched.push_back(e.at("ts").get<double>());
   }
   EXPECT_EQ(allJobs, 6);
-  int found = 0;
-  for (const auto& [begin, end] : jobs) {
-    found += std::any_of(prefetched.begin(), prefetched.end(), [&](double t) { return t >= begin && t < end; });
-  }
-  EXPECT_GE(found, 3) << "of the 5 iterations from step 2 on, too few found their job's weights prefetched";
-  test::expectEqualsDelayedUpdate(configAt(scratch + "/reference"),
-                                  {run.metrics, [&](const std::string& n) { return run.weights.at(n); }}, 1e-5);
+  EXPECT_GE(prefetchedWithin(jobs, spans), 3)
+      << "of the 5 iterations from step 2 on, too few found their job's weights prefetched";
 }
 
 // pipeline.profile of another model (a layer count that differs) is named, with both counts, on every rank.
