@@ -35,6 +35,17 @@ void Ticket::wait() const {
   if (state_->error) std::rethrow_exception(state_->error);
 }
 
+void Ticket::wait(const std::function<bool()>& meanwhile, std::chrono::microseconds period) const {
+  for (bool again = true; again;) {
+    {
+      std::unique_lock<std::mutex> lock(state_->mutex);
+      if (state_->cv.wait_for(lock, period, [&] { return state_->pending == 0; })) break;
+    }
+    again = meanwhile();
+  }
+  wait();
+}
+
 void Ticket::throwIfFailed() const {
   std::lock_guard<std::mutex> lock(state_->mutex);
   if (state_->error) std::rethrow_exception(state_->error);

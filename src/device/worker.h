@@ -33,6 +33,9 @@ class Ticket {
   Ticket();  // nothing pending: done
   bool done() const;
   void wait() const;
+  // wait(), and while the ticket is pending, `meanwhile` on this thread every `period` until it returns false
+  // (Note [Prefetch while the device computes]: the next job's prefetch, tried while a job's downloads land).
+  void wait(const std::function<bool()>& meanwhile, std::chrono::microseconds period) const;
   void throwIfFailed() const;
   // Backend side.
   void add() const;

@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cstring>
 #include <map>
-#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -120,13 +119,16 @@ void JobExecutor::tryPrefetch() {
 // would miss them, and the next job would upload them after this one ends, its compute waiting. So the wait
 // tries the prefetch every 100 µs until it is issued; the copy, ordered only after the job that last used the
 // other slot (Note [Slot release]), runs while this job still computes. On the CPU the compute is done when
-// the host gets here and the downloads are too: nothing changes.
+// the host gets here and the downloads are too: nothing changes (the waiting itself is Ticket::wait's, tested
+// with a completion from another thread: Ticket.AWaitRunsItsMeanwhileUntilItReturnsFalseOrTheTicketCompletes).
 void JobExecutor::waitPrefetching(const device::Ticket& copy) {
-  while (awaited_ && !prefetch_ && !copy.done()) {
-    tryPrefetch();
-    if (awaited_) std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
-  copy.wait();
+  if (!awaited_ || prefetch_) return copy.wait();
+  copy.wait(
+      [this] {
+        tryPrefetch();
+        return awaited_.has_value();  // not issued yet: not published
+      },
+      std::chrono::microseconds(100));
 }
 
 bool JobExecutor::publishedFor(std::int64_t step, const schedule::Range& layers) const {

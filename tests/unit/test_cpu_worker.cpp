@@ -2,6 +2,7 @@
 // weight chunk still queued — the priority rule of the transfer engine. The chunked queue itself is shared with
 // the CUDA backend, so its ordering and failure rules are tested here once.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -150,6 +151,41 @@ TEST(Ticket, AWaitEndsWithTheHealthCheckError) {
   slow.wait();
   completer.join();
   EXPECT_TRUE(slow.done());
+}
+
+// Note [Prefetch while the device computes]: a wait that runs something meanwhile runs it while the ticket is
+// pending, until it returns false, and returns once the ticket completes; a done ticket runs nothing.
+TEST(Ticket, AWaitRunsItsMeanwhileUntilItReturnsFalseOrTheTicketCompletes) {
+  using std::chrono::microseconds;
+  Ticket ticket;
+  ticket.add();
+  std::atomic<bool> completed{false};
+  std::thread completer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    completed = true;
+    ticket.complete();
+  });
+  int calls = 0;
+  ticket.wait([&] { return ++calls < 3; }, microseconds(100));  // the third call gives up trying
+  EXPECT_TRUE(completed) << "returned before the ticket completed";
+  EXPECT_EQ(calls, 3);
+  completer.join();
+
+  Ticket slow;
+  slow.add();
+  std::thread slowCompleter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    slow.complete();
+  });
+  int tries = 0;
+  slow.wait([&] { return ++tries > 0; }, microseconds(100));  // keeps trying
+  EXPECT_TRUE(slow.done());
+  EXPECT_GT(tries, 10) << "tried every 100 us during a 50 ms wait";
+  slowCompleter.join();
+
+  int none = 0;
+  Ticket().wait([&] { return ++none > 0; }, microseconds(100));
+  EXPECT_EQ(none, 0) << "a done ticket ran its meanwhile";
 }
 
 // throwIfFailed never blocks: nothing on a pending ticket, the first error once a piece failed. The CPU's
