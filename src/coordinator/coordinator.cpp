@@ -77,15 +77,27 @@ bool Coordination::stopRequested() {
   return requested;
 }
 
-Directive Coordination::begin(std::int64_t step, const std::function<std::string(int)>& describeRank) {
+Directive Coordination::begin(std::int64_t step, const std::function<std::string(int)>& describeRank,
+                              const std::function<bool()>& meanwhile) {
   if (channel_.rank() != 0) {
     std::int64_t words = -1;
     std::vector<std::int64_t> body;
+    bool polling = static_cast<bool>(meanwhile);
+    // The directive's announcement, in slices of a millisecond while `meanwhile` wants to run.
+    auto announced = [&](control::ControlChannel::Deadline deadline) {
+      while (polling) {
+        const auto slice = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(1));
+        if (channel_.receive(0, control::Tag::kDirective, &words, sizeof(words), slice)) return true;
+        if (slice >= deadline) return false;
+        polling = meanwhile();
+      }
+      return channel_.receive(0, control::Tag::kDirective, &words, sizeof(words), deadline);
+    };
     control::waitOrStall(
         options_.stall,
         [&](control::ControlChannel::Deadline deadline) {
           if (words < 0) {
-            if (!channel_.receive(0, control::Tag::kDirective, &words, sizeof(words), deadline)) return false;
+            if (!announced(deadline)) return false;
             if (words <= 0 || words > 64 * (layers_ + 4)) {
               RP_THROW(control::PeerError, "directive from rank 0 announces {} words (corrupt or a different build)",
                        words);

@@ -84,6 +84,8 @@ std::int64_t JobExecutor::runIteration(std::int64_t step, const schedule::Dispat
                                            job.layers.begin, job.layers.end - 1);
       namingOutOfMemory(step, what, [&] { runJob(step, static_cast<std::int64_t>(k), table, data); });
     }
+    // No job here this iteration: the next one's first, tried while this rank waits for the directive.
+    if (jobs == 0) prefetchNext(step, static_cast<std::int64_t>(table.jobs.size()) - 1, table, next);
   }
   next_ = nullptr;
   landPuts();        // the hand-offs' sources may go; the next iteration's tensors reuse their places

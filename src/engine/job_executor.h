@@ -87,6 +87,9 @@ class JobExecutor {
   // Waits for a prefetch in flight and forgets it: before anything rewrites the store's weights outside the
   // fences (the final publication), and before the slots are re-sized.
   void dropPrefetch();
+  // Tries the prefetch of this worker's next job (Note [Prefetch while waiting for the directive]); false once
+  // there is nothing left to try (issued, or no next job known).
+  bool tryPrefetchMeanwhile();
   // This rank's per-layer forward and backward milliseconds in the last iteration, summed over its
   // microbatches (kNotMeasured where it ran none of the layer).
   const std::vector<double>& forwardMs() const { return forwardMs_; }

@@ -131,6 +131,18 @@ void JobExecutor::waitPrefetching(const device::Ticket& copy) {
       std::chrono::microseconds(100));
 }
 
+// Note [Prefetch while waiting for the directive]: after its last job of an iteration (or in an iteration
+// without a job for it: fewer jobs than workers) a rank other than 0 waits for rank 0's next directive, and
+// the weights of its next job — W_t in async mode, published while iteration t still runs — may be published
+// meanwhile. Coordination::begin tries the prefetch every millisecond of that wait, so the job that follows
+// finds them in its slot instead of uploading as it starts. A guess the directive does not confirm is dropped
+// as the job starts, as any other (Note [Prefetch across iterations]).
+bool JobExecutor::tryPrefetchMeanwhile() {
+  if (prefetch_) return false;
+  tryPrefetch();
+  return awaited_.has_value();
+}
+
 bool JobExecutor::publishedFor(std::int64_t step, const schedule::Range& layers) const {
   if (versions_ >= 2 && step >= 2) {
     for (int l = 0; l < model_->layerCount(); ++l) {

@@ -535,7 +535,9 @@ bool PipelineRuntime::step(std::int64_t step, int signal) {
   // Rank 0's plan and dispatch table for this iteration, or its order to stop (a preemption signal reached
   // some rank: Coordination::requestStop).
   if (signal != 0) coordination_->requestStop(signal);
-  const auto directive = coordination_->begin(step, describeWorldRank());
+  const auto directive = coordination_->begin(step, describeWorldRank(), [this] {
+    return jobs_->tryPrefetchMeanwhile();  // Note [Prefetch while waiting for the directive]
+  });
   if (directive.stop) return false;
   runStep(step, directive);
   return true;

@@ -426,18 +426,18 @@ TEST(InProcPipeline, ASlowWorkerGetsFewerJobsAndTheRunStaysTheTrainers) {
   EXPECT_LT(3 * slow, jobs) << m[0] << ": not below an even share (round-robin's)";
 }
 
-// The runs of Note [Prefetch across iterations]: one worker at a fifth of its pace (RP_SLOW_WORKER), so the
-// optimizer of a 656K-parameter model is well ahead of it; async (k = 1), 6 steps, no re-planning, `extra`
+// The runs of Note [Prefetch across iterations]: `workers` workers at a fifth of their pace (RP_SLOW_WORKER),
+// so the optimizer of a 656K-parameter model is well ahead of them; async (k = 1), 6 steps, no re-planning, `extra`
 // settings. Checks the losses and weights against the delayed-update reference; returns the run's trace spans
 // (complete events) and the model's decoder-layer count.
 std::pair<std::vector<nlohmann::json>, int> slowedAsyncRun(const std::string& fixtures,
-                                                           const std::vector<std::string>& extra) {
+                                                           const std::vector<std::string>& extra, int workers = 1) {
   const std::string model = fixtures + "/models/tinystories-656k", scratch = test::scratchDir();
   const int layers = nlohmann::json::parse(std::ifstream(model + "/config.json")).at("num_hidden_layers").get<int>();
   auto configAt = [&](const std::string& out) {
     std::vector<std::string> sets = test::equivalenceSettings(model, model, fixtures, out);
     sets.insert(sets.end(), {"optim.staleness=1", "train.max_steps=6", "pipeline.replan_every=0"});
-    for (const auto& e : extra) sets.push_back(fmt::format(fmt::runtime(e), layers));
+    for (const auto& e : extra) sets.push_back(fmt::format(fmt::runtime(e), layers, layers + 1));
     return config::loadRunConfig("", sets);
   };
   std::vector<std::string> names;
@@ -445,8 +445,8 @@ std::pair<std::vector<nlohmann::json>, int> slowedAsyncRun(const std::string& fi
     train::Trainer probe(configAt(scratch + "/reference"));
     for (const auto& [name, param] : probe.trainable()) names.push_back(name);
   }
-  ::setenv("RP_SLOW_WORKER", "0:0.2", 1);
-  const ThreadRun run = test::runOnThreads(configAt(scratch + "/pipeline"), 1, TensorPlane::kHostStaged, names);
+  ::setenv("RP_SLOW_WORKER", "0:0.2,1:0.2", 1);
+  const ThreadRun run = test::runOnThreads(configAt(scratch + "/pipeline"), workers, TensorPlane::kHostStaged, names);
   ::unsetenv("RP_SLOW_WORKER");
   EXPECT_EQ(run.metrics.size(), 6u);
   test::expectEqualsDelayedUpdate(configAt(scratch + "/reference"),
@@ -523,6 +523,27 @@ TEST(InProcPipeline, OneWorkerTrainsTheWholeModelAsOneStagePrefetchedAcrossItera
   EXPECT_EQ(allJobs, 6);
   EXPECT_GE(prefetchedWithin(jobs, spans), 3)
       << "of the 5 iterations from step 2 on, too few found their job's weights prefetched";
+}
+
+// Note [Prefetch while waiting for the directive]: two workers and one fused stage, so each worker has a job
+// every other iteration. Rank 1, idle in iteration t, waits for rank 0's directive of t + 1 while rank 0
+// computes t; the weights of its next job (W_t, async) are published meanwhile and must be in its slot when
+// the job starts. (Rank 0 decides the directives and does not wait for them: its jobs upload as they start.)
+TEST(InProcPipeline, AWorkerWithoutAJobPrefetchesItsNextWhileWaitingForTheDirective) {
+  const auto fixtures = test::fixturesDir();
+  RP_SKIP_UNLESS(fixtures, "shared fixtures");
+  const auto [spans, layers] = slowedAsyncRun(*fixtures, {"pipeline.plan= | {1} | "}, 2);
+  const std::regex jobName(R"(job 0: fused 0-[0-9]+ \(step ([0-9]+)\))");
+  std::vector<std::pair<double, double>> rank1;  // rank 1's jobs: steps 2, 4, 6
+  for (const auto& e : spans) {
+    std::smatch m;
+    const std::string name = e.value("name", "");
+    if (std::regex_match(name, m, jobName) && e.value("pid", -1) == 1) {
+      rank1.emplace_back(e.at("ts").get<double>(), e.at("ts").get<double>() + e.at("dur").get<double>());
+    }
+  }
+  ASSERT_EQ(rank1.size(), 3u) << "one fused job a step, every other step on rank 1";
+  EXPECT_GE(prefetchedWithin(rank1, spans), 2) << "rank 1's jobs did not find their weights prefetched";
 }
 
 // pipeline.profile of another model (a layer count that differs) is named, with both counts, on every rank.
