@@ -123,12 +123,7 @@ void JobExecutor::tryPrefetch() {
 // with a completion from another thread: Ticket.AWaitRunsItsMeanwhileUntilItReturnsFalseOrTheTicketCompletes).
 void JobExecutor::waitPrefetching(const device::Ticket& copy) {
   if (!awaited_ || prefetch_) return copy.wait();
-  copy.wait(
-      [this] {
-        tryPrefetch();
-        return awaited_.has_value();  // not issued yet: not published
-      },
-      std::chrono::microseconds(100));
+  copy.wait([this] { return tryPrefetchMeanwhile(); }, std::chrono::microseconds(100));
 }
 
 // Note [Prefetch while waiting for the directive]: after its last job of an iteration (or in an iteration
