@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <future>
 #include <mutex>
 #include <numeric>
 #include <string>
@@ -109,9 +110,10 @@ TEST(ChunkedCopyQueue, RunsBeforeThenChunksInOrderAndConfinesAFailure) {
   std::iota(src.begin(), src.end(), 1);
   Ticket first, failed, third;
   {
-    ChunkedCopyQueue queue(4, [&](void* d, const void* s, std::size_t n) {
+    ChunkedCopyQueue queue(4, 1, [&](void* d, const void* s, std::size_t n) {
       log("chunk " + std::to_string(n));
       std::memcpy(d, s, n);
+      return ChunkedCopyQueue::Landing();  // landed as issued
     });
     queue.submit(first, dst.data(), src.data(), src.size(), [&] { log("before 1"); });
     queue.submit(failed, dst2.data(), src.data(), 3, [&]() -> void {
@@ -127,6 +129,48 @@ TEST(ChunkedCopyQueue, RunsBeforeThenChunksInOrderAndConfinesAFailure) {
   EXPECT_EQ(dst2, std::vector<std::uint8_t>(src.begin(), src.begin() + 3));
   const std::vector<std::string> expected{"before 1", "chunk 4", "chunk 4", "chunk 2", "before 2", "chunk 3"};
   EXPECT_EQ(events, expected);
+}
+
+// Note [Chunks in flight]: with two chunks on the link the thread issues the next chunk before the previous one
+// has landed, never has more than two issued and not landed, completes a ticket only once its last chunk has
+// landed, and a chunk that fails to land fails its own ticket only. The fake backend copies the bytes when the
+// landing is awaited, as a device's copy lands after its issue.
+TEST(ChunkedCopyQueue, KeepsTwoChunksOnTheLinkAndCompletesATicketOnlyOnceItsChunksLanded) {
+  std::mutex mutex;
+  std::vector<std::string> events;
+  auto log = [&](std::string e) {
+    std::lock_guard<std::mutex> lock(mutex);
+    events.push_back(std::move(e));
+  };
+  std::vector<std::uint8_t> src(10), dst(10, 0), dst2(3, 0);
+  std::iota(src.begin(), src.end(), 1);
+  Ticket first, failing;
+  std::promise<void> gate;  // holds the first chunk until both submissions are queued
+  std::shared_future<void> opened = gate.get_future().share();
+  int onLink = 0, mostOnLink = 0, chunk = 0;
+  {
+    ChunkedCopyQueue queue(4, 2, [&](void* d, const void* s, std::size_t n) -> ChunkedCopyQueue::Landing {
+      const int id = chunk++;
+      log("issue " + std::to_string(id));
+      mostOnLink = std::max(mostOnLink, ++onLink);
+      return [&, d, s, n, id] {
+        if (id == 3) throw SystemError("cudaEventSynchronize (weights) returned 700");
+        log("land " + std::to_string(id) + (first.done() ? " (first done)" : ""));
+        std::memcpy(d, s, n);
+        --onLink;
+      };
+    });
+    queue.submit(first, dst.data(), src.data(), src.size(), [&] { opened.wait(); });
+    queue.submit(failing, dst2.data(), src.data(), 3);
+    gate.set_value();
+    first.wait();
+    EXPECT_EQ(dst, src) << "the wait returned before every chunk had landed";
+    EXPECT_THROW(failing.wait(), SystemError);
+  }
+  const std::vector<std::string> expected{"issue 0", "issue 1", "land 0", "issue 2", "land 1", "issue 3", "land 2"};
+  EXPECT_EQ(events, expected) << "chunk 1 goes before chunk 0 lands, chunk 2 only after it, and the first "
+                                 "ticket is not done before its last chunk lands";
+  EXPECT_EQ(mostOnLink, 2);
 }
 
 // A backend's completion that can never arrive (a CUDA stream after a device fault) surfaces through the
@@ -207,7 +251,11 @@ TEST(ChunkedCopyQueue, AThreadThatCannotStartFailsEveryCopy) {
   Ticket t;
   {
     ChunkedCopyQueue queue(
-        4, [](void* d, const void* s, std::size_t n) { std::memcpy(d, s, n); },
+        4, 1,
+        [](void* d, const void* s, std::size_t n) {
+          std::memcpy(d, s, n);
+          return ChunkedCopyQueue::Landing();
+        },
         [] { throw SystemError("cudaSetDevice on CUDA device 3 returned 101"); });
     queue.submit(t, dst.data(), src.data(), src.size());
     EXPECT_THROW(t.wait(), SystemError);

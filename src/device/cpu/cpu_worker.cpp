@@ -93,9 +93,10 @@ class CpuPeerRing : public PeerRing {
 
 CpuWorker::CpuWorker(const WorkerOptions& options)
     : stretch_(1.0 / options.computeSpeed - 1.0),
-      bulk_(options.chunkBytes, [this](void* dst, const void* src, std::size_t bytes) {
+      bulk_(options.chunkBytes, 1, [this](void* dst, const void* src, std::size_t bytes) {
         if (observer_) observer_(false, bytes);
         std::memcpy(dst, src, bytes);
+        return ChunkedCopyQueue::Landing();  // landed
       }) {
   if (!(options.computeSpeed > 0 && options.computeSpeed <= 1)) {
     RP_THROW(InputError, "cpu worker: compute speed {} (RP_SLOW_WORKER) must be in (0, 1]", options.computeSpeed);

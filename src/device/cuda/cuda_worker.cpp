@@ -25,6 +25,9 @@ namespace {
 // between LibTorch releases; the GPU machines build against their own).
 constexpr std::size_t kAggregate = 0;
 
+// Weight chunks on the link at once (Note [Chunks in flight], device/copy_queue.cpp).
+constexpr int kWeightChunksInFlight = 2;
+
 struct EventMark : ComputeMark {
   cudaEvent_t event = nullptr;
   ~EventMark() override {
@@ -54,10 +57,19 @@ class CudaWorker : public Worker {
   explicit CudaWorker(const WorkerOptions& options)
       : device_(options.deviceIndex),
         bulkQueue_(
-            options.chunkBytes,
-            [this](void* dst, const void* src, std::size_t bytes) {
+            options.chunkBytes, kWeightChunksInFlight,
+            [this](void* dst, const void* src, std::size_t bytes) -> ChunkedCopyQueue::Landing {
               check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s_.bulk), "cudaMemcpyAsync (weights)", device_);
-              check(cudaStreamSynchronize(s_.bulk), "cudaStreamSynchronize (weights)", device_);
+              cudaEvent_t landed = nullptr;
+              check(cudaEventCreateWithFlags(&landed, cudaEventDisableTiming), "cudaEventCreate (weights)", device_);
+              const cudaError_t recorded = cudaEventRecord(landed, s_.bulk);
+              if (recorded != cudaSuccess) cudaEventDestroy(landed);
+              check(recorded, "cudaEventRecord (weights)", device_);
+              return [this, landed] {
+                const cudaError_t rc = cudaEventSynchronize(landed);
+                cudaEventDestroy(landed);
+                check(rc, "cudaEventSynchronize (weights)", device_);
+              };
             },
             [this] { check(cudaSetDevice(device_), "cudaSetDevice", device_); }) {
     s_.device = device_;
@@ -240,9 +252,9 @@ class CudaWorker : public Worker {
     return copyOn(s_.download, dst, src, bytes);
   }
 
-  // Weights: the queue's thread issues one chunk at a time on the low-priority stream, after the compute up to
-  // `after` — the last job that read the slot being refilled (Note [Slot release]) — or, without it, after the
-  // compute submitted before this call.
+  // Weights: the queue's thread issues the chunks on the low-priority stream, two on the link at a time, after the
+  // compute up to `after` — the last job that read the slot being refilled (Note [Slot release]) — or, without
+  // it, after the compute submitted before this call.
   void copyBulk(Ticket& ticket, void* dst, const void* src, std::size_t bytes,
                 std::shared_ptr<ComputeMark> after) override {
     std::shared_ptr<EventMark> event = std::static_pointer_cast<EventMark>(std::move(after));
