@@ -97,17 +97,26 @@ TEST(CpuWorker, AllocatesZeroedAlignedMemoryThatLivesWithItsHolders) {
   EXPECT_EQ(static_cast<std::uint8_t*>(holder.get())[999], 7);
 }
 
+// What a chunked queue's backend and callbacks did, in order, from any thread; and the bytes two submissions
+// copy: 10 (three chunks of at most 4) and 3.
+struct QueueRecord {
+  std::mutex mutex;
+  std::vector<std::string> events;
+  void log(std::string e) {
+    std::lock_guard<std::mutex> lock(mutex);
+    events.push_back(std::move(e));
+  }
+  std::vector<std::uint8_t> src = std::vector<std::uint8_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  std::vector<std::uint8_t> dst = std::vector<std::uint8_t>(10, 0), dst2 = std::vector<std::uint8_t>(3, 0);
+};
+
 // What the CUDA backend relies on: chunks in order, one at a time, a submission's `before` ahead of its first
 // chunk, and a failing `before` failing that submission only.
 TEST(ChunkedCopyQueue, RunsBeforeThenChunksInOrderAndConfinesAFailure) {
-  std::mutex mutex;
-  std::vector<std::string> events;
-  auto log = [&](std::string e) {
-    std::lock_guard<std::mutex> lock(mutex);
-    events.push_back(std::move(e));
-  };
-  std::vector<std::uint8_t> src(10), dst(10, 0), dst2(3, 0);
-  std::iota(src.begin(), src.end(), 1);
+  QueueRecord r;
+  auto log = [&](std::string e) { r.log(std::move(e)); };
+  auto &src = r.src, &dst = r.dst, &dst2 = r.dst2;
+  const std::vector<std::string>& events = r.events;
   Ticket first, failed, third;
   {
     ChunkedCopyQueue queue(4, 1, [&](void* d, const void* s, std::size_t n) {
@@ -136,14 +145,10 @@ TEST(ChunkedCopyQueue, RunsBeforeThenChunksInOrderAndConfinesAFailure) {
 // landed, and a chunk that fails to land fails its own ticket only. The fake backend copies the bytes when the
 // landing is awaited, as a device's copy lands after its issue.
 TEST(ChunkedCopyQueue, KeepsTwoChunksOnTheLinkAndCompletesATicketOnlyOnceItsChunksLanded) {
-  std::mutex mutex;
-  std::vector<std::string> events;
-  auto log = [&](std::string e) {
-    std::lock_guard<std::mutex> lock(mutex);
-    events.push_back(std::move(e));
-  };
-  std::vector<std::uint8_t> src(10), dst(10, 0), dst2(3, 0);
-  std::iota(src.begin(), src.end(), 1);
+  QueueRecord r;
+  auto log = [&](std::string e) { r.log(std::move(e)); };
+  auto &src = r.src, &dst = r.dst, &dst2 = r.dst2;
+  const std::vector<std::string>& events = r.events;
   Ticket first, failing;
   std::promise<void> gate;  // holds the first chunk until both submissions are queued
   std::shared_future<void> opened = gate.get_future().share();
