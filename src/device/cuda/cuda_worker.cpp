@@ -216,6 +216,10 @@ class CudaWorker : public Worker {
     // device tensor (so one of a byte here, back in its cache at once).
     (void)at::empty({1},
                     at::TensorOptions().dtype(at::kByte).device(at::kCUDA, static_cast<c10::DeviceIndex>(device_)));
+    // The fraction is checked only when the allocator asks the device for a new segment: blocks it already
+    // holds cached (an earlier plan's, an earlier run's in this process) would be handed out past the new cap.
+    // So what it holds cached and unused goes back to the device first (blocks in use stay where they are).
+    c10::cuda::CUDACachingAllocator::emptyCache();
     const double fraction = std::min(1.0, static_cast<double>(bytes) / static_cast<double>(total));
     c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, static_cast<c10::DeviceIndex>(device_));
     RP_LOG_INFO(
