@@ -1,3 +1,4 @@
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 
@@ -35,12 +36,22 @@ void Ticket::wait() const {
   if (state_->error) std::rethrow_exception(state_->error);
 }
 
+// The health check runs here too, every kHealthPeriod: a meanwhile that never gives up (a sync step's next
+// weights, which wait for the very gradients this ticket downloads) would otherwise wait for a faulted device
+// forever.
 void Ticket::wait(const std::function<bool()>& meanwhile, std::chrono::microseconds period) const {
+  auto checked = std::chrono::steady_clock::now();
   for (bool again = true; again;) {
+    std::function<void()> check;
     {
       std::unique_lock<std::mutex> lock(state_->mutex);
       if (state_->cv.wait_for(lock, period, [&] { return state_->pending == 0; })) break;
+      if (std::chrono::steady_clock::now() - checked >= kHealthPeriod) {
+        check = state_->healthCheck;
+        checked = std::chrono::steady_clock::now();
+      }
     }
+    if (check) check();  // throws when the work can no longer complete
     again = meanwhile();
   }
   wait();

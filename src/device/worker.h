@@ -34,7 +34,8 @@ class Ticket {
   bool done() const;
   void wait() const;
   // wait(), and while the ticket is pending, `meanwhile` on this thread every `period` until it returns false
-  // (Note [Prefetch while the device computes]: the next job's prefetch, tried while a job's downloads land).
+  // (Note [Prefetch while the device computes]: the next job's prefetch, tried while a job's downloads land);
+  // the health check runs meanwhile as in wait().
   void wait(const std::function<bool()>& meanwhile, std::chrono::microseconds period) const;
   void throwIfFailed() const;
   // Backend side.

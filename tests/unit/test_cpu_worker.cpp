@@ -237,6 +237,28 @@ TEST(Ticket, AWaitRunsItsMeanwhileUntilItReturnsFalseOrTheTicketCompletes) {
   EXPECT_EQ(none, 0) << "a done ticket ran its meanwhile";
 }
 
+// A meanwhile that never gives up (sync: the next step's weights wait for the gradients being downloaded) does
+// not keep a wait on a faulted device from ending: the health check runs meanwhile, every kHealthPeriod. Were it
+// skipped, the ticket would be completed after 5 s, without an error.
+TEST(Ticket, AWaitWithAMeanwhileEndsWithTheHealthCheckError) {
+  Ticket stuck;
+  stuck.add();
+  std::atomic<int> checks{0};
+  stuck.setHealthCheck([&] {
+    if (++checks == 2) throw SystemError("cudaStreamQuery on CUDA device 0 returned 700 (cudaErrorIllegalAddress)");
+  });
+  std::promise<void> ended;
+  std::thread rescue([&, waited = ended.get_future()] {  // against a hang: completes the ticket, without an error
+    if (waited.wait_for(std::chrono::seconds(5)) == std::future_status::timeout) stuck.complete();
+  });
+  int tries = 0;
+  EXPECT_THROW(stuck.wait([&] { return ++tries > 0; }, std::chrono::microseconds(100)), SystemError);
+  EXPECT_EQ(checks, 2);
+  EXPECT_GT(tries, 100) << "the meanwhile ran until the check failed";
+  ended.set_value();
+  rescue.join();
+}
+
 // throwIfFailed never blocks: nothing on a pending ticket, the first error once a piece failed. The CPU's
 // computeAfter (the compute waits for its input) rethrows a copy's error the same way.
 TEST(Ticket, ThrowIfFailedRethrowsWithoutWaiting) {
