@@ -426,6 +426,40 @@ TEST(InProcPipeline, ASlowWorkerGetsFewerJobsAndTheRunStaysTheTrainers) {
   EXPECT_LT(3 * slow, jobs) << m[0] << ": not below an even share (round-robin's)";
 }
 
+// train.epochs ends a pipeline run where it ends the single-process trainer's, sync and async (whose steps are
+// still in flight when the loop stops: they are drained, reported and saved), on a corpus of a few steps an epoch.
+TEST(InProcPipeline, StopsAtTheEpochLimitWhereTheTrainerDoes) {
+  const auto fixtures = test::fixturesDir();
+  RP_SKIP_UNLESS(fixtures, "shared fixtures");
+  const std::string model = *fixtures + "/models/tinystories-656k", scratch = test::scratchDir();
+  {
+    std::ifstream in(*fixtures + "/text/tinyshakespeare.txt");
+    std::string text(3000, '\0');
+    in.read(text.data(), static_cast<std::streamsize>(text.size()));
+    std::ofstream(scratch + "/small.txt") << text.substr(0, text.rfind("\n\n"));
+  }
+  auto configAt = [&](const std::string& out, const std::string& mode) {
+    std::vector<std::string> sets = test::equivalenceSettings(model, model, *fixtures, out);
+    sets.insert(sets.end(),
+                {"data.path=" + scratch + "/small.txt", "train.epochs=2", "train.max_steps=40", "optim.mode=" + mode});
+    return config::loadRunConfig("", sets);
+  };
+  ASSERT_TRUE(train::Trainer(configAt(scratch + "/trainer", "sync")).run());
+  std::vector<double> losses;  // the trainer's, from its metrics
+  std::ifstream in(scratch + "/trainer/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) losses.push_back(nlohmann::json::parse(line).at("loss"));
+  ASSERT_GT(losses.size(), 2u);
+  ASSERT_LT(losses.size(), 40u) << "the corpus is too long to reach the epoch limit";
+  const ThreadRun sync = test::runOnThreads(configAt(scratch + "/sync", "sync"), 2, TensorPlane::kHostStaged, {});
+  ASSERT_EQ(sync.metrics.size(), losses.size());
+  for (std::size_t i = 0; i < losses.size(); ++i) EXPECT_NEAR(sync.metrics[i].loss, losses[i], 1e-6 * losses[i]);
+  const ThreadRun async = test::runOnThreads(configAt(scratch + "/async", "async"), 2, TensorPlane::kHostStaged, {});
+  EXPECT_EQ(async.metrics.size(), losses.size());
+  EXPECT_TRUE(std::filesystem::exists(
+      fmt::format("{}/async/checkpoints/step-{:08d}", scratch, static_cast<int>(losses.size()))))
+      << "the last step, drained, is saved";
+}
+
 // pipeline.profile of another model (a layer count that differs) is named, with both counts, on every rank.
 TEST(InProcPipeline, AProfileOfAnotherModelIsNamed) {
   const auto fixtures = test::fixturesDir();
