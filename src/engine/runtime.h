@@ -63,6 +63,7 @@ class PipelineRuntime : public run::Executor {
   // run::Executor. A preemption is rank 0's decision, sent with its next directive.
   std::int64_t startStep() const override { return startStep_; }
   std::int64_t epoch() const override { return packer_->cursor().epoch; }
+  std::int64_t tokensPerEpoch() const override { return static_cast<std::int64_t>(corpus_.tokens.size()); }
   bool reports() const override { return leader_; }
   std::optional<run::CheckpointWriters> checkpointWriters() const override;
   bool step(std::int64_t step, int signal) override;

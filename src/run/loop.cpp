@@ -1,5 +1,6 @@
 #include "run/loop.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -46,7 +47,34 @@ void countSkips(const config::RunConfig& c, const trace::StepMetrics& m, std::in
   }
 }
 
+// A run that train.epochs ends before train.max_steps: said once at the start, with what it does to a decaying
+// learning-rate schedule, which runs over max_steps (docs/training.md).
+void sayWhereTheEpochsEnd(const config::RunConfig& c, std::int64_t planned, std::int64_t tokensPerEpoch) {
+  if (planned >= c.train.maxSteps) return;
+  std::string schedule;
+  if (c.optim.schedule != "constant") {
+    schedule = fmt::format(
+        "; the {} learning-rate schedule runs over train.max_steps and stops at {:.0f}% of its course (set "
+        "train.max_steps = {} to run all of it)",
+        c.optim.schedule, 100.0 * static_cast<double>(planned) / static_cast<double>(c.train.maxSteps), planned);
+  }
+  RP_LOG_INFO("train.epochs = {} ends the run after step {} of train.max_steps = {} ({} tokens an epoch, {} a step){}",
+              c.train.epochs, planned, c.train.maxSteps, tokensPerEpoch, c.train.globalBatch * c.train.seqLen,
+              schedule);
+}
+
 }  // namespace
+
+// An epoch ends as its last token is packed (the packer's epoch moves on at once), and every step packs
+// global_batch rows of seq_len tokens without padding: after k steps the stream is in epoch
+// floor(k * rows * seq_len / tokensPerEpoch), so the loop stops before the first k where that reaches
+// train.epochs.
+std::int64_t plannedSteps(const config::RunConfig& c, std::int64_t tokensPerEpoch) {
+  if (c.train.epochs <= 0 || tokensPerEpoch <= 0) return c.train.maxSteps;
+  const std::int64_t perStep = c.train.globalBatch * c.train.seqLen;
+  const std::int64_t steps = (c.train.epochs * tokensPerEpoch + perStep - 1) / perStep;
+  return std::min(c.train.maxSteps, steps);
+}
 
 RunResult runLoop(const config::RunConfig& c, Executor& executor) {
   RunResult result;
@@ -59,7 +87,9 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
     refuseForeignCheckpoints(c);
     checkpoints.removeStale();
     metrics = std::make_unique<trace::MetricsWriter>(c.output.dir, executor.startStep());
-    progress = std::make_unique<trace::Progress>(c.train.maxSteps, c.output.logEvery);
+    const std::int64_t planned = plannedSteps(c, executor.tokensPerEpoch());
+    sayWhereTheEpochsEnd(c, planned, executor.tokensPerEpoch());
+    progress = std::make_unique<trace::Progress>(planned, c.output.logEvery);
     if (!c.output.samplePrompt.empty()) {
       std::printf("sample before: %s\n", executor.sample(c.output.samplePrompt).c_str());
     }

@@ -37,8 +37,10 @@ class Executor {
 
   // Steps already done (> 0 when resumed from a checkpoint).
   virtual std::int64_t startStep() const = 0;
-  // The data stream's current epoch.
+  // The data stream's current epoch, and the tokens it emits in one (every document once: the packer's rows
+  // carry no padding, so an epoch ends after that many tokens of rows; 0 where unknown).
   virtual std::int64_t epoch() const = 0;
+  virtual std::int64_t tokensPerEpoch() const = 0;
   // Whether this rank reports: writes the effective config and metrics.jsonl, prints progress and samples.
   virtual bool reports() const = 0;
   // This rank's place among the checkpoint writers, or nullopt where it writes none.
@@ -69,6 +71,11 @@ class Executor {
   virtual double modelFlopsPerStep() const = 0;
   virtual double peakFlops() const = 0;
 };
+
+// The step count the run ends at unless stopped: train.max_steps, or fewer where train.epochs ends it first — the
+// first step count whose rows reach epoch train.epochs of a stream of `tokensPerEpoch` tokens an epoch (as the
+// loop's check of Executor::epoch() finds it; 0 tokens: no such limit known).
+std::int64_t plannedSteps(const config::RunConfig& config, std::int64_t tokensPerEpoch);
 
 enum class Outcome { kCompleted, kPreempted };
 

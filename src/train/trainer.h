@@ -45,6 +45,7 @@ class Trainer : public run::Executor {
   // with the manifest.
   std::int64_t startStep() const override { return startStep_; }
   std::int64_t epoch() const override { return packer_->cursor().epoch; }
+  std::int64_t tokensPerEpoch() const override { return static_cast<std::int64_t>(corpus_.tokens.size()); }
   bool reports() const override { return true; }
   std::optional<run::CheckpointWriters> checkpointWriters() const override { return run::CheckpointWriters{}; }
   bool step(std::int64_t step, int signal) override;

@@ -5,11 +5,13 @@
 #include <fstream>
 #include <limits>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "config/run_config.h"
+#include "data/packer.h"
 #include "run/loop.h"
 #include "support/fixtures.h"
 
@@ -21,6 +23,7 @@ class ScriptedExecutor : public Executor {
   std::int64_t start = 0;
   std::int64_t stopAt = -1;        // step() returns false at this step (the job decided to stop)
   std::int64_t stepsPerEpoch = 0;  // 0: one endless epoch
+  std::int64_t epochTokens = 0;    // what tokensPerEpoch() says (0: unknown)
   bool lateByOne = false;          // a step's metrics come after the next step ran (async optimizer)
   double lossAt3 = 1.0;
   std::int64_t skipFrom = -1;     // steps from here on diverge: NaN loss, skipped (the executor's verdict)
@@ -36,6 +39,7 @@ class ScriptedExecutor : public Executor {
     const std::int64_t done = start + static_cast<std::int64_t>(ran.size());
     return stepsPerEpoch > 0 ? done / stepsPerEpoch : 0;
   }
+  std::int64_t tokensPerEpoch() const override { return epochTokens; }
   bool reports() const override { return true; }
   std::optional<CheckpointWriters> checkpointWriters() const override { return std::nullopt; }
   StopCause stopCause() const override { return {SIGTERM, 1}; }  // as a pipeline's rank 0 learns it
@@ -224,13 +228,49 @@ TEST(RunLoop, ReportsEveryRanksPeakMemory) {
   EXPECT_NE(log.find("| peak 2.5 GB (rank 1)"), std::string::npos) << log;
 }
 
+// It also says so as it starts: where the epochs end the run, and what that does to the decaying learning rate.
 TEST(RunLoop, StopsAtTheEpochLimit) {
+  const config::RunConfig c = configWith(test::scratchDir(), {"train.epochs=2"});
   ScriptedExecutor e;
   e.stepsPerEpoch = 2;
-  runLoop(configWith(test::scratchDir(), {"train.epochs=2"}), e);
+  e.epochTokens = 2 * c.train.globalBatch * c.train.seqLen;
+  testing::internal::CaptureStderr();
+  runLoop(c, e);
+  const std::string log = testing::internal::GetCapturedStderr();
   EXPECT_EQ(e.ran, (std::vector<std::int64_t>{0, 1, 2, 3}));
   EXPECT_EQ(e.snapshots, (std::vector<std::int64_t>{4}));
   EXPECT_EQ(e.evaluatedAt, (std::vector<std::int64_t>{4})) << "evaluated where the run ended";
+  EXPECT_NE(log.find("train.epochs = 2 ends the run after step 4 of train.max_steps = 7"), std::string::npos) << log;
+  EXPECT_NE(log.find("the cosine learning-rate schedule runs over train.max_steps and stops at 57% of its course "
+                     "(set train.max_steps = 4"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("step 4/4"), std::string::npos) << "the progress counts to where the run ends\n" << log;
+}
+
+// plannedSteps against the packer itself: over documents of assorted lengths, the first step count whose rows
+// reach epoch E, for row lengths and batches that end an epoch mid-row, mid-step and exactly at a step's end.
+TEST(RunLoop, PlannedStepsAreWhereThePackerReachesTheEpochLimit) {
+  data::TokenizedCorpus corpus;
+  for (int length : {7, 1, 12, 3, 9, 4, 14, 10}) corpus.add(std::vector<std::int32_t>(length, 5), {});  // 60 tokens
+  for (const int seqLen : {5, 8, 60}) {
+    for (const int rows : {1, 3, 4}) {
+      for (const int epochs : {1, 2, 3}) {
+        data::Packer packer(corpus, seqLen, 7);
+        std::int64_t steps = 0;
+        while (packer.cursor().epoch < epochs) {
+          packer.next(rows);
+          ++steps;
+        }
+        const config::RunConfig c = configWith(
+            "unused", {fmt::format("train.seq_len={}", seqLen), fmt::format("train.global_batch={}", rows),
+                       "train.microbatches=1", fmt::format("train.epochs={}", epochs), "train.max_steps=1000"});
+        EXPECT_EQ(plannedSteps(c, 60), steps) << seqLen << " tokens x " << rows << " rows, " << epochs << " epochs";
+      }
+    }
+  }
+  EXPECT_EQ(plannedSteps(configWith("unused", {"train.epochs=2"}), 0), 7) << "no epoch size known: max_steps";
+  EXPECT_EQ(plannedSteps(configWith("unused", {"train.epochs=0"}), 60), 7) << "no epoch limit: max_steps";
 }
 
 TEST(RunLoop, StepsThatFinishLateAreAllReported) {
