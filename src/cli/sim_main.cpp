@@ -71,10 +71,12 @@ std::string withSuffix(const std::string& path, const std::string& suffix) {
 int run(int argc, char** argv) {
   rp::cli::CommandLine line{"roundpipe_sim: simulate RoundPipe and classic pipeline schedules (docs/simulator.md)"};
   std::string schedule = "all", plan, stages, profile, jsonPath, svgPath;
-  int workers = 8, microbatches = 0, rounds = 1, layers = 28, virtualStages = 2;
+  int workers = 0, microbatches = 0, rounds = 1, layers = 28, virtualStages = 2;
   double fwd = 1.0, bwd = 2.0, headFwd = 3.0, headBwd = 6.0, hop = 0.0;
   line.option("--schedule", schedule, "roundpipe | gpipe | 1f1b | interleaved-1f1b | all");
-  line.option("--workers", workers, "workers (GPUs)").wholeAtLeast(1);
+  line.option("--workers", workers,
+              "workers (GPUs; default 8, or with --hardware the profile's GPUs, of which this many may be used)")
+      .wholeAtLeast(1);
   line.option("--microbatches", microbatches, "microbatches per round (default: workers)");
   line.option("--rounds", rounds, "rounds per step (RoundPipe; the baselines run microbatches x rounds)");
   line.option("--layers", layers, "decoder layers").wholeAtLeast(1);
@@ -138,7 +140,12 @@ int run(int argc, char** argv) {
   if (projecting) {
     hardware = loadHardware(hardwarePath);
     shape = loadModelShape(modelPath);
-    workers = hardware.gpus;
+    // Fewer workers than the profile has GPUs: those of one server, each with its share of its host bridge (the
+    // emulated device's runs: docs/emulated.md).
+    if (workers > hardware.gpus) {
+      RP_THROW(rp::InputError, "--workers {}: the profile {} has {} GPUs", workers, hardwarePath, hardware.gpus);
+    }
+    if (workers == 0) workers = hardware.gpus;
     std::cout << fmt::format(
         "PROJECTION, not a measurement: {} ({} x {}, {:.0f} TFLOPS x {:.0f}% efficiency, host link {:.0f} GB/s per "
         "{} GPUs, {}), {:.2f}B parameters{}, {} x {} tokens per microbatch; times in ms\n\n",
@@ -167,6 +174,7 @@ int run(int argc, char** argv) {
     std::cout << fmt::format("trace {}: {} workers, {} microbatches, plan {}\n\n", tracePath, workers,
                              trace->microbatches, describe(trace->plan));
   }
+  if (workers == 0) workers = 8;
   const SimCosts costs = projecting        ? projectCosts(shape, hardware, seq, rows, lora, nf4)
                          : trace           ? trace->costs
                          : profile.empty() ? uniformCosts(layers, fwd, bwd, headFwd, headBwd, hop)

@@ -131,6 +131,13 @@ void checkPipelineRun(const RunConfig& c, int nodes) {
              v.source({"pipeline.dispatch", "pipeline.schedule"}), schedule::dispatchRuleName(c.pipeline.dispatch),
              scheduleName(c.pipeline.schedule));
   }
+  if (c.pipeline.backend == device::BackendChoice::kEmulated &&
+      c.pipeline.tensorChannel != TensorChannelKind::kHost) {
+    RP_THROW(InputError,
+             "{}: pipeline.backend = \"emulated\" hands stage outputs through the host: set pipeline.tensor_channel "
+             "= \"host\"",
+             v.source({"pipeline.backend", "pipeline.tensor_channel"}));
+  }
   if (c.lora.rank > 0 && c.lora.dropout > 0) {
     RP_THROW(InputError,
              "{}: lora.dropout = {}: the pipeline runtime recomputes activations and does not yet replay "
@@ -226,7 +233,10 @@ RunConfig buildRunConfig(Values v) {
   c.pipeline.backend = parseEnum<device::BackendChoice>(v, "pipeline.backend",
                                                         {{"auto", device::BackendChoice::kAuto},
                                                          {"cpu", device::BackendChoice::kCpu},
-                                                         {"cuda", device::BackendChoice::kCuda}});
+                                                         {"cuda", device::BackendChoice::kCuda},
+                                                         {"emulated", device::BackendChoice::kEmulated}});
+  c.pipeline.emulatedProfile = v.getString("pipeline.emulated_profile");
+  c.pipeline.emulatedHostTraffic = v.getBool("pipeline.emulated_host_traffic");
   c.pipeline.ranksPerGpu = atLeast(v, "pipeline.ranks_per_gpu", 1);
   c.pipeline.memoryReserveGb = inRange(v, "pipeline.memory_reserve_gb", 0.0, 1e6, false);
   c.pipeline.tensorChannel = parseEnum<TensorChannelKind>(

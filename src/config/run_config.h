@@ -79,6 +79,8 @@ struct RunConfig {
     std::int64_t ranksPerGpu;
     double memoryReserveGb;  // cuda: device memory left to the compute when the budget comes from the device
     TensorChannelKind tensorChannel;
+    std::string emulatedProfile;  // emulated: the hardware file's name or path
+    bool emulatedHostTraffic;     // emulated: copies touch the host memory a DMA would
   } pipeline;
   struct Precision {
     double lossScale;

@@ -92,7 +92,12 @@ const std::vector<KeySpec>& runSchema() {
       {"pipeline.memory_limit_gb", Type::kFloat, 0.0,
        "per-worker memory budget for the partitioner (0 = the GPU's free memory less the reserve; unlimited on cpu)"},
       {"pipeline.backend", Type::kString, S("auto"),
-       "auto | cpu | cuda: where the workers compute (auto: cuda if a GPU is usable)"},
+       "auto | cpu | cuda | emulated: where the workers compute (auto: cuda if a GPU is usable; emulated: a "
+       "modelled GPU that computes nothing, for the host side's speed, docs/emulated.md)"},
+      {"pipeline.emulated_profile", Type::kString, S("rtx4090x8"),
+       "emulated: the GPU and link modelled, a hardware file (a cluster-configs/ name, or a path to a .toml)"},
+      {"pipeline.emulated_host_traffic", Type::kBool, false,
+       "emulated: copies also read and write the host memory a DMA would (it competes for DRAM bandwidth)"},
       {"pipeline.ranks_per_gpu", Type::kInt, I(1), "cuda: ranks sharing one GPU (local rank r uses GPU r / this)"},
       {"pipeline.memory_reserve_gb", Type::kFloat, 2.0,
        "cuda: GPU memory kept for activations and the compute when the budget comes from the device"},

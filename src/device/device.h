@@ -6,9 +6,11 @@
 
 namespace rp::device {
 
-enum class Backend { kCpu, kCuda };
-// What a run asks for (pipeline.backend): auto = cuda where the probe found a GPU, else cpu.
-enum class BackendChoice { kAuto, kCpu, kCuda };
+// kEmulated: a modelled GPU (device/emulated/: no compute, shapes only; docs/emulated.md).
+enum class Backend { kCpu, kCuda, kEmulated };
+// What a run asks for (pipeline.backend): auto = cuda where the probe found a GPU, else cpu; emulated is never
+// chosen automatically.
+enum class BackendChoice { kAuto, kCpu, kCuda, kEmulated };
 
 struct Inventory {
   Backend backend = Backend::kCpu;

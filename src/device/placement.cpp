@@ -12,6 +12,9 @@ Placed place(const PlacementRequest& r, const Inventory& inv) {
     RP_THROW(InputError, "pipeline.ranks_per_gpu = {}: expected at least 1", r.ranksPerDevice);
   }
   if (r.choice == BackendChoice::kCpu) return {Backend::kCpu, -1, "pipeline.backend = \"cpu\""};
+  if (r.choice == BackendChoice::kEmulated) {
+    return {Backend::kEmulated, r.localRank, "pipeline.backend = \"emulated\": a modelled GPU, nothing computed"};
+  }
   if (inv.cudaDevices == 0) {
     if (r.choice == BackendChoice::kCuda) {
       RP_THROW(InputError, "pipeline.backend = \"cuda\" but there is no usable GPU: {}", inv.reason);

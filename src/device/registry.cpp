@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "device/cpu/cpu_worker.h"
+#include "device/emulated/emulated_worker.h"
 #include "device/worker.h"
 
 #if RP_WITH_CUDA
@@ -15,7 +16,15 @@
 namespace rp::device {
 
 const char* backendName(Backend backend) {
-  return backend == Backend::kCuda ? "cuda" : "cpu";
+  switch (backend) {
+    case Backend::kCuda:
+      return "cuda";
+    case Backend::kEmulated:
+      return "emulated";
+    case Backend::kCpu:
+      break;
+  }
+  return "cpu";
 }
 
 double tensorPeakTflops(const std::string& name) {
@@ -63,6 +72,8 @@ std::unique_ptr<Worker> makeWorker(Backend backend, const WorkerOptions& options
   switch (backend) {
     case Backend::kCpu:
       return std::make_unique<CpuWorker>(options);
+    case Backend::kEmulated:
+      return std::make_unique<emulated::EmulatedWorker>(options);
     case Backend::kCuda:
       if (options.computeSpeed != 1.0) {
         RP_THROW(InputError,

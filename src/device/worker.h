@@ -3,7 +3,7 @@
 // worker memory on a queue where urgent copies (activations, activation gradients, gradient downloads) go
 // ahead of bulk ones (weight uploads, in chunks), each submission completing a Ticket the engine waits on
 // before it moves a fence. One folder per
-// backend (cpu/, cuda/); registry.cpp is the only file that knows which are compiled. Torch-free.
+// backend (cpu/, cuda/, emulated/); registry.cpp is the only file that knows which are compiled. Torch-free.
 #pragma once
 
 #include <chrono>
@@ -50,10 +50,38 @@ class Ticket {
   std::shared_ptr<State> state_;
 };
 
+// The emulated backend's GPU (device/emulated/, docs/emulated.md): what a hardware profile (the simulator's
+// cluster-configs/*.toml) says of one GPU and of its link to the host.
+struct EmulatedDevice {
+  std::string profile;            // the profile's name ("rtx4090x8")
+  std::string gpu;                // the GPU's ("RTX 4090")
+  double flopsPerSecond = 0;      // sustained: the tensor peak x the matmul efficiency
+  double linkBytesPerSecond = 0;  // per direction: this GPU's share of its host bridge
+  double memoryBytes = 0;
+  double kernelSeconds = 0;  // what each kernel adds to a compute span (launch and tail: the floor of small ops)
+  bool hostTraffic = false;  // copies also read and write the host memory a DMA would (pipeline.emulated_host_traffic)
+};
+
 struct WorkerOptions {
   std::size_t chunkBytes = 64u << 20;  // bulk copies go in pieces of at most this (pipeline.upload_chunk_mb)
   int deviceIndex = 0;                 // cuda: the device, as the CUDA runtime numbers the visible ones
   double computeSpeed = 1.0;  // cpu, testing (RP_SLOW_WORKER): compute stretched to run at this fraction of its pace
+  EmulatedDevice emulated{};  // emulated: the device modelled
+};
+
+// The compute about to be submitted, for a device that models its time instead of running it (the emulated
+// device): its FLOPs and its kernels.
+struct ComputeWork {
+  double flops = 0;
+  int kernels = 0;
+};
+
+// What a device did, by its own clock (the emulated device: its model's): a span of compute or of one
+// direction of its host link.
+struct DeviceSpan {
+  enum class Kind { kCompute, kUpload, kDownload };
+  Kind kind = Kind::kCompute;
+  std::chrono::steady_clock::time_point start, end;
 };
 
 // Where a worker's memory and compute are: the torch device of the tensors a job computes with.
@@ -168,6 +196,12 @@ class Worker {
   virtual std::string linksId() = 0;
   virtual std::unique_ptr<PeerLinks> joinLinks(const std::string& id, int rank, int ranks, int slots,
                                                std::size_t slotBytes) = 0;
+  // A device whose compute is a model (the emulated one: its tensors are LibTorch meta tensors, shapes without
+  // values) is told what the compute submitted next costs, before it is submitted; the others compute it.
+  virtual bool modelsCompute() const { return false; }
+  virtual void expectCompute(const ComputeWork&) {}
+  // The device's spans since the last call, by its own clock; empty where the device keeps none (cpu, cuda).
+  virtual std::vector<DeviceSpan> takeDeviceSpans() { return {}; }
 };
 
 // The worker of `backend` (registry.cpp); an InputError naming the backend where this build lacks it.

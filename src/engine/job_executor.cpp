@@ -4,6 +4,7 @@
 #include "engine/job_executor.h"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <deque>
 #include <limits>
@@ -31,6 +32,7 @@ JobExecutor::JobExecutor(JobContext c, std::unique_ptr<StageSlots> slots,
       timeline_(c.timeline),
       worker_(&c.worker),
       proxyCosts_(c.proxyCosts),
+      emulated_(c.worker, c.proxyCosts, c.model.layerCount()),
       rank_(c.rank),
       worldRank_(c.worldRank),
       nodeCount_(c.nodeCount),
@@ -68,6 +70,7 @@ void JobExecutor::setPlan(const schedule::Plan& plan) {
 std::int64_t JobExecutor::runIteration(std::int64_t step, const schedule::DispatchTable& table, const StepData& data,
                                        double lossScale, const schedule::DispatchTable* next) {
   lossScale_ = lossScale;
+  stepTargets_ = data.targets;
   next_ = next;
   const auto L = static_cast<std::size_t>(model_->layerCount());
   forwardMs_.assign(L, kNotMeasured);
@@ -194,6 +197,7 @@ void JobExecutor::runMicrobatch(std::int64_t step, std::int64_t k, const schedul
         const auto start = worker_->mark();
         model::RouterStats router;
         model::ExpertChoice choice;
+        emulated_.forward(l, /*withGradients=*/false);
         x = model_->forward(l, x, batch, ctx, auxLoss_ ? &router : nullptr, moe_ ? &choice : nullptr);
         timings_.push_back({start, worker_->mark(), l, l + 1, /*forward=*/true, /*backward=*/false});
         if (auxLoss_) routerBoard(step).putLayer(mb, l, router);
@@ -228,9 +232,17 @@ void JobExecutor::runMicrobatch(std::int64_t step, std::int64_t k, const schedul
         }
       }
       for (int l = a; l < L - 1; ++l) {
-        x = timed(l, [&] { return model_->forward(l, x, batch, ctx, auxLoss_ ? &router : nullptr); });
+        x = timed(l, [&] {
+          emulated_.forward(l, /*withGradients=*/false);
+          torch::Tensor y = model_->forward(l, x, batch, ctx, auxLoss_ ? &router : nullptr);
+          expectBackwardAt(y, l);
+          return y;
+        });
       }
-      model::LossSum loss = timed(L - 1, [&] { return model_->loss(x, batch, config_.train.lossChunkTokens); });
+      model::LossSum loss = timed(L - 1, [&] {
+        emulated_.forward(L - 1, /*withGradients=*/true);
+        return model_->loss(x, batch, config_.train.lossChunkTokens);
+      });
       if (fault::maybeInject(worldRank_, step, "loss")) loss.sum = loss.sum * std::numeric_limits<double>::quiet_NaN();
       const auto start = worker_->mark();
       torch::Tensor objective = loss.sum * (norm * lossScale_);  // fp16: the gradients of the scaled loss
@@ -310,9 +322,20 @@ JobExecutor::Recomputed JobExecutor::recompute(std::int64_t step, int from, int 
   for (int l = from; l < to; ++l) {
     // Note [Routing tape]: the experts the forward stage chose.
     model::ExpertChoice choice = model_->sparse(l) ? routingTape(step).get(mb, l) : model::ExpertChoice{};
+    emulated_.forward(l, /*withGradients=*/false);
     r.output = model_->forward(l, r.output, batch, ctx, auxLoss_ ? &r.router : nullptr, &choice);
+    expectBackwardAt(r.output, l);
   }
   return r;
+}
+
+// Note [Emulated device]: a hook on layer l's output runs as the backward reaches it, before layer l's own
+// backward is submitted (the last layer's too: the gradient handed to backward() passes its hooks first), so
+// the device's compute stream holds each layer's backward in the order autograd submits them, and a gradient
+// mark taken in a later hook falls after that layer's backward.
+void JobExecutor::expectBackwardAt(const torch::Tensor& output, int l) {
+  if (!emulated_.active() || !output.requires_grad()) return;
+  output.register_hook([this, l](const torch::Tensor&) { emulated_.backward(l); });
 }
 
 void JobExecutor::backPropagate(std::int64_t step, int mb, const Recomputed& r, const torch::Tensor& grad) {
@@ -387,6 +410,19 @@ void JobExecutor::resolveTimings() {
 // optimizer read a step's loss with microbatches missing (the GPU tier's W = 2 LoRA cases, 2026-11-27).
 void JobExecutor::writeLosses(std::int64_t step) {
   if (pendingLosses_.empty()) return;
+  if (device_.is_meta()) {  // Note [Emulated device]: nothing to read; the read waits for the device all the same
+    device::countHostWait(device::HostWait::kLossRead);
+    const auto reached = worker_->mark();
+    worker_->elapsedMs(*reached, *reached);
+    // Synthetic: a uniform guess over the vocabulary, ln(V) a target token, each microbatch its share.
+    const double perMicrobatch = std::log(static_cast<double>(model_->model().config().vocabSize)) *
+                                 static_cast<double>(stepTargets_) /
+                                 static_cast<double>(config_.train.microbatches * nodeCount_);
+    double* region = store_->doubles(lossRegion(step, versions_ + 1));
+    for (const auto& pending : pendingLosses_) region[pending.first] = perMicrobatch;
+    pendingLosses_.clear();
+    return;
+  }
   const auto onWorker = worker_->enterCompute();
   std::vector<torch::Tensor> sums;
   for (const auto& [mb, sum] : pendingLosses_) sums.push_back(sum);

@@ -22,6 +22,7 @@
 #include "device/worker.h"
 #include "engine/activity.h"
 #include "engine/costs.h"
+#include "engine/emulation.h"
 #include "engine/fences.h"
 #include "engine/gradient_marks.h"
 #include "engine/pipeline_model.h"
@@ -153,6 +154,8 @@ class JobExecutor {
   bool publishedFor(std::int64_t step, const schedule::Range& layers) const;
   void resolveTimings();
   void writeLosses(std::int64_t step);
+  // Note [Emulated device]: layer l's backward is submitted once `output`'s gradient is ready (a hook on it).
+  void expectBackwardAt(const torch::Tensor& output, int l);
 
   const config::RunConfig& config_;
   PipelineModel* model_;
@@ -162,6 +165,7 @@ class JobExecutor {
   trace::Timeline* timeline_;
   device::Worker* worker_;
   const LayerCosts& proxyCosts_;
+  EmulatedCompute emulated_;  // the compute a modelled device is told of (Note [Emulated device])
   int rank_, worldRank_, nodeCount_, versions_;
   std::int64_t rowsPerMicrobatch_;
   torch::Device device_;
@@ -186,6 +190,7 @@ class JobExecutor {
   device::Ticket uploading_;                    // weights of the job starting now, queued as they are published
   std::vector<bool> checkpoint_;                // layers whose input a forward stage saves (backward-stage starts)
   double lossScale_ = 1.0;                      // the loss scale of this iteration (fp16)
+  std::int64_t stepTargets_ = 0;                // the iteration's target tokens, over every node (synthetic losses)
   std::vector<double> forwardMs_, backwardMs_;  // this rank's per-layer times in the current iteration
   // A span of compute between two marks on the worker: one layer's forward and/or backward time, or (several
   // layers) a backward time spread over them by cost. Resolved once per iteration (resolveTimings).

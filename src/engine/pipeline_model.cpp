@@ -62,6 +62,10 @@ std::size_t PipelineModel::bytes(int tensor) const {
 void PipelineModel::bind(int tensor, void* memory, std::shared_ptr<void> owner, torch::Device device) {
   torch::NoGradGuard noGrad;
   auto& t = tensors_.at(static_cast<std::size_t>(tensor));
+  if (device.is_meta()) {  // the emulated device: a shape, no memory (Note [Emulated device])
+    t.local.set_data(torch::empty(t.local.sizes(), torch::TensorOptions().dtype(t.local.scalar_type()).device(device)));
+    return;
+  }
   t.local.set_data(torch::from_blob(
       memory, t.local.sizes(), [owner = std::move(owner)](void*) mutable { owner.reset(); },
       torch::TensorOptions().dtype(t.local.scalar_type()).device(device)));
@@ -69,8 +73,11 @@ void PipelineModel::bind(int tensor, void* memory, std::shared_ptr<void> owner, 
 
 void PipelineModel::unbindAll() {
   torch::NoGradGuard noGrad;
+  model::ParamOptions placeholder{model::ParamOptions{}.dtype, /*allocate=*/false};
+  placeholder.placeholderDevice = model_->placeholderDevice();
   for (auto& t : tensors_) {
-    t.local.set_data(model::newParameter(t.local.sizes(), {t.local.scalar_type(), /*allocate=*/false}));
+    placeholder.dtype = t.local.scalar_type();
+    t.local.set_data(model::newParameter(t.local.sizes(), placeholder));
   }
 }
 

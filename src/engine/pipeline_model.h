@@ -37,8 +37,8 @@ class PipelineModel {
   torch::ScalarType dtype() const { return model_->dtype(); }
   std::size_t bytes(int tensor) const;  // of the tensor in the model dtype
   // Points tensor `tensor` at `memory` on `device` (bytes(tensor) bytes; the values stay what the memory
-  // holds); `owner` keeps the memory alive while the tensor points there. unbindAll: every tensor back to a
-  // placeholder.
+  // holds); `owner` keeps the memory alive while the tensor points there. On the meta device (the emulated one)
+  // the tensor gets its shape and no memory. unbindAll: every tensor back to a placeholder.
   void bind(int tensor, void* memory, std::shared_ptr<void> owner = nullptr, torch::Device device = torch::kCPU);
   void unbindAll();
 

@@ -92,14 +92,24 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
   // No rank holds a replica: the model's tensors are placeholders until a job binds its stage to a slot of
   // the worker (Note [Stage slots]); local rank 0 writes the initial weights straight into the node store.
   // Every rank reads the same data stream.
-  auto model =
-      std::make_shared<model::CausalLM>(model::loadModelConfig(c.model.path),
-                                        run::paramOptionsFor(c, run::torchDtype(c.model.dtype), /*allocate=*/false));
-  std::vector<model::NamedTensor> adapters;
-  if (c.lora.rank > 0) adapters = model::attachLora(*model, run::loraConfigFor(c));
-  model_ = std::make_unique<PipelineModel>(model, adapters);
+  model::ParamOptions placeholders = run::paramOptionsFor(c, run::torchDtype(c.model.dtype), /*allocate=*/false);
+  auto pipelineModel = [&] {
+    auto model = std::make_shared<model::CausalLM>(model::loadModelConfig(c.model.path), placeholders);
+    std::vector<model::NamedTensor> adapters;
+    if (c.lora.rank > 0) adapters = model::attachLora(*model, run::loraConfigFor(c));
+    return std::make_unique<PipelineModel>(model, adapters);
+  };
+  model_ = pipelineModel();
+  auto& model = model_->model();
+  // The emulated device's jobs compute on meta tensors (Note [Emulated device]), which only meta placeholders
+  // take: a twin of the model, its tensors in the same order, while the host's work (the initial weights,
+  // samples, evaluation) binds the model to host memory as always.
+  if (c.pipeline.backend == device::BackendChoice::kEmulated) {
+    placeholders.placeholderDevice = torch::kMeta;
+    deviceModel_ = pipelineModel();
+  }
   tokenizer_ = std::make_unique<data::Tokenizer>(data::Tokenizer::fromFile(c.model.tokenizer));
-  run::Corpora corpora = run::loadCorporaFor(c, model->config(), *tokenizer_);
+  run::Corpora corpora = run::loadCorporaFor(c, model.config(), *tokenizer_);
   corpus_ = std::move(corpora.train);
   evalRows_ = run::evalRows(c, corpora.eval);
   identity_ = run::runIdentity(c, corpus_);
@@ -169,7 +179,7 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
         "RP_BENCH_NO_UPLOADS=1: weights are not uploaded (a benchmark of the compute alone); the losses are "
         "meaningless");
   }
-  slots->fit(*model_, plan_);
+  slots->fit(jobModel(), plan_);
   if (id.nodeCount > 1) {
     // Ranks with the same local rank hold the same slices: they sum their nodes' gradients.
     crossNode_ = worldChannel_->split(id.localRank, id.node);
@@ -182,7 +192,7 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
   }
   std::unique_ptr<transport::TensorChannel> tensors = buildStore();
   jobs_ = std::make_unique<JobExecutor>(
-      JobContext{config_, *model_, *store_, *fences_, *activity_, timeline_.get(), *worker_, proxyCosts_, rank_,
+      JobContext{config_, jobModel(), *store_, *fences_, *activity_, timeline_.get(), *worker_, proxyCosts_, rank_,
                  worldRank_, id.nodeCount, versions_, rowsPerMicrobatch_},
       std::move(slots), std::move(tensors));
   jobs_->setPlan(plan_);
@@ -217,6 +227,7 @@ std::unique_ptr<transport::TensorChannel> PipelineRuntime::buildStore() {
   channel_->broadcast(&origin, sizeof(origin), 0);
   timeline_ = std::make_unique<trace::Timeline>(
       worldRank_, trace::Timeline::Clock::time_point(trace::Timeline::Clock::duration(origin)));
+  if (worker_->modelsCompute()) timeline_->setDeviceLabel(deviceLabel_);  // the emulated device's track
   memory::StoreLayout layout;
   // Weights and gradient slots in the model dtype (trainable ones in `versions_` versions); masters in float32.
   for (int i = 0; i < static_cast<int>(model_->tensors().size()); ++i) {
@@ -406,6 +417,7 @@ void PipelineRuntime::runStep(std::int64_t step, const coordinator::Directive& d
       jobs_->runIteration(step, table, data, optimizer_->lossScaleFor(step), next ? &*next : nullptr);
   stepSizes_.back().waits = waits.counts();
   stepSizes_.back().jobs = jobs;
+  recordDeviceSpans(stepSizes_.back());
   // This rank's per-layer timings of the iteration, for the partitioner (averaged per microbatch).
   std::vector<double> forwardMs = jobs_->forwardMs(), backwardMs = jobs_->backwardMs();
   for (int l = 0; l < L; ++l) {
@@ -571,12 +583,34 @@ std::vector<trace::StepMetrics> PipelineRuntime::finished() {
     for (int w = 0; w < device::kHostWaitReasons; ++w) {
       m.hostWaits[device::hostWaitName(static_cast<device::HostWait>(w))] = size.waits[static_cast<std::size_t>(w)];
     }
+    m.device = deviceLabel_;
+    m.deviceBusyMs = size.deviceBusyMs;
+    m.linkUpMs = size.linkUpMs;
+    m.linkDownMs = size.linkDownMs;
     m.stepTimeSeconds = std::chrono::duration<double>(r.finished - *lastFinished_).count();
     m.tokensPerSecond = static_cast<double>(m.tokens) / m.stepTimeSeconds;
     lastFinished_ = r.finished;
     out.push_back(m);
   }
   return out;
+}
+
+// Note [Emulated device]: the device's own spans (its model's), taken once an iteration's jobs are submitted
+// (they may end later: the device runs behind the host), on the trace's device track and summed per kind.
+void PipelineRuntime::recordDeviceSpans(StepSize& size) {
+  const std::vector<device::DeviceSpan> spans = worker_->takeDeviceSpans();
+  if (!worker_->modelsCompute()) return;
+  double ms[3] = {0, 0, 0};
+  static const char* const kNames[3] = {"emulated compute", "emulated upload", "emulated download"};
+  for (const auto& span : spans) {
+    const auto kind = static_cast<std::size_t>(span.kind);
+    ms[kind] += std::chrono::duration<double, std::milli>(span.end - span.start).count();
+    const std::int64_t start = timeline_->usAt(span.start);
+    timeline_->record({kNames[kind], "device", 3, start, timeline_->usAt(span.end) - start});
+  }
+  size.deviceBusyMs = ms[static_cast<std::size_t>(device::DeviceSpan::Kind::kCompute)];
+  size.linkUpMs = ms[static_cast<std::size_t>(device::DeviceSpan::Kind::kUpload)];
+  size.linkDownMs = ms[static_cast<std::size_t>(device::DeviceSpan::Kind::kDownload)];
 }
 
 void PipelineRuntime::drain(std::int64_t steps) {

@@ -86,8 +86,16 @@ class PipelineRuntime : public run::Executor {
     std::int64_t tokens, targets, epoch;
     device::HostWaitCounts waits{};  // this rank's issuing thread's blocking waits in the step (device/host_waits.h)
     std::int64_t jobs = 0;           // the stage jobs this rank ran in the step
+    // The device's own account of the iteration (emulated: Note [Emulated device]), in ms; none elsewhere.
+    std::optional<double> deviceBusyMs{}, linkUpMs{}, linkDownMs{};
   };
   void placeWorker();
+  // The model the stage jobs compute with: the emulated device's meta twin, else the one model.
+  PipelineModel& jobModel() { return deviceModel_ ? *deviceModel_ : *model_; }
+  void checkEmulatable() const;
+  // The device's spans of the iteration (emulated): on the trace's device track, and summed into `size`.
+  void recordDeviceSpans(StepSize& size);
+
   // The node store, its fences and the optimizer; returns the tensor plane (for the job executor).
   std::unique_ptr<transport::TensorChannel> buildStore();
   // Stops every rank with a clear error where this node cannot hold the store and the optimizer state.
@@ -123,6 +131,7 @@ class PipelineRuntime : public run::Executor {
   std::vector<data::PackedRow> evalRows_;  // empty without evaluation data
   std::unique_ptr<data::Packer> packer_;
   std::unique_ptr<PipelineModel> model_;
+  std::unique_ptr<PipelineModel> deviceModel_;  // emulated: the meta twin the jobs compute with (jobModel())
   std::unique_ptr<memory::NodeStore> store_;
   std::shared_ptr<void> storePin_;  // the store registered with the worker's device (released before store_)
   std::string storePinned_;         // cuda: whether the pinning held, for the set-up line
@@ -140,6 +149,7 @@ class PipelineRuntime : public run::Executor {
   std::unique_ptr<coordinator::Coordination> coordination_;  // plan and dispatch table per iteration
   std::unique_ptr<device::Worker> worker_;                   // the device this rank computes on (its copies)
   torch::Device device_ = torch::kCPU;                       // the worker's, for the tensors a job computes with
+  std::string deviceLabel_;  // what metrics rows say it is: cpu, cuda:<name>, emulated:<profile>
   double memoryBudget_ = 0;                                  // per worker, for the partitioner (0 = unlimited)
   std::unique_ptr<ActivityBoard> activity_;
   std::unique_ptr<Fences> fences_;

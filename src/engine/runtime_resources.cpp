@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/resident_memory.h"
 #include "device/placement.h"
+#include "engine/emulation.h"
 #include "engine/runtime.h"
 #include "engine/stage_slots.h"
 #include "run/setup.h"
@@ -24,10 +25,27 @@ void PipelineRuntime::placeWorker() {
   const auto& c = config_;
   const device::Placed placed = device::place(
       {c.pipeline.backend, id_.localRank, id_.localSize, static_cast<int>(c.pipeline.ranksPerGpu)}, device::probe());
-  worker_ = device::makeWorker(placed.backend, {static_cast<std::size_t>(c.pipeline.uploadChunkMb * 1024 * 1024),
-                                                placed.device, fault::slowWorkerSpeed(id_.rank)});
+  device::WorkerOptions options{static_cast<std::size_t>(c.pipeline.uploadChunkMb * 1024 * 1024), placed.device,
+                                fault::slowWorkerSpeed(id_.rank)};
+  if (placed.backend == device::Backend::kEmulated) {
+    checkEmulatable();
+    options.emulated = emulatedDevice(c);
+  }
+  worker_ = device::makeWorker(placed.backend, options);
   device_ = torchDevice(worker_->placement());
-  const bool fromDevice = c.pipeline.memoryLimitGb == 0 && placed.backend == device::Backend::kCuda;
+  switch (placed.backend) {
+    case device::Backend::kCpu:
+      deviceLabel_ = "cpu";
+      break;
+    case device::Backend::kCuda:
+      deviceLabel_ = "cuda:" + worker_->placement().name;
+      break;
+    case device::Backend::kEmulated:
+      deviceLabel_ = "emulated:" + options.emulated.profile;
+      break;
+  }
+  // A GPU's budget is its free memory (the emulated one's: the profile's, less what is allocated).
+  const bool fromDevice = c.pipeline.memoryLimitGb == 0 && placed.backend != device::Backend::kCpu;
   // The ranks on this rank's GPU (pipeline.ranks_per_gpu; the last GPU may have fewer) share its free memory,
   // each with a reserve of its own (its CUDA context, LibTorch's workspace).
   const auto perGpu = static_cast<int>(c.pipeline.ranksPerGpu);
@@ -68,6 +86,24 @@ void PipelineRuntime::placeWorker() {
     RP_LOG_INFO("pipeline: stages planned for {:.2f} GB of worker memory each ({})", memoryBudget_ / 1e9,
                 std::isinf(least) ? "pipeline.memory_limit_gb"
                                   : "the least free GPU memory, shared by the ranks on a GPU, less the reserve");
+  }
+}
+
+// What the emulated device cannot run yet (docs/emulated.md, "Not yet"): a mixture of experts routes on values
+// (its tokens' experts are read on the host), and an NF4 base dequantises on values.
+void PipelineRuntime::checkEmulatable() const {
+  const auto& c = config_;
+  if (model_->model().config().moe.numExperts > 0) {
+    RP_THROW(InputError,
+             "{}: pipeline.backend = \"emulated\" runs dense models only: a mixture of experts routes each token by "
+             "values the emulated device does not compute (docs/emulated.md)",
+             c.values.source({"pipeline.backend"}));
+  }
+  if (c.lora.rank > 0 && c.lora.nf4Base) {
+    RP_THROW(InputError,
+             "{}: pipeline.backend = \"emulated\" with lora.base_dtype = \"nf4\" is not supported: the NF4 base is "
+             "dequantised from its values (docs/emulated.md)",
+             c.values.source({"pipeline.backend", "lora.base_dtype"}));
   }
 }
 

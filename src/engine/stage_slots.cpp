@@ -17,8 +17,13 @@ std::size_t aligned(std::size_t bytes) {
 }  // namespace
 
 torch::Device torchDevice(const device::Placement& placement) {
-  if (placement.backend == device::Backend::kCuda) {
-    return {torch::kCUDA, static_cast<c10::DeviceIndex>(placement.index)};
+  switch (placement.backend) {
+    case device::Backend::kCuda:
+      return {torch::kCUDA, static_cast<c10::DeviceIndex>(placement.index)};
+    case device::Backend::kEmulated:
+      return torch::kMeta;  // Note [Emulated device]: shapes only
+    case device::Backend::kCpu:
+      break;
   }
   return torch::kCPU;
 }

@@ -46,6 +46,9 @@ Kernel kernelFor(const torch::Tensor& q, const Documents& documents, const Atten
   const bool flashable = q.is_cuda() && (dtype == torch::kBFloat16 || dtype == torch::kHalf) && q.size(3) % 8 == 0 &&
                          q.size(3) <= 256;
   if (documents.onePerRow() && o.window == 0) return Kernel::kCausal;
+  // The emulated device (docs/emulated.md) computes nothing: one causal call over each row has the shape of the
+  // varlen kernel a GPU runs (one kernel), where a loop over the documents would issue one call each.
+  if (q.is_meta() && o.window == 0) return Kernel::kCausal;
   if (flashable) return Kernel::kVarlenFlash;
   return o.window > 0 ? Kernel::kPerDocumentMath : Kernel::kPerDocument;
 }

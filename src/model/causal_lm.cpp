@@ -51,7 +51,11 @@ CausalLM::CausalLM(const ModelConfig& config, torch::ScalarType dtype, bool allo
     : CausalLM(config, ParamOptions{dtype, allocate}) {}
 
 CausalLM::CausalLM(const ModelConfig& config, const ParamOptions& options)
-    : config_(config), dtype_(options.dtype), allocated_(options.allocate), rotary_(config) {
+    : config_(config),
+      dtype_(options.dtype),
+      allocated_(options.allocate),
+      placeholderDevice_(options.placeholderDevice),
+      rotary_(config) {
   embedding_ = register_module("embed_tokens", std::make_shared<Embedding>(config, options));
   auto list = register_module("layers", torch::nn::ModuleList());
   for (std::int64_t i = 0; i < config.numLayers; ++i) {

@@ -24,6 +24,7 @@ class CausalLM : public torch::nn::Module {
   const ModelConfig& config() const { return config_; }
   torch::ScalarType dtype() const { return dtype_; }
   bool allocated() const { return allocated_; }
+  torch::Device placeholderDevice() const { return placeholderDevice_; }  // of an unallocated model
   std::int64_t numDecoderLayers() const { return static_cast<std::int64_t>(layers_.size()); }
 
   Embedding& embedding() { return *embedding_; }
@@ -47,6 +48,7 @@ class CausalLM : public torch::nn::Module {
   ModelConfig config_;
   torch::ScalarType dtype_;
   bool allocated_;
+  torch::Device placeholderDevice_;
   Rotary rotary_;
   std::shared_ptr<Embedding> embedding_;
   std::vector<std::shared_ptr<DecoderLayer>> layers_;

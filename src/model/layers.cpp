@@ -69,6 +69,7 @@ torch::Tensor inverseFrequencies(const ModelConfig& c) {
 
 torch::Tensor newParameter(at::IntArrayRef sizes, const ParamOptions& options, std::optional<double> fill) {
   const auto o = torch::TensorOptions().dtype(options.dtype);
+  if (!options.allocate && options.placeholderDevice.is_meta()) return torch::empty(sizes, o.device(torch::kMeta));
   if (!options.allocate) {
     const std::vector<std::int64_t> strides(sizes.size(), 0);
     return torch::empty({0}, o).set_(torch::empty({1}, o).storage(), 0, sizes, strides);

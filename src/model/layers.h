@@ -52,6 +52,9 @@ struct ParamOptions {
   bool allocate = true;
   bool nf4Base = false;
   bool doubleQuant = false;  // nf4Base: the block scales double-quantised
+  // Where a placeholder (allocate = false) lives: the CPU, or the meta device for a model whose stages compute on
+  // shapes alone (the emulated device, docs/emulated.md), which binds them to meta tensors.
+  torch::Device placeholderDevice = torch::kCPU;
 };
 // A parameter tensor of `sizes` under `options`, filled with `fill` when allocated and a fill is given.
 torch::Tensor newParameter(at::IntArrayRef sizes, const ParamOptions& options, std::optional<double> fill = {});

@@ -151,7 +151,8 @@ std::vector<NamedTensor> attachLora(CausalLM& model, const LoraConfig& config) {
   };
   const Targets targets = adaptedTargets(model, config, /*say=*/true);
   const ModelConfig& c = model.config();
-  const ParamOptions options{model.dtype(), model.allocated()};
+  ParamOptions options{model.dtype(), model.allocated()};
+  options.placeholderDevice = model.placeholderDevice();
   for (std::int64_t i = 0; i < model.numDecoderLayers(); ++i) {
     DecoderLayer& layer = model.decoderLayer(i);
     for (const auto& target : targets.projections) {

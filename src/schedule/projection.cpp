@@ -130,11 +130,12 @@ Hardware loadHardware(const std::string& path) {
   h.p2p = t.at_path("link.p2p").value_or(false);
   h.p2pGBs = h.p2p ? number("link.p2p_gbps") : 0.0;
   h.efficiency = number("assumptions.matmul_efficiency");
+  h.kernelFloorUs = t.at_path("assumptions.kernel_floor_us").value_or(0.0);
   if (h.gpus < 1 || h.tensorTflops <= 0 || h.pcieGBs <= 0 || h.gpusPerBridge < 1 || h.efficiency <= 0 ||
-      h.efficiency > 1) {
+      h.efficiency > 1 || h.kernelFloorUs < 0) {
     RP_THROW(InputError,
              "{}: gpu.count, gpu.tensor_tflops, link.pcie_gbps, link.gpus_per_host_bridge must be "
-             "positive and assumptions.matmul_efficiency in (0, 1]",
+             "positive, assumptions.matmul_efficiency in (0, 1] and assumptions.kernel_floor_us not negative",
              path);
   }
   if (t.contains("network")) {

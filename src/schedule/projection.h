@@ -61,6 +61,7 @@ struct Hardware {
   double memoryGb = 0, tensorTflops = 0, pcieGBs = 0, p2pGBs = 0, efficiency = 0;
   int gpusPerBridge = 1;
   bool p2p = false;
+  double kernelFloorUs = 0;  // [assumptions] kernel_floor_us, optional: what each kernel adds (the emulated device)
   // [network], optional: `nodes` such hosts, data parallel over an Ethernet link of `networkGbps` Gbit/s of
   // which the exchange achieves `networkEfficiency`.
   int nodes = 1;

@@ -52,6 +52,10 @@ void MetricsWriter::write(const StepMetrics& m) {
     j["jobs"] = m.jobs;
     j["host_waits"] = m.hostWaits;
   }
+  if (!m.device.empty()) j["device"] = m.device;
+  if (m.deviceBusyMs) j["device_busy_ms"] = *m.deviceBusyMs;
+  if (m.linkUpMs) j["link_up_ms"] = *m.linkUpMs;
+  if (m.linkDownMs) j["link_down_ms"] = *m.linkDownMs;
   if (m.modelTflops) j["model_tflops"] = *m.modelTflops;
   if (m.mfu) j["mfu"] = *m.mfu;
   if (m.evalLoss) {

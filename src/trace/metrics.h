@@ -33,6 +33,11 @@ struct StepMetrics {
   // issued them, by reason ("copy", "readiness", "peer", "loss_read", "timing"; device/host_waits.h).
   std::int64_t jobs = 0;
   std::map<std::string, std::int64_t> hostWaits;
+  // Pipeline runs: what the workers compute on ("cpu", "cuda:<name>", "emulated:<profile>": docs/emulated.md).
+  std::string device;
+  // A device that keeps its own clock (the emulated one): the reporting rank's device busy computing, and its
+  // host link busy per direction, in the spans its iteration took (milliseconds).
+  std::optional<double> deviceBusyMs, linkUpMs, linkDownMs;
 };
 
 class MetricsWriter {

@@ -44,6 +44,11 @@ void Progress::update(const StepMetrics& m) {
   if (m.mfu) line += fmt::format(" | MFU {:.1f}%", 100 * *m.mfu);
   if (m.evalLoss) line += fmt::format(" | eval {:.4f}", *m.evalLoss);
   line += memory(m);
+  // An emulated device's numbers are a model's, its losses synthetic: the line says so (docs/emulated.md).
+  if (m.deviceBusyMs) {
+    line += fmt::format(" | {} (device {:.0f} ms, link {:.0f}/{:.0f} ms)", m.device, *m.deviceBusyMs,
+                        m.linkUpMs.value_or(0), m.linkDownMs.value_or(0));
+  }
   if (interactive_) {
     std::fprintf(stderr, "\r%s%s\033[K", line.c_str(), skipped);
     std::fflush(stderr);

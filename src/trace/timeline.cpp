@@ -12,6 +12,15 @@ std::int64_t Timeline::nowUs() const {
   return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - origin_).count();
 }
 
+std::int64_t Timeline::usAt(Clock::time_point t) const {
+  return std::chrono::duration_cast<std::chrono::microseconds>(t - origin_).count();
+}
+
+void Timeline::setDeviceLabel(std::string label) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  deviceLabel_ = std::move(label);
+}
+
 void Timeline::record(Span span) {
   std::lock_guard<std::mutex> lock(mutex_);
   spans_.push_back(std::move(span));
@@ -24,8 +33,17 @@ std::vector<Span> Timeline::spans() const {
 
 std::string Timeline::toJson() const {
   nlohmann::json events = nlohmann::json::array();
-  events.push_back(
-      {{"name", "process_name"}, {"ph", "M"}, {"pid", rank_}, {"args", {{"name", "rank " + std::to_string(rank_)}}}});
+  std::string label;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    label = deviceLabel_;
+  }
+  const std::string process = "rank " + std::to_string(rank_) + (label.empty() ? "" : " (" + label + ")");
+  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", rank_}, {"args", {{"name", process}}}});
+  if (!label.empty()) {
+    events.push_back(
+        {{"name", "thread_name"}, {"ph", "M"}, {"pid", rank_}, {"tid", 3}, {"args", {{"name", "device: " + label}}}});
+  }
   events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank_}, {"tid", 0}, {"args", {{"name", "worker"}}}});
   events.push_back(
       {{"name", "thread_name"}, {"ph", "M"}, {"pid", rank_}, {"tid", 1}, {"args", {{"name", "optimizer"}}}});

@@ -1,6 +1,7 @@
 // A per-rank timeline of what each thread did, written as Chrome-trace JSON (chrome://tracing, Perfetto):
 // one process per rank, thread 0 the worker, thread 1 the optimizer, thread 2 the worker's stage jobs
-// (spans enclosing the job's uploads, waits, computes and downloads). Times are microseconds of the node's
+// (spans enclosing the job's uploads, waits, computes and downloads), thread 3 a device that keeps its own
+// clock (the emulated one: its compute and each direction of its link, as it modelled them). Times are microseconds of the node's
 // monotonic clock since a common origin, so the ranks of a node line up.
 // Thread-safety: record() may be called from any thread.
 #pragma once
@@ -27,6 +28,9 @@ class Timeline {
   Timeline(int rank, Clock::time_point origin) : rank_(rank), origin_(origin) {}
 
   std::int64_t nowUs() const;
+  std::int64_t usAt(Clock::time_point t) const;
+  // Names the device track (thread 3) and the rank's process with it ("emulated rtx4090x8").
+  void setDeviceLabel(std::string label);
   void record(Span span);
   std::vector<Span> spans() const;
   // {"traceEvents": [...]} for this rank alone.
@@ -49,6 +53,7 @@ class Timeline {
  private:
   int rank_;
   Clock::time_point origin_;
+  std::string deviceLabel_;
   mutable std::mutex mutex_;
   std::vector<Span> spans_;
 };

@@ -1,0 +1,360 @@
+#include "device/emulated/emulated_worker.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <queue>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+
+namespace rp::device::emulated {
+
+// Note [Emulated device]: the device is a clock, not a computer. Its compute stream is the time `computeEnd_`
+// at which the compute submitted so far ends: each span the engine submits (expectCompute, before the LibTorch
+// ops that make it, which run on meta tensors: shapes only) starts when the stream is free or now, whichever is
+// later, and lasts FLOPs / the sustained rate + kernels x the per-kernel floor. A mark is the stream's end when
+// it is taken; elapsedMs sleeps until the later mark is reached, as cudaEventSynchronize would. Copies reserve
+// their link direction (the profile's rate for one GPU: pcie_gbps / gpus_per_host_bridge, as the simulator
+// counts it) from the compute they follow, and their tickets complete when they land, on a thread of the
+// worker's own, so every wait the engine makes takes the time it would take on the card and costs no core.
+// A copy's host side is a range registered by pinHost (the node store, the tensor arena); the other side is
+// device memory — a meta tensor's address or an allocate()d range, which is address space without access.
+// The host's own work is all real: op dispatch, the engine's bookkeeping, the optimizer, the tensor plane.
+
+namespace {
+
+struct TimeMark : ComputeMark {
+  explicit TimeMark(Clock::time_point t) : at(t) {}
+  Clock::time_point at;
+};
+
+// RP_SLOW_WORKER slows an emulated device's compute as it slows a CPU worker's.
+EmulatedDevice slowed(const WorkerOptions& options) {
+  EmulatedDevice device = options.emulated;
+  device.flopsPerSecond *= options.computeSpeed;
+  return device;
+}
+
+Clock::duration seconds(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+}  // namespace
+
+Clock::duration Link::duration(std::size_t bytes) const {
+  return seconds(static_cast<double>(bytes) / bytesPerSecond_);
+}
+
+std::pair<Clock::time_point, Clock::time_point> Link::reserve(Clock::time_point ready, std::size_t bytes) {
+  const Clock::time_point now = Clock::now();
+  busy_.erase(std::remove_if(busy_.begin(), busy_.end(), [&](const auto& b) { return b.second <= now; }),
+              busy_.end());
+  const Clock::duration length = duration(bytes);
+  Clock::time_point start = ready;
+  for (const auto& [s, e] : busy_) {  // by start: the first gap that holds the copy
+    if (start + length <= s) break;
+    start = std::max(start, e);
+  }
+  const auto at = std::upper_bound(busy_.begin(), busy_.end(), start,
+                                   [](Clock::time_point t, const auto& b) { return t < b.first; });
+  busy_.insert(at, {start, start + length});
+  return {start, start + length};
+}
+
+// Tickets completed at the times their copies land (after the host traffic a DMA would make, if modelled).
+class EmulatedWorker::Completions {
+ public:
+  Completions() : thread_([this] { loop(); }) {}
+  ~Completions() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void at(Clock::time_point when, Ticket ticket, std::function<void()> work) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.push({when, sequence_++, std::move(ticket), std::move(work)});
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  struct Entry {
+    Clock::time_point when;
+    std::uint64_t sequence;  // equal times complete in submission order
+    Ticket ticket;
+    std::function<void()> work;
+    bool operator>(const Entry& o) const { return when != o.when ? when > o.when : sequence > o.sequence; }
+  };
+  void loop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (true) {
+      if (queue_.empty()) {
+        if (stop_) return;
+        cv_.wait(lock);
+        continue;
+      }
+      const Clock::time_point when = queue_.top().when;
+      if (!stop_ && Clock::now() < when) {  // stopping: what is left completes at once
+        cv_.wait_until(lock, when);
+        continue;
+      }
+      Entry entry = queue_.top();
+      queue_.pop();
+      const bool stopping = stop_;  // the memory a copy touches may be gone: it completes untouched
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        if (entry.work && !stopping) entry.work();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      entry.ticket.complete(error);
+      lock.lock();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue_;
+  std::uint64_t sequence_ = 0;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+EmulatedWorker::EmulatedWorker(const WorkerOptions& options)
+    : device_(slowed(options)),
+      index_(options.deviceIndex),
+      computeEnd_(Clock::now()),
+      up_(options.emulated.linkBytesPerSecond),
+      down_(options.emulated.linkBytesPerSecond),
+      bulkReady_(computeEnd_),
+      completions_(std::make_unique<Completions>()),
+      bulk_(options.chunkBytes, 2, [this](void* dst, const void* src, std::size_t bytes) {
+        RP_CHECK(isHost(src, bytes) && !isHost(dst, bytes), "emulated device: a bulk copy is a host-to-device upload");
+        Clock::time_point end;
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          const auto [start, landed] = up_.reserve(std::max(Clock::now(), bulkReady_), bytes);
+          bulkReady_ = end = landed;
+          spans_.push_back({DeviceSpan::Kind::kUpload, start, landed});
+        }
+        return ChunkedCopyQueue::Landing([this, dst, src, bytes, end] {
+          touchHost(dst, src, bytes, /*upload=*/true);
+          std::this_thread::sleep_until(end);
+        });
+      }) {
+  if (!(device_.flopsPerSecond > 0 && device_.linkBytesPerSecond > 0 && device_.memoryBytes > 0)) {
+    RP_THROW(InputError, "emulated device '{}': its FLOP rate, link rate and memory must be positive (the profile {})",
+             device_.gpu, device_.profile);
+  }
+}
+
+EmulatedWorker::~EmulatedWorker() = default;
+
+std::string EmulatedWorker::describe() const {
+  return fmt::format(
+      "emulated {} (profile {}: {:.1f} TFLOP/s sustained, {:.1f} GB/s host link per direction, {:.1f} GB; "
+      "nothing computed: shapes only, losses synthetic; host traffic of copies {})",
+      device_.gpu, device_.profile, device_.flopsPerSecond / 1e12, device_.linkBytesPerSecond / 1e9,
+      device_.memoryBytes / 1e9, device_.hostTraffic ? "modelled" : "not modelled");
+}
+
+Placement EmulatedWorker::placement() const {
+  return {Backend::kEmulated, index_, fmt::format("emulated {}", device_.gpu)};
+}
+
+std::shared_ptr<void> EmulatedWorker::allocate(std::size_t bytes) {
+  const std::size_t length = std::max<std::size_t>(bytes, 1);
+  std::size_t held = allocated_->load();
+  do {
+    if (static_cast<double>(held + bytes) > device_.memoryBytes) {
+      RP_THROW(InputError, "emulated {}: out of device memory: {:.2f} GB more where {:.2f} GB of {:.2f} GB are held",
+               device_.gpu, static_cast<double>(bytes) / 1e9, static_cast<double>(held) / 1e9,
+               device_.memoryBytes / 1e9);
+    }
+  } while (!allocated_->compare_exchange_weak(held, held + bytes));
+  void* memory = ::mmap(nullptr, length, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (memory == MAP_FAILED) {
+    const int error = errno;
+    *allocated_ -= bytes;
+    RP_THROW(SystemError, "emulated device: reserving {} bytes of address space: {}", length, std::strerror(error));
+  }
+  return std::shared_ptr<void>(memory, [allocated = allocated_, bytes, length](void* p) {
+    ::munmap(p, length);
+    *allocated -= bytes;
+  });
+}
+
+std::size_t EmulatedWorker::freeMemory() {
+  return static_cast<std::size_t>(std::max(1.0, device_.memoryBytes - static_cast<double>(allocated_->load())));
+}
+
+void EmulatedWorker::computeAfter(const Ticket& ticket) {
+  const auto events = ticket.deviceEvents();
+  if (events.empty()) {
+    if (!ticket.done()) ticket.wait();
+  } else {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& e : events) computeEnd_ = std::max(computeEnd_, *std::static_pointer_cast<Clock::time_point>(e));
+  }
+  ticket.throwIfFailed();
+}
+
+std::shared_ptr<ComputeMark> EmulatedWorker::mark() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::make_shared<TimeMark>(std::max(Clock::now(), computeEnd_));
+}
+
+double EmulatedWorker::elapsedMs(const ComputeMark& from, const ComputeMark& to) {
+  const auto& a = static_cast<const TimeMark&>(from);
+  const auto& b = static_cast<const TimeMark&>(to);
+  std::this_thread::sleep_until(b.at);
+  return std::chrono::duration<double, std::milli>(b.at - a.at).count();
+}
+
+std::shared_ptr<void> EmulatedWorker::pinHost(void* memory, std::size_t bytes, const std::string&) {
+  const auto start = reinterpret_cast<std::uintptr_t>(memory);
+  {
+    std::lock_guard<std::mutex> lock(host_->mutex);
+    host_->ranges[start] = bytes;
+  }
+  return std::shared_ptr<void>(memory, [host = host_, start](void*) {
+    std::lock_guard<std::mutex> lock(host->mutex);
+    host->ranges.erase(start);
+  });
+}
+
+bool EmulatedWorker::isHost(const void* p, std::size_t bytes) const {
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  std::lock_guard<std::mutex> lock(host_->mutex);
+  auto it = host_->ranges.upper_bound(at);
+  if (it == host_->ranges.begin()) return false;
+  --it;
+  return at >= it->first && at + bytes <= it->first + it->second;
+}
+
+void EmulatedWorker::touchHost(void* dst, const void* src, std::size_t bytes, bool upload) const {
+  if (!device_.hostTraffic) return;
+  if (!upload) {
+    std::memset(dst, 0, bytes);  // the synthetic gradient or activation a download writes
+    return;
+  }
+  const auto* words = static_cast<const std::uint64_t*>(src);
+  std::uint64_t sum = 0;
+  for (std::size_t i = 0; i < bytes / sizeof(std::uint64_t); ++i) sum += words[i];
+  volatile std::uint64_t sink = sum;  // the read a DMA makes
+  (void)sink;
+}
+
+Ticket EmulatedWorker::urgent(void* dst, const void* src, std::size_t bytes, Clock::time_point ready) {
+  const bool fromHost = isHost(src, bytes), toHost = isHost(dst, bytes);
+  Ticket ticket;
+  ticket.add();
+  if (fromHost && toHost) {  // not a device copy: done as asked
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+    ticket.complete();
+    return ticket;
+  }
+  Clock::time_point end;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ready = std::max(ready, Clock::now());
+    end = ready;  // device to device: on the device, not modelled
+    if (fromHost || toHost) {
+      const auto [start, landed] = (fromHost ? up_ : down_).reserve(ready, bytes);
+      end = landed;
+      spans_.push_back({fromHost ? DeviceSpan::Kind::kUpload : DeviceSpan::Kind::kDownload, start, landed});
+    }
+  }
+  ticket.addDeviceEvent(std::make_shared<Clock::time_point>(end));
+  std::function<void()> work;
+  if (device_.hostTraffic && (fromHost || toHost)) {
+    work = [this, dst, src, bytes, fromHost] { touchHost(dst, src, bytes, fromHost); };
+  }
+  completions_->at(end, ticket, std::move(work));
+  return ticket;
+}
+
+Ticket EmulatedWorker::copyUrgent(void* dst, const void* src, std::size_t bytes) {
+  Clock::time_point ready;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ready = computeEnd_;
+  }
+  return urgent(dst, src, bytes, ready);
+}
+
+Ticket EmulatedWorker::copyUrgentAfter(void* dst, const void* src, std::size_t bytes, const ComputeMark& after) {
+  return urgent(dst, src, bytes, static_cast<const TimeMark&>(after).at);
+}
+
+void EmulatedWorker::copyBulk(Ticket& ticket, void* dst, const void* src, std::size_t bytes,
+                              std::shared_ptr<ComputeMark> after) {
+  Clock::time_point ready;
+  if (after) {
+    ready = static_cast<const TimeMark&>(*after).at;
+  } else {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ready = computeEnd_;
+  }
+  bulk_.submit(ticket, dst, src, bytes, [this, ready] {
+    std::lock_guard<std::mutex> lock(mutex_);
+    bulkReady_ = std::max(bulkReady_, ready);
+  });
+}
+
+namespace {
+[[noreturn]] void hostPlaneOnly(const char* what) {
+  RP_THROW(InputError,
+           "the emulated device has no {}: its stage outputs go through the host, pipeline.tensor_channel = \"host\"",
+           what);
+}
+}  // namespace
+
+std::unique_ptr<HandoffRing> EmulatedWorker::shareRing(int, std::size_t) {
+  hostPlaneOnly("device-direct hand-off rings");
+}
+
+std::unique_ptr<PeerRing> EmulatedWorker::openRing(const std::string&) {
+  hostPlaneOnly("device-direct hand-off rings");
+}
+
+std::string EmulatedWorker::linksId() {
+  hostPlaneOnly("peer links");
+}
+
+std::unique_ptr<PeerLinks> EmulatedWorker::joinLinks(const std::string&, int, int, int, std::size_t) {
+  hostPlaneOnly("peer links");
+}
+
+void EmulatedWorker::expectCompute(const ComputeWork& work) {
+  const Clock::duration length =
+      seconds(work.flops / device_.flopsPerSecond + work.kernels * device_.kernelSeconds);
+  std::lock_guard<std::mutex> lock(mutex_);
+  const Clock::time_point start = std::max(Clock::now(), computeEnd_);
+  computeEnd_ = start + length;
+  if (!spans_.empty() && spans_.back().kind == DeviceSpan::Kind::kCompute && spans_.back().end == start) {
+    spans_.back().end = computeEnd_;  // back to back: one span
+  } else {
+    spans_.push_back({DeviceSpan::Kind::kCompute, start, computeEnd_});
+  }
+}
+
+std::vector<DeviceSpan> EmulatedWorker::takeDeviceSpans() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::exchange(spans_, {});
+}
+
+}  // namespace rp::device::emulated

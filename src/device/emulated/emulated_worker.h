@@ -1,0 +1,101 @@
+// The emulated backend's worker (docs/emulated.md): a GPU that costs the host no core and takes the time a named
+// GPU would, so the host side — the engine, the node store, the optimizer, the coordinator, the tensor plane,
+// MPI, checkpoints, traces — runs for real, at the model's real size, against it. Only the device is modelled
+// (Note [Emulated device]): its compute from the FLOPs the engine says it submits (expectCompute), its host link
+// per direction from the bytes of each copy, its memory accounted rather than allocated. Its tensors are
+// LibTorch meta tensors: the ops run on shapes only, so what would be read back (losses) is synthetic, and the
+// run says so everywhere.
+// Thread-safety: submissions from the rank's main thread (expectCompute and mark() also from autograd hooks on
+// it); tickets complete on the worker's own threads.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "device/copy_queue.h"
+#include "device/worker.h"
+
+namespace rp::device::emulated {
+
+using Clock = std::chrono::steady_clock;
+
+// One direction of the host link: the intervals it is reserved for, each copy the earliest gap of its length
+// from when it is ready (an urgent copy goes ahead of bulk chunks that wait for their compute, as CUDA's
+// stream priorities let it; it waits for the chunks already on the link).
+class Link {
+ public:
+  explicit Link(double bytesPerSecond) : bytesPerSecond_(bytesPerSecond) {}
+  // Reserves `bytes` at the earliest start >= `ready` that overlaps no other reservation: [start, end).
+  std::pair<Clock::time_point, Clock::time_point> reserve(Clock::time_point ready, std::size_t bytes);
+  Clock::duration duration(std::size_t bytes) const;
+
+ private:
+  double bytesPerSecond_;
+  std::vector<std::pair<Clock::time_point, Clock::time_point>> busy_;  // by start; those past are dropped
+};
+
+class EmulatedWorker : public Worker {
+ public:
+  explicit EmulatedWorker(const WorkerOptions& options);
+  ~EmulatedWorker() override;
+  std::string describe() const override;
+  Placement placement() const override;
+  // Address space reserved without access (any touch faults), counted against the profile's memory.
+  std::shared_ptr<void> allocate(std::size_t bytes) override;
+  std::unique_ptr<ComputeScope> enterCompute() override { return std::make_unique<ComputeScope>(); }
+  void computeAfter(const Ticket& ticket) override;
+  std::shared_ptr<ComputeMark> mark() override;
+  double elapsedMs(const ComputeMark& from, const ComputeMark& to) override;
+  // Registers a host range: a copy's side inside one is host memory, any other side device memory.
+  std::shared_ptr<void> pinHost(void* memory, std::size_t bytes, const std::string& what) override;
+  std::size_t freeMemory() override;
+  std::size_t takePeakComputeBytes() override { return 0; }  // the compute's memory is not modelled
+  void capComputeMemory(std::size_t) override {}
+  Ticket copyUrgent(void* dst, const void* src, std::size_t bytes) override;
+  Ticket copyUrgentAfter(void* dst, const void* src, std::size_t bytes, const ComputeMark& after) override;
+  void copyBulk(Ticket& ticket, void* dst, const void* src, std::size_t bytes,
+                std::shared_ptr<ComputeMark> after) override;
+  std::unique_ptr<HandoffRing> shareRing(int slots, std::size_t slotBytes) override;
+  std::unique_ptr<PeerRing> openRing(const std::string& handle) override;
+  std::string linksId() override;
+  std::unique_ptr<PeerLinks> joinLinks(const std::string& id, int rank, int ranks, int slots,
+                                       std::size_t slotBytes) override;
+  bool modelsCompute() const override { return true; }
+  void expectCompute(const ComputeWork& work) override;
+  std::vector<DeviceSpan> takeDeviceSpans() override;
+
+ private:
+  class Completions;
+  // The host ranges pinHost registered (start -> bytes), shared with the handles it returned: a handle may
+  // outlive the worker (the node store's is released after it).
+  struct HostRanges {
+    std::mutex mutex;
+    std::map<std::uintptr_t, std::size_t> ranges;
+  };
+  bool isHost(const void* p, std::size_t bytes) const;
+  // A copy ready at `ready` (its compute dependency), on the link its direction takes; completes `ticket`.
+  Ticket urgent(void* dst, const void* src, std::size_t bytes, Clock::time_point ready);
+  // The host memory a DMA of the copy would read or write (hostTraffic).
+  void touchHost(void* dst, const void* src, std::size_t bytes, bool upload) const;
+
+  const EmulatedDevice device_;
+  const int index_;
+  mutable std::mutex mutex_;  // everything below but the queues
+  Clock::time_point computeEnd_;  // when the compute submitted so far ends
+  std::vector<DeviceSpan> spans_;
+  // Bytes allocate() handed out, shared with their holders (a stage slot's tensors may outlive the worker).
+  const std::shared_ptr<std::atomic<std::size_t>> allocated_ = std::make_shared<std::atomic<std::size_t>>(0);
+  const std::shared_ptr<HostRanges> host_ = std::make_shared<HostRanges>();
+  Link up_, down_;
+  Clock::time_point bulkReady_;  // the bulk queue's order: a chunk starts after the one before and its `after`
+  std::unique_ptr<Completions> completions_;
+  ChunkedCopyQueue bulk_;  // last: its thread reserves the up link
+};
+
+}  // namespace rp::device::emulated

@@ -1,0 +1,133 @@
+#include "engine/emulation.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <vector>
+
+#include "common/error.h"
+#include <torch/library.h>
+
+#include "model/libtorch.h"
+#include "schedule/projection.h"
+
+namespace rp::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Kernels one layer's forward launches (model/layers.cpp): a decoder layer's two norms, four attention
+// projections, rotary, attention, the MLP's three projections and activation, the residual adds, with the
+// casts between them; the embedding's lookup; the head's norm and, per loss chunk, its product, softmax and loss.
+constexpr int kDecoderForwardKernels = 24;
+constexpr int kHeadForwardKernels = 8;
+
+// The source tree the executable was built from: build/src/cli/<tool> -> the directory above build/.
+std::vector<fs::path> profileDirectories() {
+  std::vector<fs::path> dirs{fs::current_path() / "cluster-configs"};
+  std::error_code error;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", error);
+  if (!error) {
+    for (fs::path p = exe.parent_path(); !p.empty() && p != p.root_path(); p = p.parent_path()) {
+      if (fs::is_directory(p / "cluster-configs")) {
+        dirs.push_back(p / "cluster-configs");
+        break;
+      }
+    }
+  }
+  return dirs;
+}
+
+}  // namespace
+
+std::string emulatedProfilePath(const config::RunConfig& c) {
+  const std::string& name = c.pipeline.emulatedProfile;
+  if (name.find('/') != std::string::npos || fs::path(name).extension() == ".toml") {
+    if (!fs::is_regular_file(name)) {
+      RP_THROW(InputError, "{}: pipeline.emulated_profile = \"{}\": no such file",
+               c.values.source({"pipeline.emulated_profile"}), name);
+    }
+    return name;
+  }
+  std::string looked, known;
+  for (const fs::path& dir : profileDirectories()) {
+    const fs::path file = dir / (name + ".toml");
+    if (fs::is_regular_file(file)) return file.string();
+    looked += (looked.empty() ? "" : ", ") + dir.string();
+    std::error_code error;
+    for (const auto& entry : fs::directory_iterator(dir, error)) {
+      if (entry.path().extension() == ".toml") known += (known.empty() ? "" : ", ") + entry.path().stem().string();
+    }
+  }
+  RP_THROW(InputError, "{}: pipeline.emulated_profile = \"{}\": no {}.toml in {} (profiles there: {})",
+           c.values.source({"pipeline.emulated_profile"}), name, name, looked, known.empty() ? "none" : known);
+}
+
+device::EmulatedDevice emulatedDevice(const config::RunConfig& c) {
+  const std::string path = emulatedProfilePath(c);
+  const schedule::Hardware h = schedule::loadHardware(path);
+  device::EmulatedDevice d;
+  d.profile = fs::path(path).stem().string();
+  d.gpu = h.name;
+  d.flopsPerSecond = h.tensorTflops * 1e12 * h.efficiency;
+  d.linkBytesPerSecond = h.pcieGBs * 1e9 / h.gpusPerBridge;
+  d.memoryBytes = h.memoryGb * 1e9;
+  d.kernelSeconds = h.kernelFloorUs * 1e-6;
+  d.hostTraffic = c.pipeline.emulatedHostTraffic;
+  return d;
+}
+
+EmulatedCompute::EmulatedCompute(device::Worker& worker, const LayerCosts& costs, int layers)
+    : worker_(worker), costs_(costs), layers_(layers), active_(worker.modelsCompute()) {}
+
+void EmulatedCompute::forward(int l, bool withGradients) const {
+  if (!active_) return;
+  const double flops = costs_.layers.forward.at(static_cast<std::size_t>(l)) * 1e9;
+  const bool head = l == layers_ - 1;
+  const int kernels = l == 0 ? 1 : head ? kHeadForwardKernels : kDecoderForwardKernels;
+  const double times = head && withGradients ? 3.0 : 1.0;
+  worker_.expectCompute({flops * times, static_cast<int>(kernels * times)});
+}
+
+void EmulatedCompute::backward(int l) const {
+  if (!active_ || l == layers_ - 1) return;  // the head's gradients came with its forward
+  const double flops = costs_.layers.forward.at(static_cast<std::size_t>(l)) * 1e9;
+  worker_.expectCompute({2.0 * flops, l == 0 ? 1 : 2 * kDecoderForwardKernels});
+}
+
+}  // namespace rp::engine
+
+// Note [Meta kernels]: LibTorch's C++ build lacks meta kernels for a few ops our layers use (Python registers
+// them in Python); the emulated device needs only their output shapes, given here.
+namespace {
+
+at::Tensor indexSelectMeta(const at::Tensor& self, std::int64_t dim, const at::Tensor& index) {
+  std::vector<std::int64_t> sizes = self.sizes().vec();
+  if (self.dim() > 0) sizes[static_cast<std::size_t>(c10::maybe_wrap_dim(dim, self.dim()))] = index.numel();
+  return at::empty(sizes, self.options());
+}
+
+at::Tensor whereMeta(const at::Tensor& condition, const at::Tensor& self, const at::Tensor& other) {
+  const auto sizes = at::infer_size(at::infer_size(condition.sizes(), self.sizes()), other.sizes());
+  return at::empty(sizes, self.options().dtype(at::result_type(self, other)));
+}
+
+at::Tensor& whereOutMeta(const at::Tensor& condition, const at::Tensor& self, const at::Tensor& other,
+                         at::Tensor& out) {
+  out.resize_(at::infer_size(at::infer_size(condition.sizes(), self.sizes()), other.sizes()));
+  return out;
+}
+
+at::Tensor embeddingDenseBackwardMeta(const at::Tensor& grad, const at::Tensor&, c10::SymInt weights, c10::SymInt,
+                                      bool) {
+  return at::empty({weights.expect_int(), grad.size(-1)}, grad.options());
+}
+
+TORCH_LIBRARY_IMPL(aten, Meta, m) {
+  m.impl("index_select", indexSelectMeta);
+  m.impl("where.self", whereMeta);
+  m.impl("where.self_out", whereOutMeta);
+  m.impl("embedding_dense_backward", embeddingDenseBackwardMeta);
+}
+
+}  // namespace

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The emulated device end to end (docs/emulated.md): roundpipe_train with pipeline.backend = "emulated" runs the
+# whole pipeline — one process, and two ranks under mpirun — against a slow modelled GPU; every metrics row says
+# `emulated:<profile>`; the device's busy time per step is the step's model FLOPs (the MFU line's count) at the
+# profile's rate; and, read from the trace rather than from wall-clock ratios, async's optimizer spans overlap
+# the emulated device's compute spans. A profile that does not exist is an error naming the key.
+# Usage: emulated_run.sh <bin dir> <source dir> <mpiexec> [mpiexec flags...]
+set -euo pipefail
+bin="$1" src="$2"
+shift 2
+mpi=("$@")
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+[[ -d /usr/share/games/fortunes ]] || fail "/usr/share/games/fortunes is missing (scripts/bootstrap.sh installs fortunes)"
+
+# The built-in byte-level Llama widened to 6.6M parameters, so that its optimizer step takes tens of
+# milliseconds on one thread; 0.25 TFLOP/s makes its ~80 GFLOP steps ~0.3 s on the device, and a fast link
+# keeps the uploads out of the way.
+mkdir -p "$work/model"
+cp "$src/configs/builtin-tiny/tokenizer.json" "$work/model/"
+python3 - "$src/configs/builtin-tiny/config.json" "$work/model/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c.update(hidden_size=384, intermediate_size=1024, num_attention_heads=6, num_key_value_heads=2)
+json.dump(c, open(sys.argv[2], "w"))
+PY
+cat >"$work/slow.toml" <<'TOML'
+[gpu]
+name = "Slow GPU"
+count = 8
+memory_gb = 4
+tensor_tflops = 0.25
+[link]
+pcie_gbps = 200.0
+gpus_per_host_bridge = 2
+[assumptions]
+matmul_efficiency = 1.0
+TOML
+run=(--config "$src/configs/builtin-fortunes.toml" --set model.path="$work/model" --set pipeline.backend=emulated
+     --set pipeline.emulated_profile="$work/slow.toml" --set train.max_steps=6 --set optim.threads=1
+     --set output.sample_prompt= --set checkpoint.at_end=false --set output.log_every=1)
+cd "$src"
+
+RP_NUM_THREADS=1 "$bin/roundpipe_train" "${run[@]}" --set optim.mode=async --set output.dir="$work/one" >"$work/one.txt" 2>&1 ||
+  { cat "$work/one.txt"; fail "one emulated worker (async) failed"; }
+grep -q "backend emulated" "$work/one.txt" || { cat "$work/one.txt"; fail "the log does not say the backend is emulated"; }
+python3 - "$work/one" "$work/slow.toml" <<'PY' || fail "the one-worker run's metrics or trace"
+import json, math, sys
+out = sys.argv[1]
+rows = [json.loads(l) for l in open(f"{out}/metrics.jsonl")]
+assert len(rows) == 6, len(rows)
+rate = 0.25e12  # the profile's tensor_tflops x matmul_efficiency
+for r in rows:
+    assert r["device"] == "emulated:slow", r
+    # Synthetic losses: a uniform guess over the 259-token vocabulary; the device field says so.
+    assert abs(r["loss"] - math.log(259)) < 1e-9, r["loss"]
+    # One worker runs one fused stage (no recompute): its device computes the model FLOPs of the step.
+    model_flops = r["model_tflops"] * 1e12 * r["step_time_s"]
+    expected_ms = model_flops / rate * 1e3
+    assert abs(r["device_busy_ms"] - expected_ms) < 0.01 * expected_ms, (r["device_busy_ms"], expected_ms)
+    assert r["link_up_ms"] > 0 and r["link_down_ms"] > 0, r
+trace = json.load(open(f"{out}/trace/rank0.json"))["traceEvents"]
+names = [e for e in trace if e.get("ph") == "M" and e.get("name") == "process_name"]
+assert "emulated:slow" in names[0]["args"]["name"], names
+device = [(e["ts"], e["ts"] + e["dur"]) for e in trace if e.get("tid") == 3 and e["name"] == "emulated compute"]
+optimizer = [(e["ts"], e["ts"] + e["dur"]) for e in trace
+             if e.get("tid") == 1 and e.get("cat") == "optimizer" and e["name"].startswith("AdamW step")]
+assert device and len(optimizer) == 6, (len(device), len(optimizer))
+# Async: step t's update runs while iteration t+1 computes (the last has no next iteration to overlap). Most of
+# steps 1..5's updates overlap the device's compute (sync's none: their iteration waits for them); a host
+# late by the length of an update under load may start iteration t+1 after it, so 3 of 5 are asked for.
+overlapped = sum(1 for a, b in optimizer[:-1] if any(min(b, d) > max(a, c) for c, d in device))
+assert overlapped >= 3, f"{overlapped} of 5 updates overlap the emulated compute: {optimizer} vs {device[:10]}"
+PY
+
+RP_NUM_THREADS=1 "${mpi[@]}" -n 2 "$bin/roundpipe_train" "${run[@]}" --set optim.mode=sync \
+  --set output.dir="$work/two" >"$work/two.txt" 2>&1 || { cat "$work/two.txt"; fail "two emulated workers (sync) failed"; }
+python3 - "$work/two" <<'PY' || fail "the two-worker run's metrics"
+import json, sys
+rows = [json.loads(l) for l in open(f"{sys.argv[1]}/metrics.jsonl")]
+assert len(rows) == 6 and all(r["device"] == "emulated:slow" and r["device_busy_ms"] > 0 for r in rows), rows
+PY
+
+if "$bin/roundpipe_train" "${run[@]}" --set pipeline.emulated_profile=no-such-gpu --set output.dir="$work/bad" \
+  >"$work/bad.txt" 2>&1; then
+  fail "an unknown profile was accepted"
+else
+  code=$?
+fi
+[[ $code -eq 2 ]] || { cat "$work/bad.txt"; fail "an unknown profile exited with $code, not 2"; }
+grep -q "pipeline.emulated_profile = \"no-such-gpu\"" "$work/bad.txt" || { cat "$work/bad.txt"; fail "the error does not name the key"; }
+grep -q "rtx4090x8" "$work/bad.txt" || { cat "$work/bad.txt"; fail "the error does not list the profiles there"; }
+echo "PASS"

@@ -1,0 +1,171 @@
+// The emulated device (Note [Emulated device]): compute spans take their FLOPs at the profile's rate, copies
+// take their bytes over the link direction they use and follow the compute they are ordered after, an urgent
+// copy goes ahead of weight chunks that wait for their compute, the compute orders itself after a copy without
+// the host waiting, and memory is accounted, not allocated. The device's own spans and marks carry its model's
+// times, so these checks compare exact model times (to a microsecond), never the host's speed.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "device/emulated/emulated_worker.h"
+
+namespace rp::device::emulated {
+namespace {
+
+using Ms = std::chrono::duration<double, std::milli>;
+
+// 1 TFLOP/s, 1 GB/s a direction, 1 GB, 10 µs a kernel.
+WorkerOptions profile(bool hostTraffic = false) {
+  WorkerOptions o;
+  o.chunkBytes = 4u << 20;
+  o.emulated = {"test", "Test GPU", 1e12, 1e9, 1e9, 10e-6, hostTraffic};
+  return o;
+}
+
+double ms(Clock::duration d) {
+  return Ms(d).count();
+}
+
+std::vector<DeviceSpan> ofKind(const std::vector<DeviceSpan>& spans, DeviceSpan::Kind kind) {
+  std::vector<DeviceSpan> out;
+  for (const auto& s : spans) {
+    if (s.kind == kind) out.push_back(s);
+  }
+  return out;
+}
+
+TEST(EmulatedWorker, ComputeTakesItsFlopsAtTheProfileRateAndItsKernelsAtTheFloor) {
+  EmulatedWorker worker(profile());
+  EXPECT_TRUE(worker.modelsCompute());
+  worker.expectCompute({50e9, 0});  // 50 ms first: the marks below are the device's, not the host's "now"
+  const auto before = worker.mark();
+  worker.expectCompute({20e9, 100});  // 20 ms + 1 ms
+  const auto middle = worker.mark();
+  worker.expectCompute({5e9, 0});  // 5 ms, queued behind the first: the host is ahead of the device
+  const auto after = worker.mark();
+  EXPECT_NEAR(worker.elapsedMs(*before, *middle), 21.0, 1e-3);
+  EXPECT_NEAR(worker.elapsedMs(*middle, *after), 5.0, 1e-3);
+  const auto spans = worker.takeDeviceSpans();
+  ASSERT_EQ(spans.size(), 1u) << "back-to-back compute is one span";
+  EXPECT_NEAR(ms(spans[0].end - spans[0].start), 76.0, 1e-3);
+  EXPECT_TRUE(worker.takeDeviceSpans().empty()) << "taken once";
+}
+
+TEST(EmulatedWorker, ADownloadFollowsTheComputeAndTakesItsBytesOverTheDownLink) {
+  EmulatedWorker worker(profile());
+  std::vector<std::uint8_t> host(8u << 20, 0xab);
+  const auto pin = worker.pinHost(host.data(), host.size(), "test");
+  worker.expectCompute({10e9, 0});  // 10 ms
+  const auto mark = worker.mark();
+  worker.expectCompute({30e9, 0});  // 30 ms more, which the marked download does not wait for
+  Ticket marked = worker.copyUrgentAfter(host.data(), nullptr, 2'000'000, *mark);  // 2 ms
+  Ticket all = worker.copyUrgent(host.data() + 2'000'000, nullptr, 1'000'000);  // after all compute: 1 ms
+  EXPECT_FALSE(all.done()) << "a copy completes when it lands, not when it is issued";
+  marked.wait();
+  all.wait();
+  EXPECT_EQ(host[0], 0xab) << "without host traffic a copy touches no host memory";
+  const auto spans = worker.takeDeviceSpans();
+  const auto compute = ofKind(spans, DeviceSpan::Kind::kCompute);
+  const auto down = ofKind(spans, DeviceSpan::Kind::kDownload);
+  ASSERT_EQ(compute.size(), 1u);
+  ASSERT_EQ(down.size(), 2u);
+  EXPECT_TRUE(ofKind(spans, DeviceSpan::Kind::kUpload).empty());
+  EXPECT_NEAR(ms(down[0].start - compute[0].start), 10.0, 1e-3) << "the marked download starts at its mark";
+  EXPECT_NEAR(ms(down[0].end - down[0].start), 2.0, 1e-3);
+  EXPECT_NEAR(ms(down[1].start - compute[0].end), 0.0, 1e-3) << "the other waits for all the compute";
+  EXPECT_NEAR(ms(down[1].end - down[1].start), 1.0, 1e-3);
+}
+
+TEST(EmulatedWorker, AnUrgentUploadGoesAheadOfWeightChunksWaitingForTheirComputeAndTheDirectionsOverlap) {
+  EmulatedWorker worker(profile());
+  std::vector<std::uint8_t> host(32u << 20, 1);
+  const auto pin = worker.pinHost(host.data(), host.size(), "test");
+  const auto slot = worker.allocate(16u << 20);
+  const auto early = worker.mark();
+  worker.expectCompute({50e9, 0});  // 50 ms
+  const auto release = worker.mark();
+  Ticket weights;
+  worker.copyBulk(weights, slot.get(), host.data(), 12u << 20, release);  // 3 chunks of 4 MiB after the compute
+  // An activation ready now (ordered after the compute before the 50 ms), issued after the chunks were queued.
+  Ticket activation = worker.copyUrgentAfter(static_cast<std::uint8_t*>(slot.get()) + (12u << 20),
+                                             host.data() + (12u << 20), 1'000'000, *early);
+  Ticket gradient = worker.copyUrgent(host.data() + (20u << 20), nullptr, 1'000'000);
+  weights.wait();
+  activation.wait();
+  gradient.wait();
+  const auto spans = worker.takeDeviceSpans();
+  const auto compute = ofKind(spans, DeviceSpan::Kind::kCompute);
+  const auto up = ofKind(spans, DeviceSpan::Kind::kUpload);
+  const auto down = ofKind(spans, DeviceSpan::Kind::kDownload);
+  ASSERT_EQ(up.size(), 4u);
+  ASSERT_EQ(down.size(), 1u);
+  // The chunks: back to back from the release mark, each 4 MiB at 1 GB/s.
+  std::vector<DeviceSpan> chunks, urgent;
+  for (const auto& s : up) (s.end - s.start > Clock::duration(std::chrono::milliseconds(2)) ? chunks : urgent).push_back(s);
+  ASSERT_EQ(chunks.size(), 3u);
+  ASSERT_EQ(urgent.size(), 1u);
+  EXPECT_NEAR(ms(chunks[0].start - compute[0].end), 0.0, 1e-3);
+  for (std::size_t i = 0; i < chunks.size(); ++i) EXPECT_NEAR(ms(chunks[i].end - chunks[i].start), 4.194304, 1e-3);
+  for (std::size_t i = 1; i < chunks.size(); ++i) EXPECT_NEAR(ms(chunks[i].start - chunks[i - 1].end), 0.0, 1e-3);
+  // The activation goes first: the chunks wait for their compute and do not hold the link meanwhile.
+  EXPECT_LT(urgent[0].end, chunks[0].start + Clock::duration(std::chrono::microseconds(1)))
+      << "the urgent upload waited behind weight chunks that were waiting for their compute";
+  // The download uses the other direction: it overlaps the weights' upload.
+  EXPECT_LT(down[0].start, chunks[0].end);
+  EXPECT_NEAR(ms(down[0].start - compute[0].end), 0.0, 1e-3);
+}
+
+TEST(EmulatedWorker, ComputeAfterACopyWaitsOnTheDeviceNotOnTheHost) {
+  EmulatedWorker worker(profile());
+  // 200 MB lands 200 ms after it is issued; neither side is touched (no host traffic), so neither is written.
+  constexpr std::size_t kBytes = 200'000'000;
+  const std::unique_ptr<std::uint8_t[]> host(new std::uint8_t[kBytes]);
+  const auto pin = worker.pinHost(host.get(), kBytes, "test");
+  const auto slot = worker.allocate(kBytes);
+  Ticket fetch = worker.copyUrgent(slot.get(), host.get(), kBytes);
+  worker.computeAfter(fetch);
+  worker.expectCompute({1e9, 0});  // 1 ms
+  EXPECT_FALSE(fetch.done()) << "computeAfter made the host wait for the copy";
+  const auto spans = worker.takeDeviceSpans();
+  const auto up = ofKind(spans, DeviceSpan::Kind::kUpload);
+  const auto compute = ofKind(spans, DeviceSpan::Kind::kCompute);
+  ASSERT_EQ(up.size(), 1u);
+  ASSERT_EQ(compute.size(), 1u);
+  EXPECT_NEAR(ms(up[0].end - up[0].start), 200.0, 1e-3);
+  EXPECT_NEAR(ms(compute[0].start - up[0].end), 0.0, 1e-3) << "the compute starts when the copy lands";
+  fetch.wait();
+}
+
+TEST(EmulatedWorker, MemoryIsAccountedAgainstTheProfileNotAllocated) {
+  EmulatedWorker worker(profile());
+  const std::size_t before = worker.freeMemory();
+  EXPECT_NEAR(static_cast<double>(before), 1e9, 1.0);
+  {
+    const auto a = worker.allocate(600'000'000);
+    EXPECT_NEAR(static_cast<double>(worker.freeMemory()), 4e8, 1.0);
+    EXPECT_THROW(worker.allocate(500'000'000), InputError) << "more than the card holds";
+  }
+  EXPECT_EQ(worker.freeMemory(), before) << "freed with its last holder";
+  EXPECT_NE(worker.describe().find("emulated Test GPU"), std::string::npos);
+  EXPECT_EQ(worker.placement().backend, Backend::kEmulated);
+  EXPECT_THROW(worker.shareRing(2, 16), InputError);
+  EXPECT_THROW(worker.linksId(), InputError);
+}
+
+TEST(EmulatedWorker, WithHostTrafficACopyReadsAndWritesTheHostMemoryADmaWould) {
+  for (const bool traffic : {false, true}) {
+    EmulatedWorker worker(profile(traffic));
+    std::vector<std::uint8_t> host(1u << 20, 0xcd);
+    const auto pin = worker.pinHost(host.data(), host.size(), "test");
+    worker.copyUrgent(host.data(), nullptr, host.size()).wait();  // a download writes the whole range
+    EXPECT_EQ(host.front(), traffic ? 0 : 0xcd);
+    EXPECT_EQ(host.back(), traffic ? 0 : 0xcd);
+  }
+}
+
+}  // namespace
+}  // namespace rp::device::emulated
