@@ -8,20 +8,22 @@
 # --hardware --model --plan); the node's host peak (the store once, every rank's private peak) in bytes per
 # parameter; and the set-up time to the end of the first step (the log's clock).
 # Usage: benchmarks/emulated_gpu.sh [workers...]    (default: 1 2; e.g. "1 2 8")
-# Environment: RP_EMU_PROFILE (default rtx4090x8), RP_EMU_MODES (default "sync async"), RP_EMU_STEPS (default 6),
-# RP_EMU_HOST_TRAFFIC=1 (copies touch the host memory a DMA would), RP_BUILD_DIR (default build).
+# Environment: RP_EMU_PROFILE (default rtx4090x8), RP_EMU_MODES (default "sync async"), RP_EMU_STEPS (default 8),
+# RP_EMU_HOST_TRAFFIC=1 (copies touch the host memory a DMA would), RP_EMU_KEEP=<dir> (keep the runs' outputs
+# there), RP_BUILD_DIR (default build).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${RP_BUILD_DIR:-$root/build}"
 profile="${RP_EMU_PROFILE:-rtx4090x8}"
 read -r -a modes <<<"${RP_EMU_MODES:-sync async}"
-steps="${RP_EMU_STEPS:-6}"
+steps="${RP_EMU_STEPS:-8}"
 traffic="${RP_EMU_HOST_TRAFFIC:-0}"
 workers=("$@")
 ((${#workers[@]})) || workers=(1 2)
 model="$root/benchmarks/configs/qwen3-0.6b"
-out="$(mktemp -d)"
-trap 'rm -rf "$out"' EXIT
+out="${RP_EMU_KEEP:-$(mktemp -d)}"
+[[ -n "${RP_EMU_KEEP:-}" ]] || trap 'rm -rf "$out"' EXIT
+mkdir -p "$out"
 launch=(mpirun --bind-to none --oversubscribe)
 if [[ $(id -u) -eq 0 ]]; then launch+=(--allow-run-as-root); fi
 [[ -d /usr/share/games/fortunes ]] || { echo "needs /usr/share/games/fortunes (scripts/bootstrap.sh)"; exit 1; }
@@ -64,9 +66,15 @@ step = med([r["step_time_s"] * 1e3 for r in rows])
 D = med([r["device_busy_ms"] for r in rows])
 up, down = med([r["link_up_ms"] for r in rows]), med([r["link_down_ms"] for r in rows])
 events = json.load(open(f"{d}/trace/rank0.json"))["traceEvents"]
-optimizer = [e for e in events if e.get("ph") == "X" and e.get("cat") == "optimizer"]
-# Every optimizer span (take gradients, AdamW step, copy master -> weights) over every step of the run.
-O = sum(e["dur"] for e in optimizer) / 1e3 / int(json.loads(open(f"{d}/metrics.jsonl").readlines()[-1])["step"])
+# The optimizer's work, not its waits: each layer's widening, the update and each tensor's copy to the weights,
+# as the union of their spans (the update by layer publishes inside the update), per step of the run.
+work = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("ph") == "X" and e.get("cat") == "optimizer"
+              and e["name"].split(" ")[0] + " " + e["name"].split(" ")[1] in ("widen layer", "AdamW step", "copy layer"))
+busy, end = 0, -1
+for a, b in work:
+    busy += max(0, b - max(a, end))
+    end = max(end, b)
+O = busy / 1e3 / int(json.loads(open(f"{d}/metrics.jsonl").readlines()[-1])["step"])
 s = json.load(open(sim))
 sim_ms = s["makespan"] / s.get("rounds", 1) if "makespan" in s else float("nan")
 memory = json.load(open(f"{d}/memory.json"))

@@ -132,6 +132,15 @@ void Fences::waitDownloads(int l, std::int64_t step, const std::function<void()>
   wait(downloadsAt(l, step), step / versions_ + 1,
        fmt::format("step {}'s gradient download of layer {}{}", step + 1, l, versionOf(step)), -1, meanwhile);
 }
+void Fences::waitDownloadsPatiently(int l, std::int64_t step, const std::function<void()>& meanwhile) const {
+  const std::size_t index = downloadsAt(l, step);
+  auto pause = std::chrono::microseconds(1);
+  while (at(index).load(std::memory_order_acquire) < step / versions_ + 1) {
+    meanwhile();
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(200));
+  }
+}
 bool Fences::downloaded(int l, std::int64_t step) const {
   return at(downloadsAt(l, step)).load(std::memory_order_acquire) >= step / versions_ + 1;
 }

@@ -47,8 +47,11 @@ class Fences {
   void waitUploads(int layer, std::int64_t step, std::int64_t atLeast,
                    const std::function<void()>& meanwhile = {}) const;
   // Iteration `step`'s download of layer l landed; `meanwhile` (optional) runs between polls: the optimizer
-  // lets its cross-node gradient exchanges progress there.
+  // lets its cross-node gradient exchanges progress there. The optimizer's wait is over a whole iteration (Note
+  // [Gradients taken during the backward]): it waits without the stall policy (a late peer is the jobs' waits'
+  // to name), and its `meanwhile` ends it when the run stops.
   void waitDownloads(int layer, std::int64_t step, const std::function<void()>& meanwhile = {}) const;
+  void waitDownloadsPatiently(int layer, std::int64_t step, const std::function<void()>& meanwhile) const;
   bool downloaded(int layer, std::int64_t step) const;          // waitDownloads without waiting
   void waitCopiedByAll(int layer, std::int64_t atLeast) const;  // every rank's slice
   bool copiedByAll(int layer, std::int64_t atLeast) const;      // the same, without waiting

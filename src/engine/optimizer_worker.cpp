@@ -282,7 +282,10 @@ void OptimizerWorker::copyMasters(std::int64_t t, const std::vector<std::int64_t
           fences_.waitUploads(u, t, (*uploadsAfter)[static_cast<std::size_t>(u)], [this] { stopPoint(); });
         }
       }
-      if (!fusedCopy_) copyMaster(i, static_cast<int>(t % versions_));
+      if (!fusedCopy_) {
+        trace::Timeline::Scope copy(options_.timeline, fmt::format("copy layer {}", l), "optimizer", 1);
+        copyMaster(i, static_cast<int>(t % versions_));
+      }
     }
     fences_.setCopied(l, rank_, t + 1);
   }
@@ -396,7 +399,7 @@ OptimizerResult OptimizerWorker::runStep(std::int64_t t) {
   };
   for (int l = options_.layers - 1; l >= 0; --l) {
     doing(fmt::format("take layer {}'s gradients", l));
-    fences_.waitDownloads(l, t, progress);
+    fences_.waitDownloadsPatiently(l, t, progress);  // Note [Gradients taken during the backward]
     std::vector<Widening> widenings;
     std::vector<std::size_t> finals;  // the tensors whose gradient is final after layer l (its shallowest user)
     for (std::size_t i = 0; i < tensors_.size(); ++i) {
@@ -413,7 +416,10 @@ OptimizerResult OptimizerWorker::runStep(std::int64_t t) {
       started[i] = true;
       if (final) finals.push_back(i);
     }
-    widenAll(widenings, options_.dtype, threads_);
+    {
+      trace::Timeline::Scope widen(options_.timeline, fmt::format("widen layer {}", l), "optimizer", 1);
+      widenAll(widenings, options_.dtype, threads_);
+    }
     for (const std::size_t i : finals) {
       if (crossNode_ && !grads_[i].empty()) {
         exchanges.push_back(shardCounts_[i].empty()

@@ -410,6 +410,15 @@ void PipelineRuntime::runStep(std::int64_t step, const coordinator::Directive& d
     uploadsAfter[static_cast<std::size_t>(l)] += l >= plan_.fused.begin || oneFOneB ? 1 : 2;
   }
   optimizer_->beginIteration(step, uploadsAfter);  // async: W_step's copy, once these uploads have landed
+  // Note [Gradients taken during the backward]: the step's update is queued before its jobs run, so the optimizer
+  // thread takes each layer's gradients — widens them to float32 and sums their squares for the norm — as that
+  // layer's downloads land, while the backward of the layers below still runs, instead of all of them after the
+  // iteration (the sync step's tail; with one worker every gradient lands during its last job). The queue's order
+  // is the same (async: W_step's copy, then this update, then W_step+1's copy at the next iteration's start);
+  // only the time the update starts waiting moved. Its waits are the fences' (stall timeout included: an
+  // iteration, not a job, must finish within pipeline.stall_timeout_s), and a run that stops mid-iteration stops
+  // the thread in them.
+  optimizer_->enqueue(step);
   const auto next =
       schedule::nextTable(plan_, workers_, table, c.pipeline.schedule == config::PipelineSchedule::kRoundPipe,
                           c.pipeline.dispatch);  // Note [Prefetch across iterations]
@@ -428,7 +437,6 @@ void PipelineRuntime::runStep(std::int64_t step, const coordinator::Directive& d
   coordination_->report(step, forwardMs, backwardMs);
   // The next iteration starts as soon as the fences allow: sync, each of its uploads waits for that layer's
   // update (W_{t+1}, Note [Update by layer]); async, for the copy of older weights.
-  optimizer_->enqueue(step);
 }
 
 control::StallPolicy PipelineRuntime::stallPolicy() const {
@@ -446,7 +454,9 @@ void PipelineRuntime::finishTrace() {
   std::filesystem::create_directories(dir);
   const std::string mine = (dir / fmt::format("rank{}.json", worldRank_)).string();
   std::ofstream(mine) << timeline_->toJson() << '\n';
-  const trace::WorkerActivity a = trace::activityOf(timeline_->spans(), 0);
+  // Busy by the device's own clock where it keeps one (the emulated device), else the host's compute spans.
+  const trace::WorkerActivity a = worker_->modelsCompute() ? trace::activityOf(timeline_->spans(), 3, "device")
+                                                           : trace::activityOf(timeline_->spans(), 0);
   const ResidentMemory m = trainingMemory_.value_or(readResidentMemory());
   std::int64_t local[11] = {a.busyUs,
                             a.firstUs,
@@ -602,11 +612,12 @@ void PipelineRuntime::recordDeviceSpans(StepSize& size) {
   if (!worker_->modelsCompute()) return;
   double ms[3] = {0, 0, 0};
   static const char* const kNames[3] = {"emulated compute", "emulated upload", "emulated download"};
+  static const char* const kCategories[3] = {"device", "device-link", "device-link"};
   for (const auto& span : spans) {
     const auto kind = static_cast<std::size_t>(span.kind);
     ms[kind] += std::chrono::duration<double, std::milli>(span.end - span.start).count();
     const std::int64_t start = timeline_->usAt(span.start);
-    timeline_->record({kNames[kind], "device", 3, start, timeline_->usAt(span.end) - start});
+    timeline_->record({kNames[kind], kCategories[kind], 3, start, timeline_->usAt(span.end) - start});
   }
   size.deviceBusyMs = ms[static_cast<std::size_t>(device::DeviceSpan::Kind::kCompute)];
   size.linkUpMs = ms[static_cast<std::size_t>(device::DeviceSpan::Kind::kUpload)];

@@ -7,11 +7,11 @@
 
 namespace rp::trace {
 
-WorkerActivity activityOf(const std::vector<Span>& spans, int thread) {
+WorkerActivity activityOf(const std::vector<Span>& spans, int thread, const std::string& category) {
   WorkerActivity a;
   a.firstUs = std::numeric_limits<std::int64_t>::max();
   for (const auto& s : spans) {
-    if (s.thread != thread || s.category != "compute") continue;
+    if (s.thread != thread || s.category != category) continue;
     a.busyUs += s.durationUs;
     a.firstUs = std::min(a.firstUs, s.startUs);
     a.lastUs = std::max(a.lastUs, s.startUs + s.durationUs);

@@ -18,7 +18,9 @@ struct WorkerActivity {
   std::int64_t lastUs = 0;   // end of the last compute span
 };
 
-WorkerActivity activityOf(const std::vector<Span>& spans, int thread);
+// The spans of `thread` in `category`: the worker's host compute spans ("compute", thread 0), or the device's own
+// where it keeps a clock ("device", thread 3: the emulated device's compute, as it modelled it).
+WorkerActivity activityOf(const std::vector<Span>& spans, int thread, const std::string& category = "compute");
 
 struct BubbleReport {
   std::int64_t windowUs = 0;
