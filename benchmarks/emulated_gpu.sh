@@ -31,8 +31,8 @@ if [[ $(id -u) -eq 0 ]]; then launch+=(--allow-run-as-root); fi
 echo "Qwen3-0.6B shape, bf16, random init, 8 x 4096 tokens a step, profile $profile, host traffic $traffic;"
 echo "medians over steps 3..$steps; D, L from the device model, O from rank 0's optimizer spans"
 echo
-echo "| W | mode | plan | step ms | D ms | L up/down ms | O ms | sim ms | step / bound | host peak B/param | set-up s |"
-echo "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| W | mode | plan | step ms | D ms | L up/down ms | O ms | T ms | sim ms | step / bound | host peak B/param | set-up s |"
+echo "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 for w in "${workers[@]}"; do
   for mode in "${modes[@]}"; do
     dir="$out/w$w-$mode"
@@ -84,9 +84,29 @@ h, i, L, V = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"], c
 q, kv = c["num_attention_heads"] * c["head_dim"], c["num_key_value_heads"] * c["head_dim"]
 params = V * h * (1 if c["tie_word_embeddings"] else 2) + L * (h * q + 2 * h * kv + q * h + 3 * h * i + 2 * h + 2 * c["head_dim"]) + h
 setup = float(re.search(r"\[\s*([\d.]+) r0 I\] step 1/", open(log).read()).group(1))
-bound = max(D, up, down, O) if mode == "async" else D
-print(f"| {w} | {mode} | {plan} | {step:.0f} | {D:.0f} | {up:.0f} / {down:.0f} | {O:.0f} | {sim_ms:.0f} | "
-      f"{step / bound:.2f} | {node * 1e6 / params:.1f} | {setup:.1f} |")
+# Sync's tail the schedule cannot hide: every gradient is in the norm, so the update starts after the last
+# backward job's gradients — final only with its last microbatch — are widened, and the next iteration's first
+# job waits for its layers' update. So T = the widening of the last backward stage's layers + the update's share
+# of the first forward stage's parameters (its time x their fraction), per step, from rank 0's trace.
+layer_params = [V * h] + [h * q + 2 * h * kv + q * h + 3 * h * i + 2 * h + 2 * c["head_dim"]] * L + [h]
+def stages(part):
+    return [tuple(map(int, r.split("-"))) for r in part.split(",") if r.strip()]
+fwd_part, fused_part, bwd_part = (p.strip().split(" ", 1)[1] if " " in p.strip() else "" for p in plan.split("|"))
+first = (stages(fwd_part) or stages(fused_part))[0]
+last = (stages(bwd_part) or stages(fused_part))[-1]
+timed = {int(r["step"]) for r in rows}
+widen = sorted((e["ts"], e["dur"]) for e in events if e.get("ph") == "X" and e["name"].startswith("widen layer")
+               and last[0] <= int(e["name"].rsplit(" ", 1)[1]) <= last[1])
+updates = [e["dur"] / 1e3 for e in events if e.get("ph") == "X" and e["name"].startswith("AdamW step")
+           and int(e["name"].rsplit(" ", 1)[1]) in timed]
+n = len(updates) or 1
+widen_ms = sum(d for _, d in widen) / 1e3 / (len(widen) / (last[1] - last[0] + 1) or 1)
+share = sum(layer_params[first[0]:first[1] + 1]) / sum(layer_params)
+T = widen_ms + (med(updates) if updates else 0) * share
+bound = max(D, up, down, O) if mode == "async" else D + T
+print(f"| {w} | {mode} | {plan} | {step:.0f} | {D:.0f} | {up:.0f} / {down:.0f} | {O:.0f} | "
+      f"{'—' if mode == 'async' else f'{T:.0f}'} | {sim_ms:.0f} | {step / bound:.2f} | {node * 1e6 / params:.1f} | "
+      f"{setup:.1f} |")
 PY
   done
 done

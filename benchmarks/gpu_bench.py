@@ -368,6 +368,18 @@ class Bench:
             asynchronous = self.ours("G2-ours-async", a.seq, a.batch, a.steps, a.warmup, a.run_cap,
                                      sets=("optim.mode=async",))
             mfu("G2-ours-async", asynchronous)
+            # The emulated device (docs/emulated.md) on the same host, shape and plan, its profile the one measured
+            # on an H100 (cluster-configs/h100-measured.toml): its tokens/s over the real async run's is the
+            # emulator's error, what the profile is calibrated with (docs/emulated.md, "Calibration").
+            emulated = self.ours("G2-emulated-async", a.seq, a.batch, a.steps, a.warmup, a.run_cap,
+                                 sets=("optim.mode=async", "pipeline.backend=emulated",
+                                       "pipeline.emulated_profile=h100-measured"))
+            if asynchronous and emulated:
+                gpu_report.figure(self.out, "EMU", "emulated (h100-measured) / real tokens/s (async)",
+                                  emulated["tokens_per_s"] / asynchronous["tokens_per_s"], "ratio",
+                                  commands()["G2-emulated-async"],
+                                  f"{emulated['tokens_per_s']:.0f} vs {asynchronous['tokens_per_s']:.0f} tokens/s; "
+                                  f"{shape}")
             reference = self.peer("G2-peer", a.seq, a.batch, a.warmup, a.steps - a.warmup, a.peer_cap)
             if reference:
                 for name, r in (("G1-host-sync (the build+tests part)", host), ("G2-ours-async", asynchronous)):

@@ -46,6 +46,10 @@ assert "G1" in {f["id"] for f in tests["figures"]}, tests["figures"]
 bench, steps = results("bench")
 assert steps["G2-ours-async"]["status"] == "ok" and "optim.mode=async" in steps["G2-ours-async"]["command"]
 assert steps["G2-peer"]["status"] == "skipped" and "CUDA" in steps["G2-peer"]["detail"], steps["G2-peer"]
+emulated = steps["G2-emulated-async"]  # the emulated row beside the real one (docs/emulated.md, "Calibration")
+assert emulated["status"] == "ok" and "pipeline.backend=emulated" in emulated["command"] and \
+    "pipeline.emulated_profile=h100-measured" in emulated["command"], emulated
+assert "EMU" in {f["id"] for f in bench["figures"]}, bench["figures"]
 rungs = [s for s in bench["steps"] if s["name"].startswith("ladder-ours-")]
 assert rungs and all(s["status"] == "ok" for s in rungs), rungs
 assert "G2-max-seq" in {f["id"] for f in bench["figures"]}, bench["figures"]
