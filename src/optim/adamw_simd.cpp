@@ -111,12 +111,44 @@ __attribute__((target("avx2,f16c"))) void adamwAvx2(const AdamWStepScalars& s, b
 }
 
 namespace {
+
+// The AVX2 kernel's bfloat16 rounding (and F16C's half), 8 values at a time; the rest as the scalar loop does.
+__attribute__((target("avx2,f16c"))) void narrowAvx2(std::uint16_t* dst, const float* src, std::size_t n,
+                                                   ModelCopy copy) {
+  const __m256i roundBias = _mm256_set1_epi32(0x7FFF), one = _mm256_set1_epi32(1), bf16Nan = _mm256_set1_epi32(0x7FC0);
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 p = _mm256_loadu_ps(src + i);
+    if (copy == ModelCopy::kBFloat16) {
+      const __m256i bits = _mm256_castps_si256(p);
+      const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), one);
+      __m256i r = _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(roundBias, lsb)), 16);
+      r = _mm256_blendv_epi8(r, bf16Nan, _mm256_castps_si256(_mm256_cmp_ps(p, p, _CMP_UNORD_Q)));
+      const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_castsi256_si128(packed));
+    } else if (_mm256_movemask_ps(_mm256_cmp_ps(p, p, _CMP_UNORD_Q)) != 0) {
+      for (std::size_t k = i; k < i + 8; ++k) dst[k] = toHalf(src[k]);  // F16C keeps a NaN's payload; toHalf does not
+    } else {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                       _mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+  }
+  for (; i < n; ++i) dst[i] = copy == ModelCopy::kBFloat16 ? toBFloat16(src[i]) : toHalf(src[i]);
+}
+
 // CPUID leaf 1, ECX bit 29 (clang's __builtin_cpu_supports does not know "f16c").
 bool hasF16c() {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
 }
 }  // namespace
+
+void narrowFloats(std::uint16_t* dst, const float* src, std::size_t n, ModelCopy copy) {
+  RP_CHECK(copy != ModelCopy::kNone, "narrowFloats needs a 16-bit dtype");
+  static const bool avx2 = cpuRunsAvx2() && env::get(env::kAdamWKernel) != "scalar";
+  if (avx2) return narrowAvx2(dst, src, n, copy);
+  for (std::size_t i = 0; i < n; ++i) dst[i] = copy == ModelCopy::kBFloat16 ? toBFloat16(src[i]) : toHalf(src[i]);
+}
 
 bool cpuRunsAvx2() {
   return __builtin_cpu_supports("avx2") && hasF16c();

@@ -4,12 +4,20 @@
 // bitwise equal to it (tested), including the bf16/fp16 model copy.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+
 #include "optim/adamw.h"
 
 namespace rp::optim {
 
 void adamwAvx2(const AdamWStepScalars& s, bool amsgrad, const AdamWSlice& slice);
 void adamwAvx512(const AdamWStepScalars& s, bool amsgrad, const AdamWSlice& slice);
+
+// The float32 -> bfloat16 / half copy of `n` values (`copy` != kNone), as toBFloat16 / toHalf round, bitwise: the
+// AVX2 kernels' narrowing where the CPU runs them, else the scalar loop. The async master -> weights copy's pass
+// (engine/optimizer_worker.cpp; docs/benchmarks.md, "The emulated GPU host").
+void narrowFloats(std::uint16_t* dst, const float* src, std::size_t n, ModelCopy copy);
 
 // Whether this CPU runs the kernel (AVX2 + F16C; AVX-512F + BW + F16C).
 bool cpuRunsAvx2();

@@ -155,6 +155,32 @@ TEST(AdamWKernels, ModelCopyRoundsLikeLibTorch) {
   EXPECT_EQ(toBFloat16(std::nanf("")), 0x7FC0);
 }
 
+// The async copy's pass (narrowFloats: the AVX2 rounding where the CPU has it) is the scalar rounding, bitwise,
+// over random bit patterns (NaNs included), at every tail length.
+TEST(AdamWKernels, TheNarrowingPassIsTheScalarRoundingBitwise) {
+  std::mt19937 gen(7);
+  std::uniform_int_distribution<std::uint32_t> bits;
+  std::vector<float> values(4099);
+  for (auto& v : values) {
+    const std::uint32_t b = bits(gen);
+    std::memcpy(&v, &b, 4);
+  }
+  values[5] = std::nanf("");
+  values[6] = std::numeric_limits<float>::infinity();
+  values[9] = 1.00390625f;  // a bfloat16 tie
+  for (const ModelCopy copy : {ModelCopy::kBFloat16, ModelCopy::kFloat16}) {
+    for (const std::size_t n : {std::size_t{0}, std::size_t{7}, std::size_t{8}, std::size_t{23}, values.size()}) {
+      std::vector<std::uint16_t> out(n + 1, 0xABCD);
+      narrowFloats(out.data(), values.data(), n, copy);
+      for (std::size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(out[i], copy == ModelCopy::kBFloat16 ? toBFloat16(values[i]) : toHalf(values[i]))
+            << "element " << i << " of " << n << (copy == ModelCopy::kBFloat16 ? " (bf16)" : " (fp16)");
+      }
+      EXPECT_EQ(out[n], 0xABCD) << "written past the end";
+    }
+  }
+}
+
 // Widening every one of the 65536 bit patterns gives LibTorch's float (NaNs stay NaN).
 TEST(AdamWKernels, WideningEqualsLibTorch) {
   std::vector<std::uint16_t> all(65536);
