@@ -7,6 +7,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -54,11 +57,100 @@ int partsFor(std::size_t elements, int threads) {
   return static_cast<int>(std::min<std::size_t>(parts, static_cast<std::size_t>(std::max(1, threads))));
 }
 
+// Note [Part threads]: forEachPart's helper threads live as long as the thread that calls it — a pool per calling
+// thread, started by it, so they run at its scheduling priority (Note [Optimizer priority]; started anew when
+// that changed) — and wait on a condition variable for the next pass, instead of being created and joined by
+// every call: an optimizer step makes hundreds of passes (the async copy one per tensor, the widening one per
+// layer), each of which started parts - 1 threads (15 a pass with 16 threads). A pass started while the caller's
+// pool is busy (a part 0 that makes a pass of its own) or from a pool's thread runs on threads of its own.
+namespace {
+
+class PartThreads {
+ public:
+  ~PartThreads() { stopAll(); }
+  bool busy() const { return busy_; }
+  void run(int parts, const std::function<void(int part)>& fn) {
+    busy_ = true;
+    const int nice = thisThreadsNice();
+    if (nice != nice_) {  // the threads started before run at the old priority
+      stopAll();
+      nice_ = nice;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      while (static_cast<int>(threads_.size()) < parts - 1) {
+        const int part = static_cast<int>(threads_.size()) + 1;
+        threads_.emplace_back([this, part] { loop(part); });
+      }
+      fn_ = &fn;
+      parts_ = parts;
+      running_ = parts - 1;
+      ++generation_;
+    }
+    start_.notify_all();
+    fn(0);
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [&] { return running_ == 0; });
+    fn_ = nullptr;
+    busy_ = false;
+  }
+  static bool inPoolThread() { return inPool_; }
+
+ private:
+  void loop(int part) {
+    inPool_ = true;
+    std::uint64_t seen = 0;
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (true) {
+      start_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      if (part >= parts_) continue;  // not needed by this pass
+      const auto* fn = fn_;
+      lock.unlock();
+      (*fn)(part);
+      lock.lock();
+      if (--running_ == 0) done_.notify_one();
+    }
+  }
+  void stopAll() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    start_.notify_all();
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+    stop_ = false;
+  }
+
+  std::mutex mutex_;
+  std::condition_variable start_, done_;
+  std::vector<std::thread> threads_;  // threads_[i] runs part i + 1
+  const std::function<void(int part)>* fn_ = nullptr;
+  int parts_ = 0, running_ = 0;
+  std::uint64_t generation_ = 0;
+  bool stop_ = false;
+  bool busy_ = false;  // the owning thread's alone
+  int nice_ = 0;
+  static thread_local bool inPool_;
+};
+
+thread_local bool PartThreads::inPool_ = false;
+
+}  // namespace
+
 void forEachPart(int parts, const std::function<void(int part)>& fn) {
-  std::vector<std::thread> others;
-  others.reserve(static_cast<std::size_t>(std::max(0, parts - 1)));
+  if (parts <= 1) {
+    if (parts == 1) fn(0);
+    return;
+  }
+  thread_local PartThreads pool;
+  if (!pool.busy() && !PartThreads::inPoolThread()) return pool.run(parts, fn);
+  std::vector<std::thread> others;  // re-entered: threads of its own
+  others.reserve(static_cast<std::size_t>(parts - 1));
   for (int part = 1; part < parts; ++part) others.emplace_back(fn, part);
-  if (parts > 0) fn(0);
+  fn(0);
   for (auto& thread : others) thread.join();
 }
 

@@ -35,8 +35,8 @@ std::pair<std::size_t, std::size_t> partOf(std::size_t n, int part, int parts, s
 // elements (below that a thread's start costs more than its share of the pass), at most `threads`.
 int partsFor(std::size_t elements, int threads);
 
-// Runs fn(part) for every part in [0, parts): part 0 on the calling thread, each other on a thread of its own;
-// returns when all have. `fn` must not throw.
+// Runs fn(part) for every part in [0, parts): part 0 on the calling thread, each other on a thread of its own —
+// the calling thread's pool, kept between calls (Note [Part threads]); returns when all have. `fn` must not throw.
 void forEachPart(int parts, const std::function<void(int part)>& fn);
 
 // Writes zeros to [data, data + bytes) on up to `threads` threads, in page-aligned parts. On memory not touched

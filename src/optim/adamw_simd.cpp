@@ -67,6 +67,17 @@ __attribute__((target("avx512f,avx512bw,avx2,f16c"))) void adamwAvx512(const Ada
   if (i < x.n) adamwScalar(s, amsgrad, tail(x, i));
 }
 
+// 8 floats to bfloat16 as toBFloat16 rounds them (to nearest even; NaN -> 0x7FC0), narrowed to 8 x u16: the
+// AVX2 kernel's model copy and the async copy's pass (narrowFloats).
+__attribute__((target("avx2,f16c"))) inline __m128i bfloat16Avx2(__m256 p) {
+  const __m256i bits = _mm256_castps_si256(p);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), lsb)), 16);
+  r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC0), _mm256_castps_si256(_mm256_cmp_ps(p, p, _CMP_UNORD_Q)));
+  // Narrow 8 x u32 (each <= 0xFFFF) to 8 x u16: pack within lanes, then gather the two lanes' halves.
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08));
+}
+
 __attribute__((target("avx2,f16c"))) void adamwAvx2(const AdamWStepScalars& s, bool amsgrad, const AdamWSlice& x) {
   const __m256 decay = _mm256_set1_ps(s.decay), w = _mm256_set1_ps(s.oneMinusBeta1),
                w2 = _mm256_set1_ps(1.0f - s.oneMinusBeta1), beta2 = _mm256_set1_ps(s.beta2),
@@ -74,7 +85,6 @@ __attribute__((target("avx2,f16c"))) void adamwAvx2(const AdamWStepScalars& s, b
                bc2 = _mm256_set1_ps(s.biasCorrection2Sqrt), eps = _mm256_set1_ps(s.eps),
                gradScale = _mm256_set1_ps(s.gradScale);
   const bool lerpFromM = s.oneMinusBeta1 < 0.5f;
-  const __m256i roundBias = _mm256_set1_epi32(0x7FFF), one = _mm256_set1_epi32(1), bf16Nan = _mm256_set1_epi32(0x7FC0);
   std::size_t i = 0;
   for (; i + 8 <= x.n; i += 8) {
     const __m256 g = _mm256_mul_ps(_mm256_loadu_ps(x.grad + i), gradScale);
@@ -95,13 +105,7 @@ __attribute__((target("avx2,f16c"))) void adamwAvx2(const AdamWStepScalars& s, b
     _mm256_storeu_ps(x.expAvg + i, m);
     _mm256_storeu_ps(x.expAvgSq + i, v);
     if (x.copy == ModelCopy::kBFloat16) {
-      const __m256i bits = _mm256_castps_si256(p);
-      const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), one);
-      __m256i r = _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(roundBias, lsb)), 16);
-      r = _mm256_blendv_epi8(r, bf16Nan, _mm256_castps_si256(_mm256_cmp_ps(p, p, _CMP_UNORD_Q)));
-      // Narrow 8 x u32 (each <= 0xFFFF) to 8 x u16: pack within lanes, then gather the two lanes' halves.
-      const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(x.modelCopy + i), _mm256_castsi256_si128(packed));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(x.modelCopy + i), bfloat16Avx2(p));
     } else if (x.copy == ModelCopy::kFloat16) {
       _mm_storeu_si128(reinterpret_cast<__m128i*>(x.modelCopy + i),
                        _mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
@@ -115,17 +119,11 @@ namespace {
 // The AVX2 kernel's bfloat16 rounding (and F16C's half), 8 values at a time; the rest as the scalar loop does.
 __attribute__((target("avx2,f16c"))) void narrowAvx2(std::uint16_t* dst, const float* src, std::size_t n,
                                                    ModelCopy copy) {
-  const __m256i roundBias = _mm256_set1_epi32(0x7FFF), one = _mm256_set1_epi32(1), bf16Nan = _mm256_set1_epi32(0x7FC0);
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 p = _mm256_loadu_ps(src + i);
     if (copy == ModelCopy::kBFloat16) {
-      const __m256i bits = _mm256_castps_si256(p);
-      const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), one);
-      __m256i r = _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(roundBias, lsb)), 16);
-      r = _mm256_blendv_epi8(r, bf16Nan, _mm256_castps_si256(_mm256_cmp_ps(p, p, _CMP_UNORD_Q)));
-      const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_castsi256_si128(packed));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), bfloat16Avx2(p));
     } else if (_mm256_movemask_ps(_mm256_cmp_ps(p, p, _CMP_UNORD_Q)) != 0) {
       for (std::size_t k = i; k < i + 8; ++k) dst[k] = toHalf(src[k]);  // F16C keeps a NaN's payload; toHalf does not
     } else {

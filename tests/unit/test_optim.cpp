@@ -1,5 +1,6 @@
 // Host optimizer pieces whose reference is their definition: clipping, loss scaling, schedule edges.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <mutex>
@@ -68,6 +69,29 @@ TEST(OptimizerThreads, EachPartRunsOnceOnAThreadOfItsOwn) {
   EXPECT_EQ(seen, (std::vector<int>{0, 1, 2, 3, 4}));
   EXPECT_EQ(threads.size(), 5U);
   EXPECT_TRUE(threads.count(std::this_thread::get_id()));  // part 0 on the caller
+}
+
+// Note [Part threads]: consecutive passes of a thread run on the same threads (its pool), fewer parts than the pool
+// has leave the rest idle, and a part 0 that makes a pass of its own (re-entered) finishes on threads of its own.
+TEST(OptimizerThreads, PassesReuseTheCallersThreadsAndAReenteredPassStillFinishes) {
+  // How many passes each part's thread has served (thread ids may be reused by new threads; this count may not).
+  auto served = [](int parts) {
+    static thread_local int passes = 0;
+    std::vector<int> counts(static_cast<std::size_t>(parts));
+    parallel::forEachPart(parts, [&](int part) { counts[static_cast<std::size_t>(part)] = ++passes; });
+    return counts;
+  };
+  std::thread caller([&] {
+    EXPECT_EQ(served(4), (std::vector<int>{1, 1, 1, 1}));
+    EXPECT_EQ(served(4), (std::vector<int>{2, 2, 2, 2})) << "a second pass ran on new threads";
+    EXPECT_EQ(served(2), (std::vector<int>{3, 3}));
+    std::atomic<int> inner{0};
+    parallel::forEachPart(3, [&](int part) {
+      if (part == 0) parallel::forEachPart(3, [&](int) { ++inner; });  // re-entered from the caller's own part
+    });
+    EXPECT_EQ(inner.load(), 3);
+  });
+  caller.join();
 }
 
 TEST(OptimizerThreads, TheDefaultSharesTheCoresAmongTheNodesRanks) {
