@@ -1,13 +1,11 @@
 #include "engine/emulation.h"
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <vector>
 
-#include "common/error.h"
 #include <torch/library.h>
 
+#include "common/error.h"
 #include "model/libtorch.h"
 #include "schedule/projection.h"
 
