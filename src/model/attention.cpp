@@ -38,17 +38,16 @@ Documents Documents::of(const torch::Tensor& segmentIds, std::int64_t rows, std:
 
 namespace {
 
-enum class Kernel { kCausal, kVarlenFlash, kPerDocument, kPerDocumentMath };
+enum class Kernel { kCausal, kVarlenFlash, kPerDocument, kPerDocumentMath, kMetaFlash };
 
 Kernel kernelFor(const torch::Tensor& q, const Documents& documents, const AttendOptions& o) {
   if (o.sinks.defined()) return Kernel::kPerDocumentMath;
   const auto dtype = q.scalar_type();
   const bool flashable = q.is_cuda() && (dtype == torch::kBFloat16 || dtype == torch::kHalf) && q.size(3) % 8 == 0 &&
                          q.size(3) <= 256;
+  // The emulated device (docs/emulated.md) computes nothing: the flash kernel a GPU runs, as shapes (metaFlash).
+  if (q.is_meta() && o.window == 0) return Kernel::kMetaFlash;
   if (documents.onePerRow() && o.window == 0) return Kernel::kCausal;
-  // The emulated device (docs/emulated.md) computes nothing: one causal call over each row has the shape of the
-  // varlen kernel a GPU runs (one kernel), where a loop over the documents would issue one call each.
-  if (q.is_meta() && o.window == 0) return Kernel::kCausal;
   if (flashable) return Kernel::kVarlenFlash;
   return o.window > 0 ? Kernel::kPerDocumentMath : Kernel::kPerDocument;
 }
@@ -95,6 +94,24 @@ torch::Tensor documentMath(const torch::Tensor& q, const torch::Tensor& k, const
   return torch::matmul(probs, values);
 }
 
+// The emulated device's attention: the flash kernel's shapes and what it keeps for the backward — its output and
+// a float log-sum-exp per query and head, O(T), never the T x T scores SDPA's math path saves — as meta tensors,
+// one call forward and one backward, as the varlen kernel over the packed documents on a GPU.
+struct MetaFlash : torch::autograd::Function<MetaFlash> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v) {
+    torch::Tensor out = torch::empty_like(q);
+    const torch::Tensor lse = torch::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(torch::kFloat));
+    ctx->save_for_backward({q, k, v, out, lse});
+    return out;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list) {
+    const auto saved = ctx->get_saved_variables();
+    return {torch::empty_like(saved[0]), torch::empty_like(saved[1]), torch::empty_like(saved[2])};
+  }
+};
+
 // One call per document: causal SDPA (a flash kernel where the backend has one) or documentMath.
 torch::Tensor perDocument(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const Documents& d,
                           const AttendOptions& o, bool math) {
@@ -135,6 +152,8 @@ torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch
       return perDocument(q, k, v, documents, options, /*math=*/false);
     case Kernel::kPerDocumentMath:
       return perDocument(q, k, v, documents, options, /*math=*/true);
+    case Kernel::kMetaFlash:
+      return MetaFlash::apply(q, k, v).transpose(1, 2);
   }
   RP_THROW(InternalError, "attend: unknown kernel");
 }
@@ -149,6 +168,8 @@ const char* attentionKernel(const torch::Tensor& q, const Documents& documents, 
       return "per_document";
     case Kernel::kPerDocumentMath:
       return "per_document_math";
+    case Kernel::kMetaFlash:
+      return "meta_flash";
   }
   return "unknown";
 }

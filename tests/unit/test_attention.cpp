@@ -87,6 +87,25 @@ TEST(Attention, SlidingWindowAndSinksPerDocumentEqualTheReference) {
   expectEqualsReference({"window and sinks", {{9, 11}, {20}}, 20, 4, true, "per_document_math"});
 }
 
+// The emulated device (docs/emulated.md): on meta tensors attention is the flash kernel's shapes — one call over
+// the packed documents, grouped-query heads as they are — and its backward gives q, k and v their gradients'
+// shapes; the T x T scores SDPA's math path would save never exist.
+TEST(Attention, OnMetaTensorsItIsTheFlashKernelsShapes) {
+  const std::int64_t B = 2, H = 4, Hkv = 2, T = 6, D = 8;
+  const auto options = torch::TensorOptions().dtype(torch::kBFloat16).device(torch::kMeta).requires_grad(true);
+  const auto q = torch::empty({B, H, T, D}, options), k = torch::empty({B, Hkv, T, D}, options),
+             v = torch::empty({B, Hkv, T, D}, options);
+  const auto documents = Documents::of(segments({{2, 4}, {6}}, T), B, T);
+  EXPECT_STREQ(attentionKernel(q, documents, {}), "meta_flash");
+  const auto out = attend(q, k, v, documents, {});
+  EXPECT_TRUE(out.is_meta());
+  EXPECT_EQ(out.sizes(), (std::vector<std::int64_t>{B, T, H, D}));
+  out.sum().backward();
+  EXPECT_EQ(q.grad().sizes(), q.sizes());
+  EXPECT_EQ(k.grad().sizes(), k.sizes());
+  EXPECT_EQ(v.grad().sizes(), v.sizes());
+}
+
 TEST(Attention, DocumentsFollowTheSegmentIds) {
   const auto d = Documents::of(segments({{2, 3}, {5}}, 5), 2, 5);
   EXPECT_EQ(d.offsets, (std::vector<std::int64_t>{0, 2, 5, 10}));
