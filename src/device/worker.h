@@ -202,6 +202,11 @@ class Worker {
   virtual void expectCompute(const ComputeWork&) {}
   // The device's spans since the last call, by its own clock; empty where the device keeps none (cpu, cuda).
   virtual std::vector<DeviceSpan> takeDeviceSpans() { return {}; }
+  // Note [Emulated compute memory]: the memory the modelled device's compute would hold (its meta tensors'
+  // bytes, counted by the engine's meta allocator): hold `bytes` more, false where that passes what the card
+  // leaves the compute (its memory less the stage slots, or capComputeMemory's cap): an out-of-memory.
+  virtual bool holdCompute(std::size_t) { return true; }
+  virtual void releaseCompute(std::size_t) {}
 };
 
 // The worker of `backend` (registry.cpp); an InputError naming the backend where this build lacks it.

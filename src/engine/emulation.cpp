@@ -1,5 +1,7 @@
 #include "engine/emulation.h"
 
+#include <atomic>
+#include <cstdint>
 #include <filesystem>
 #include <vector>
 
@@ -75,8 +77,64 @@ device::EmulatedDevice emulatedDevice(const config::RunConfig& c) {
   return d;
 }
 
+// Note [Emulated compute memory]: LibTorch gives a meta tensor's storage from the meta device's allocator, a
+// null pointer of the tensor's size. While an emulated device is current, ours replaces it: the same null
+// pointer, with the bytes held against that device (Worker::holdCompute) until the storage is freed, so the
+// device knows what its compute would hold on the card — the memory report's job peak — and an allocation past
+// what the card leaves fails as LibTorch's out-of-memory, which the executor names (Note [Out of worker
+// memory]). One emulated device a process (a rank); storage made while none is current is not counted.
+namespace {
+
+std::atomic<device::Worker*> currentDevice{nullptr};
+thread_local bool uncounted = false;
+
+void releaseMeta(void* context) {
+  if (device::Worker* worker = currentDevice.load()) worker->releaseCompute(reinterpret_cast<std::uintptr_t>(context));
+}
+
+void nothing(void*) {}
+
+class CountingMetaAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(std::size_t bytes) override {
+    device::Worker* worker = currentDevice.load();
+    if (worker == nullptr || uncounted || bytes == 0) return {nullptr, nullptr, &nothing, c10::Device(c10::kMeta)};
+    TORCH_CHECK_WITH(OutOfMemoryError, worker->holdCompute(bytes), "emulated device: out of memory: tried to hold ",
+                     bytes, " bytes more for the compute than the card leaves it (", worker->describe(), ")");
+    return {nullptr, reinterpret_cast<void*>(static_cast<std::uintptr_t>(bytes)), &releaseMeta,
+            c10::Device(c10::kMeta)};
+  }
+  void copy_data(void*, const void*, std::size_t) const override {}
+};
+
+void countMetaFor(device::Worker* worker) {
+  static CountingMetaAllocator allocator;
+  static const bool installed = [] {
+    c10::SetAllocator(c10::kMeta, &allocator, /*priority=*/1);  // over LibTorch's own (priority 0)
+    return true;
+  }();
+  (void)installed;
+  currentDevice.store(worker);
+}
+
+}  // namespace
+
+UncountedMeta::UncountedMeta() : previous_(uncounted) {
+  uncounted = true;
+}
+
+UncountedMeta::~UncountedMeta() {
+  uncounted = previous_;
+}
+
 EmulatedCompute::EmulatedCompute(device::Worker& worker, const LayerCosts& costs, int layers)
-    : worker_(worker), costs_(costs), layers_(layers), active_(worker.modelsCompute()) {}
+    : worker_(worker), costs_(costs), layers_(layers), active_(worker.modelsCompute()) {
+  if (active_) countMetaFor(&worker_);
+}
+
+EmulatedCompute::~EmulatedCompute() {
+  if (active_) countMetaFor(nullptr);
+}
 
 void EmulatedCompute::forward(int l, bool withGradients) const {
   if (!active_) return;

@@ -26,7 +26,12 @@ device::EmulatedDevice emulatedDevice(const config::RunConfig& config);
 // from model/layers.cpp (the floor each adds is the profile's).
 class EmulatedCompute {
  public:
+  // Active on a device that models its compute: then LibTorch's meta tensors are counted against that device's
+  // memory while this lives (Note [Emulated compute memory]).
   EmulatedCompute(device::Worker& worker, const LayerCosts& costs, int layers);
+  ~EmulatedCompute();
+  EmulatedCompute(const EmulatedCompute&) = delete;
+  EmulatedCompute& operator=(const EmulatedCompute&) = delete;
   bool active() const { return active_; }
   void forward(int layer, bool withGradients) const;
   void backward(int layer) const;
@@ -36,6 +41,19 @@ class EmulatedCompute {
   const LayerCosts& costs_;
   int layers_;
   bool active_;
+};
+
+// While alive, the meta tensors this thread creates are not counted as the emulated device's compute memory: the
+// stage's weights bound to meta tensors live in the stage slots, which are counted already (PipelineModel::bind).
+class UncountedMeta {
+ public:
+  UncountedMeta();
+  ~UncountedMeta();
+  UncountedMeta(const UncountedMeta&) = delete;
+  UncountedMeta& operator=(const UncountedMeta&) = delete;
+
+ private:
+  bool previous_;
 };
 
 }  // namespace rp::engine

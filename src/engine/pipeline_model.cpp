@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "engine/emulation.h"
 #include "model/libtorch.h"
 
 namespace rp::engine {
@@ -63,6 +64,7 @@ void PipelineModel::bind(int tensor, void* memory, std::shared_ptr<void> owner, 
   torch::NoGradGuard noGrad;
   auto& t = tensors_.at(static_cast<std::size_t>(tensor));
   if (device.is_meta()) {  // the emulated device: a shape, no memory (Note [Emulated device])
+    const UncountedMeta inTheSlots;  // the stage slots hold these bytes (Note [Emulated compute memory])
     t.local.set_data(torch::empty(t.local.sizes(), torch::TensorOptions().dtype(t.local.scalar_type()).device(device)));
     return;
   }
@@ -73,6 +75,7 @@ void PipelineModel::bind(int tensor, void* memory, std::shared_ptr<void> owner, 
 
 void PipelineModel::unbindAll() {
   torch::NoGradGuard noGrad;
+  const UncountedMeta placeholders;  // an emulated device's meta placeholders hold nothing on the card
   model::ParamOptions placeholder{model::ParamOptions{}.dtype, /*allocate=*/false};
   placeholder.placeholderDevice = model_->placeholderDevice();
   for (auto& t : tensors_) {

@@ -3,7 +3,8 @@
 # whole pipeline — one process, and two ranks under mpirun — against a slow modelled GPU; every metrics row says
 # `emulated:<profile>`; the device's busy time per step is the step's model FLOPs (the MFU line's count) at the
 # profile's rate; and, read from the trace rather than from wall-clock ratios, async's optimizer spans overlap
-# the emulated device's compute spans. A profile that does not exist is an error naming the key.
+# the emulated device's compute spans. Its compute's memory is counted, and runs out as a card's would. A profile
+# that does not exist is an error naming the key.
 # Usage: emulated_run.sh <bin dir> <source dir> <mpiexec> [mpiexec flags...]
 set -euo pipefail
 bin="$1" src="$2"
@@ -60,6 +61,9 @@ for r in rows:
     expected_ms = model_flops / rate * 1e3
     assert abs(r["device_busy_ms"] - expected_ms) < 0.01 * expected_ms, (r["device_busy_ms"], expected_ms)
     assert r["link_up_ms"] > 0 and r["link_down_ms"] > 0, r
+# Its meta tensors are counted as the card would hold them: the memory report's job peak is the compute's.
+ranks = json.load(open(f"{out}/memory.json"))["ranks"]
+assert ranks[0]["gpu_job_peak_mb"] > 1, ranks
 trace = json.load(open(f"{out}/trace/rank0.json"))["traceEvents"]
 names = [e for e in trace if e.get("ph") == "M" and e.get("name") == "process_name"]
 assert "emulated:slow" in names[0]["args"]["name"], names
@@ -81,6 +85,22 @@ import json, sys
 rows = [json.loads(l) for l in open(f"{sys.argv[1]}/metrics.jsonl")]
 assert len(rows) == 6 and all(r["device"] == "emulated:slow" and r["device_busy_ms"] > 0 for r in rows), rows
 PY
+
+# The compute's memory behaves as on the card: the built-in model's 1024-token microbatches need ~0.02 GB a layer's
+# backward (the planner says so and warns), and a 0.01 GB worker runs out of memory in its first job, named as on
+# a GPU (exit 2); with 0.03 GB it trains.
+oom=(--config "$src/configs/builtin-fortunes.toml" --set pipeline.backend=emulated --set train.max_steps=2
+     --set pipeline.emulated_profile="$work/slow.toml" --set output.sample_prompt= --set checkpoint.at_end=false)
+RP_NUM_THREADS=1 "$bin/roundpipe_train" "${oom[@]}" --set pipeline.memory_limit_gb=0.03 --set output.dir="$work/fits" \
+  >"$work/fits.txt" 2>&1 || { cat "$work/fits.txt"; fail "0.03 GB of emulated worker memory did not train"; }
+if RP_NUM_THREADS=1 "$bin/roundpipe_train" "${oom[@]}" --set pipeline.memory_limit_gb=0.01 \
+  --set output.dir="$work/oom" >"$work/oom.txt" 2>&1; then
+  fail "0.01 GB of emulated worker memory trained: its compute's memory is not counted"
+else
+  code=$?
+fi
+[[ $code -eq 2 ]] || { cat "$work/oom.txt"; fail "an emulated out-of-memory exited with $code, not 2"; }
+grep -q "the worker ran out of memory in the" "$work/oom.txt" || { cat "$work/oom.txt"; fail "the out-of-memory is not named"; }
 
 if "$bin/roundpipe_train" "${run[@]}" --set pipeline.emulated_profile=no-such-gpu --set output.dir="$work/bad" \
   >"$work/bad.txt" 2>&1; then

@@ -156,6 +156,20 @@ TEST(EmulatedWorker, MemoryIsAccountedAgainstTheProfileNotAllocated) {
   EXPECT_THROW(worker.linksId(), InputError);
 }
 
+// Note [Emulated compute memory]: the compute may hold what the card leaves beside the slots, or the cap.
+TEST(EmulatedWorker, TheComputeHoldsWhatTheCardLeavesBesideTheSlotsOrTheCap) {
+  EmulatedWorker worker(profile());  // 1 GB
+  const auto slots = worker.allocate(400'000'000);
+  EXPECT_TRUE(worker.holdCompute(500'000'000));
+  EXPECT_FALSE(worker.holdCompute(200'000'000)) << "0.6 GB left beside the slots, 0.5 held";
+  worker.releaseCompute(300'000'000);
+  EXPECT_EQ(worker.takePeakComputeBytes(), 500'000'000u);
+  EXPECT_EQ(worker.takePeakComputeBytes(), 200'000'000u) << "the peak starts again from what is held";
+  worker.capComputeMemory(250'000'000);
+  EXPECT_FALSE(worker.holdCompute(100'000'000)) << "past the cap";
+  EXPECT_TRUE(worker.holdCompute(50'000'000));
+}
+
 TEST(EmulatedWorker, WithHostTrafficACopyReadsAndWritesTheHostMemoryADmaWould) {
   for (const bool traffic : {false, true}) {
     EmulatedWorker worker(profile(traffic));

@@ -201,6 +201,27 @@ std::size_t EmulatedWorker::freeMemory() {
   return static_cast<std::size_t>(std::max(1.0, device_.memoryBytes - static_cast<double>(allocated_->load())));
 }
 
+// Note [Emulated compute memory]: the compute may hold what the card leaves beside the stage slots (or, with
+// pipeline.memory_limit_gb, what its cap leaves): past it a meta tensor's allocation fails as an out-of-memory
+// would on the card (engine/emulation.cpp's meta allocator throws LibTorch's OutOfMemoryError).
+bool EmulatedWorker::holdCompute(std::size_t bytes) {
+  const std::size_t cap = computeCap_.load();
+  const double limit = cap > 0 ? static_cast<double>(cap) : device_.memoryBytes - static_cast<double>(allocated_->load());
+  const std::size_t held = computeHeld_.fetch_add(bytes) + bytes;
+  if (static_cast<double>(held) > limit) {
+    computeHeld_ -= bytes;
+    return false;
+  }
+  std::size_t peak = computePeak_.load();
+  while (held > peak && !computePeak_.compare_exchange_weak(peak, held)) {
+  }
+  return true;
+}
+
+std::size_t EmulatedWorker::takePeakComputeBytes() {
+  return computePeak_.exchange(computeHeld_.load());
+}
+
 void EmulatedWorker::computeAfter(const Ticket& ticket) {
   const auto events = ticket.deviceEvents();
   if (events.empty()) {

@@ -55,8 +55,11 @@ class EmulatedWorker : public Worker {
   // Registers a host range: a copy's side inside one is host memory, any other side device memory.
   std::shared_ptr<void> pinHost(void* memory, std::size_t bytes, const std::string& what) override;
   std::size_t freeMemory() override;
-  std::size_t takePeakComputeBytes() override { return 0; }  // the compute's memory is not modelled
-  void capComputeMemory(std::size_t) override {}
+  // Note [Emulated compute memory]: what the meta tensors hold, counted by the engine's meta allocator.
+  std::size_t takePeakComputeBytes() override;
+  void capComputeMemory(std::size_t bytes) override { computeCap_ = bytes; }
+  bool holdCompute(std::size_t bytes) override;
+  void releaseCompute(std::size_t bytes) override { computeHeld_ -= bytes; }
   Ticket copyUrgent(void* dst, const void* src, std::size_t bytes) override;
   Ticket copyUrgentAfter(void* dst, const void* src, std::size_t bytes, const ComputeMark& after) override;
   void copyBulk(Ticket& ticket, void* dst, const void* src, std::size_t bytes,
@@ -92,6 +95,7 @@ class EmulatedWorker : public Worker {
   // Bytes allocate() handed out, shared with their holders (a stage slot's tensors may outlive the worker).
   const std::shared_ptr<std::atomic<std::size_t>> allocated_ = std::make_shared<std::atomic<std::size_t>>(0);
   const std::shared_ptr<HostRanges> host_ = std::make_shared<HostRanges>();
+  std::atomic<std::size_t> computeHeld_{0}, computePeak_{0}, computeCap_{0};  // cap 0: the card's memory
   Link up_, down_;
   Clock::time_point bulkReady_;  // the bulk queue's order: a chunk starts after the one before and its `after`
   std::unique_ptr<Completions> completions_;
