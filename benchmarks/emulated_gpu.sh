@@ -99,7 +99,6 @@ widen = sorted((e["ts"], e["dur"]) for e in events if e.get("ph") == "X" and e["
                and last[0] <= int(e["name"].rsplit(" ", 1)[1]) <= last[1])
 updates = [e["dur"] / 1e3 for e in events if e.get("ph") == "X" and e["name"].startswith("AdamW step")
            and int(e["name"].rsplit(" ", 1)[1]) in timed]
-n = len(updates) or 1
 widen_ms = sum(d for _, d in widen) / 1e3 / (len(widen) / (last[1] - last[0] + 1) or 1)
 share = sum(layer_params[first[0]:first[1] + 1]) / sum(layer_params)
 T = widen_ms + (med(updates) if updates else 0) * share
