@@ -1,31 +1,61 @@
-# Run after an rp_gtest binary links (cmake -P): lists its cases and writes SUITES_FILE, the test suites CTest
-# runs, one process each (Note [One process per suite] in cmake/RpTesting.cmake): the list rp_gtest_suites of
-# "<suite>|<gtest filter>|<cases>".
-# Inputs: TEST_EXECUTABLE, SUITES_FILE, DISCOVERY_TIMEOUT.
-execute_process(COMMAND "${TEST_EXECUTABLE}" --gtest_list_tests TIMEOUT ${DISCOVERY_TIMEOUT}
-                OUTPUT_VARIABLE listing ERROR_VARIABLE errors RESULT_VARIABLE result)
-if(NOT result EQUAL 0)
-  file(REMOVE "${SUITES_FILE}")
-  message(FATAL_ERROR "${TEST_EXECUTABLE} --gtest_list_tests failed (${result}):\n${listing}${errors}")
-endif()
+# Run after an rp_gtest binary links (cmake -P): lists its cases and writes SUITES_FILE, the CTest tests it
+# becomes (cmake/RpTesting.cmake): one per test suite, one process each (Note [One process per suite]), or with
+# PER_CASE one per case. The list rp_gtest_suites holds "<test>|<gtest filter>|<cases>|<long>", where <long> is
+# 1 for a case the gtest pattern LONG_FILTER selects (PER_CASE only), else 0.
+# Inputs: TEST_EXECUTABLE, SUITES_FILE, DISCOVERY_TIMEOUT, PER_CASE (ON/OFF), LONG_FILTER (optional).
+cmake_policy(VERSION 3.25)  # a -P script starts without policies (IN_LIST)
 
-# --gtest_list_tests: "Suite." lines (parameterised: "Prefix/Suite.", typed: "Suite/0.  # TypeParam = ..."),
-# each followed by its cases indented ("  Case", "  Case/0  # GetParam() = ...").
-string(REPLACE "\n" ";" lines "${listing}")
-set(content "# Written by cmake/RpGtestSuites.cmake from ${TEST_EXECUTABLE} --gtest_list_tests.\nset(rp_gtest_suites\n")
-set(suite "")
-set(cases 0)
-foreach(line IN LISTS lines ITEMS ".")  # "." ends the last suite
-  string(REGEX REPLACE " *#.*$" "" line "${line}")
-  if(line MATCHES "^([^ ]*)\\.$")
-    if(cases GREATER 0)
-      string(APPEND content "  \"${suite}|${suite}.*|${cases}\"\n")
-    endif()
-    set(suite "${CMAKE_MATCH_1}")
-    set(cases 0)
-  elseif(line MATCHES "^  +[^ ]+$" AND suite)
-    math(EXPR cases "${cases} + 1")
+function(rp_list_cases out)
+  execute_process(COMMAND "${TEST_EXECUTABLE}" --gtest_list_tests ${ARGN} TIMEOUT ${DISCOVERY_TIMEOUT}
+                  OUTPUT_VARIABLE listing ERROR_VARIABLE errors RESULT_VARIABLE result)
+  if(NOT result EQUAL 0)
+    file(REMOVE "${SUITES_FILE}")
+    message(FATAL_ERROR "${TEST_EXECUTABLE} --gtest_list_tests failed (${result}):\n${listing}${errors}")
   endif()
-endforeach()
+  # --gtest_list_tests: "Suite." lines (parameterised: "Prefix/Suite.", typed: "Suite/0.  # TypeParam = ..."),
+  # each followed by its cases indented ("  Case", "  Case/0  # GetParam() = ..."). Out: "Suite.Case" names.
+  string(REPLACE "\n" ";" lines "${listing}")
+  set(names "")
+  set(suite "")
+  foreach(line IN LISTS lines)
+    string(REGEX REPLACE " *#.*$" "" line "${line}")
+    if(line MATCHES "^([^ ]*)\\.$")
+      set(suite "${CMAKE_MATCH_1}")
+    elseif(line MATCHES "^  +([^ ]+)$" AND suite)
+      list(APPEND names "${suite}.${CMAKE_MATCH_1}")
+    endif()
+  endforeach()
+  set(${out} "${names}" PARENT_SCOPE)
+endfunction()
+
+rp_list_cases(cases)
+set(long_cases "")
+if(PER_CASE AND LONG_FILTER)
+  rp_list_cases(long_cases "--gtest_filter=${LONG_FILTER}")
+endif()
+set(content "# Written by cmake/RpGtestSuites.cmake from ${TEST_EXECUTABLE} --gtest_list_tests.\nset(rp_gtest_suites\n")
+if(PER_CASE)
+  foreach(name IN LISTS cases)
+    set(long 0)
+    if(name IN_LIST long_cases)
+      set(long 1)
+    endif()
+    string(APPEND content "  \"${name}|${name}|1|${long}\"\n")
+  endforeach()
+else()
+  set(suite "")
+  set(count 0)
+  foreach(name IN LISTS cases ITEMS "|.")  # "|." ends the last suite
+    string(REGEX REPLACE "\\..*$" "" this "${name}")
+    if(NOT this STREQUAL suite)
+      if(count GREATER 0)
+        string(APPEND content "  \"${suite}|${suite}.*|${count}|0\"\n")
+      endif()
+      set(suite "${this}")
+      set(count 0)
+    endif()
+    math(EXPR count "${count} + 1")
+  endforeach()
+endif()
 string(APPEND content ")\n")
 file(WRITE "${SUITES_FILE}" "${content}")

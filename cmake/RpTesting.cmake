@@ -3,7 +3,6 @@ if(NOT RP_BUILD_TESTS)
   return()
 endif()
 find_package(GTest REQUIRED)
-include(GoogleTest)
 include(RpUnity)
 
 set(RP_DEFAULT_FIXTURES_DIR "${PROJECT_SOURCE_DIR}/../shared/fixtures" CACHE PATH
@@ -41,8 +40,7 @@ target_link_libraries(rp_gtest_main PUBLIC GTest::gtest PRIVATE rp_warnings)
 #          [LONG pattern])
 # One gtest binary whose test suites (or, with PER_CASE, cases) become CTest tests. TORCH reuses rp_model's
 # precompiled header; with RP_UNITY_BUILD the sources compile in batches (Note [Test binaries]). With PER_CASE,
-# the cases matching the gtest pattern LONG are labelled long instead (only in `scripts/test.sh --all`; CMake
-# 3.25's discovery takes one label per test).
+# the cases matching the gtest pattern LONG are labelled long instead (only in `scripts/test.sh --all`).
 function(rp_gtest name)
   cmake_parse_arguments(arg "TORCH;PER_CASE" "LABEL;TIMEOUT;LONG" "SOURCES;LIBS;ENV;FIXTURES" ${ARGN})
   if(NOT arg_TIMEOUT)
@@ -57,46 +55,26 @@ function(rp_gtest name)
   if(RP_UNITY_BUILD)
     rp_unity(${name})
   endif()
-  if(arg_PER_CASE)
-    rp_gtest_per_case(${name})
-  else()
-    rp_gtest_per_suite(${name})
-  endif()
+  rp_gtest_tests(${name})
 endfunction()
 
-# One CTest test per case (gtest_discover_tests; CMake 3.25's splits list-valued properties: at most one ENV).
-macro(rp_gtest_per_case name)
-  set(props LABELS ${arg_LABEL} TIMEOUT ${arg_TIMEOUT} SKIP_RETURN_CODE 77)
-  list(LENGTH arg_ENV env_count)
-  if(env_count GREATER 1)
-    message(FATAL_ERROR "rp_gtest(${name} PER_CASE): at most one ENV entry (gtest_discover_tests limitation)")
-  elseif(env_count EQUAL 1)
-    list(APPEND props ENVIRONMENT ${arg_ENV})
-  endif()
-  if(arg_FIXTURES)
-    list(APPEND props FIXTURES_REQUIRED "${arg_FIXTURES}")
-  endif()
-  if(arg_LONG)
-    gtest_discover_tests(${name} TEST_PREFIX "${arg_LABEL}." DISCOVERY_TIMEOUT 60 TEST_FILTER "-${arg_LONG}"
-                         PROPERTIES ${props})
-    list(TRANSFORM props REPLACE "^${arg_LABEL}$" long)
-    gtest_discover_tests(${name} TEST_PREFIX "${arg_LABEL}." DISCOVERY_TIMEOUT 60 TEST_FILTER "${arg_LONG}"
-                         PROPERTIES ${props})
-  else()
-    gtest_discover_tests(${name} TEST_PREFIX "${arg_LABEL}." DISCOVERY_TIMEOUT 60 PROPERTIES ${props})
-  endif()
-endmacro()
-
-# One CTest test per suite (Note [One process per suite]): the suites are written after the link, and the
-# include file written here turns them into tests when ctest reads the directory.
-macro(rp_gtest_per_suite name)
-  if(arg_LONG)
+# The binary's CTest tests (Note [One process per suite]; PER_CASE: one per case): its cases are listed after
+# each link (cmake/RpGtestSuites.cmake), and the include file written here turns them into tests when ctest reads
+# the directory. Every test skips by exit code (SKIP_RETURN_CODE 77, tests/support/gtest_main.cpp), never by a
+# pattern in its output, which would let a failing case beside a skipped one read as a skip.
+macro(rp_gtest_tests name)
+  if(arg_LONG AND NOT arg_PER_CASE)
     message(FATAL_ERROR "rp_gtest(${name}): LONG needs PER_CASE")
   endif()
   set(suites_file "${CMAKE_CURRENT_BINARY_DIR}/${name}_suites.cmake")
+  set(per_case OFF)
+  if(arg_PER_CASE)
+    set(per_case ON)
+  endif()
   add_custom_command(TARGET ${name} POST_BUILD BYPRODUCTS "${suites_file}"
                      COMMAND ${CMAKE_COMMAND} -D "TEST_EXECUTABLE=$<TARGET_FILE:${name}>"
-                             -D "SUITES_FILE=${suites_file}" -D DISCOVERY_TIMEOUT=60
+                             -D "SUITES_FILE=${suites_file}" -D DISCOVERY_TIMEOUT=60 -D PER_CASE=${per_case}
+                             -D "LONG_FILTER=${arg_LONG}"
                              -P "${PROJECT_SOURCE_DIR}/cmake/RpGtestSuites.cmake"
                      VERBATIM)
   set(rp_executable "$<TARGET_FILE:${name}>")
@@ -113,20 +91,25 @@ macro(rp_gtest_per_suite name)
   if(arg_FIXTURES)
     string(APPEND rp_properties " FIXTURES_REQUIRED [==[${arg_FIXTURES}]==]")
   endif()
-  string(CONFIGURE [===[# rp_gtest(@name@): one CTest test per suite (cmake/RpTesting.cmake)
+  string(CONFIGURE [===[# rp_gtest(@name@): its CTest tests (cmake/RpTesting.cmake)
 if(EXISTS [==[@suites_file@]==])
   include([==[@suites_file@]==])
   foreach(entry IN LISTS rp_gtest_suites)
     string(REPLACE "|" ";" parts "${entry}")
-    list(GET parts 0 suite)
+    list(GET parts 0 test)
     list(GET parts 1 filter)
     list(GET parts 2 cases)
+    list(GET parts 3 long)
     math(EXPR timeout "@rp_timeout@ * ${cases}")
     if(timeout GREATER @rp_longest@)
       set(timeout @rp_longest@)
     endif()
-    add_test("@rp_label@.${suite}" [==[@rp_executable@]==] "--gtest_filter=${filter}")
-    set_tests_properties("@rp_label@.${suite}" PROPERTIES LABELS @rp_label@ TIMEOUT ${timeout} @rp_properties@)
+    set(label @rp_label@)
+    if(long)
+      set(label long)
+    endif()
+    add_test("@rp_label@.${test}" [==[@rp_executable@]==] "--gtest_filter=${filter}")
+    set_tests_properties("@rp_label@.${test}" PROPERTIES LABELS ${label} TIMEOUT ${timeout} @rp_properties@)
   endforeach()
 else()
   add_test(@name@_NOT_BUILT @name@_NOT_BUILT)
@@ -172,6 +155,6 @@ function(rp_mpi_test name)
                      $<TARGET_FILE:${name}> ${MPIEXEC_POSTFLAGS} ${filter})
     set_tests_properties(mpi.${name}.np${ranks} PROPERTIES LABELS "${labels}" TIMEOUT ${arg_TIMEOUT}
                          ENVIRONMENT "RP_NUM_THREADS=1" RESOURCE_LOCK cores
-                         SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+                         SKIP_RETURN_CODE 77)
   endforeach()
 endfunction()

@@ -10,12 +10,12 @@ if [[ -z "${RP_IN_MOUNT_NS:-}" ]] && command -v unshare >/dev/null && unshare -m
 fi
 bin="$1"; fixtures="$2"
 model="$fixtures/models/tinystories-656k"
-if [[ ! -d "$model" ]]; then echo "SKIP: $model not found"; exit 0; fi
+if [[ ! -d "$model" ]]; then echo "SKIP: $model not found"; exit 77; fi
 work="$(mktemp -d)"
 disk="$work/disk"
 mkdir -p "$disk"
 # One TinyStories-656K checkpoint (masters + two moments, fp32) is ~8 MB: 12 MB hold one, not two.
-if ! mount -t tmpfs -o size=12m tmpfs "$disk" 2>/dev/null; then echo "SKIP: cannot mount a tmpfs (needs root)"; rm -rf "$work"; exit 0; fi
+if ! mount -t tmpfs -o size=12m tmpfs "$disk" 2>/dev/null; then echo "SKIP: cannot mount a tmpfs (needs root)"; rm -rf "$work"; exit 77; fi
 trap 'umount "$disk"; rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 

@@ -12,7 +12,7 @@ python="$3"
 model="$fixtures/models/tinystories-656k"
 if [[ ! -d "$model" ]]; then
   echo "SKIP: $model not found (set RP_FIXTURES_DIR)"
-  exit 0
+  exit 77
 fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

@@ -65,7 +65,8 @@ echo "ok: config errors name --set or the file"
 
 model="$fixtures/models/tinystories-656k"
 if [[ ! -d "$model" ]]; then
-  echo "SKIP: $model not found (set RP_FIXTURES_DIR); the dataset and export checks need it"
+  # The config checks above ran and passed: a pass, with what did not run said (a CTest skip would hide them).
+  echo "ok, partly: the dataset and export checks did not run ($model not found; set RP_FIXTURES_DIR)"
   exit 0
 fi
 

@@ -1,10 +1,10 @@
-# Sourced by the cluster tests once $train, $fixtures and $cluster are set: skips (one line, exit 0) where the
+# Sourced by the cluster tests once $train, $fixtures and $cluster are set: skips (one line, exit 77) where the
 # tier cannot run, brings up 3 hosts (scripts/cluster.sh, state in $RP_CLUSTER_DIR) and, on exit, runs the
 # test's `on_exit` (if it defines one), tears the cluster down and removes $work and $RP_CLUSTER_DIR.
 model="$fixtures/models/tinystories-656k"
 test_script="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")" test_args=("$train" "$fixtures" "$cluster")
-if [[ ! -d "$model" ]]; then echo "SKIP: $model not found"; exit 0; fi
-if ! why="$("$cluster" check)"; then echo "SKIP: cluster tier: $why"; exit 0; fi
+if [[ ! -d "$model" ]]; then echo "SKIP: $model not found"; exit 77; fi
+if ! why="$("$cluster" check)"; then echo "SKIP: cluster tier: $why"; exit 77; fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 RP_NUM_THREADS=1
 work="$(mktemp -d)"
 cd "$work"  # mpirun's and sbatch's jobs run where they are started

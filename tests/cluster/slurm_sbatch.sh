@@ -8,7 +8,7 @@
 # Usage: slurm_sbatch.sh <roundpipe_train> <fixtures dir> <scripts/cluster.sh>
 set -uo pipefail
 train="$1"; fixtures="$2"; cluster="$3"
-if ! command -v slurmctld >/dev/null; then echo "SKIP: cluster tier: Slurm is not installed (scripts/bootstrap.sh)"; exit 0; fi
+if ! command -v slurmctld >/dev/null; then echo "SKIP: cluster tier: Slurm is not installed (scripts/bootstrap.sh)"; exit 77; fi
 script="$(cd "$(dirname "$0")/../.." && pwd)/launch/slurm/roundpipe.sbatch"
 export RP_CLUSTER_DIR="${TMPDIR:-/tmp}/rp-cluster-sbatch"
 source "$(dirname "$0")/setup.sh"

@@ -8,7 +8,7 @@
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 fixtures="${RP_FIXTURES_DIR:-$root/../shared/fixtures}"
-if [[ ! -d "$fixtures/models" ]]; then echo "SKIP: the shared fixtures ($fixtures) not found"; exit 0; fi
+if [[ ! -d "$fixtures/models" ]]; then echo "SKIP: the shared fixtures ($fixtures) not found"; exit 77; fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 RP_GOLDEN_DIR="$1" RP_FIXTURES_DIR="$fixtures" "$root/scripts/offline-bundle.sh" "$work/carry.tar.xz" \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run_gtest_gpu.sh's verdicts on a job's output, with a stand-in for mpiexec that prints a given transcript:
 # gtest's coloured result lines (what Open MPI's pseudo-terminals produce) count as cases; zero cases, a skipped
-# case, or a failing job fail. Usage: gtest_wrapper_check.sh
+# case, a failing job, or a job whose every case skipped (exit 77) fail. Usage: gtest_wrapper_check.sh
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 work="$(mktemp -d)"
@@ -26,3 +26,4 @@ expect pass "a plain OK line" '[       OK ] Models/Equivalence.X/a (1 ms)\n'
 expect fail "no case ran" '\e[0;32m[  PASSED  ] \e[m0 tests.\n'
 expect fail "a coloured skip" '\e[0;33m[  SKIPPED ] \e[mX/a\n[       OK ] X/b (1 ms)\n'
 expect fail "the job failed" '[       OK ] X/a (1 ms)\n' 1
+expect fail "every case skipped (the job's exit 77)" 'SKIPPED: every one of the 2 selected case(s) skipped\n' 77

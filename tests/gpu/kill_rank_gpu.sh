@@ -5,7 +5,7 @@
 set -uo pipefail
 script="$1"; shift
 if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
-  echo "SKIP: no usable GPU (nvidia-smi lists none)"; exit 0
+  echo "SKIP: no usable GPU (nvidia-smi lists none)"; exit 77
 fi
 RP_REQUIRE_FIXTURES=1 RP_TEST_SETS="pipeline.backend=cuda pipeline.ranks_per_gpu=3" "$script" "$@" || exit 1
 sleep 2  # the driver reclaims a dead process's memory asynchronously

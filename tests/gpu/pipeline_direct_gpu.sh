@@ -5,7 +5,7 @@
 set -uo pipefail
 binary="$1"; export RP_GOLDEN_DIR="${RP_GOLDEN_DIR:-$2}"; mpiexec="$3"; shift 3
 if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
-  echo "SKIP: no usable GPU (nvidia-smi lists none)"; exit 0
+  echo "SKIP: no usable GPU (nvidia-smi lists none)"; exit 77
 fi
 export RP_TEST_SETS="pipeline.backend=cuda pipeline.ranks_per_gpu=2"
 exec "$(dirname "$0")/run_gtest_gpu.sh" "$mpiexec" -np 2 "$@" "$binary" --gtest_filter='*tinystories_direct*'

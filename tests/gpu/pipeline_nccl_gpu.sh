@@ -6,7 +6,7 @@ set -uo pipefail
 binary="$1"; export RP_GOLDEN_DIR="${RP_GOLDEN_DIR:-$2}"; mpiexec="$3"; shift 3
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
 if (( gpus < 2 )); then
-  echo "SKIP: the NCCL channel needs 2 GPUs (nvidia-smi lists ${gpus})"; exit 0
+  echo "SKIP: the NCCL channel needs 2 GPUs (nvidia-smi lists ${gpus})"; exit 77
 fi
 export RP_TEST_SETS="pipeline.backend=cuda pipeline.tensor_channel=nccl"
 exec "$(dirname "$0")/run_gtest_gpu.sh" "$mpiexec" -np 2 "$@" "$binary" \

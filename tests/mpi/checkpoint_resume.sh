@@ -21,7 +21,7 @@ train="$1"; fixtures="$2"; shift 2
 long="${RP_CHECKPOINT_LONG:-0}"
 mpi=("$@")
 model="$fixtures/models/tinystories-656k"
-if [[ ! -d "$model" ]]; then echo "SKIP: $model not found"; exit 0; fi
+if [[ ! -d "$model" ]]; then echo "SKIP: $model not found"; exit 77; fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }

@@ -9,7 +9,7 @@ model="$fixtures/models/tinystories-656k"
 if [[ ! -d "$model" ]]; then
   # The GPU tier on a GPU machine (RP_REQUIRE_FIXTURES=1): a missing fixture fails, a pass must test something.
   if [[ "${RP_REQUIRE_FIXTURES:-0}" == 1 ]]; then echo "FAIL: $model not found and RP_REQUIRE_FIXTURES=1"; exit 1; fi
-  echo "SKIP: $model not found"; exit 0
+  echo "SKIP: $model not found"; exit 77
 fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

@@ -11,7 +11,7 @@ bin="$1" fixtures="$2"
 shift 2
 mpi=("$@")
 model="$fixtures/models/tinystories-656k"
-if [[ ! -d "$model" ]]; then echo "SKIP: $model not found"; exit 0; fi
+if [[ ! -d "$model" ]]; then echo "SKIP: $model not found"; exit 77; fi
 work="$(mktemp -d)"
 trap '[[ -n "${RP_KEEP:-}" ]] || rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }

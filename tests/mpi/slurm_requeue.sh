@@ -6,7 +6,7 @@
 set -uo pipefail
 train="$1"; fixtures="$2"; shift 2
 model="$fixtures/models/tinystories-656k"
-if [[ ! -d "$model" ]]; then echo "SKIP: $model not found"; exit 0; fi
+if [[ ! -d "$model" ]]; then echo "SKIP: $model not found"; exit 77; fi
 script="$(cd "$(dirname "$0")/../.." && pwd)/launch/slurm/roundpipe.sbatch"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

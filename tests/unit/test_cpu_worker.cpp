@@ -206,30 +206,32 @@ TEST(Ticket, AWaitEndsWithTheHealthCheckError) {
 // pending, until it returns false, and returns once the ticket completes; a done ticket runs nothing.
 TEST(Ticket, AWaitRunsItsMeanwhileUntilItReturnsFalseOrTheTicketCompletes) {
   using std::chrono::microseconds;
+  // Each completer waits for the meanwhile's calls to reach a count (an event, bounded by a generous timeout)
+  // before it completes its ticket, so nothing here depends on how fast this machine is.
+  auto completeAfter = [](Ticket& ticket, std::atomic<int>& calls, int count) {
+    return std::thread([&ticket, &calls, count] {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (calls.load() < count && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a wait that gave up must not call again
+      ticket.complete();
+    });
+  };
   Ticket ticket;
   ticket.add();
-  std::atomic<bool> completed{false};
-  std::thread completer([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    completed = true;
-    ticket.complete();
-  });
-  int calls = 0;
+  std::atomic<int> calls{0};
+  std::thread completer = completeAfter(ticket, calls, 3);
   ticket.wait([&] { return ++calls < 3; }, microseconds(100));  // the third call gives up trying
-  EXPECT_TRUE(completed) << "returned before the ticket completed";
-  EXPECT_EQ(calls, 3);
+  EXPECT_TRUE(ticket.done()) << "returned before the ticket completed";
+  EXPECT_EQ(calls.load(), 3);
   completer.join();
 
   Ticket slow;
   slow.add();
-  std::thread slowCompleter([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    slow.complete();
-  });
-  int tries = 0;
-  slow.wait([&] { return ++tries > 0; }, microseconds(100));  // keeps trying
+  std::atomic<int> tries{0};
+  std::thread slowCompleter = completeAfter(slow, tries, 10);
+  slow.wait([&] { return ++tries > 0; }, microseconds(100));  // keeps trying until the ticket completes
   EXPECT_TRUE(slow.done());
-  EXPECT_GT(tries, 10) << "tried every 100 us during a 50 ms wait";
+  EXPECT_GE(tries.load(), 10) << "stopped trying while the ticket was pending";
   slowCompleter.join();
 
   int none = 0;
