@@ -23,6 +23,7 @@ self="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]
 dir="${RP_CLUSTER_DIR:-/tmp/rp-cluster}"
 export SLURM_CONF="$dir/slurm.conf"
 owner_file=/run/roundpipe-cluster.owner
+lock_file=/run/roundpipe-cluster.lock
 
 say() { echo "cluster: $*" >&2; }
 die() { say "$*"; exit 1; }
@@ -42,8 +43,9 @@ hosts() { cat "$dir/hosts" 2>/dev/null || echo 0; }
 unable() {
   [[ $(id -u) -eq 0 ]] || { echo "needs root (network namespaces)"; return; }
   for tool in ip nsenter unshare tc; do command -v "$tool" >/dev/null || { echo "needs $tool"; return; }; done
-  ip netns add rp-probe 2>/dev/null || { echo "cannot create network namespaces here"; return; }
-  ip netns del rp-probe
+  # A name of this process's: two checks at once (two suites) must not collide on it and read as unable.
+  ip netns add "rp-probe-$$" 2>/dev/null || { echo "cannot create network namespaces here"; return; }
+  ip netns del "rp-probe-$$"
 }
 
 # The host's network namespace, its own hostname, and /etc/hosts naming every host. (`ip netns exec` would
@@ -97,18 +99,24 @@ up() {
   ((n >= 2)) || die "up needs at least 2 hosts, got $n"
   local why; why="$(unable)"
   [[ -z $why ]] || die "$why"
+  # The owner check and the owner write are one step under an exclusive lock: two runs starting together
+  # (two suites on one machine) cannot both find the machine free.
+  exec 9>"$lock_file"
+  flock -w 60 9 || die "$lock_file: another cluster.sh up held it for 60 s"
+  local owner="" owner_dir=""
+  [[ -f $owner_file ]] && read -r owner owner_dir <"$owner_file"
+  if [[ -n $owner ]] && kill -0 "$owner" 2>/dev/null; then
+    say "a cluster is already up, owned by the live process $owner (state in $owner_dir): wait for it, or cluster.sh down"
+    exit 75
+  fi
   local left; left="$(leftovers)"
   if [[ -n $left ]]; then
-    local owner="" owner_dir=""
-    [[ -f $owner_file ]] && read -r owner owner_dir <"$owner_file"
-    if [[ -n $owner ]] && kill -0 "$owner" 2>/dev/null; then
-      say "a cluster is already up, owned by the live process $owner (state in $owner_dir): wait for it, or cluster.sh down"
-      exit 75
-    fi
     say "removing what an earlier run (owner ${owner:-unknown}, no longer running) left: $left"
     remove "${owner_dir:-$dir}" "$left"
   fi
   echo "${RP_CLUSTER_OWNER:-$PPID} $dir" >"$owner_file"
+  flock -u 9
+  exec 9>&-
   rm -rf "$dir"
   mkdir -p "$dir"/{state,log,spool,tmp}
   echo "$n" >"$dir/hosts"

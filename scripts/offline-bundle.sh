@@ -12,6 +12,7 @@
 # to the GPU machine carries 64 MiB with the checkout. Downloads are cached in RP_OFFLINE_CACHE
 # [~/.cache/roundpipe/offline], so a rebuild (the CI check, tests/gpu/carry.sh) downloads nothing new.
 # No root needed. Usage: scripts/offline-bundle.sh [archive]   (default offline/gpu-carry.tar.xz)
+# Exit: 0 made; 75 a download the cache lacks could not reach its registry; 1 anything else.
 # Environment: RP_FIXTURES_DIR [../shared/fixtures], RP_GOLDEN_DIR [build/goldens], RP_PIP [.venv/bin/pip].
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,6 +23,21 @@ pip="${RP_PIP:-$root/.venv/bin/pip}"
 cache="${RP_OFFLINE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/roundpipe/offline}"
 maxMib="${RP_CARRY_MAX_MIB:-55}"
 say() { echo "offline-bundle: $*"; }
+# fetch <what> <command...>: a download. Where it fails for want of the registry (no name, no route, no
+# connection, no proxy), exit 75 saying so: tests/gpu/carry.sh (label network) reports that as a skip. Any
+# other failure is one (exit 1).
+fetch() {
+  local what="$1"; shift
+  "$@" 2>"$work/fetch.err" && return 0
+  cat "$work/fetch.err" >&2
+  if grep -qiE "could not resolve|temporary failure|failed to fetch|could not connect|unable to connect|connection refused|newconnectionerror|failed to establish|network is unreachable|timed? ?out|proxyerror|cannot connect to proxy" \
+      "$work/fetch.err"; then
+    say "cannot reach the registry to download $what (exit 75): the cache $cache lacks it" >&2
+    exit 75
+  fi
+  say "downloading $what failed" >&2
+  exit 1
+}
 for tool in apt-get apt-cache dpkg-deb python3 xz; do
   command -v "$tool" >/dev/null || { say "needs $tool (a Debian-family machine with apt)"; exit 1; }
 done
@@ -147,7 +163,7 @@ for i in "${!uris[@]}"; do [[ -f "$cache/debs/${uris[$i]}" ]] || missing+=("${pa
 if ((${#missing[@]})); then
   say "downloading ${#missing[@]} of ${#packages[@]} packages into $cache/debs"
   mkdir -p "$work/dl" && chmod 777 "$work/dl"  # writable by apt's sandbox user
-  (cd "$work/dl" && apt-get download -q "${missing[@]}" >/dev/null)
+  (cd "$work/dl" && fetch "${#missing[@]} Debian package(s)" apt-get download -q "${missing[@]}" >/dev/null)
   mv "$work/dl"/*.deb "$cache/debs/"
 fi
 for f in "${uris[@]}"; do cp "$cache/debs/$f" "$work/carry/debs/"; done
@@ -160,7 +176,7 @@ for g in "${goldenDirs[@]}"; do cp -r "$goldens/$g" "$work/carry/goldens/"; done
 mkdir -p "$cache/wheels"
 for w in "${wheels[@]}"; do
   ls "$cache/wheels/${w%%==*}-${w##*==}-"*.whl >/dev/null 2>&1 \
-    || "$pip" download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    || fetch "the wheel $w" "$pip" download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
          --platform any -d "$cache/wheels" "$w"
   cp "$cache/wheels/${w%%==*}-${w##*==}-"*.whl "$work/carry/wheels/"
 done

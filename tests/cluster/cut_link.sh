@@ -9,7 +9,7 @@
 # Usage: cut_link.sh <roundpipe_train> <fixtures dir> <scripts/cluster.sh>
 set -uo pipefail
 train="$1"; fixtures="$2"; cluster="$3"
-export RP_CLUSTER_DIR="${TMPDIR:-/tmp}/rp-cluster-cut-link"
+export RP_CLUSTER_DIR="${TMPDIR:-/tmp}/rp-cluster-cut-link.$$"  # this run's own (setup.sh removes it)
 launcher=""
 on_exit() { [[ -z $launcher ]] || kill -9 "$launcher" 2>/dev/null; }
 source "$(dirname "$0")/setup.sh"

@@ -10,7 +10,7 @@ set -uo pipefail
 train="$1"; fixtures="$2"; cluster="$3"
 if ! command -v slurmctld >/dev/null; then echo "SKIP: cluster tier: Slurm is not installed (scripts/bootstrap.sh)"; exit 77; fi
 script="$(cd "$(dirname "$0")/../.." && pwd)/launch/slurm/roundpipe.sbatch"
-export RP_CLUSTER_DIR="${TMPDIR:-/tmp}/rp-cluster-sbatch"
+export RP_CLUSTER_DIR="${TMPDIR:-/tmp}/rp-cluster-sbatch.$$"  # this run's own (setup.sh removes it)
 source "$(dirname "$0")/setup.sh"
 slurm() { "$cluster" on h1 "$@"; }
 

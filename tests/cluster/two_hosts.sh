@@ -10,7 +10,7 @@
 # Usage: two_hosts.sh <roundpipe_train> <fixtures dir> <scripts/cluster.sh>
 set -uo pipefail
 train="$1"; fixtures="$2"; cluster="$3"
-export RP_CLUSTER_DIR="${TMPDIR:-/tmp}/rp-cluster-two-hosts"
+export RP_CLUSTER_DIR="${TMPDIR:-/tmp}/rp-cluster-two-hosts.$$"  # this run's own (setup.sh removes it)
 source "$(dirname "$0")/setup.sh"
 
 # run <dir> <hosts|single> [--set ...]: a 6-step run into <dir>, checkpoints every 3 steps.
