@@ -4,6 +4,11 @@
 # seeded from the target's own examples and the shared fixtures).
 #   scripts/fuzz.sh --smoke                 every target for 20000 executions or 60 s, whichever comes first
 #                                           (`scripts/test.sh --all`, test fuzz.smoke)
+#   scripts/fuzz.sh --replay [target...]    only the committed findings (tests/fuzz/regressions/<target>/), each
+#                                           input once under ASan + UBSan, the sanitizers that found them (the
+#                                           default suite's fuzz.replay.* runs them unsanitized: an overflow or an
+#                                           out-of-bounds write there passes). `scripts/test.sh --all`, test
+#                                           fuzz.replay_sanitized
 #   scripts/fuzz.sh [--runs N] [target...]  long runs: N executions each (default 1000000), all targets by default
 #   --seed S                                libFuzzer's -seed (default 1, logged): a run is repeatable
 #   --max-time S                            a time cap per target in seconds (default none; 60 with --smoke)
@@ -16,14 +21,16 @@ corpora="${RP_FUZZ_CORPUS:-$root/.fuzz-corpus}"
 runs=1000000
 seed=1
 max_time=0
+replay=0
 targets=()
 while (($#)); do
   case "$1" in
     --smoke) runs=20000; max_time=60 ;;
+    --replay) replay=1 ;;
     --runs) runs="$2"; shift ;;
     --seed) seed="$2"; shift ;;
     --max-time) max_time="$2"; shift ;;
-    -*) echo "fuzz.sh: unknown option $1 (expected --smoke, --runs N, --seed S, --max-time S, target names)" >&2; exit 2 ;;
+    -*) echo "fuzz.sh: unknown option $1 (expected --smoke, --replay, --runs N, --seed S, --max-time S, target names)" >&2; exit 2 ;;
     *) targets+=("$1") ;;
   esac
   shift
@@ -38,7 +45,13 @@ CC=clang CXX=clang++ cmake -S "$root" -B "$build" -DRP_FUZZ=ON -DRP_BUILD_TESTS=
   cat "$build/configure.log"
   exit 1
 }
-cmake --build "$build" -j "${RP_JOBS:-2}" --target rp_fuzzers
+if ((replay)); then  # only the targets with committed findings
+  mapfile -t targets < <(for t in "${targets[@]}"; do [[ -d "$root/tests/fuzz/regressions/$t" ]] && echo "$t"; done)
+  ((${#targets[@]})) || { echo "fuzz.sh: no committed finding to replay" >&2; exit 1; }
+  cmake --build "$build" -j "${RP_JOBS:-2}" --target "${targets[@]/#/fuzz_}"
+else
+  cmake --build "$build" -j "${RP_JOBS:-2}" --target rp_fuzzers
+fi
 
 export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
@@ -47,6 +60,24 @@ mkdir -p "$corpora/crashes"
 export TMPDIR="$corpora/tmp"
 rm -rf "$TMPDIR" && mkdir -p "$TMPDIR"
 trap 'rm -rf "$TMPDIR"' EXIT
+if ((replay)); then
+  # Each committed finding once (libFuzzer runs the files it is given and exits); a sanitizer report fails it.
+  replayed=0
+  for t in "${targets[@]}"; do
+    bin="$build/tests/fuzz/fuzz_$t" regressions="$root/tests/fuzz/regressions/$t"
+    [[ -x "$bin" ]] || { echo "fuzz.sh: no target '$t' (have: ${all[*]})" >&2; exit 2; }
+    mapfile -t inputs < <(find "$regressions" -type f | sort)
+    if ! "$bin" -timeout=10 -rss_limit_mb=2048 "${inputs[@]}" >"$corpora/$t.replay.log" 2>&1; then
+      tail -40 "$corpora/$t.replay.log"
+      echo "fuzz.sh: fuzz_$t: a committed finding fails again under the sanitizers (log: $corpora/$t.replay.log)" >&2
+      exit 1
+    fi
+    printf '%-14s %3d finding(s) replayed under ASan + UBSan\n' "$t" "${#inputs[@]}"
+    replayed=$((replayed + ${#inputs[@]}))
+  done
+  ((replayed > 0)) || { echo "fuzz.sh: no committed finding to replay" >&2; exit 1; }
+  exit 0
+fi
 cap=""
 ((max_time > 0)) && cap=" or $max_time s"
 echo "fuzz.sh: -seed=$seed, at most $runs executions$cap per target"
