@@ -394,6 +394,7 @@ void PipelineRuntime::runStep(std::int64_t step, const coordinator::Directive& d
   }
   if (directive.planChanged) {
     plan_ = directive.plan;
+    ++planChanges_;
     jobs_->setPlan(plan_);
   }
   const schedule::DispatchTable& table = directive.table;

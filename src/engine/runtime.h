@@ -78,6 +78,8 @@ class PipelineRuntime : public run::Executor {
   double peakFlops() const override;
 
   const schedule::Plan& plan() const { return plan_; }
+  // How many times rank 0's directives changed the plan during the run (re-planning, pipeline.replan_every).
+  int planChanges() const { return planChanges_; }
   // A tensor's current weights in the store (a copy), by HF/PEFT name.
   torch::Tensor storeWeight(const std::string& name) const;
 
@@ -136,6 +138,7 @@ class PipelineRuntime : public run::Executor {
   std::shared_ptr<void> storePin_;  // the store registered with the worker's device (released before store_)
   std::string storePinned_;         // cuda: whether the pinning held, for the set-up line
   schedule::Plan plan_;             // this iteration's, from rank 0's directive
+  int planChanges_ = 0;
   LayerCosts proxyCosts_;           // FLOP-proxy costs: split a backward stage's measured time over its layers
   // Versions of the trainable weights and gradient slots (Note [Layer fences]): max(1, optim.staleness).
   int versions_ = 1;

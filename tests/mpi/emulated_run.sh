@@ -60,7 +60,10 @@ for r in rows:
     model_flops = r["model_tflops"] * 1e12 * r["step_time_s"]
     expected_ms = model_flops / rate * 1e3
     assert abs(r["device_busy_ms"] - expected_ms) < 0.01 * expected_ms, (r["device_busy_ms"], expected_ms)
-    assert r["link_up_ms"] > 0 and r["link_down_ms"] > 0, r
+    # Every step downloads its gradients; its weights may have gone up during the step before (Note [Prefetch
+    # across iterations]: where the previous step left time, the last step uploads nothing of its own).
+    assert r["link_down_ms"] > 0 and r["link_up_ms"] >= 0, r
+assert sum(r["link_up_ms"] for r in rows) > 0, [r["link_up_ms"] for r in rows]
 # Its meta tensors are counted as the card would hold them: the memory report's job peak is the compute's.
 ranks = json.load(open(f"{out}/memory.json"))["ranks"]
 assert ranks[0]["gpu_job_peak_mb"] > 1, ranks

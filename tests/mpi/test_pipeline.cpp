@@ -121,8 +121,11 @@ TEST_P(Equivalence, LossesAndWeightsEqualTheSingleProcessTrainer) {
   }
   PipelineRuntime& runtime = *runtimePtr;
   if (c.replans) {
-    EXPECT_NE(runtime.plan(), firstPlan) << "rank " << worldRank() << ": no re-plan happened, first plan "
-                                         << schedule::describe(firstPlan);
+    // Some re-plan adopted the measured times' plan. Not the last plan against the first: a preemption during the
+    // last measured iteration can make the embedding look as dear as the skewed profile said, and a re-plan flip
+    // back (it did, with two suites at once on 2 cores).
+    EXPECT_GE(runtime.planChanges(), 1) << "rank " << worldRank() << ": no re-plan happened, first plan "
+                                        << schedule::describe(firstPlan);
   }
   if (worldRank() != 0) return;
   ASSERT_EQ(metrics.size(), c.replans ? 8u : 5u);
