@@ -37,7 +37,7 @@ int run(int argc, char** argv, const rp::MpiSession& session) {
   auto config = rp::config::loadRunConfig(configPath, overrides);
   if (leader) {
     RP_LOG_INFO("effective config ({}):", configPath);
-    for (const auto& line : config.values.describe()) RP_LOG_INFO("  {}", line);
+    for (const auto& line : config.effective()) RP_LOG_INFO("  {}", line);
     for (const auto& notice : config.notices) RP_LOG_INFO("{}", notice);
     const auto killTimeout = rp::run::killTimeoutWarning(std::getenv("OMPI_MCA_orte_hnp_uri"),
                                                          std::getenv("OMPI_MCA_odls_base_sigkill_timeout"));

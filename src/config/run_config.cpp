@@ -299,6 +299,11 @@ RunConfig buildRunConfig(Values v) {
   return c;
 }
 
+std::vector<std::string> RunConfig::effective() const {
+  return values.describe({{"optim.mode", std::string(optim.staleness > 0 ? "async" : "sync")},
+                          {"optim.staleness", optim.staleness}});
+}
+
 RunConfig loadRunConfig(const std::string& tomlPath, const std::vector<std::string>& overrides) {
   return buildRunConfig(Values::load(runSchema(), tomlPath, overrides));
 }

@@ -111,7 +111,10 @@ struct RunConfig {
     std::string resume;  // "" | "latest" | a checkpoint name or directory
   } checkpoint;
 
-  Values values;  // for printing the effective config
+  Values values;  // as given; effective() is what the run settled on
+  // The effective config (config.effective.toml, --print-config, a checkpoint's manifest): valid TOML that runs
+  // again as this run, self-consistent (optim.mode and optim.staleness as resolved, never two that disagree).
+  std::vector<std::string> effective() const;
   // What the reporting rank logs once at start about the config itself (a --set that overrode the file's
   // value of the same setting).
   std::vector<std::string> notices;

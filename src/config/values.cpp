@@ -11,20 +11,49 @@
 namespace rp::config {
 namespace {
 
+// A TOML basic string: quotes, backslashes and control characters escaped (bytes >= 0x80 pass: UTF-8).
+std::string tomlString(const std::string& text) {
+  std::string out = "\"";
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (ch) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          out += fmt::format("\\u{:04X}", c);
+        } else {
+          out += ch;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+// A value as TOML reads it back to the same value (config.effective.toml runs again): strings quoted and
+// escaped, lists as arrays of strings, floats with a fraction or an exponent (the shortest that round-trips).
 std::string render(const Value& v) {
   return std::visit(
       [](const auto& x) -> std::string {
         using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, bool>)
+        if constexpr (std::is_same_v<T, bool>) {
           return x ? "true" : "false";
-        else if constexpr (std::is_same_v<T, std::int64_t>)
+        } else if constexpr (std::is_same_v<T, std::int64_t>) {
           return std::to_string(x);
-        else if constexpr (std::is_same_v<T, double>)
-          return fmt::format("{}", x);
-        else if constexpr (std::is_same_v<T, std::string>)
-          return fmt::format("\"{}\"", x);
-        else
-          return fmt::format("[{}]", fmt::join(x, ", "));
+        } else if constexpr (std::is_same_v<T, double>) {
+          std::string text = fmt::format("{}", x);
+          if (text.find_first_of(".e") == std::string::npos) text += ".0";
+          return text;
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          return tomlString(x);
+        } else {
+          std::vector<std::string> items;
+          for (const auto& item : x) items.push_back(tomlString(item));
+          return fmt::format("[{}]", fmt::join(items, ", "));
+        }
       },
       v);
 }
@@ -261,11 +290,16 @@ const std::vector<std::string>& Values::getStringList(const std::string& key) co
   return std::get<std::vector<std::string>>(entry(key, Type::kStringList).value);
 }
 
-std::vector<std::string> Values::describe() const {
+std::vector<std::string> Values::describe(const std::map<std::string, Value>& resolved) const {
   std::vector<std::string> lines;
   for (const auto& [key, e] : entries_) {
     const char* origin = e.origin == Origin::kDefault ? "default" : e.origin == Origin::kFile ? "file" : "--set";
-    lines.push_back(fmt::format("{} = {}  # {}", key, render(e.value), origin));
+    const auto r = resolved.find(key);
+    if (r != resolved.end() && r->second != e.value) {
+      lines.push_back(fmt::format("{} = {}  # {} {}, resolved", key, render(r->second), origin, render(e.value)));
+    } else {
+      lines.push_back(fmt::format("{} = {}  # {}", key, render(e.value), origin));
+    }
   }
   return lines;
 }

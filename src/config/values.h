@@ -45,8 +45,10 @@ class Values {
   // Where `key`'s value came from.
   Origin origin(const std::string& key) const;
 
-  // "key = value  # origin" lines, sorted by key, for printing the effective config.
-  std::vector<std::string> describe() const;
+  // "key = value  # origin" lines, sorted by key, valid TOML that loads back to the same values: the effective
+  // config. A key in `resolved` is written with that value instead where it differs (what the run settled on
+  // from several keys), its comment giving the origin and the value it replaced.
+  std::vector<std::string> describe(const std::map<std::string, Value>& resolved = {}) const;
   // Where the values of `keys` came from, for messages: "--set" for an override, else the TOML file (or
   // "<defaults>"); several origins joined with " and ".
   std::string source(std::initializer_list<const char*> keys) const;

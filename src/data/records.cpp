@@ -103,7 +103,8 @@ Sample fromShareGpt(const json& r, const ChatTemplate& t) {
 }
 
 // Records of a JSON file: one per line (JSONL), or the elements of a top-level array. `where` is
-// "line N" or "record N" for messages.
+// "line N" or "record N" for messages. A JSONL line that does not parse comes as `parseError` (else empty), with
+// `where` "line N, column C" at the byte where parsing stopped (a truncated line: its end).
 template <typename Fn>
 void forEachRecord(const std::string& path, const std::string& text, Fn&& fn) {
   const auto first = text.find_first_not_of(" \t\r\n");
@@ -114,7 +115,7 @@ void forEachRecord(const std::string& path, const std::string& text, Fn&& fn) {
     } catch (const json::exception& e) {
       RP_THROW(InputError, "{}: not valid JSON: {}", path, e.what());
     }
-    for (std::size_t i = 0; i < array.size(); ++i) fn(array[i], fmt::format("record {}", i));
+    for (std::size_t i = 0; i < array.size(); ++i) fn(array[i], fmt::format("record {}", i), std::string());
     return;
   }
   std::istringstream lines(text);
@@ -124,11 +125,15 @@ void forEachRecord(const std::string& path, const std::string& text, Fn&& fn) {
     json record;
     try {
       record = json::parse(line);
-    } catch (const json::exception&) {
-      fn(json(), fmt::format("line {}", n));  // the handler reports "not a JSON object"
+    } catch (const json::parse_error& e) {
+      // e.what() is "[json.exception.parse_error.101] parse error at line 1, column C: <reason>": the reason.
+      const std::string what = e.what();
+      const auto colon = what.find(": ", what.find("column"));
+      fn(json(), fmt::format("line {}, column {}", n, e.byte),
+         "not valid JSON: " + (colon == std::string::npos ? what : what.substr(colon + 2)));
       continue;
     }
-    fn(record, fmt::format("line {}", n));
+    fn(record, fmt::format("line {}", n), std::string());
   }
 }
 
@@ -142,8 +147,9 @@ ReadResult readSamples(const std::vector<std::string>& paths, const ReadOptions&
       splitText(text, options.sampleBy, result.samples);
       continue;
     }
-    forEachRecord(path, text, [&](const json& record, const std::string& where) {
+    forEachRecord(path, text, [&](const json& record, const std::string& where, const std::string& parseError) {
       try {
+        if (!parseError.empty()) throw std::invalid_argument(parseError);
         if (!record.is_object()) throw std::invalid_argument("not a JSON object");
         if (options.format == "jsonl") {
           result.samples.push_back(plain(stringField(record, "text")));

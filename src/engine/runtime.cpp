@@ -104,7 +104,7 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
     placeholders.placeholderDevice = torch::kMeta;
     deviceModel_ = pipelineModel();
   }
-  tokenizer_ = std::make_unique<data::Tokenizer>(data::Tokenizer::fromFile(c.model.tokenizer));
+  tokenizer_ = run::loadTokenizerFor(c, model.config());
   run::Corpora corpora = run::loadCorporaFor(c, model.config(), *tokenizer_);
   corpus_ = std::move(corpora.train);
   evalRows_ = run::evalRows(c, corpora.eval);

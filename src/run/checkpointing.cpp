@@ -213,7 +213,7 @@ checkpoint::Manifest describeRun(const config::RunConfig& c, const json& identit
   m.lora = loraJson(c);
   m.training = {{"run", identity}};
   std::ostringstream toml;
-  for (const auto& line : c.values.describe()) toml << line << '\n';
+  for (const auto& line : c.effective()) toml << line << '\n';
   m.runConfig = toml.str();
   return m;
 }

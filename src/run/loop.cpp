@@ -83,8 +83,8 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
   std::unique_ptr<trace::MetricsWriter> metrics;
   std::unique_ptr<trace::Progress> progress;
   if (reports) {
+    refuseForeignCheckpoints(c);  // before anything is written: a refused run changes nothing
     writeEffectiveConfig(c);
-    refuseForeignCheckpoints(c);
     checkpoints.removeStale();
     metrics = std::make_unique<trace::MetricsWriter>(c.output.dir, executor.startStep());
     const std::int64_t planned = plannedSteps(c, executor.tokensPerEpoch());

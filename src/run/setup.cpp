@@ -83,6 +83,19 @@ void initModelFor(const config::RunConfig& c, model::CausalLM& model) {
   }
 }
 
+std::unique_ptr<data::Tokenizer> loadTokenizerFor(const config::RunConfig& c, const model::ModelConfig& model) {
+  auto tokenizer = std::make_unique<data::Tokenizer>(data::Tokenizer::fromFile(c.model.tokenizer));
+  if (tokenizer->vocabSize() > model.vocabSize) {
+    RP_THROW(InputError,
+             "{}: model.tokenizer = \"{}\" has {} token ids but the model ({}/config.json) has vocab_size = {}: ids "
+             "from {} on have no embedding row. Use the model's own tokenizer (leave model.tokenizer unset) or one "
+             "of the same vocabulary",
+             c.values.source({"model.tokenizer"}), c.model.tokenizer, tokenizer->vocabSize(), c.model.path,
+             model.vocabSize, model.vocabSize);
+  }
+  return tokenizer;
+}
+
 Corpora loadCorporaFor(const config::RunConfig& c, const model::ModelConfig& model, const data::Tokenizer& tokenizer) {
   data::DatasetOptions d;
   d.paths = c.data.paths;
@@ -167,7 +180,8 @@ void writeEffectiveConfig(const config::RunConfig& c) {
   }
   const auto path = std::filesystem::path(c.output.dir) / "config.effective.toml";
   std::ofstream out(path);
-  for (const auto& line : c.values.describe()) out << line << '\n';
+  out << "# The effective config of this run: roundpipe_train --config <this file> runs it again.\n";
+  for (const auto& line : c.effective()) out << line << '\n';
   out.flush();
   if (!out) RP_THROW(SystemError, "{}: cannot write the effective config", path.string());
 }

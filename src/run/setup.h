@@ -37,6 +37,10 @@ std::string smallerModelHint(const config::RunConfig& config);
 // The run's lora.* keys as the model's LoRA settings.
 model::LoraConfig loraConfigFor(const config::RunConfig& config);
 
+// The run's tokenizer (model.tokenizer), refused (InputError naming both sizes) where it has ids the model has no
+// embedding row for: a tokenizer of another, larger vocabulary. Before the weights load, so it refuses at once.
+std::unique_ptr<data::Tokenizer> loadTokenizerFor(const config::RunConfig& c, const model::ModelConfig& model);
+
 // data.* with the model's BOS/EOS ids: the training documents, and the evaluation documents (data.eval_path
 // read the same way, or data.eval_fraction of data.path's documents held out by train.seed; else empty).
 struct Corpora {

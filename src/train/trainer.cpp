@@ -70,8 +70,8 @@ Trainer::Trainer(config::RunConfig config) : config_(std::move(config)), dtype_(
   torch::manual_seed(static_cast<std::uint64_t>(c.train.seed));
 
   checkHostMemory(c, dtype_);
+  tokenizer_ = run::loadTokenizerFor(c, model::loadModelConfig(c.model.path));  // refuses before the weights load
   model_ = run::loadModelFor(c, dtype_);
-  tokenizer_ = std::make_unique<data::Tokenizer>(data::Tokenizer::fromFile(c.model.tokenizer));
 
   if (c.lora.rank > 0) {
     trainable_ = model::attachLora(*model_, run::loraConfigFor(c));

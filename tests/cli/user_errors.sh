@@ -70,6 +70,27 @@ if [[ ! -d "$model" ]]; then
   exit 0
 fi
 
+# A tokenizer with more ids than the model has embedding rows (the NOTICE's 151,643 + 26 added Qwen3 tokens against
+# the model's config.json vocab_size) is refused at start, naming both sizes and the key, before any weight loads;
+# under mpirun too.
+qwen3="$fixtures/tokenizers/qwen3"
+if [[ -f "$qwen3/tokenizer.json" ]]; then
+  read -r ids rows < <(python3 -c "import json,sys; t=json.load(open(sys.argv[1])); c=json.load(open(sys.argv[2]))
+print(max(list(t['model']['vocab'].values())+[a['id'] for a in t['added_tokens']])+1, c['vocab_size'])" \
+    "$qwen3/tokenizer.json" "$model/config.json")
+  printf 'Once upon a time there was a cat.\n' >"$work/one.txt"
+  tok=(--config /dev/null --set "model.path=$model" --set "model.tokenizer=$qwen3" --set "data.path=$work/one.txt"
+       --set train.seq_len=16 --set "output.dir=$work/bigtok")
+  expect 2 "--set: model.tokenizer = \"$qwen3\" has $ids token ids but the model \($model/config.json\) has vocab_size = $rows" \
+    "$bin/roundpipe_train" "${tok[@]}"
+  [[ ! -e "$work/bigtok" ]] || fail "the refused run wrote $work/bigtok"
+  if command -v mpirun >/dev/null; then
+    expect 2 "has $ids token ids but the model .* vocab_size = $rows" \
+      mpirun -np 2 --oversubscribe --allow-run-as-root "$bin/roundpipe_train" "${tok[@]}" --set pipeline.backend=cpu
+  fi
+  echo "ok: a tokenizer larger than the model is refused at start, naming both sizes"
+fi
+
 # An empty dataset names its file.
 printf '\n\n   \n\n' >"$work/empty.txt"
 expect 2 "$work/empty.txt: no samples to train on" "$bin/roundpipe_train" --config /dev/null \

@@ -61,6 +61,22 @@ TEST(Records, JsonlBadRecordNamesFileAndLine) {
   EXPECT_NE(r.firstSkipReason.find("line 3"), std::string::npos);
 }
 
+// A truncated JSONL line (a download cut short, an editor's unclosed brace) is a JSON parse error at its line and
+// column, not "not a JSON object".
+TEST(Records, ATruncatedJsonlLineIsAParseErrorAtItsLineAndColumn) {
+  const auto path = writeFile("cut.jsonl", "{\"text\": \"hi\", \"instruction\": \"Say hi\", \"output\": \"hi\"}\n"
+                                           "{\"instruction\": \"Say hi\", \"outp\n");
+  ReadOptions o;
+  o.format = "alpaca";
+  const auto error = errorOf([&] { readSamples({path}, o); });
+  // Line 2 is 31 bytes and its string never closes: parsing stops at its end, column 32.
+  EXPECT_NE(error.find(path + ":line 2, column 32: bad alpaca record: not valid JSON: "), std::string::npos) << error;
+  EXPECT_EQ(error.find("not a JSON object"), std::string::npos) << error;
+  o.format = "jsonl";
+  EXPECT_NE(errorOf([&] { readSamples({path}, o); }).find(":line 2, column 32: bad jsonl record: not valid JSON"),
+            std::string::npos);
+}
+
 TEST(Records, AlpacaRendersChatMLWithResponseTrainable) {
   const auto path = writeFile("a.json", R"([{"instruction": "Add", "input": "1+1", "output": "2"}])");
   ReadOptions o;

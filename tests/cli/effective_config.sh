@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# A run's config.effective.toml runs again and a refused run touches nothing (docs/configuration.md):
+#  1. config.effective.toml is valid TOML (Python's tomllib reads it) of every value type — a data.path list of two
+#     files whose names hold a space, a quote and a backslash, floats, bools, ints, strings;
+#  2. roundpipe_train --config <that file> (another output.dir) writes the same effective config, value for value,
+#     and the same losses, bitwise;
+#  3. it is self-consistent: a --set optim.staleness = 2 over the file's optim.mode = "sync" is written as
+#     mode "async", staleness 2, never both as given;
+#  4. a run refused because its checkpoint.dir holds another run's checkpoints (exit 2, "nothing was deleted")
+#     leaves every byte of that run's directory as it was.
+# Usage: effective_config.sh <bin dir> <fixtures dir>
+set -uo pipefail
+bin="$1" fixtures="$2"
+model="$fixtures/models/tinystories-656k"
+if [[ ! -d "$model" ]]; then echo "SKIP: $model not found (set RP_FIXTURES_DIR)"; exit 77; fi
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+export RP_NUM_THREADS=1
+
+# Two data files with the characters a TOML string must escape in their names.
+a="$work/da\"ta one.txt" b="$work/back\\slash.txt"
+head -c 20000 "$fixtures/text/tinystories_sample.txt" >"$a"
+tail -c 20000 "$fixtures/text/tinystories_sample.txt" >"$b"
+python3 - "$work/run.toml" "$model" "$a" "$b" <<'PY'
+import json, sys
+path, model, a, b = sys.argv[1:]
+q = json.dumps  # a JSON string is a valid TOML basic string for these names
+open(path, "w").write(f"""[model]
+path = {q(model)}
+[data]
+path = [{q(a)}, {q(b)}]
+[train]
+seq_len = 32
+global_batch = 4
+max_steps = 3
+[optim]
+mode = "sync"
+lr = 3e-4
+[checkpoint]
+every = 3
+""")
+PY
+"$bin/roundpipe_train" --config "$work/run.toml" --set "output.dir=$work/first" --set optim.weight_decay=0.05 \
+  >"$work/first.log" 2>&1 || { cat "$work/first.log"; fail "the first run"; }
+"$bin/roundpipe_train" --config "$work/first/config.effective.toml" --set "output.dir=$work/again" \
+  >"$work/again.log" 2>&1 || { cat "$work/again.log"; fail "the run from config.effective.toml"; }
+python3 - "$work" "$a" "$b" <<'PY' || fail "the effective configs"
+import json, sys, tomllib
+work, a, b = sys.argv[1:]
+def effective(run):
+    with open(f"{work}/{run}/config.effective.toml", "rb") as f:
+        flat = {}
+        def walk(prefix, table):
+            for k, v in table.items():
+                if isinstance(v, dict): walk(f"{prefix}{k}.", v)
+                else: flat[prefix + k] = v
+        walk("", tomllib.load(f))
+        return flat
+first, again = effective("first"), effective("again")
+assert first["data.path"] == [a, b], first["data.path"]
+assert first["optim.weight_decay"] == 0.05 and first["optim.lr"] == 3e-4, first
+assert {type(v) for v in first.values()} >= {str, int, float, bool, list}, {type(v) for v in first.values()}
+differ = {k for k in first.keys() | again.keys() if first.get(k) != again.get(k)}
+assert differ == {"output.dir"}, {k: (first.get(k), again.get(k)) for k in differ}
+losses = lambda run: [json.loads(l)["loss"] for l in open(f"{work}/{run}/metrics.jsonl")]
+assert losses("first") == losses("again") and len(losses("first")) == 3, (losses("first"), losses("again"))
+print(f"ok: config.effective.toml ({len(first)} keys) is valid TOML and runs again: the same values and losses")
+PY
+
+# Self-consistent: the resolved mode and staleness, not the file's mode beside --set's staleness.
+"$bin/roundpipe_train" --config "$work/run.toml" --set "output.dir=$work/stale" --set optim.staleness=2 \
+  --set train.max_steps=1 --set checkpoint.every=0 >"$work/stale.log" 2>&1 || { cat "$work/stale.log"; fail "the stale run"; }
+python3 - "$work/stale/config.effective.toml" <<'PY' || fail "the resolved mode"
+import sys, tomllib
+c = tomllib.load(open(sys.argv[1], "rb"))["optim"]
+assert (c["mode"], c["staleness"]) == ("async", 2), c
+print("ok: --set optim.staleness = 2 over optim.mode = \"sync\" is written as mode \"async\", staleness 2")
+PY
+
+# A refused run changes nothing of the run it refused to touch.
+snapshot() { (cd "$work/first" && find . -type f -print0 | sort -z | xargs -0 sha256sum); }
+before="$(snapshot)"
+"$bin/roundpipe_train" --config "$work/run.toml" --set "output.dir=$work/first" --set train.max_steps=1 \
+  --set checkpoint.every=0 >"$work/refused.log" 2>&1
+code=$?
+[[ $code -eq 2 ]] || { cat "$work/refused.log"; fail "a run into another run's checkpoints exited $code, expected 2"; }
+grep -q "nothing was deleted" "$work/refused.log" || { cat "$work/refused.log"; fail "no refusal message"; }
+[[ "$(snapshot)" == "$before" ]] || fail "the refused run changed $work/first: $(diff <(echo "$before") <(snapshot))"
+echo "ok: the refused run left every byte of the earlier run's directory as it was"
