@@ -18,8 +18,8 @@ workers="${RP_DEMO_WORKERS:-2}"
 cd "$root"
 
 # One compute thread per worker process; as root Open MPI needs explicit permission.
-# Ctrl-C: mpirun gives the ranks 10 s to save before it kills them (docs/launch.md, "Signals").
-launch=(mpirun -np "$workers" --bind-to none --mca odls_base_sigkill_timeout 10)
+# Ctrl-C: launch/roundpipe-mpirun asks the ranks to save and stop (docs/launch.md, "Signals").
+launch=("$root/launch/roundpipe-mpirun" -np "$workers" --bind-to none)
 if [[ $(id -u) -eq 0 ]]; then launch+=(--allow-run-as-root); fi
 if (( workers > $(nproc) )); then launch+=(--oversubscribe); fi
 common=(--set train.threads=1 --set "train.microbatches=$((workers + 2))" --set "train.global_batch=$((4 * (workers + 2)))")

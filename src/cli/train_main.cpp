@@ -7,6 +7,7 @@
 
 #include "cli/command_line.h"
 #include "cli/run_main.h"
+#include "common/env.h"
 #include "common/log.h"
 #include "config/run_config.h"
 #include "device/device.h"
@@ -40,7 +41,8 @@ int run(int argc, char** argv, const rp::MpiSession& session) {
     for (const auto& line : config.effective()) RP_LOG_INFO("  {}", line);
     for (const auto& notice : config.notices) RP_LOG_INFO("{}", notice);
     const auto killTimeout = rp::run::killTimeoutWarning(std::getenv("OMPI_MCA_orte_hnp_uri"),
-                                                         std::getenv("OMPI_MCA_odls_base_sigkill_timeout"));
+                                                         std::getenv("OMPI_MCA_odls_base_sigkill_timeout"),
+                                                         std::getenv(rp::env::kMpirunWrapper.name));
     if (killTimeout) RP_LOG_WARN("{}", *killTimeout);
   }
   if (printOnly) return rp::cli::kExitOk;

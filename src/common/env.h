@@ -32,6 +32,10 @@ inline constexpr Var kRequireFixtures{"RP_REQUIRE_FIXTURES", "0",
 // Testing: test binaries report a crash's code and caller (tests/support/crash_report.h).
 inline constexpr Var kCrashReport{"RP_CRASH_REPORT", "0", "testing: 1 = test binaries print where they crashed"};
 
+// Set by launch/roundpipe-mpirun for every rank (mpirun -x): a Ctrl-C or SIGTERM reaches the ranks as SIGUSR1,
+// so the warning about mpirun's kill timeout does not apply (run/preemption.h).
+inline constexpr Var kMpirunWrapper{"RP_MPIRUN_WRAPPER", "", "set by launch/roundpipe-mpirun for its ranks"};
+
 // Testing hook (common/fault.h, Note [Fault injection]); empty = off.
 inline constexpr Var kFaultInject{"RP_FAULT_INJECT", "", "testing: kill|throw|hang|nan|oom:<rank>:<step>[:<point>]"};
 

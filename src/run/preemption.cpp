@@ -27,8 +27,9 @@ int preemptionSignal() {
   return received;
 }
 
-std::optional<std::string> killTimeoutWarning(const char* mpirunUri, const char* killTimeout) {
+std::optional<std::string> killTimeoutWarning(const char* mpirunUri, const char* killTimeout, const char* wrapper) {
   if (mpirunUri == nullptr || *mpirunUri == '\0') return std::nullopt;
+  if (wrapper != nullptr && *wrapper != '\0') return std::nullopt;  // launch/roundpipe-mpirun: Ctrl-C is SIGUSR1
   double seconds = 1.0;  // Open MPI 4.1's default
   if (killTimeout != nullptr) {
     char* end = nullptr;
@@ -39,8 +40,8 @@ std::optional<std::string> killTimeoutWarning(const char* mpirunUri, const char*
   return "mpirun gives the ranks " + std::to_string(static_cast<int>(seconds)) +
          " s after a Ctrl-C or a SIGTERM before it kills them (odls_base_sigkill_timeout" +
          (killTimeout == nullptr ? ", Open MPI's default" : "") +
-         "): too short for a step and a checkpoint, so the work since the last checkpoint would be lost; start "
-         "mpirun with --mca odls_base_sigkill_timeout 30 (or more: a step plus a save), or send SIGUSR1 instead "
+         "): too short to save a checkpoint. Start the job with launch/roundpipe-mpirun (the same arguments), or "
+         "give mpirun --mca odls_base_sigkill_timeout 30 (errors then take a minute to return), or send SIGUSR1 "
          "(docs/launch.md, \"Signals\")";
 }
 

@@ -20,10 +20,11 @@ std::string describe(const StopCause& cause);
 // A signal to Open MPI's mpirun (Ctrl-C, `timeout`) gives the ranks odls_base_sigkill_timeout seconds before
 // it kills them (docs/launch.md, "Signals"); under this many a step and a save rarely fit.
 inline constexpr double kMinKillTimeoutSeconds = 10.0;
-// Given the environment's OMPI_MCA_orte_hnp_uri (set when mpirun started this rank) and
-// OMPI_MCA_odls_base_sigkill_timeout (null where unset: Open MPI's default, 1 s): the warning that a
-// Ctrl-C would kill the ranks before they save, or nullopt (not under mpirun, or time enough).
-std::optional<std::string> killTimeoutWarning(const char* mpirunUri, const char* killTimeout);
+// Given the environment's OMPI_MCA_orte_hnp_uri (set when mpirun started this rank),
+// OMPI_MCA_odls_base_sigkill_timeout (null where unset: Open MPI's default, 1 s) and RP_MPIRUN_WRAPPER (set by
+// launch/roundpipe-mpirun, which turns a Ctrl-C or SIGTERM into SIGUSR1 for the ranks): the warning that a
+// Ctrl-C would kill the ranks before they save, or nullopt (not under mpirun, under the wrapper, or time enough).
+std::optional<std::string> killTimeoutWarning(const char* mpirunUri, const char* killTimeout, const char* wrapper);
 
 // Installs the handlers (idempotent).
 void installPreemptionHandlers();

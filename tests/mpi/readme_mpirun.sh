@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The README's mpirun lines as a user types them (docs/launch.md, "Signals"):
-#  1. every mpirun line of the README gives the ranks time to save (--mca odls_base_sigkill_timeout);
-#  2. its tiny-finetune line, stopped by SIGTERM to mpirun alone once it has logged a step (what `timeout
-#     --foreground`, `kill` or `docker stop` send; from a script plain `timeout` would also signal the whole process
-#     group, docs/launch.md), leaves a checkpoint of the last step: the ranks save and exit 3, mpirun non-zero;
-#  3. the same line without the flag logs one warning at start naming it;
+# The README's multi-worker lines as a user types them (docs/launch.md, "Signals"):
+#  1. every README line that runs several workers goes through launch/roundpipe-mpirun, none through a bare mpirun;
+#  2. its tiny-finetune line with a typo'd key returns within 10 s of starting, exit 2, naming the key, a rank's
+#     own error line the last the user reads (no Open MPI banner after it);
+#  3. the same line stopped by SIGTERM to the launcher once a step's metrics are written (what `timeout`, `kill` and
+#     `docker stop` send) leaves a checkpoint of the last step and returns with exit 3 within 10 s of the signal;
+#  4. a Ctrl-C (SIGINT to the launcher's whole foreground process group, as a terminal sends it) does the same;
+#  5. the line as a plain `mpirun` (no launcher, no kill timeout) logs one warning at start naming the launcher;
 #  and the line plans what it shows: no worker left idle by the plan.
 # Usage: readme_mpirun.sh <source dir> <roundpipe_train> <fixtures dir> <mpiexec flags...>
 set -uo pipefail
@@ -17,57 +19,72 @@ work="$(mktemp -d)"
 trap '[[ -n "${RP_KEEP:-}" ]] || rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
-lines=$(grep -E '^mpirun ' "$src/README.md")
-[[ -n "$lines" ]] || fail "the README has no mpirun line"
-missing=$(grep -v -- '--mca odls_base_sigkill_timeout' <<<"$lines")
-[[ -z "$missing" ]] || fail "README mpirun lines without the kill timeout: $missing"
-echo "ok: $(wc -l <<<"$lines") README mpirun lines carry --mca odls_base_sigkill_timeout"
+bare=$(grep -E '^mpirun ' "$src/README.md")
+[[ -z "$bare" ]] || fail "README lines run a bare mpirun (Ctrl-C would not save, errors would wait): $bare"
+lines=$(grep -E '^launch/roundpipe-mpirun ' "$src/README.md")
+[[ -n "$lines" ]] || fail "the README has no launch/roundpipe-mpirun line"
+echo "ok: the README's $(wc -l <<<"$lines") multi-worker lines go through launch/roundpipe-mpirun"
 
-line=$(grep -E '^mpirun .*--config configs/tiny-finetune.toml' <<<"$lines" | head -1)
-[[ -n "$line" ]] || fail "no README mpirun line for configs/tiny-finetune.toml"
-line="${line%%#*}"                                   # the comment
+line=$(grep -E -- '--config configs/tiny-finetune.toml' <<<"$lines" | head -1)
+[[ -n "$line" ]] || fail "no README launch/roundpipe-mpirun line for configs/tiny-finetune.toml"
+line="${line%%#*}"  # the comment
 read -r -a words <<<"${line//build\/src\/cli\/roundpipe_train/$train}"
 [[ " ${words[*]} " == *" $train "* ]] || fail "the README line names no build/src/cli/roundpipe_train: $line"
 # The README's own command; the flags the README asks for as root; the fixtures where they are here, a run that
-# outlasts the timeout, one thread per rank. mpirun waits the kill timeout twice after a SIGTERM (docs/launch.md),
-# so the README's 30 s becomes 10 here, the least that does not warn: a tiny step and its save take well under a
-# second, and the run ends ~20 s after the signal instead of ~60.
-for ((i = 1; i < ${#words[@]}; ++i)); do
-  [[ "${words[i - 1]}" == --mca && "${words[i]}" == odls_base_sigkill_timeout ]] && words[i + 1]=10
-done
-command=(mpirun "${flags[@]}" "${words[@]:1}" --set "model.path=$model"
+# outlasts the test, one thread per rank.
+command=("$src/${words[0]}" "${flags[@]}" "${words[@]:1}" --set "model.path=$model"
   --set "data.path=$fixtures/text/tinyshakespeare.txt" --set train.max_steps=100000 --set train.threads=1)
 cd "$src" || fail "cd $src"
-# SIGTERM to mpirun alone (what `timeout --foreground`, `kill` and `docker stop` send) once rank 0 has logged a step:
-# an event, not a fixed time that 4 ranks on a loaded machine might not start and step within.
-"${command[@]}" --set "output.dir=$work/out" >"$work/run.log" 2>&1 </dev/null &
-pid=$!
-deadline=$((SECONDS + 120))
-until grep -Eq 'r0 I\] step [0-9]+/' "$work/run.log"; do
-  kill -0 "$pid" 2>/dev/null || { tail -20 "$work/run.log"; fail "the README's mpirun line ended before its first step"; }
-  ((SECONDS < deadline)) || { kill -KILL "$pid"; tail -20 "$work/run.log"; fail "no step logged within 120 s"; }
-  sleep 0.2
-done
-kill -TERM "$pid"
-wait "$pid"
-code=$?
-[[ $code -ne 0 ]] || { tail -20 "$work/run.log"; fail "mpirun exited 0 after SIGTERM; the ranks should stop with exit 3"; }
-latest=$(cat "$work/out/checkpoints/latest" 2>/dev/null) || { tail -20 "$work/run.log"; fail "no checkpoint after timeout"; }
-grep -Eq "SIGTERM received by rank [0-9]+: saved the checkpoint of step [0-9]+ and stopping" "$work/run.log" ||
-  { tail -20 "$work/run.log"; fail "no save message naming the signal"; }
-grep -q "odls_base_sigkill_timeout" "$work/run.log" && fail "a warning about the kill timeout although it is set"
-grep -q "worker(s) idle" "$work/run.log" && fail "the README's line plans fewer stages than workers: $(grep "idle" "$work/run.log")"
-echo "ok: SIGTERM to the README's mpirun line after a step -> the ranks saved $latest (mpirun exit $code)"
 
-plain=()
-for ((i = 0; i < ${#command[@]}; ++i)); do
-  if [[ "${command[i]}" == --mca && "${command[i + 1]}" == odls_base_sigkill_timeout ]]; then
-    i=$((i + 2))
-    continue
-  fi
-  plain+=("${command[i]}")
+# 2. A typo'd key: back within 10 s, exit 2, the rank's message last.
+t0=$SECONDS
+"${command[@]}" --set train.max_stepz=5 --set "output.dir=$work/typo" >"$work/typo.log" 2>&1
+code=$? took=$((SECONDS - t0))
+[[ $code -eq 2 ]] || { tail -20 "$work/typo.log"; fail "a typo'd key under the README's line exited $code, expected 2"; }
+((took < 10)) || { tail -20 "$work/typo.log"; fail "a typo'd key took $took s to return (at most 10)"; }
+last=$(grep -v '^\s*$' "$work/typo.log" | tail -1)
+[[ "$last" =~ ^\[\ *[0-9.]+\ r[0-9]+\ E\] ]] || { cat "$work/typo.log"; fail "the last line is not a rank's own: $last"; }
+grep -q "unknown key 'train.max_stepz'" "$work/typo.log" || { cat "$work/typo.log"; fail "no rank named the key"; }
+grep -q "has been aborted\|exited with non-zero status" "$work/typo.log" && fail "Open MPI's banner is shown: $(cat "$work/typo.log")"
+echo "ok: a typo'd key returns in $took s with exit 2, the rank's message last: $last"
+
+# 3 and 4. Started as from a terminal (a session of its own, so SIGINT is not ignored as it is for a background job
+# of a script); the signal once metrics.jsonl has a step; the exit code, the time to return, the checkpoint.
+stop() {  # stop <name> <TERM|INT-to-group>
+  python3 - "$work/$1" "$2" "${command[@]}" --set "output.dir=$work/$1" <<'PY'
+import os, signal, subprocess, sys, time
+out, how, command = sys.argv[1], sys.argv[2], sys.argv[3:]
+log = open(out + ".log", "w")
+p = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+deadline = time.time() + 120
+while not (os.path.exists(out + "/metrics.jsonl") and os.path.getsize(out + "/metrics.jsonl") > 0):  # a step done
+    if p.poll() is not None: sys.exit(f"the run ended before its first step (exit {p.returncode})")
+    if time.time() > deadline: p.kill(); sys.exit("no step logged within 120 s")
+    time.sleep(0.2)
+t0 = time.time()
+if how == "TERM": p.send_signal(signal.SIGTERM)      # timeout, kill, docker stop: the launcher alone
+else: os.killpg(p.pid, signal.SIGINT)                 # Ctrl-C: the terminal's whole foreground group
+code = p.wait(timeout=120)
+print(code, round(time.time() - t0, 1))
+PY
+}
+for case in "sigterm TERM" "ctrl_c INT"; do
+  read -r name how <<<"$case"
+  result=$(stop "$name" "$how") || { tail -20 "$work/$name.log"; fail "$name: $result"; }
+  read -r code took <<<"$result"
+  [[ $code -eq 3 ]] || { tail -20 "$work/$name.log"; fail "$name: the README's line exited $code, expected 3"; }
+  python3 -c "import sys; sys.exit(float(sys.argv[1]) >= 10)" "$took" || { tail -20 "$work/$name.log"; fail "$name: $took s to return"; }
+  latest=$(cat "$work/$name/checkpoints/latest" 2>/dev/null) || { tail -20 "$work/$name.log"; fail "$name: no checkpoint"; }
+  grep -Eq "SIGUSR1 received by rank [0-9]+: saved the checkpoint of step [0-9]+ and stopping" "$work/$name.log" ||
+    { tail -20 "$work/$name.log"; fail "$name: no save message"; }
+  grep -q "worker(s) idle" "$work/$name.log" && fail "the README's line plans fewer stages than workers: $(grep "idle" "$work/$name.log")"
+  echo "ok: $how to the README's line after a step -> the ranks saved $latest, exit 3 in $took s"
 done
-"${plain[@]}" --print-config --set "output.dir=$work/plain" >"$work/plain.log" 2>&1 || { tail -20 "$work/plain.log"; fail "the line without the flag failed"; }
-[[ $(grep -c "mpirun gives the ranks 1 s after a Ctrl-C or a SIGTERM .*--mca odls_base_sigkill_timeout 30" \
+
+# 5. The same line as a plain mpirun without the kill timeout: one warning at start naming the launcher.
+plain=(mpirun "${command[@]:1}")
+"${plain[@]}" --print-config --set "output.dir=$work/plain" >"$work/plain.log" 2>&1 || { tail -20 "$work/plain.log"; fail "the line as a plain mpirun failed"; }
+[[ $(grep -c "mpirun gives the ranks 1 s after a Ctrl-C or a SIGTERM .*launch/roundpipe-mpirun" \
   "$work/plain.log") -eq 1 ]] || { head -30 "$work/plain.log"; fail "no single warning about the kill timeout"; }
-echo "ok: without the flag, one warning at start names it"
+grep -q "mpirun gives the ranks" "$work/sigterm.log" && fail "a warning about the kill timeout under the launcher"
+echo "ok: as a plain mpirun, one warning at start names the launcher"

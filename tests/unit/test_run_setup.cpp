@@ -54,21 +54,24 @@ TEST(StartWarnings, HalfPrecisionOnACpuWithoutNativeSupportSaysItIsSlow) {
 }
 
 // Under mpirun (its URI in the environment) a kill timeout shorter than kMinKillTimeoutSeconds, Open MPI's
-// default 1 s included, gets one warning naming the flag; elsewhere, or with time enough, none.
+// default 1 s included, gets one warning naming the launcher and the flag; elsewhere, under the launcher, or with
+// time enough, none.
 TEST(StartWarnings, AnMpirunKillTimeoutTooShortToSaveNamesTheFlag) {
   const char* uri = "2060255232.0;tcp://192.0.2.2:39113";
-  const auto unset = killTimeoutWarning(uri, nullptr);
+  const auto unset = killTimeoutWarning(uri, nullptr, nullptr);
   ASSERT_TRUE(unset.has_value());
   EXPECT_NE(unset->find("mpirun gives the ranks 1 s"), std::string::npos) << *unset;
   EXPECT_NE(unset->find("Open MPI's default"), std::string::npos) << *unset;
   EXPECT_NE(unset->find("--mca odls_base_sigkill_timeout 30"), std::string::npos) << *unset;
-  const auto five = killTimeoutWarning(uri, "5");
+  EXPECT_NE(unset->find("launch/roundpipe-mpirun"), std::string::npos) << *unset;
+  EXPECT_FALSE(killTimeoutWarning(uri, nullptr, "roundpipe-mpirun").has_value());  // the wrapper saves on Ctrl-C
+  const auto five = killTimeoutWarning(uri, "5", nullptr);
   ASSERT_TRUE(five.has_value());
   EXPECT_NE(five->find("gives the ranks 5 s"), std::string::npos) << *five;
-  EXPECT_FALSE(killTimeoutWarning(uri, "30").has_value());
-  EXPECT_FALSE(killTimeoutWarning(uri, "10").has_value());
-  EXPECT_FALSE(killTimeoutWarning(nullptr, nullptr).has_value());  // not launched by mpirun (srun, one process)
-  EXPECT_FALSE(killTimeoutWarning("", "1").has_value());
+  EXPECT_FALSE(killTimeoutWarning(uri, "30", nullptr).has_value());
+  EXPECT_FALSE(killTimeoutWarning(uri, "10", nullptr).has_value());
+  EXPECT_FALSE(killTimeoutWarning(nullptr, nullptr, nullptr).has_value());  // not launched by mpirun (srun, one process)
+  EXPECT_FALSE(killTimeoutWarning("", "1", nullptr).has_value());
 }
 
 }  // namespace
