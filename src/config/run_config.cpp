@@ -283,6 +283,7 @@ RunConfig buildRunConfig(Values v) {
   c.output.sampleChat = v.getBool("output.sample_chat");
   c.output.sampleTemperature = inRange(v, "output.sample_temperature", 0.0, 1e6, false);
   c.output.sampleTopP = inRange(v, "output.sample_top_p", 1e-9, 1.0, false);
+  c.metrics.tensorboard = v.getBool("metrics.tensorboard");
   c.checkpoint.dir = v.getString("checkpoint.dir");
   if (c.checkpoint.dir.empty()) {
     c.checkpoint.dir = (std::filesystem::path(c.output.dir) / "checkpoints").string();

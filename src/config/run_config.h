@@ -102,6 +102,9 @@ struct RunConfig {
     double sampleTemperature, sampleTopP;
     double peakTflops;  // the job's peak for MFU; 0 = the GPUs' table value
   } output;
+  struct Metrics {
+    bool tensorboard;  // event files in <output.dir>/tb (trace/tensorboard.h)
+  } metrics;
   struct Checkpoint {
     std::string dir;  // defaults to <output.dir>/checkpoints
     std::int64_t every, keep;

@@ -132,6 +132,8 @@ const std::vector<KeySpec>& runSchema() {
        "render the sample prompt as a user turn with the chat template (data.template) and sample the reply"},
       {"output.sample_temperature", Type::kFloat, 0.0, "sampling temperature of the sample (0 = greedy)"},
       {"output.sample_top_p", Type::kFloat, 1.0, "nucleus (top-p) of the sample, when the temperature is > 0"},
+      {"metrics.tensorboard", Type::kBool, true,
+       "write TensorBoard event files of the metrics into <output.dir>/tb (docs/metrics.md)"},
 
       {"checkpoint.dir", Type::kString, S(""), "where checkpoints go (default: <output.dir>/checkpoints)"},
       {"checkpoint.every", Type::kInt, I(0),

@@ -77,6 +77,7 @@ class PipelineRuntime : public run::Executor {
   double modelFlopsPerStep() const override;
   double peakFlops() const override;
 
+  std::optional<double> bubbleRatio() const override { return bubbleRatio_; }
   const schedule::Plan& plan() const { return plan_; }
   // How many times rank 0's directives changed the plan during the run (re-planning, pipeline.replan_every).
   int planChanges() const { return planChanges_; }
@@ -139,6 +140,7 @@ class PipelineRuntime : public run::Executor {
   std::string storePinned_;         // cuda: whether the pinning held, for the set-up line
   schedule::Plan plan_;             // this iteration's, from rank 0's directive
   int planChanges_ = 0;
+  std::optional<double> bubbleRatio_;  // rank 0, after finish(): the bubble report's
   LayerCosts proxyCosts_;           // FLOP-proxy costs: split a backward stage's measured time over its layers
   // Versions of the trainable weights and gradient slots (Note [Layer fences]): max(1, optim.staleness).
   int versions_ = 1;

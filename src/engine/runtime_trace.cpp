@@ -76,8 +76,9 @@ void PipelineRuntime::finishTrace() {
   const std::string merged = (out / "trace.json").string();
   trace::mergeTraces(files, merged);
   const auto storeBytes = static_cast<std::int64_t>(store_->layout().total());
-  RP_LOG_INFO("bubble report ({} workers; timeline in {}):\n{}", workers_, merged,
-              trace::bubbleReport(workers).table());
+  const trace::BubbleReport bubbles = trace::bubbleReport(workers);
+  bubbleRatio_ = bubbles.bubbleRatio();
+  RP_LOG_INFO("bubble report ({} workers; timeline in {}):\n{}", workers_, merged, bubbles.table());
   RP_LOG_INFO("memory report (node 0; {}):\n{}", (out / "memory.json").string(),
               trace::memoryTable(memory, storeBytes));
   trace::writeMemoryReport((out / "memory.json").string(), memory, storeBytes);

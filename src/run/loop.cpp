@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 
@@ -15,6 +16,7 @@
 #include "run/preemption.h"
 #include "run/setup.h"
 #include "trace/progress.h"
+#include "trace/tensorboard.h"
 
 namespace rp::run {
 namespace {
@@ -81,12 +83,17 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
   const bool reports = executor.reports();
   const checkpoint::CheckpointDir checkpoints(c.checkpoint.dir);
   std::unique_ptr<trace::MetricsWriter> metrics;
+  std::unique_ptr<trace::TensorBoardWriter> tensorboard;
   std::unique_ptr<trace::Progress> progress;
   if (reports) {
     refuseForeignCheckpoints(c);  // before anything is written: a refused run changes nothing
     writeEffectiveConfig(c);
     checkpoints.removeStale();
     metrics = std::make_unique<trace::MetricsWriter>(c.output.dir, executor.startStep());
+    if (c.metrics.tensorboard) {
+      tensorboard = std::make_unique<trace::TensorBoardWriter>(
+          (std::filesystem::path(c.output.dir) / "tb").string(), executor.startStep());
+    }
     const std::int64_t planned = plannedSteps(c, executor.tokensPerEpoch());
     sayWhereTheEpochsEnd(c, planned, executor.tokensPerEpoch());
     progress = std::make_unique<trace::Progress>(planned, c.output.logEvery);
@@ -127,6 +134,7 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
         evals.erase(e);
       }
       metrics->write(m);
+      if (tensorboard) tensorboard->write(m);
       progress->update(m);
       result.metrics.push_back(m);
       countSkips(c, m, skippedInRow);
@@ -170,6 +178,9 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
   if (steps > saved && (c.checkpoint.atEnd || result.outcome == Outcome::kPreempted)) save(steps);
   if (saver) saver->finish();
   executor.finish();
+  if (tensorboard) {
+    if (const auto bubbles = executor.bubbleRatio()) tensorboard->write(steps, {{"pipeline/bubble_ratio", *bubbles}});
+  }
   if (reports) {
     progress.reset();
     RP_LOG_INFO("metrics written to {}", metrics->path());

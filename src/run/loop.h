@@ -62,6 +62,8 @@ class Executor {
   virtual void drain(std::int64_t steps) = 0;
   // After the final save: makes the final weights current (for sampling and export), writes traces.
   virtual void finish() = 0;
+  // After finish(), on the reporting rank: the run's bubble ratio from its bubble report (pipeline runs).
+  virtual std::optional<double> bubbleRatio() const { return std::nullopt; }
   // A greedy sample from the current weights (reporting rank only).
   virtual std::string sample(const std::string& prompt) = 0;
   // The evaluation loss of the weights after `steps` steps (run/evaluation.h), on the reporting rank;

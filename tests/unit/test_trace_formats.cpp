@@ -1,5 +1,5 @@
-// The trace formats other tools read back (docs/trace-formats.md): compute span names and profile.json,
-// each through its one writer and one reader.
+// The trace formats other tools read back (docs/trace-formats.md): compute span names and profile.json, each
+// through its one writer and one reader; the checksum of TensorBoard's event files (trace/tensorboard.h).
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "support/fixtures.h"
 #include "trace/formats.h"
+#include "trace/tensorboard.h"
 
 namespace rp::trace {
 namespace {
@@ -68,6 +69,13 @@ TEST(LayerProfile, BadFilesNameTheFileAndTheProblem) {
   EXPECT_NE(message(dir + "/short.json").find("forward_ms has 2 layers but backward_ms 1"), std::string::npos);
   std::ofstream(dir + "/none.json") << R"({"forward_ms": [1]})";
   EXPECT_NE(message(dir + "/none.json").find("none.json: expected"), std::string::npos);
+}
+
+// TensorBoard's record framing checksums with CRC-32C (Castagnoli): its published check value, "123456789" ->
+// 0xE3069283 (RFC 3720, B.4's parameters), and the empty input.
+TEST(TensorBoard, Crc32cHasTheCastagnoliCheckValue) {
+  EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);
+  EXPECT_EQ(crc32c("", 0), 0u);
 }
 
 }  // namespace
