@@ -14,6 +14,7 @@
 #include "device/placement.h"
 #include "engine/runtime.h"
 #include "model/libtorch.h"
+#include "world/mpi_transport.h"
 #include "run/preemption.h"
 #include "train/trainer.h"
 #include "world/mpi_session.h"
@@ -37,6 +38,7 @@ int run(int argc, char** argv, const rp::MpiSession& session) {
   if (!resume.empty()) overrides.push_back("checkpoint.resume=" + resume);
   auto config = rp::config::loadRunConfig(configPath, overrides);
   if (leader) {
+    if (session.identity().size > 1) RP_LOG_INFO("MPI: {}", rp::describeMpiTransport());
     RP_LOG_INFO("effective config ({}):", configPath);
     for (const auto& line : config.effective()) RP_LOG_INFO("  {}", line);
     for (const auto& notice : config.notices) RP_LOG_INFO("{}", notice);

@@ -30,6 +30,7 @@ for _ in $(seq 1 600); do
   sleep 0.1
 done
 [[ -d $work/checkpoints/step-00000004 ]] || fail "no checkpoint of step 4 within 60 s"
+expect_pml "$work/logs/rank-0.log"
 alive() { pgrep -f "^$train .*output.dir=$work/cut" >/dev/null; }
 alive || fail "the ranks ended before the cut"
 "$cluster" link h3 down

@@ -58,6 +58,13 @@ fail() {
   fi
   exit 1
 }
+# The PML the test runs its jobs on: ob1 over TCP (cluster.<test>) or UCX over TCP (cluster.<test>.ucx, whose
+# environment selects it: docs/launch.md, "ob1/TCP or UCX"), as the run's first lines name it.
+pml="${OMPI_MCA_pml:-ob1}"
+expect_pml() {
+  grep -q "MPI: .*; PML $pml" "$1" || fail "$1: the run does not say it ran on PML $pml: $(grep -m1 'MPI: ' "$1")"
+  echo "ok: PML $pml: $(grep -m1 -o 'MPI: .*' "$1")"
+}
 # One cluster per machine: while another run's is up (exit 75), wait for it; what a killed run left, `up` removes.
 export RP_CLUSTER_OWNER=$$
 deadline=$((SECONDS + 240))

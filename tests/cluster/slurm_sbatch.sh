@@ -41,6 +41,7 @@ submit() {
 }
 
 submit whole --wait >/dev/null || fail "the uninterrupted job failed"
+expect_pml "$work/whole.out"
 grep -q "pipeline: 2 node(s) x schedule roundpipe, 2 workers" "$work/whole.out" || fail "the job is not 2 nodes x 2 workers"
 
 job="$(submit preempted)" || fail "sbatch refused the job"

@@ -43,6 +43,7 @@ PY
 }
 
 run "$work/two" h2:2,h3:2
+expect_pml "$work/two.log"
 grep -q "pipeline: 2 node(s) x schedule roundpipe, 2 workers" "$work/two.log" || { cat "$work/two.log"; fail "the 2-host run is not 2 nodes x 2 workers"; }
 run "$work/one" h2:4
 grep -q "pipeline: 1 node(s) x schedule roundpipe, 4 workers" "$work/one.log" || { cat "$work/one.log"; fail "the 1-host run is not 1 node x 4 workers"; }

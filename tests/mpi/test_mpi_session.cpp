@@ -2,6 +2,7 @@
 // as MPI itself and the host see it, and how a failing MPI call becomes an error naming the call.
 #include <unistd.h>
 
+#include <cstdlib>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -10,9 +11,30 @@
 #include "common/env.h"
 #include "common/error.h"
 #include "mpi_test_session.h"
+#include "world/mpi_transport.h"
 
 namespace rp {
 namespace {
+
+// The run's first line names the PML the job runs on (docs/launch.md, "ob1/TCP or UCX"): from the components Open
+// MPI kept loaded, so the one this very job selected; and the wording for each kind from given names.
+TEST(MpiTransport, NamesThePmlThisJobRunsOn) {
+  const std::string line = rp::describeMpiTransport();
+  EXPECT_EQ(line.rfind("Open MPI v", 0), 0u) << line;
+  const char* asked = std::getenv("OMPI_MCA_pml");
+  if (asked != nullptr && (std::string(asked) == "ob1" || std::string(asked) == "ucx")) {
+    EXPECT_NE(line.find(std::string("; PML ") + asked), std::string::npos) << line;
+  } else {
+    EXPECT_NE(line.find("; PML "), std::string::npos) << line;
+  }
+  EXPECT_EQ(rp::describeMpiTransport("Open MPI v4.1.4",
+                                     {"libc.so.6", "mca_btl_tcp.so", "mca_pml_ob1.so", "mca_btl_self.so"},
+                                     {"", "", "eth0"}),
+            "Open MPI v4.1.4; PML ob1 over BTLs self, tcp (btl_tcp_if_include eth0)");
+  EXPECT_EQ(rp::describeMpiTransport("Open MPI v4.1.4", {"mca_btl_tcp.so", "mca_pml_ucx.so", "libuct_ib.so.0"},
+                                     {"tcp", "mlx5_0:1", ""}),
+            "Open MPI v4.1.4; PML ucx (UCX_TLS tcp, UCX_NET_DEVICES mlx5_0:1)");
+}
 
 TEST(MpiSession, IdentityMatchesMpiAndTheHost) {
   const WorldIdentity& id = test::mpiSession().identity();
