@@ -37,12 +37,13 @@ target_link_libraries(rp_gtest_main PUBLIC GTest::gtest PRIVATE rp_warnings)
 # per subject; in a batch they share one translation unit, so their file-local names must differ.
 
 # rp_gtest(<name> LABEL <label> SOURCES ... LIBS ... [TORCH] [PER_CASE] [ENV k=v ...] [TIMEOUT s] [FIXTURES ...]
-#          [LONG pattern])
+#          [LONG pattern] [LOCK resource])
 # One gtest binary whose test suites (or, with PER_CASE, cases) become CTest tests. TORCH reuses rp_model's
 # precompiled header; with RP_UNITY_BUILD the sources compile in batches (Note [Test binaries]). With PER_CASE,
-# the cases matching the gtest pattern LONG are labelled long instead (only in `scripts/test.sh --all`).
+# the cases matching the gtest pattern LONG are labelled long instead (only in `scripts/test.sh --all`). LOCK: a
+# CTest RESOURCE_LOCK every test of the binary holds (e.g. cores, as the MPI tests do).
 function(rp_gtest name)
-  cmake_parse_arguments(arg "TORCH;PER_CASE" "LABEL;TIMEOUT;LONG" "SOURCES;LIBS;ENV;FIXTURES" ${ARGN})
+  cmake_parse_arguments(arg "TORCH;PER_CASE" "LABEL;TIMEOUT;LONG;LOCK" "SOURCES;LIBS;ENV;FIXTURES" ${ARGN})
   if(NOT arg_TIMEOUT)
     set(arg_TIMEOUT 120)
   endif()
@@ -90,6 +91,9 @@ macro(rp_gtest_tests name)
   endif()
   if(arg_FIXTURES)
     string(APPEND rp_properties " FIXTURES_REQUIRED [==[${arg_FIXTURES}]==]")
+  endif()
+  if(arg_LOCK)
+    string(APPEND rp_properties " RESOURCE_LOCK [==[${arg_LOCK}]==]")
   endif()
   string(CONFIGURE [===[# rp_gtest(@name@): its CTest tests (cmake/RpTesting.cmake)
 if(EXISTS [==[@suites_file@]==])
