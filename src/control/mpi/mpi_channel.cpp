@@ -69,19 +69,27 @@ void MpiChannel::send(int to, Tag tag, const void* data, std::size_t bytes) {
   checkMpi(MPI_Send(data, static_cast<int>(bytes), MPI_BYTE, to, mpiTag(tag), comm_), "MPI_Send(control)");
 }
 
+// Note [Receive by matched probe]: a bounded receive probes for the message (MPI_Improbe) until it has come or
+// the deadline passes, then takes exactly that message (MPI_Mrecv); nothing stays posted after a miss, so there
+// is nothing to cancel. It used to post MPI_Irecv and MPI_Cancel it at the deadline, which MPI allows, but Open MPI
+// 4.1's UCX PML with UCX 1.13 aborts the process when the receive matched between the last test and the cancel
+// (`ucp_tag_exp_remove: Assertion !(req->flags & UCP_REQUEST_FLAG_COMPLETED)`, seen in the cluster tier on UCX).
+// A matched probe removes the message from matching at once, so another thread's probe cannot take it too.
 bool MpiChannel::receive(int from, Tag tag, void* data, std::size_t bytes, Deadline deadline) {
-  MPI_Request request = MPI_REQUEST_NULL;
-  checkMpi(MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, from, mpiTag(tag), comm_, &request),
-           "MPI_Irecv(control)");
-  if (testUntil(request, deadline)) return true;
-  // The message may have matched since the last test: then the cancel fails and the receive completes —
-  // deliver it, or the caller's retry would read the next message and this one would be lost.
-  checkMpi(MPI_Cancel(&request), "MPI_Cancel(control)");
-  MPI_Status status;
-  checkMpi(MPI_Wait(&request, &status), "MPI_Wait(control, cancelled receive)");
-  int cancelled = 0;
-  checkMpi(MPI_Test_cancelled(&status, &cancelled), "MPI_Test_cancelled(control)");
-  return cancelled == 0;
+  auto pause = std::chrono::microseconds(1);
+  while (true) {
+    int found = 0;
+    MPI_Message message = MPI_MESSAGE_NULL;
+    MPI_Status status;
+    checkMpi(MPI_Improbe(from, mpiTag(tag), comm_, &found, &message, &status), "MPI_Improbe(control)");
+    if (found) {
+      checkMpi(MPI_Mrecv(data, static_cast<int>(bytes), MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv(control)");
+      return true;
+    }
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(100));
+  }
 }
 
 // Collectives are started non-blocking and waited for here: without a bound as MPI_Wait, with one under the
