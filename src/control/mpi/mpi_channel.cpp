@@ -37,17 +37,25 @@ MPI_Op mpiOp(Reduce op) {
   return MPI_SUM;
 }
 
-// Polls `request` until it completes (true) or `deadline` passes (false; the request stays pending).
-bool testUntil(MPI_Request& request, ControlChannel::Deadline deadline) {
+// Calls `ready` until it returns true (true) or `deadline` passes (false), sleeping 1 us doubling to 100 us between.
+template <typename Ready>
+bool pollUntil(ControlChannel::Deadline deadline, Ready&& ready) {
   auto pause = std::chrono::microseconds(1);
   while (true) {
-    int done = 0;
-    checkMpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test(control)");
-    if (done) return true;
+    if (ready()) return true;
     if (std::chrono::steady_clock::now() > deadline) return false;
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(100));
   }
+}
+
+// Polls `request` until it completes (true) or `deadline` passes (false; the request stays pending).
+bool testUntil(MPI_Request& request, ControlChannel::Deadline deadline) {
+  return pollUntil(deadline, [&] {
+    int done = 0;
+    checkMpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test(control)");
+    return done != 0;
+  });
 }
 
 }  // namespace
@@ -76,20 +84,16 @@ void MpiChannel::send(int to, Tag tag, const void* data, std::size_t bytes) {
 // (`ucp_tag_exp_remove: Assertion !(req->flags & UCP_REQUEST_FLAG_COMPLETED)`, seen in the cluster tier on UCX).
 // A matched probe removes the message from matching at once, so another thread's probe cannot take it too.
 bool MpiChannel::receive(int from, Tag tag, void* data, std::size_t bytes, Deadline deadline) {
-  auto pause = std::chrono::microseconds(1);
-  while (true) {
+  return pollUntil(deadline, [&] {
     int found = 0;
     MPI_Message message = MPI_MESSAGE_NULL;
     MPI_Status status;
     checkMpi(MPI_Improbe(from, mpiTag(tag), comm_, &found, &message, &status), "MPI_Improbe(control)");
     if (found) {
       checkMpi(MPI_Mrecv(data, static_cast<int>(bytes), MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv(control)");
-      return true;
     }
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(100));
-  }
+    return found != 0;
+  });
 }
 
 // Collectives are started non-blocking and waited for here: without a bound as MPI_Wait, with one under the
