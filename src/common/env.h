@@ -43,6 +43,12 @@ inline constexpr Var kFaultInject{"RP_FAULT_INJECT", "", "testing: kill|throw|ha
 // worker computes at a fraction of its pace, "<rank>:<speed>[,<rank>:<speed>...]"; empty = none.
 inline constexpr Var kSlowWorker{"RP_SLOW_WORKER", "", "testing: <rank>:<speed in (0,1]>[,...] slows cpu workers"};
 
+// Testing (Note [Hold for prefetch] in engine/job_store_copies.cpp): 1 = a job's last microbatch, and a rank's
+// wait for the directive, end only once the weights of the worker's next job are published, where they need no
+// gradient of an iteration still to come; 0 = off.
+inline constexpr Var kHoldForPrefetch{"RP_HOLD_FOR_PREFETCH", "0",
+                                      "testing: 1 = jobs wait for their next job's weights to be published"};
+
 // Benchmarks only (docs/benchmarks.md, G1): weights are never copied into the stage slots, so a run measures
 // the same compute without its uploads; its losses are meaningless.
 inline constexpr Var kBenchNoUploads{"RP_BENCH_NO_UPLOADS", "0",

@@ -82,8 +82,9 @@ Directive Coordination::begin(std::int64_t step, const std::function<std::string
   if (channel_.rank() != 0) {
     std::int64_t words = -1;
     std::vector<std::int64_t> body;
-    bool polling = static_cast<bool>(meanwhile);
-    // The directive's announcement, in slices of a millisecond while `meanwhile` wants to run.
+    bool polling = meanwhile && meanwhile();
+    // The directive's announcement, in slices of a millisecond while `meanwhile` wants to run (it ran once
+    // before: a directive already here still lets it).
     auto announced = [&](control::ControlChannel::Deadline deadline) {
       while (polling) {
         const auto slice = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(1));

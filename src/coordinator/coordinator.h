@@ -44,8 +44,8 @@ class Coordination {
 
   // Iteration `step`'s directive: decided on rank 0 and sent to every other rank, received on the others.
   // `describeRank` (optional) says what a late rank was last doing, for the stall message. `meanwhile`
-  // (optional) runs every millisecond while this rank waits for the directive, until it returns false (Note
-  // [Prefetch while waiting for the directive]).
+  // (optional) runs as the wait starts and every millisecond of it, until it returns false (Note [Prefetch while
+  // waiting for the directive]).
   Directive begin(std::int64_t step, const std::function<std::string(int)>& describeRank = {},
                   const std::function<bool()>& meanwhile = {});
   // This rank's per-layer forward and backward milliseconds per microbatch in iteration `step` (negative =

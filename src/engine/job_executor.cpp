@@ -42,6 +42,7 @@ JobExecutor::JobExecutor(JobContext c, std::unique_ptr<StageSlots> slots,
       auxLoss_(c.model.model().config().moe.auxLoss()),
       moe_(c.model.model().config().moe.numExperts > 0),
       skipUploads_(env::getInt(env::kBenchNoUploads) != 0),
+      holdForPrefetch_(env::getInt(env::kHoldForPrefetch) != 0),
       slots_(std::move(slots)),
       tensors_(std::move(tensors)) {}
 
@@ -479,6 +480,7 @@ void JobExecutor::runJob(std::int64_t step, std::int64_t k, const schedule::Disp
   auto run = [&](int mb, Recomputed* recomputed) {
     if (downloadsAtEnd && mb + 1 == M) marks = gradientMarks(job.layers);
     runMicrobatch(step, k, table, data, mb, recomputed);
+    if (mb + 1 == M) holdForPrefetch(step);  // testing: Note [Hold for prefetch]
     tryPrefetch();  // the next job's weights, if published meanwhile
   };
   if (ahead == 0) {

@@ -91,6 +91,9 @@ class JobExecutor {
   // Tries the prefetch of this worker's next job (Note [Prefetch while waiting for the directive]); false once
   // there is nothing left to try (issued, or no next job known).
   bool tryPrefetchMeanwhile();
+  // Testing (RP_HOLD_FOR_PREFETCH): waits until the weights of this worker's next job are published, where they
+  // need no gradient of iteration `from` or later (Note [Hold for prefetch]).
+  void holdForPrefetch(std::int64_t from) const;
   // This rank's per-layer forward and backward milliseconds in the last iteration, summed over its
   // microbatches (kNotMeasured where it ran none of the layer).
   const std::vector<double>& forwardMs() const { return forwardMs_; }
@@ -172,6 +175,7 @@ class JobExecutor {
   bool auxLoss_;                       // a MoE model trained with its load-balancing loss (docs/moe.md)
   bool moe_;                           // a MoE model: forward stages record their routing (Note [Routing tape])
   bool skipUploads_;                   // RP_BENCH_NO_UPLOADS: benchmarks of the compute without uploads
+  bool holdForPrefetch_;               // RP_HOLD_FOR_PREFETCH: Note [Hold for prefetch]
   std::unique_ptr<StageSlots> slots_;  // the worker memory its stages are bound to
   int slot_ = 0;                       // the slot of the job running now
   std::unique_ptr<transport::TensorChannel> tensors_;  // activations and gradients between stage jobs

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -129,9 +130,9 @@ void JobExecutor::waitPrefetching(const device::Ticket& copy) {
 // Note [Prefetch while waiting for the directive]: after its last job of an iteration (or in an iteration
 // without a job for it: fewer jobs than workers) a rank other than 0 waits for rank 0's next directive, and
 // the weights of its next job — W_t in async mode, published while iteration t still runs — may be published
-// meanwhile. Coordination::begin tries the prefetch every millisecond of that wait, so the job that follows
-// finds them in its slot instead of uploading as it starts. A guess the directive does not confirm is dropped
-// as the job starts, as any other (Note [Prefetch across iterations]).
+// meanwhile. Coordination::begin tries the prefetch as that wait starts and every millisecond of it, so the job
+// that follows finds them in its slot instead of uploading as it starts. A guess the directive does not confirm
+// is dropped as the job starts, as any other (Note [Prefetch across iterations]).
 bool JobExecutor::tryPrefetchMeanwhile() {
   if (prefetch_) return false;
   tryPrefetch();
@@ -148,6 +149,30 @@ bool JobExecutor::publishedFor(std::int64_t step, const schedule::Range& layers)
     if (!fences_->copiedByAll(l, step - versions_ + 1)) return false;
   }
   return true;
+}
+
+// Note [Hold for prefetch] (testing, RP_HOLD_FOR_PREFETCH=1): whether a prefetch happens depends on who is ahead —
+// the optimizer publishing the next job's weights, or the job (or the wait for the directive) ending before
+// that — and on a loaded machine either may be. The hold takes that race out of the prefetch tests: the last
+// microbatch of a job, and a rank's wait for rank 0's directive, wait first until the weights of the worker's
+// next job are published, then the code they run anyway (tryPrefetch after the microbatch, the directive wait's
+// meanwhile) issues the prefetch. Only where the weights need no gradient of iteration `from` or later, since
+// those come after the hold: the newest gradients iteration s's weights wait for are iteration s - 1's in sync
+// mode (W_s), s - 2's in async (the copy of W_{s-k} after step s-k-1's update, and with V >= 2 iteration s-2's
+// downloads: Note [Layer fences]). Bounded: weights still unpublished after a minute fail the rank naming them
+// (a missing publication, not a slow one).
+void JobExecutor::holdForPrefetch(std::int64_t from) const {
+  if (!holdForPrefetch_ || !awaited_ || prefetch_) return;
+  const std::int64_t newestGradients = awaited_->step - (config_.optim.async() ? 2 : 1);
+  if (newestGradients >= from) return;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  while (!publishedFor(awaited_->step, awaited_->layers)) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      RP_THROW(InternalError, "RP_HOLD_FOR_PREFETCH: rank {}'s weights of layers {}-{} for step {} were not published "
+               "within a minute", worldRank_, awaited_->layers.begin, awaited_->layers.end - 1, awaited_->step + 1);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
 }
 
 void JobExecutor::dropPrefetch() {

@@ -501,6 +501,7 @@ bool PipelineRuntime::step(std::int64_t step, int signal) {
   // Rank 0's plan and dispatch table for this iteration, or its order to stop (a preemption signal reached
   // some rank: Coordination::requestStop).
   if (signal != 0) coordination_->requestStop(signal);
+  if (worldRank_ != 0) jobs_->holdForPrefetch(step);  // testing: Note [Hold for prefetch] (rank 0 waits for none)
   const auto directive = coordination_->begin(step, describeWorldRank(), [this] {
     return jobs_->tryPrefetchMeanwhile();  // Note [Prefetch while waiting for the directive]
   });
