@@ -80,7 +80,10 @@ TEST(InProcHub, ARankThatLeavesEndsTheOthersWaits) {
       }
     });
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  while (hub.waiting() < 2 && std::chrono::steady_clock::now() < start + std::chrono::seconds(20)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(hub.waiting(), 2) << "ranks 0 and 1 are not both waiting";  // so the failure wakes them, not meets them
   hub.abandon(2, "out of memory");
   for (auto& t : threads) t.join();
   for (int r = 0; r < 2; ++r) {

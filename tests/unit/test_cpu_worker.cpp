@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <numeric>
 #include <string>
@@ -206,13 +207,18 @@ TEST(Ticket, AWaitEndsWithTheHealthCheckError) {
 // pending, until it returns false, and returns once the ticket completes; a done ticket runs nothing.
 TEST(Ticket, AWaitRunsItsMeanwhileUntilItReturnsFalseOrTheTicketCompletes) {
   using std::chrono::microseconds;
-  // Each completer waits for the meanwhile's calls to reach a count (an event, bounded by a generous timeout)
-  // before it completes its ticket, so nothing here depends on how fast this machine is.
+  // Each completer waits for the meanwhile's calls to reach a count, then for the ticket's health check, which
+  // the wait runs once it has waited kHealthPeriod (events, bounded by a generous timeout), before it completes
+  // its ticket, so nothing here depends on how fast this machine is. A wait still calling its meanwhile calls
+  // it right after the health check, before it can see the completion: one call too many.
   auto completeAfter = [](Ticket& ticket, std::atomic<int>& calls, int count) {
-    return std::thread([&ticket, &calls, count] {
+    auto checked = std::make_shared<std::atomic<bool>>(false);
+    ticket.setHealthCheck([checked] { *checked = true; });
+    return std::thread([&ticket, &calls, count, checked] {
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
       while (calls.load() < count && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a wait that gave up must not call again
+      *checked = false;
+      while (!*checked && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
       ticket.complete();
     });
   };

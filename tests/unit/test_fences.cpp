@@ -2,6 +2,7 @@
 // timeout names the late rank and its last operation (activity board), and the board reads consistently.
 #include <atomic>
 #include <chrono>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -23,19 +24,28 @@ struct Store {
   std::vector<std::int64_t> boardBytes;
 };
 
+// A waiter passes only once every rank published: with rank 0's copy alone it stalls naming rank 1 (a stall
+// timeout of 0.05 s makes "not yet" an event, not a window), and one waiting on another thread is released by
+// rank 1's copy.
 TEST(Fences, AWaiterProceedsOnlyAfterEveryRankPublished) {
   Store store(3, 2);
   Fences fences(store.fenceBytes.data(), 3, 2, {10.0, 10.0});
+  const Fences impatient(store.fenceBytes.data(), 3, 2, {0.05, 0.05});  // the same counters
   EXPECT_TRUE(fences.copiedByAll(1, 0));
   EXPECT_FALSE(fences.copiedByAll(1, 1));
   std::atomic<bool> passed{false};
+  fences.setCopied(1, 0, 1);
+  try {
+    impatient.waitCopiedByAll(1, 1);  // iteration 1's upload of layer 1 needs both ranks' copies
+    ADD_FAILURE() << "passed with rank 1's slice not published";
+  } catch (const control::PeerError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1's weight copy of layer 1 to reach 1 (it is 0)"), std::string::npos)
+        << e.what();
+  }
   std::thread waiter([&] {
-    fences.waitCopiedByAll(1, 1);  // iteration 1's upload of layer 1 needs both ranks' copies
+    fences.waitCopiedByAll(1, 1);
     passed = true;
   });
-  fences.setCopied(1, 0, 1);
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  EXPECT_FALSE(passed.load()) << "rank 1 has not published its slice yet";
   fences.setCopied(1, 1, 1);
   waiter.join();
   EXPECT_TRUE(passed.load());
@@ -44,24 +54,24 @@ TEST(Fences, AWaiterProceedsOnlyAfterEveryRankPublished) {
 }
 
 // Note [Upload as published]: a stage's upload queues each layer as soon as every rank published it, so the
-// first layers' copies run while the optimizer still writes the later ones.
+// first layers' copies run while the optimizer still writes the later ones: layer 1 is handed on while layer 2
+// is still unpublished (the impatient wait stalls on it, naming rank 1), then the rest in order.
 TEST(Fences, EachLayerIsHandedOnAsSoonAsItIsPublishedNotAfterTheRange) {
   Store store(4, 2);
   Fences fences(store.fenceBytes.data(), 4, 2, {10.0, 10.0});
-  std::atomic<int> handed{0};
+  const Fences impatient(store.fenceBytes.data(), 4, 2, {0.05, 0.05});  // the same counters
   std::vector<int> order;
-  std::thread upload([&] {
-    fences.forEachCopiedByAll(1, 4, 1, [&](int l) {
-      order.push_back(l);
-      ++handed;
-    });
-  });
   for (int r = 0; r < 2; ++r) fences.setCopied(1, r, 1);
   fences.setCopied(2, 0, 1);  // rank 1's slice of layer 2 is not published yet
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (handed.load() < 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  EXPECT_EQ(handed.load(), 1) << "layer 1 is published, layer 2 not by every rank";
+  try {
+    impatient.forEachCopiedByAll(1, 4, 1, [&](int l) { order.push_back(l); });
+    ADD_FAILURE() << "layer 2 handed on with rank 1's slice not published";
+  } catch (const control::PeerError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1's weight copy of layer 2"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(order, (std::vector<int>{1})) << "layer 1 is published, layer 2 not by every rank";
+  order.clear();
+  std::thread upload([&] { fences.forEachCopiedByAll(1, 4, 1, [&](int l) { order.push_back(l); }); });
   fences.setCopied(2, 1, 1);
   for (int r = 0; r < 2; ++r) fences.setCopied(3, r, 1);
   upload.join();

@@ -24,6 +24,7 @@
 
 #include "common/parallel.h"
 #include "control/inproc/inproc_channel.h"
+#include "engine/activity.h"
 #include "engine/fences.h"
 #include "engine/optimizer_worker.h"
 #include "optim/adamw_simd.h"
@@ -75,7 +76,8 @@ void fillGradients(StoreTensor& t, unsigned seed) {
 // layers are large, so writing them takes a while after layer 0 is done — its fences, and the optimizer thread
 // over them (one version of the weights: sync, or async with staleness 1).
 struct OneRank {
-  explicit OneRank(int staleness) {
+  explicit OneRank(int staleness, control::StallPolicy stall = {60.0, 120.0})
+      : fences(fenceMemory.data(), kLayers, 1, stall, &board) {
     const std::size_t big = std::size_t{1} << 21;
     store.push_back(makeTensor("embed", {0, kLayers - 1}, 4096, 1));
     store.push_back(makeTensor("layers.0.w", {0}, 1000, 2));
@@ -90,6 +92,7 @@ struct OneRank {
     options.layers = kLayers;
     options.losses = {losses0.data(), losses1.data()};
     options.microbatches = 1;
+    options.activity = &board;
     std::vector<OptimTensor> tensors;
     for (auto& t : store) {
       OptimTensor o{
@@ -120,8 +123,10 @@ struct OneRank {
   }
 
   std::vector<StoreTensor> store, reference;
+  std::vector<std::int64_t> boardMemory = std::vector<std::int64_t>(ActivityBoard::regionBytes(1) / 8 + 1, 0);
+  ActivityBoard board{boardMemory.data(), 1};  // what the optimizer thread is doing
   std::vector<std::int64_t> fenceMemory = std::vector<std::int64_t>(Fences::regionBytes(kLayers, 1) / 8 + 1, 0);
-  Fences fences{fenceMemory.data(), kLayers, 1, {60.0, 120.0}};
+  Fences fences;
   control::InProcHub hub{1};
   control::InProcChannel node{hub, 0};
   std::vector<double> losses0 = std::vector<double>(1, 1.0), losses1 = std::vector<double>(1, 1.0);
@@ -185,8 +190,9 @@ TEST(OptimizerWorker, SyncPublishesEachLayerAsSoonAsItIsUpdatedWithTheWholeSteps
 // Async (staleness 1): as iteration t starts, the masters, W_t, are copied into the weights iteration t + 1
 // uploads (Note [Copy as the iteration starts]), each layer published as soon as it is copied (Note [Upload as
 // published]). The copy of a tensor waits for the uploads of the version it overwrites by every layer that uses
-// it; holding back layer 2's upload holds back layer 2 and what comes after it, but not layers 0 and 1, which
-// are published with their final values. It waits for nothing else: not for step t's update to be queued.
+// it; holding back layer 2's upload holds back layer 2 and what comes after it (the next case: for good), but
+// not layers 0 and 1, which are published with their final values. It waits for nothing else: not for step t's
+// update to be queued.
 TEST(OptimizerWorker, AsyncCopiesAsTheIterationStartsAndPublishesEachLayerAsSoonAsItIsCopied) {
   OneRank rank(/*staleness=*/1);
   auto [store, reference, fences] = std::tie(rank.store, rank.reference, rank.fences);
@@ -204,7 +210,6 @@ TEST(OptimizerWorker, AsyncCopiesAsTheIterationStartsAndPublishesEachLayerAsSoon
     while (!fences.copiedByAll(1, step + 1) && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // what could come after layer 1, has come
     const bool early = fences.copiedByAll(0, step + 1) && fences.copiedByAll(1, step + 1);
     const bool held = !fences.copiedByAll(kHeld, step + 1) && !fences.copiedByAll(kLayers - 1, step + 1);
     for (std::size_t i = 0; i < 2 && early; ++i) {  // embed, layers.0.w: W_t rounded, as the upload will read it
@@ -251,13 +256,45 @@ TEST(OptimizerWorker, AsyncCopiesAsTheIterationStartsAndPublishesEachLayerAsSoon
   }
 }
 
+// Note [Layer fences]: the copy never writes a layer whose last upload from that version has not landed — it
+// waits for it until the stall timeout (0.1 s here) and fails naming it, with layers 0 and 1 published and
+// layer 2 and the tied embedding's last layer not.
+TEST(OptimizerWorker, AsyncCopyNeverPublishesALayerBeforeTheUploadItOverwritesLanded) {
+  OneRank rank(/*staleness=*/1, {0.1, 0.1});
+  std::vector<std::int64_t> uploads(kLayers, 0);
+  uploads[2] = 1;  // iteration 0 uploads layer 2 once; that upload never lands
+  rank.worker->beginIteration(0, uploads);
+  std::string error;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (error.empty() && !rank.fences.copiedByAll(2, 1) && std::chrono::steady_clock::now() < deadline) {
+    try {
+      rank.worker->poll();  // rethrows the copy's error
+    } catch (const control::PeerError& e) {
+      error = e.what();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_NE(error.find("the uploads of layer 2 to reach 1 (it is 0)"), std::string::npos)
+      << (error.empty() ? "the copy did not wait for layer 2's upload" : error);
+  EXPECT_TRUE(rank.fences.copiedByAll(0, 1) && rank.fences.copiedByAll(1, 1)) << "layers 0 and 1 were not published";
+  EXPECT_FALSE(rank.fences.copiedByAll(2, 1)) << "layer 2 was published before the upload it overwrites landed";
+  EXPECT_FALSE(rank.fences.copiedByAll(kLayers - 1, 1)) << "a later layer was published before layer 2";
+}
+
 // A rank failing mid-iteration destroys its optimizer while the copy waits for uploads that will never come:
-// the thread gives up at the fence's next poll instead of waiting out the stall timeout (60 s here).
+// the thread gives up at the fence's next poll instead of waiting out the stall timeout (60 s here). Destroyed
+// once the activity board says the copy has begun: from there its only way out is that poll.
 TEST(OptimizerWorker, ADestroyedWorkerStopsWaitingForUploads) {
   OneRank rank(/*staleness=*/1);
   std::vector<std::int64_t> uploads(kLayers, 1);  // none of these uploads will land
   rank.worker->beginIteration(0, uploads);
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the copy is waiting
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (rank.board.describe(0).find("optimizer: copy master -> weights (step 1)") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_NE(rank.board.describe(0).find("optimizer: copy master -> weights (step 1)"), std::string::npos)
+      << rank.board.describe(0);
   const auto start = std::chrono::steady_clock::now();
   rank.worker.reset();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));

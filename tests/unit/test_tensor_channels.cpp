@@ -6,6 +6,7 @@
 // a microbatch's readiness message goes out only once its puts' copies have landed, in the order signalled,
 // without the signalling thread waiting (Note [Readiness sender]).
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -230,18 +231,28 @@ TEST(InProcTensors, AGetThatDoesNotMatchThePutsReadersIsRefused) {
 
 // Note [Readiness sender]: the signal of a microbatch whose put is still copying returns at once; the message
 // waits for the copy on the sender thread, and one signalled after it (its copies done) does not overtake it.
+// Nothing is received while the sender has waited a health period (0.5 s) for the copy: an event, not a window.
 TEST(ReadinessSender, SendsOnceTheCopiesLandedInTheOrderSignalled) {
   control::InProcHub hub(2);
   control::InProcChannel producer(hub, 0), consumer(hub, 1);
   ControlReadiness readiness(producer, {60.0, 60.0});
   device::Ticket copy;
   copy.add();  // a put's copy in flight
+  std::atomic<bool> waited{false};  // the ticket's health check runs once a wait on it has lasted kHealthPeriod
+  copy.setHealthCheck([&] { waited = true; });
   readiness.signal(1, ready(0, 0), {copy});
   readiness.signal(1, ready(0, 1), {});
   control::StageReady got{};
-  const auto soon = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
-  EXPECT_FALSE(consumer.receive(0, control::Tag::kStageReady, &got, sizeof(got), soon))
-      << "a readiness message went out before its copy landed";
+  bool early = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!waited && !early && std::chrono::steady_clock::now() < deadline) {
+    early = consumer.receive(0, control::Tag::kStageReady, &got, sizeof(got),
+                             std::chrono::steady_clock::now() + std::chrono::milliseconds(10));
+  }
+  EXPECT_FALSE(early) << "a readiness message went out before its copy landed";
+  ASSERT_TRUE(waited.load()) << "the sender thread never waited for the copy";
+  EXPECT_FALSE(consumer.receive(0, control::Tag::kStageReady, &got, sizeof(got), std::chrono::steady_clock::now()))
+      << "a readiness message went out while the sender waited for its copy";
   copy.complete();
   ControlReadiness received(consumer, {60.0, 60.0});
   received.await(0, ready(0, 0), [] { return std::string("rank 0"); });  // a PeerError if out of order

@@ -20,7 +20,10 @@ void InProcHub::post(int from, int to, Tag tag, const void* data, std::size_t by
 bool InProcHub::take(int from, int to, Tag tag, void* data, std::size_t bytes, ControlChannel::Deadline deadline) {
   std::unique_lock<std::mutex> lock(mutex_);
   auto& box = mailboxes_[{from, to, mpiTag(tag)}];
-  if (!arrived_.wait_until(lock, deadline, [&] { return !box.empty() || !abandoned_.empty(); })) return false;
+  ++waiting_;
+  const bool arrived = arrived_.wait_until(lock, deadline, [&] { return !box.empty() || !abandoned_.empty(); });
+  --waiting_;
+  if (!arrived) return false;
   if (box.empty()) throwIfAbandoned();
   const auto& message = box.front();
   RP_CHECK(message.size() == bytes, "message of {} bytes received into {}", message.size(), bytes);
@@ -38,14 +41,22 @@ std::vector<std::vector<std::uint8_t>> InProcHub::exchange(std::uint64_t seq, in
   round.parts[static_cast<std::size_t>(rank)].assign(p, p + bytes);
   ++round.arrived;
   arrived_.notify_all();
-  if (!arrived_.wait_for(lock, std::chrono::minutes(10),
-                         [&] { return round.arrived == size_ || !abandoned_.empty(); })) {
+  ++waiting_;
+  const bool all = arrived_.wait_for(lock, std::chrono::minutes(10),
+                                     [&] { return round.arrived == size_ || !abandoned_.empty(); });
+  --waiting_;
+  if (!all) {
     RP_THROW(PeerError, "in-process collective #{}: {} of {} ranks arrived in 10 minutes", seq, round.arrived, size_);
   }
   if (round.arrived < size_) throwIfAbandoned();
   std::vector<std::vector<std::uint8_t>> parts = round.parts;
   if (++round.left == size_) rounds_.erase(seq);
   return parts;
+}
+
+int InProcHub::waiting() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return waiting_;
 }
 
 std::shared_ptr<InProcHub> InProcHub::child(std::uint64_t seq, int color, int size) {

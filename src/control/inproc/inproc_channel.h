@@ -31,6 +31,9 @@ class InProcHub {
   // Rank `rank` failed (`why`) and leaves, as MPI_Abort ends the other processes: every wait on this hub and its
   // sub-groups, now or later, ends in a PeerError naming it, instead of waiting out its deadline.
   void abandon(int rank, const std::string& why);
+  // How many threads are blocked in a receive or a collective on this hub now (tests wait for it to know
+  // their ranks are waiting).
+  int waiting();
 
  private:
   using Key = std::tuple<int, int, int>;  // from, to, tag
@@ -45,6 +48,7 @@ class InProcHub {
   std::map<std::uint64_t, Round> rounds_;
   std::map<std::pair<std::uint64_t, int>, std::shared_ptr<InProcHub>> children_;
   std::string abandoned_;  // why a rank left; empty while all are here
+  int waiting_ = 0;        // threads in arrived_.wait
   void throwIfAbandoned() const;
 };
 
