@@ -9,8 +9,8 @@
 # parameter; and the set-up time to the end of the first step (the log's clock).
 # Usage: benchmarks/emulated_gpu.sh [workers...]    (default: 1 2; e.g. "1 2 8")
 # Environment: RP_EMU_PROFILE (default rtx4090x8), RP_EMU_MODES (default "sync async"), RP_EMU_STEPS (default 8),
-# RP_EMU_HOST_TRAFFIC=1 (copies touch the host memory a DMA would), RP_EMU_KEEP=<dir> (keep the runs' outputs
-# there), RP_BUILD_DIR (default build).
+# RP_EMU_HOST_TRAFFIC=1 (copies touch the host memory a DMA would), RP_EMU_PLAN (pipeline.plan, default auto:
+# the planner's), RP_EMU_KEEP=<dir> (keep the runs' outputs there), RP_BUILD_DIR (default build).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${RP_BUILD_DIR:-$root/build}"
@@ -18,6 +18,7 @@ profile="${RP_EMU_PROFILE:-rtx4090x8}"
 read -r -a modes <<<"${RP_EMU_MODES:-sync async}"
 steps="${RP_EMU_STEPS:-8}"
 traffic="${RP_EMU_HOST_TRAFFIC:-0}"
+plan_setting="${RP_EMU_PLAN:-auto}"
 workers=("$@")
 ((${#workers[@]})) || workers=(1 2)
 model="$root/benchmarks/configs/qwen3-0.6b"
@@ -41,6 +42,7 @@ for w in "${workers[@]}"; do
       --set data.path=/usr/share/games/fortunes/literature,/usr/share/games/fortunes/wisdom \
       --set data.format=text --set train.seq_len=4096 --set train.global_batch=8 --set train.microbatches=8 \
       --set "train.max_steps=$steps" --set "optim.mode=$mode" --set pipeline.backend=emulated \
+      --set "pipeline.plan=$plan_setting" \
       --set "pipeline.emulated_profile=$profile" --set "pipeline.emulated_host_traffic=$([[ $traffic == 1 ]] && echo true || echo false)" \
       --set checkpoint.at_end=false --set output.sample_prompt= --set output.log_every=1 \
       --set "output.dir=$dir" >"$dir.log" 2>&1 || { tail -20 "$dir.log"; exit 1; }
