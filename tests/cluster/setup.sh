@@ -17,8 +17,9 @@ ulimit -c unlimited 2>/dev/null || true
 # Note [Open MPI's start-up crash]: in a few cluster.slurm_sbatch runs in a hundred (4 ranks started by srun), a
 # rank dies inside MPI_Init_thread: Open MPI 4.1.4's TCP BTL receives a peer's first message (tag 0x41, the ob1
 # PML's matched send) before this rank's PML registered its handler, and calls it (a jump to address 0;
-# docs/testing.md). None of our code has run then, so a test whose rank crashed there runs once more from a fresh
-# cluster, saying so; a crash anywhere else, or a second one, fails the test.
+# docs/testing.md). None of our code has run then, so a test whose rank crashed there runs again from a fresh
+# cluster, saying so, at most twice (two suites at once on two cores once crashed there twice in a row); a crash
+# anywhere else, or a third one, fails the test.
 crashed_in_mpi_init() {
   command -v gdb >/dev/null || return 1
   local core
@@ -44,17 +45,18 @@ fail() {
       echo "(gdb is not installed: no stack)"
     fi
   done < <(find "$work" -maxdepth 2 -type f -name "core*" 2>/dev/null)
-  if [[ -z ${RP_CLUSTER_RETRIED:-} ]] && crashed_in_mpi_init; then
+  local retried=${RP_CLUSTER_RETRIED:-0}
+  if ((retried < 2)) && crashed_in_mpi_init; then
     # At that crash rsi holds the fragment's tag (the handler's second argument): which component it was for.
     find "$work" -maxdepth 2 -type f -name "core*" -exec gdb -batch -ex "info registers rip rsi" "$train" {} \; \
       2>/dev/null | grep -E "^(rip|rsi) "
     echo "RETRY: a rank crashed inside MPI_Init_thread, before any of our code ran (Note [Open MPI's start-up" \
-      "crash], tests/cluster/setup.sh): running the test once more on a fresh cluster"
+      "crash], tests/cluster/setup.sh): running the test again on a fresh cluster (retry $((retried + 1)) of 2)"
     trap - EXIT
     declare -F on_exit >/dev/null && on_exit
     ((owned)) && "$cluster" down
     cd / && rm -rf "$work" "$RP_CLUSTER_DIR"
-    RP_CLUSTER_RETRIED=1 exec bash "$test_script" "${test_args[@]}"
+    RP_CLUSTER_RETRIED=$((retried + 1)) exec bash "$test_script" "${test_args[@]}"
   fi
   exit 1
 }
