@@ -48,8 +48,15 @@ std::vector<int> parseCounts(const std::string& text, const std::string& what) {
   return out;
 }
 
-SimCosts loadProfile(const std::string& path, double hop) {
+// An emulated device's profile holds its model's times: taken only when told (--modelled-profile).
+SimCosts loadProfile(const std::string& path, double hop, bool modelledOk) {
   const rp::trace::LayerProfileFile p = rp::trace::readLayerProfile(path);
+  if (p.modelled() && !modelledOk) {
+    RP_THROW(rp::InputError,
+             "{}: --profile holds the layer times of an emulated device ({}): its model's, not measurements; add "
+             "--modelled-profile to simulate from them",
+             path, p.device);
+  }
   SimCosts c;
   c.forward = p.forwardMs;
   c.backward = p.backwardMs;
@@ -86,6 +93,9 @@ int run(int argc, char** argv) {
   line.option("--head-bwd", headBwd, "LM head backward time per microbatch");
   line.option("--hop", hop, "transfer time of one activation between two workers");
   line.option("--profile", profile, "per-layer times from a run (<output.dir>/profile.json) instead of the above");
+  bool modelledProfile = false;
+  line.flag("--modelled-profile", modelledProfile,
+            "--profile may be an emulated device's run's (its model's times, not measurements)");
   std::string tracePath;
   line.option("--trace", tracePath,
               "replay a RoundPipe run from its trace.json: its plan, workers, microbatches and stage times");
@@ -101,6 +111,10 @@ int run(int argc, char** argv) {
   line.option("--model", modelPath, "GPU projection: a Hugging Face config.json");
   line.option("--seq", seq, "GPU projection: tokens per sequence");
   line.option("--rows", rows, "GPU projection: sequences per microbatch");
+  int documentTokens = 0;
+  line.option("--document-tokens", documentTokens,
+              "GPU projection: packed documents of this many tokens, attended each on its own (0: one a sequence)")
+      .wholeAtLeast(0);
   bool lora = false;
   line.flag("--lora", lora,
             "GPU projection: LoRA on a frozen bf16 base (no weight gradients computed or downloaded, no optimizer "
@@ -135,6 +149,9 @@ int run(int argc, char** argv) {
   }
   if (lora && !projecting) RP_THROW(rp::InputError, "--lora applies to GPU projections (--hardware and --model)");
   if (nf4 && !lora) RP_THROW(rp::InputError, "--nf4 is a LoRA run's base: add --lora");
+  if (documentTokens > 0 && !projecting) {
+    RP_THROW(rp::InputError, "--document-tokens applies to GPU projections (--hardware and --model)");
+  }
   Hardware hardware;
   ModelShape shape;
   if (projecting) {
@@ -148,10 +165,11 @@ int run(int argc, char** argv) {
     if (workers == 0) workers = hardware.gpus;
     std::cout << fmt::format(
         "PROJECTION, not a measurement: {} ({} x {}, {:.0f} TFLOPS x {:.0f}% efficiency, host link {:.0f} GB/s per "
-        "{} GPUs, {}), {:.2f}B parameters{}, {} x {} tokens per microbatch; times in ms\n\n",
+        "{} GPUs, {}), {:.2f}B parameters{}, {} x {} tokens per microbatch{}; times in ms\n\n",
         modelPath, hardware.gpus, hardware.name, hardware.tensorTflops, 100 * hardware.efficiency, hardware.pcieGBs,
         hardware.gpusPerBridge, hardware.p2p ? fmt::format("P2P {:.0f} GB/s", hardware.p2pGBs) : "no P2P",
-        shape.params() / 1e9, lora ? (nf4 ? " (LoRA: frozen NF4 base)" : " (LoRA: frozen base)") : "", rows, seq);
+        shape.params() / 1e9, lora ? (nf4 ? " (LoRA: frozen NF4 base)" : " (LoRA: frozen base)") : "", rows, seq,
+        documentTokens > 0 ? fmt::format(" in documents of {}", documentTokens) : std::string());
     if (lora) {
       std::cout << fmt::format("host: the frozen base holds {:.1f} GB ({}) in each node's store\n\n",
                                frozenBaseBytes(shape, nf4) / 1e9, nf4 ? "NF4 projections, the rest bf16" : "bf16");
@@ -175,10 +193,10 @@ int run(int argc, char** argv) {
                              trace->microbatches, describe(trace->plan));
   }
   if (workers == 0) workers = 8;
-  const SimCosts costs = projecting        ? projectCosts(shape, hardware, seq, rows, lora, nf4)
+  const SimCosts costs = projecting        ? projectCosts(shape, hardware, seq, rows, lora, nf4, documentTokens)
                          : trace           ? trace->costs
                          : profile.empty() ? uniformCosts(layers, fwd, bwd, headFwd, headBwd, hop)
-                                           : loadProfile(profile, hop);
+                                           : loadProfile(profile, hop, modelledProfile);
   std::vector<SimSchedule> schedules;
   if (schedule == "all") {
     schedules = {SimSchedule::kGpipe, SimSchedule::kOneFOneB, SimSchedule::kInterleaved, SimSchedule::kRoundPipe};

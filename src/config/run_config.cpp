@@ -220,6 +220,7 @@ RunConfig buildRunConfig(Values v) {
   c.pipeline.uploadChunkMb = inRange(v, "pipeline.upload_chunk_mb", 1e-6, 1e9, false);
   c.pipeline.plan = v.getString("pipeline.plan");
   c.pipeline.profile = v.getString("pipeline.profile");
+  c.pipeline.profileModelled = v.getBool("pipeline.profile_modelled");
   c.pipeline.planner = parseEnum<schedule::PlannerKind>(
       v, "pipeline.planner",
       {{"reference", schedule::PlannerKind::kReference}, {"search", schedule::PlannerKind::kSearch}});

@@ -70,6 +70,7 @@ struct RunConfig {
     double uploadChunkMb;
     std::string plan;                 // "auto" or counts (schedule::parsePlan)
     std::string profile;              // a profile.json for the first automatic plan; empty = the FLOP proxy
+    bool profileModelled;             // take `profile` although an emulated device's run wrote it
     schedule::PlannerKind planner;    // for auto plans
     schedule::DispatchRule dispatch;  // which worker runs each job (roundpipe)
     double memoryLimitGb;

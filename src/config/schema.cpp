@@ -83,6 +83,9 @@ const std::vector<KeySpec>& runSchema() {
       {"pipeline.profile", Type::kString, S(""),
        "automatic plans: start from the layer times of this profile.json (an earlier run's) instead of the FLOP "
        "estimate"},
+      {"pipeline.profile_modelled", Type::kBool, false,
+       "take pipeline.profile's times although an emulated device's run wrote them (its model's times, not "
+       "measurements); an emulated run takes them without it"},
       {"pipeline.planner", Type::kString, S("search"),
        "automatic plans: search (the best simulated plan among the reference's and more candidates, fused tails of "
        "every size included) | reference (the reference partitioner alone)"},

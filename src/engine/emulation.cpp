@@ -127,8 +127,17 @@ UncountedMeta::~UncountedMeta() {
   uncounted = previous_;
 }
 
-EmulatedCompute::EmulatedCompute(device::Worker& worker, const LayerCosts& costs, int layers)
-    : worker_(worker), costs_(costs), layers_(layers), active_(worker.modelsCompute()) {
+EmulatedCompute::EmulatedCompute(device::Worker& worker, const PipelineModel& model)
+    : worker_(worker),
+      shape_(schedule::shapeOf(model.model().config())),
+      frozen_(model.frozenBase()),
+      layers_(model.layerCount()),
+      active_(worker.modelsCompute()) {
+  const model::ModelConfig& config = model.model().config();
+  windows_.assign(static_cast<std::size_t>(layers_), 0);
+  for (int l = 1; l < layers_ - 1; ++l) {
+    if (config.sliding(l - 1)) windows_[static_cast<std::size_t>(l)] = config.slidingWindow;
+  }
   if (active_) countMetaFor(&worker_);
 }
 
@@ -136,19 +145,37 @@ EmulatedCompute::~EmulatedCompute() {
   if (active_) countMetaFor(nullptr);
 }
 
-void EmulatedCompute::forward(int l, bool withGradients) const {
-  if (!active_) return;
-  const double flops = costs_.layers.forward.at(static_cast<std::size_t>(l)) * 1e9;
-  const bool head = l == layers_ - 1;
-  const int kernels = l == 0 ? 1 : head ? kHeadForwardKernels : kDecoderForwardKernels;
-  const double times = head && withGradients ? 3.0 : 1.0;
-  worker_.expectCompute({flops * times, static_cast<int>(kernels * times)});
+double EmulatedCompute::pairs(int l, const model::AttentionContext& context) const {
+  const std::vector<std::int64_t>& offsets = context.documents.offsets;
+  std::vector<std::int64_t> lengths;
+  for (std::size_t d = 1; d < offsets.size(); ++d) lengths.push_back(offsets[d] - offsets[d - 1]);
+  return schedule::attentionPairs(lengths, windows_.at(static_cast<std::size_t>(l)));
 }
 
-void EmulatedCompute::backward(int l) const {
-  if (!active_ || l == layers_ - 1) return;  // the head's gradients came with its forward
-  const double flops = costs_.layers.forward.at(static_cast<std::size_t>(l)) * 1e9;
-  worker_.expectCompute({2.0 * flops, l == 0 ? 1 : 2 * kDecoderForwardKernels});
+void EmulatedCompute::forward(int l, const model::AttentionContext& context, bool withGradients) const {
+  if (!active_) return;
+  const auto tokens = static_cast<double>(context.documents.offsets.back());
+  if (l == 0) {
+    worker_.expectCompute({0.0, 1});  // the embedding's lookup: a gather
+  } else if (l == layers_ - 1) {
+    const schedule::LayerFlops head = schedule::headWork(shape_, tokens, frozen_);
+    const int kernels = withGradients ? 2 * kHeadForwardKernels : kHeadForwardKernels;
+    worker_.expectCompute({withGradients ? head.forward + head.backward : head.forward, kernels});
+  } else {
+    worker_.expectCompute(
+        {schedule::decoderLayerWork(shape_, tokens, pairs(l, context), frozen_).forward, kDecoderForwardKernels});
+  }
+}
+
+device::ComputeWork EmulatedCompute::backwardWork(int l, const model::AttentionContext& context) const {
+  if (l == layers_ - 1) return {};  // the head's gradients came with its forward
+  if (l == 0) return {0.0, frozen_ ? 0 : 1};  // the embedding's gradient: a scatter
+  const auto tokens = static_cast<double>(context.documents.offsets.back());
+  return {schedule::decoderLayerWork(shape_, tokens, pairs(l, context), frozen_).backward, 2 * kDecoderForwardKernels};
+}
+
+void EmulatedCompute::backward(const device::ComputeWork& work) const {
+  if (active_ && (work.flops > 0 || work.kernels > 0)) worker_.expectCompute(work);
 }
 
 }  // namespace rp::engine

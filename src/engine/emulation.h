@@ -3,11 +3,14 @@
 // compute the stage jobs submit to it, from the FLOP model the planner and the MFU line use.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "config/run_config.h"
 #include "device/worker.h"
-#include "engine/costs.h"
+#include "engine/pipeline_model.h"
+#include "schedule/projection.h"
 
 namespace rp::engine {
 
@@ -19,26 +22,34 @@ std::string emulatedProfilePath(const config::RunConfig& config);
 // (pcie_gbps / gpus_per_host_bridge, as the simulator counts it), its memory, its per-kernel floor.
 device::EmulatedDevice emulatedDevice(const config::RunConfig& config);
 
-// What each layer's compute costs the emulated device per microbatch, from the planner's FLOP estimates
-// (`costs.layers.forward`, GFLOP): a forward, and a backward (twice the forward: activation and weight
-// gradients); the head's loss computes its gradients in the forward (model/linear_cross_entropy.h), so its
-// forward with gradients costs three forwards and its backward nothing. Kernels: what our layers launch, counted
-// from model/layers.cpp (the floor each adds is the profile's).
+// What each layer's compute costs the emulated device per microbatch: the one FLOP model (Note [One FLOP model],
+// schedule/projection.h), which the simulator's projections take too, on the microbatch's own documents (its
+// attention per document, as the varlen kernel runs them; a sliding layer's within its window) and, with a LoRA
+// base, without the frozen weights' gradients. A decoder layer's forward, its backward (submitted as autograd
+// reaches the layer's output); the head's loss computes its gradients in the forward (model/linear_cross_entropy.h),
+// so its forward with gradients costs its forward and backward, and its backward nothing. Kernels: what our layers
+// launch, counted from model/layers.cpp (the floor each adds is the profile's).
 class EmulatedCompute {
  public:
   // Active on a device that models its compute: then LibTorch's meta tensors are counted against that device's
   // memory while this lives (Note [Emulated compute memory]).
-  EmulatedCompute(device::Worker& worker, const LayerCosts& costs, int layers);
+  EmulatedCompute(device::Worker& worker, const PipelineModel& model);
   ~EmulatedCompute();
   EmulatedCompute(const EmulatedCompute&) = delete;
   EmulatedCompute& operator=(const EmulatedCompute&) = delete;
   bool active() const { return active_; }
-  void forward(int layer, bool withGradients) const;
-  void backward(int layer) const;
+  void forward(int layer, const model::AttentionContext& context, bool withGradients) const;
+  // Layer `layer`'s backward on the microbatch of `context`, to submit when autograd reaches it.
+  device::ComputeWork backwardWork(int layer, const model::AttentionContext& context) const;
+  void backward(const device::ComputeWork& work) const;
 
  private:
+  double pairs(int layer, const model::AttentionContext& context) const;
+
   device::Worker& worker_;
-  const LayerCosts& costs_;
+  const schedule::ModelShape shape_;
+  std::vector<std::int64_t> windows_;  // per layer of the pipeline: its attention window, 0 = full causal
+  bool frozen_;
   int layers_;
   bool active_;
 };

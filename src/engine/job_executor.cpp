@@ -32,7 +32,7 @@ JobExecutor::JobExecutor(JobContext c, std::unique_ptr<StageSlots> slots,
       timeline_(c.timeline),
       worker_(&c.worker),
       proxyCosts_(c.proxyCosts),
-      emulated_(c.worker, c.proxyCosts, c.model.layerCount()),
+      emulated_(c.worker, c.model),
       rank_(c.rank),
       worldRank_(c.worldRank),
       nodeCount_(c.nodeCount),
@@ -198,7 +198,7 @@ void JobExecutor::runMicrobatch(std::int64_t step, std::int64_t k, const schedul
         const auto start = worker_->mark();
         model::RouterStats router;
         model::ExpertChoice choice;
-        emulated_.forward(l, /*withGradients=*/false);
+        emulated_.forward(l, ctx, /*withGradients=*/false);
         x = model_->forward(l, x, batch, ctx, auxLoss_ ? &router : nullptr, moe_ ? &choice : nullptr);
         timings_.push_back({start, worker_->mark(), l, l + 1, /*forward=*/true, /*backward=*/false});
         if (auxLoss_) routerBoard(step).putLayer(mb, l, router);
@@ -234,14 +234,14 @@ void JobExecutor::runMicrobatch(std::int64_t step, std::int64_t k, const schedul
       }
       for (int l = a; l < L - 1; ++l) {
         x = timed(l, [&] {
-          emulated_.forward(l, /*withGradients=*/false);
+          emulated_.forward(l, ctx, /*withGradients=*/false);
           torch::Tensor y = model_->forward(l, x, batch, ctx, auxLoss_ ? &router : nullptr);
-          expectBackwardAt(y, l);
+          expectBackwardAt(y, l, ctx);
           return y;
         });
       }
       model::LossSum loss = timed(L - 1, [&] {
-        emulated_.forward(L - 1, /*withGradients=*/true);
+        emulated_.forward(L - 1, ctx, /*withGradients=*/true);
         return model_->loss(x, batch, config_.train.lossChunkTokens);
       });
       if (fault::maybeInject(worldRank_, step, "loss")) loss.sum = loss.sum * std::numeric_limits<double>::quiet_NaN();
@@ -323,9 +323,9 @@ JobExecutor::Recomputed JobExecutor::recompute(std::int64_t step, int from, int 
   for (int l = from; l < to; ++l) {
     // Note [Routing tape]: the experts the forward stage chose.
     model::ExpertChoice choice = model_->sparse(l) ? routingTape(step).get(mb, l) : model::ExpertChoice{};
-    emulated_.forward(l, /*withGradients=*/false);
+    emulated_.forward(l, ctx, /*withGradients=*/false);
     r.output = model_->forward(l, r.output, batch, ctx, auxLoss_ ? &r.router : nullptr, &choice);
-    expectBackwardAt(r.output, l);
+    expectBackwardAt(r.output, l, ctx);
   }
   return r;
 }
@@ -334,9 +334,10 @@ JobExecutor::Recomputed JobExecutor::recompute(std::int64_t step, int from, int 
 // backward is submitted (the last layer's too: the gradient handed to backward() passes its hooks first), so
 // the device's compute stream holds each layer's backward in the order autograd submits them, and a gradient
 // mark taken in a later hook falls after that layer's backward.
-void JobExecutor::expectBackwardAt(const torch::Tensor& output, int l) {
+void JobExecutor::expectBackwardAt(const torch::Tensor& output, int l, const model::AttentionContext& ctx) {
   if (!emulated_.active() || !output.requires_grad()) return;
-  output.register_hook([this, l](const torch::Tensor&) { emulated_.backward(l); });
+  output.register_hook(
+      [this, work = emulated_.backwardWork(l, ctx)](const torch::Tensor&) { emulated_.backward(work); });
 }
 
 void JobExecutor::backPropagate(std::int64_t step, int mb, const Recomputed& r, const torch::Tensor& grad) {

@@ -158,7 +158,7 @@ class JobExecutor {
   void resolveTimings();
   void writeLosses(std::int64_t step);
   // Note [Emulated device]: layer l's backward is submitted once `output`'s gradient is ready (a hook on it).
-  void expectBackwardAt(const torch::Tensor& output, int l);
+  void expectBackwardAt(const torch::Tensor& output, int l, const model::AttentionContext& ctx);
 
   const config::RunConfig& config_;
   PipelineModel* model_;

@@ -20,7 +20,7 @@ int adapterDecoderLayer(const std::string& name) {
 }  // namespace
 
 PipelineModel::PipelineModel(std::shared_ptr<model::CausalLM> model, const std::vector<model::NamedTensor>& adapters)
-    : model_(std::move(model)) {
+    : model_(std::move(model)), frozenBase_(!adapters.empty()) {
   RP_CHECK(!model_->allocated(), "the pipeline model is built unallocated (its stages are bound to slots)");
   const int L = layerCount();
   byLayer_.resize(static_cast<std::size_t>(L));

@@ -35,6 +35,8 @@ class PipelineModel {
   model::CausalLM& model() { return *model_; }
   const model::CausalLM& model() const { return *model_; }
   torch::ScalarType dtype() const { return model_->dtype(); }
+  // LoRA: the base's weights (every layer's, the head's) are frozen; the adapters alone train.
+  bool frozenBase() const { return frozenBase_; }
   std::size_t bytes(int tensor) const;  // of the tensor in the model dtype
   // Points tensor `tensor` at `memory` on `device` (bytes(tensor) bytes; the values stay what the memory
   // holds); `owner` keeps the memory alive while the tensor points there. On the meta device (the emulated one)
@@ -56,6 +58,7 @@ class PipelineModel {
   std::shared_ptr<model::CausalLM> model_;
   std::vector<TensorEntry> tensors_;
   std::vector<std::vector<int>> byLayer_;
+  bool frozenBase_ = false;
 };
 
 }  // namespace rp::engine

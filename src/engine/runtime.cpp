@@ -14,6 +14,7 @@
 #include "common/parallel.h"
 #include "control/channel.h"
 #include "engine/costs.h"
+#include "engine/emulation.h"
 #include "engine/regions.h"
 #include "model/batch.h"
 #include "model/libtorch.h"
@@ -23,6 +24,7 @@
 #include "run/setup.h"
 #include "run/utilisation.h"
 #include "schedule/plan_search.h"
+#include "schedule/projection.h"
 #include "trace/formats.h"
 
 namespace rp::engine {
@@ -32,10 +34,19 @@ using namespace detail;
 namespace {
 
 // The layer times the first plan is made from: the FLOP proxy's, or those of `profilePath` (pipeline.profile:
-// an earlier run's profile.json, or a hand-made one); the bytes are the proxy's either way.
-schedule::LayerCosts startingCosts(schedule::LayerCosts proxy, const std::string& profilePath) {
+// an earlier run's profile.json, or a hand-made one); the bytes are the proxy's either way. An emulated device's
+// profile holds its model's times: a run on a real device takes them only when told (pipeline.profile_modelled).
+schedule::LayerCosts startingCosts(schedule::LayerCosts proxy, const config::RunConfig& c, const std::string& device) {
+  const std::string& profilePath = c.pipeline.profile;
   if (profilePath.empty()) return proxy;
   const trace::LayerProfileFile p = trace::readLayerProfile(profilePath);
+  if (p.modelled() && device.rfind("emulated:", 0) != 0 && !c.pipeline.profileModelled) {
+    RP_THROW(InputError,
+             "{}: pipeline.profile = \"{}\" holds the layer times of an emulated device ({}): its model's, not "
+             "measurements, and this run computes on {}; set pipeline.profile_modelled = true to start from them "
+             "anyway",
+             c.values.source({"pipeline.profile"}), profilePath, p.device, device);
+  }
   if (p.forwardMs.size() != proxy.forward.size()) {
     RP_THROW(InputError,
              "{}: pipeline.profile has times for {} layers; this model has {} (embedding and head included)",
@@ -121,7 +132,7 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
   proxyCosts_ = estimateCosts(*model_, c.train.seqLen, rowsPerMicrobatch_, wanted, memoryBudget_);
   if (leader_) reportRecomputeDepth(proxyCosts_, wanted, memoryBudget_, c.train.seqLen * rowsPerMicrobatch_);
   const LayerCosts& costs = proxyCosts_;
-  const schedule::LayerCosts planCosts = startingCosts(costs.layers, c.pipeline.profile);
+  const schedule::LayerCosts planCosts = startingCosts(costs.layers, c, deviceLabel_);
   const bool roundRobin = c.pipeline.schedule == config::PipelineSchedule::kRoundPipe;
   if (!roundRobin) {
     // Weights bound to workers: stage s on worker s, a contiguous partition balanced by the same costs.
@@ -487,6 +498,9 @@ double PipelineRuntime::modelFlopsPerStep() const {
 double PipelineRuntime::peakFlops() const {
   const int gpus =
       (workers_ + static_cast<int>(config_.pipeline.ranksPerGpu) - 1) / static_cast<int>(config_.pipeline.ranksPerGpu);
+  if (worker_->modelsCompute() && config_.output.peakTflops <= 0) {  // the profile's peak, not a name's
+    return schedule::loadHardware(emulatedProfilePath(config_)).tensorTflops * 1e12 * gpus * id_.nodeCount;
+  }
   return run::peakFlops(config_, worker_->placement().name, gpus * id_.nodeCount);
 }
 

@@ -76,6 +76,7 @@ class PipelineRuntime : public run::Executor {
   std::optional<run::EvalResult> evaluate(std::int64_t steps) override;
   double modelFlopsPerStep() const override;
   double peakFlops() const override;
+  std::string deviceLabel() const override { return deviceLabel_; }
 
   std::optional<double> bubbleRatio() const override { return bubbleRatio_; }
   const schedule::Plan& plan() const { return plan_; }

@@ -28,6 +28,7 @@ void PipelineRuntime::writeProfile() const {
   out.plan = schedule::formatPlan(plan_);
   out.workers = workers_;
   out.microbatches = config_.train.microbatches;
+  out.device = deviceLabel_;
   trace::writeLayerProfile((std::filesystem::path(config_.output.dir) / "profile.json").string(), out);
 }
 

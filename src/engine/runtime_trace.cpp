@@ -81,7 +81,7 @@ void PipelineRuntime::finishTrace() {
   RP_LOG_INFO("bubble report ({} workers; timeline in {}):\n{}", workers_, merged, bubbles.table());
   RP_LOG_INFO("memory report (node 0; {}):\n{}", (out / "memory.json").string(),
               trace::memoryTable(memory, storeBytes));
-  trace::writeMemoryReport((out / "memory.json").string(), memory, storeBytes);
+  trace::writeMemoryReport((out / "memory.json").string(), memory, storeBytes, deviceLabel_);
 }
 
 }  // namespace rp::engine

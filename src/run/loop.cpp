@@ -91,8 +91,11 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
     checkpoints.removeStale();
     metrics = std::make_unique<trace::MetricsWriter>(c.output.dir, executor.startStep());
     if (c.metrics.tensorboard) {
+      // An emulated device's scalars go under its own name, never beside a real device's (docs/metrics.md).
+      const std::string device = executor.deviceLabel();
       tensorboard = std::make_unique<trace::TensorBoardWriter>(
-          (std::filesystem::path(c.output.dir) / "tb").string(), executor.startStep());
+          (std::filesystem::path(c.output.dir) / "tb").string(), executor.startStep(),
+          device.rfind("emulated:", 0) == 0 ? device + "/" : std::string());
     }
     const std::int64_t planned = plannedSteps(c, executor.tokensPerEpoch());
     sayWhereTheEpochsEnd(c, planned, executor.tokensPerEpoch());

@@ -72,6 +72,9 @@ class Executor {
   // Model FLOPs of one step (run/utilisation.h) and the job's peak FLOP/s; 0 where unknown.
   virtual double modelFlopsPerStep() const = 0;
   virtual double peakFlops() const = 0;
+  // What the workers compute on, as metrics rows say it (StepMetrics::device): "emulated:<profile>" marks every
+  // output of a run whose device is modelled (docs/emulated.md); empty where rows do not say.
+  virtual std::string deviceLabel() const { return {}; }
 };
 
 // The step count the run ends at unless stopped: train.max_steps, or fewer where train.epochs ends it first — the

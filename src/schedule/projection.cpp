@@ -75,10 +75,36 @@ ModelShape loadModelShape(const std::string& path) {
   return shapeOf(model::loadModelConfig(path));
 }
 
+double attentionPairs(const std::vector<std::int64_t>& lengths, std::int64_t window) {
+  double pairs = 0.0;
+  for (const std::int64_t n : lengths) {
+    const auto L = static_cast<double>(n);
+    const auto w = static_cast<double>(window);
+    pairs += window > 0 && L > w ? w * L - w * w / 2.0 : L * L / 2.0;
+  }
+  return pairs;
+}
+
+double packedAttentionPairs(int seq, int rows, int documentTokens, std::int64_t window) {
+  std::vector<std::int64_t> row;
+  const int each = documentTokens > 0 && documentTokens < seq ? documentTokens : seq;
+  for (int at = 0; at < seq; at += each) row.push_back(std::min(each, seq - at));
+  return rows * attentionPairs(row, window);
+}
+
+LayerFlops decoderLayerWork(const ModelShape& m, double tokens, double pairs, bool frozen) {
+  const double matmuls = 2.0 * m.layerActiveParams() * tokens;
+  const double attention = 4.0 * m.heads * static_cast<double>(m.headDim) * pairs;  // QK^T + AV
+  return {matmuls + attention, frozen ? matmuls + 2.0 * attention : 2.0 * (matmuls + attention)};
+}
+
+LayerFlops headWork(const ModelShape& m, double tokens, bool frozen) {
+  const double forward = 2.0 * static_cast<double>(m.vocab) * m.hidden * tokens;
+  return {forward, frozen ? forward : 2.0 * forward};
+}
+
 double decoderLayerFlops(const ModelShape& m, int seq, int rows) {
-  const double tokens = static_cast<double>(seq) * rows;
-  const double attention = 2.0 * rows * static_cast<double>(seq) * seq * m.heads * m.headDim;  // causal QK^T + AV
-  return 2.0 * m.layerActiveParams() * tokens + attention;
+  return decoderLayerWork(m, static_cast<double>(seq) * rows, packedAttentionPairs(seq, rows), false).forward;
 }
 
 double decoderLayerActivationBytes(const ModelShape& m, double tokens, int elementBytes, bool sparse) {
@@ -105,7 +131,7 @@ double decoderLayerJobWorkingBytes(const ModelShape& m, double tokens, int eleme
 }
 
 double headFlops(const ModelShape& m, int seq, int rows) {
-  return 2.0 * static_cast<double>(m.vocab) * m.hidden * static_cast<double>(seq) * rows;
+  return headWork(m, static_cast<double>(seq) * rows, false).forward;
 }
 
 Hardware loadHardware(const std::string& path) {
@@ -173,18 +199,16 @@ double exchangeMs(const ModelShape& m, const Hardware& h, bool lora) {
   return exchangeBytes(m, h.nodes, lora) / (h.networkGbps * 1e9 / 8.0 * h.networkEfficiency) * 1e3;
 }
 
-SimCosts projectCosts(const ModelShape& m, const Hardware& h, int seq, int rows, bool lora, bool nf4) {
+SimCosts projectCosts(const ModelShape& m, const Hardware& h, int seq, int rows, bool lora, bool nf4,
+                      int documentTokens) {
   RP_CHECK(lora || !nf4, "an NF4 base is a LoRA run's");
   const double tokens = static_cast<double>(seq) * rows;
   const double flopsPerMs = h.tensorTflops * 1e12 * h.efficiency / 1e3;
   const double hostBytesPerMs = h.pcieGBs * 1e9 / h.gpusPerBridge / 1e3;
-  const double layerFwd = decoderLayerFlops(m, seq, rows) / flopsPerMs;
-  const double headFwd = headFlops(m, seq, rows) / flopsPerMs;
-  // Full: activation and weight gradients, 2 x forward. LoRA: the matmuls' activation gradients (1 x their
-  // forward) and attention's backward (2 x its forward, it has no weights).
-  const double attention = (decoderLayerFlops(m, seq, rows) - 2.0 * m.layerActiveParams() * tokens) / flopsPerMs;
-  const double layerBwd = lora ? (layerFwd - attention) + 2.0 * attention : 2.0 * layerFwd;
-  const double headBwd = lora ? headFwd : 2.0 * headFwd;
+  const LayerFlops layer = decoderLayerWork(m, tokens, packedAttentionPairs(seq, rows, documentTokens), lora);
+  const LayerFlops head = headWork(m, tokens, lora);
+  const double layerFwd = layer.forward / flopsPerMs, layerBwd = layer.backward / flopsPerMs;
+  const double headFwd = head.forward / flopsPerMs, headBwd = head.backward / flopsPerMs;
   SimCosts c;
   c.weightGradients = !lora;
   c.forward.push_back(0.0);  // the embedding lookup

@@ -2,7 +2,9 @@
 // profile from FLOP and byte counts — projections under stated assumptions, not measurements. Torch-free.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "model/config.h"
 #include "schedule/sim.h"
@@ -31,9 +33,31 @@ ModelShape shapeOf(const model::ModelConfig& config);
 // A config.json (or a model directory) read by model::loadModelConfig: errors name the file and the field.
 ModelShape loadModelShape(const std::string& configJson);
 
-// The FLOP model (the planner's proxy costs and the projections): forward FLOPs of one microbatch of `rows`
-// sequences of `seq` tokens through a decoder layer (its matmuls and causal attention, QK^T and AV over half
-// the square) and through the head (the LM-head matmul). Backward is twice the forward.
+// Note [One FLOP model]: what a microbatch costs a GPU, the one count the planner's proxy costs, the simulator's
+// projections, the emulated device's compute and the MFU line all take. A decoder layer's forward is its matmuls
+// (2 x active parameters a token) and its attention: QK^T and AV, 4 x heads x head_dim a query-key pair, over the
+// pairs a causal kernel visits (attentionPairs: per document, as the varlen kernel runs packed documents). Its
+// backward: the activation and weight gradients, 2 x the forward; with the base frozen (LoRA) the matmuls'
+// activation gradients alone (1 x their forward) and attention's backward (2 x, it has no weights); the adapters'
+// own FLOPs are negligible and not counted. The head: the LM-head matmul forward; its backward the input's
+// gradient and, when trained, the weight's (our streamed loss computes both in the forward:
+// model/linear_cross_entropy.h). The embedding's lookup is a gather: no FLOPs.
+struct LayerFlops {
+  double forward = 0.0, backward = 0.0;
+};
+
+// The query-key pairs a causal kernel visits over documents of the given lengths, counted as half the square
+// (L^2 / 2 a document of L tokens); with a window w > 0, w a query once past the first w (w·L − w²/2).
+double attentionPairs(const std::vector<std::int64_t>& documentLengths, std::int64_t window = 0);
+// The same for `rows` rows of `seq` tokens, each holding documents of `documentTokens` (the last of a row cut
+// short; 0 or >= seq: one document a row).
+double packedAttentionPairs(int seq, int rows, int documentTokens = 0, std::int64_t window = 0);
+
+LayerFlops decoderLayerWork(const ModelShape& model, double tokens, double pairs, bool frozen);
+LayerFlops headWork(const ModelShape& model, double tokens, bool frozen);
+
+// Forward FLOPs of one microbatch of `rows` sequences of `seq` tokens (one document each) through a decoder
+// layer and through the head (the planner's proxy costs, the MFU line).
 double decoderLayerFlops(const ModelShape& model, int seq, int rows);
 
 // Note [Activation bytes]: what one decoder layer's autograd graph holds after its forward, for `tokens`
@@ -89,14 +113,14 @@ double exchangeBytes(const ModelShape& model, int nodes, bool lora);
 // backward was measured to hide nothing on our test cluster (docs/benchmarks.md).
 double exchangeMs(const ModelShape& model, const Hardware& hardware, bool lora);
 
-// Milliseconds per microbatch of `rows` sequences of `seq` tokens in bf16: layer matmuls and causal attention
-// at hardware.efficiency of the tensor peak (backward = 2 x forward), weight uploads over the host link shared
-// by gpusPerBridge GPUs, activation hops over NVLink or (no P2P) twice over the host link. With `lora` the
-// base is frozen: backward computes the activation gradients alone (matmuls 1 x forward, attention still 2 x;
-// the adapters' FLOPs are negligible) and no weight gradient is downloaded; with `nf4` too, each layer uploads its
-// quantised projections at kNf4Bytes a parameter (the dequantisation's time on the GPU is not counted).
+// Milliseconds per microbatch of `rows` sequences of `seq` tokens in bf16, each row holding documents of
+// `documentTokens` (0: one a row): the FLOP model (Note [One FLOP model]; `lora`: the base and head frozen, and
+// no weight gradient downloaded) at hardware.efficiency of the tensor peak, weight uploads over the host link
+// shared by gpusPerBridge GPUs, activation hops over NVLink or (no P2P) twice over the host link. With `nf4`
+// too, each layer uploads its quantised projections at kNf4Bytes a parameter (the dequantisation's time on the
+// GPU is not counted).
 SimCosts projectCosts(const ModelShape& model, const Hardware& hardware, int seq, int rows, bool lora = false,
-                      bool nf4 = false);
+                      bool nf4 = false, int documentTokens = 0);
 
 // Whether weight-bound training fits: bf16 weights and gradients, fp32 masters and Adam moments (16 bytes
 // per parameter; `lora`: the frozen bf16 weights alone, 2 bytes) of one stage of `layers` decoder layers (plus

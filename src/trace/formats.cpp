@@ -38,7 +38,9 @@ void writeLayerProfile(const std::string& path, const LayerProfileFile& p) {
                         {"backward_ms", p.backwardMs},
                         {"plan", p.plan},
                         {"workers", p.workers},
-                        {"microbatches", p.microbatches}}
+                        {"microbatches", p.microbatches},
+                        {"device", p.device},
+                        {"times", p.modelled() ? "modelled" : "measured"}}
              .dump(1)
       << '\n';
   if (!out.flush()) RP_THROW(SystemError, "{}: cannot write the layer profile", path);
@@ -55,6 +57,7 @@ LayerProfileFile readLayerProfile(const std::string& path) {
     p.plan = j.value("plan", std::string());
     p.workers = j.value("workers", 0);
     p.microbatches = j.value("microbatches", std::int64_t{0});
+    p.device = j.value("device", std::string());
   } catch (const nlohmann::json::exception& e) {
     RP_THROW(InputError, "{}: expected {{\"forward_ms\": [...], \"backward_ms\": [...]}}: {}", path, e.what());
   }

@@ -29,6 +29,10 @@ struct LayerProfileFile {
   std::string plan;  // empty when absent (a hand-made profile)
   int workers = 0;   // 0 when absent
   std::int64_t microbatches = 0;
+  // What the times were taken on (metrics rows' label; empty when absent: a hand-made profile). An emulated
+  // device's times are its model's, not measurements (modelled()).
+  std::string device;
+  bool modelled() const { return device.rfind("emulated:", 0) == 0; }
 };
 // Errors (SystemError) name the file.
 void writeLayerProfile(const std::string& path, const LayerProfileFile& profile);

@@ -34,7 +34,8 @@ std::string memoryTable(const std::vector<RankMemory>& ranks, std::int64_t store
   return out;
 }
 
-void writeMemoryReport(const std::string& path, const std::vector<RankMemory>& ranks, std::int64_t storeBytes) {
+void writeMemoryReport(const std::string& path, const std::vector<RankMemory>& ranks, std::int64_t storeBytes,
+                       const std::string& device) {
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& r : ranks) {
     rows.push_back({{"rank", r.rank},
@@ -48,7 +49,9 @@ void writeMemoryReport(const std::string& path, const std::vector<RankMemory>& r
                     {"uploaded_mb", mb(r.uploadedBytes)}});
   }
   std::ofstream out(path);
-  out << nlohmann::json{{"node_store_mb", mb(storeBytes)}, {"ranks", rows}}.dump(2) << '\n';
+  nlohmann::json report{{"device", device}, {"node_store_mb", mb(storeBytes)}, {"ranks", rows}};
+  if (device.rfind("emulated:", 0) == 0) report["modelled"] = "gpu_job_peak_mb: the emulated device's count";
+  out << report.dump(2) << '\n';
   out.flush();
   if (!out) RP_THROW(SystemError, "{}: cannot write the memory report", path);
 }

@@ -23,7 +23,9 @@ struct RankMemory {
 };
 
 std::string memoryTable(const std::vector<RankMemory>& ranks, std::int64_t storeBytes);
-// Writes memory.json; throws SystemError naming the file when it cannot.
-void writeMemoryReport(const std::string& path, const std::vector<RankMemory>& ranks, std::int64_t storeBytes);
+// Writes memory.json with the device the workers ran on (metrics rows' label: an emulated device's GPU job peak is
+// its model's count, docs/emulated.md); throws SystemError naming the file when it cannot.
+void writeMemoryReport(const std::string& path, const std::vector<RankMemory>& ranks, std::int64_t storeBytes,
+                       const std::string& device);
 
 }  // namespace rp::trace

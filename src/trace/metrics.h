@@ -35,6 +35,8 @@ struct StepMetrics {
   std::map<std::string, std::int64_t> hostWaits;
   // Pipeline runs: what the workers compute on ("cpu", "cuda:<name>", "emulated:<profile>": docs/emulated.md).
   std::string device;
+  // An emulated device's run: its times, and so its model TFLOP/s and MFU, are a model's (docs/emulated.md).
+  bool modelled() const { return device.rfind("emulated:", 0) == 0; }
   // A device that keeps its own clock (the emulated one): the reporting rank's device busy computing, and its
   // host link busy per direction, in the spans its iteration took (milliseconds).
   std::optional<double> deviceBusyMs, linkUpMs, linkDownMs;

@@ -40,8 +40,9 @@ void Progress::update(const StepMetrics& m) {
       m.lr, m.gradNorm, m.tokensPerSecond, static_cast<int>(eta) / 60, static_cast<int>(eta) % 60);
   const char* skipped = !m.skipped ? "" : m.lossScale ? " (skipped: overflow)" : " (skipped: not finite)";
   std::string line = text;
-  if (m.modelTflops) line += fmt::format(" | {:.3g} TFLOP/s", *m.modelTflops);
-  if (m.mfu) line += fmt::format(" | MFU {:.1f}%", 100 * *m.mfu);
+  const char* modelled = m.modelled() ? "modelled " : "";
+  if (m.modelTflops) line += fmt::format(" | {}{:.3g} TFLOP/s", modelled, *m.modelTflops);
+  if (m.mfu) line += fmt::format(" | {}MFU {:.1f}%", modelled, 100 * *m.mfu);
   if (m.evalLoss) line += fmt::format(" | eval {:.4f}", *m.evalLoss);
   line += memory(m);
   // An emulated device's numbers are a model's, its losses synthetic: the line says so (docs/emulated.md).

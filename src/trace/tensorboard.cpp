@@ -84,7 +84,8 @@ std::uint32_t maskedCrc32c(const void* data, std::size_t size) {
   return ((c >> 15) | (c << 17)) + 0xA282EAD8u;
 }
 
-TensorBoardWriter::TensorBoardWriter(const std::string& directory, std::int64_t resumedAt) {
+TensorBoardWriter::TensorBoardWriter(const std::string& directory, std::int64_t resumedAt, std::string tagPrefix)
+    : prefix_(std::move(tagPrefix)) {
   std::error_code ec;
   std::filesystem::create_directories(directory, ec);
   if (ec) RP_THROW(SystemError, "{}: cannot create the TensorBoard directory: {}", directory, ec.message());
@@ -112,7 +113,8 @@ TensorBoardWriter::TensorBoardWriter(const std::string& directory, std::int64_t 
 }
 
 void TensorBoardWriter::write(const StepMetrics& m) {
-  const std::vector<std::pair<const char*, std::optional<double>>> known{
+  const bool modelled = m.modelled();
+  const std::vector<std::pair<std::string, std::optional<double>>> known{
       {"train/loss", m.loss},
       {"train/lr", m.lr},
       {"train/grad_norm", m.gradNorm},
@@ -120,8 +122,8 @@ void TensorBoardWriter::write(const StepMetrics& m) {
       {"train/step_time_s", m.stepTimeSeconds},
       {"train/loss_scale", m.lossScale},
       {"train/peak_rss_mb", m.peakResidentMb},
-      {"train/model_tflops", m.modelTflops},
-      {"train/mfu", m.mfu},
+      {modelled ? "train/modelled_tflops" : "train/model_tflops", m.modelTflops},
+      {modelled ? "train/modelled_mfu" : "train/mfu", m.mfu},
       {"eval/loss", m.evalLoss},
       {"eval/ppl", m.evalLoss ? std::optional<double>(std::exp(*m.evalLoss)) : std::nullopt}};
   std::vector<std::pair<std::string, double>> scalars;
@@ -136,7 +138,7 @@ void TensorBoardWriter::write(std::int64_t step, const std::vector<std::pair<std
   for (const auto& [tag, value] : scalars) {
     if (!std::isfinite(value)) continue;  // a skipped step's loss, an overflowed perplexity
     std::string v;
-    bytesField(v, 1, tag);
+    bytesField(v, 1, prefix_ + tag);
     key(v, 2, 5);  // simple_value: a float, as TensorBoard keeps scalars
     littleEndian(v, static_cast<float>(value));
     bytesField(summary, 1, v);

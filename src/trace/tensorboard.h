@@ -30,10 +30,12 @@ class TensorBoardWriter {
   // Creates <directory>/events.out.tfevents.<seconds>.<microseconds>.<host>.<pid> (a new file for every run and
   // resume, as TensorFlow's writers do; the names sort in time order) and writes its version record; a run resumed after step `resumedAt` (> 0) also
   // writes a SessionLog START at resumedAt + 1. Throws SystemError naming the file on failure.
-  explicit TensorBoardWriter(const std::string& directory, std::int64_t resumedAt = 0);
+  // Every tag is written under `tagPrefix` (an emulated run's device: "emulated:<profile>/").
+  explicit TensorBoardWriter(const std::string& directory, std::int64_t resumedAt = 0, std::string tagPrefix = {});
   // One event at m.step with every finite scalar of the row, tagged train/<metrics.jsonl key> (loss, lr,
-  // grad_norm, tokens_per_s, step_time_s, loss_scale, peak_rss_mb, model_tflops, mfu) and eval/loss,
-  // eval/ppl; flushed, so TensorBoard reads the run while it goes on.
+  // grad_norm, tokens_per_s, step_time_s, loss_scale, peak_rss_mb, model_tflops, mfu — modelled_tflops and
+  // modelled_mfu for an emulated device's row) and eval/loss, eval/ppl; flushed, so TensorBoard reads the run while
+  // it goes on.
   void write(const StepMetrics& m);
   // One event at `step` with these scalars (tag, value); non-finite values are left out.
   void write(std::int64_t step, const std::vector<std::pair<std::string, double>>& scalars);
@@ -42,6 +44,7 @@ class TensorBoardWriter {
  private:
   void record(const std::string& event);
   std::string path_;
+  std::string prefix_;
   std::ofstream out_;
 };
 

@@ -56,17 +56,32 @@ for r in rows:
     assert r["device"] == "emulated:slow", r
     # Synthetic losses: a uniform guess over the 259-token vocabulary; the device field says so.
     assert abs(r["loss"] - math.log(259)) < 1e-9, r["loss"]
+    # Its rates are a model's, and their keys say so.
+    assert "model_tflops" not in r and "mfu" not in r and r["modelled_mfu"] > 0, r
     # One worker runs one fused stage (no recompute): its device computes the model FLOPs of the step.
-    model_flops = r["model_tflops"] * 1e12 * r["step_time_s"]
+    model_flops = r["modelled_tflops"] * 1e12 * r["step_time_s"]
     expected_ms = model_flops / rate * 1e3
     assert abs(r["device_busy_ms"] - expected_ms) < 0.01 * expected_ms, (r["device_busy_ms"], expected_ms)
     # Every step downloads its gradients; its weights may have gone up during the step before (Note [Prefetch
     # across iterations]: where the previous step left time, the last step uploads nothing of its own).
     assert r["link_down_ms"] > 0 and r["link_up_ms"] >= 0, r
 assert sum(r["link_up_ms"] for r in rows) > 0, [r["link_up_ms"] for r in rows]
-# Its meta tensors are counted as the card would hold them: the memory report's job peak is the compute's.
-ranks = json.load(open(f"{out}/memory.json"))["ranks"]
+# Its meta tensors are counted as the card would hold them: the memory report's job peak is the compute's, and
+# the report says whose.
+memory = json.load(open(f"{out}/memory.json"))
+assert memory["device"] == "emulated:slow" and "emulated" in memory["modelled"], memory
+ranks = memory["ranks"]
 assert ranks[0]["gpu_job_peak_mb"] > 1, ranks
+# The layer profile's times are the model's: it says so, and a real device's run or the simulator refuses them
+# unless told (below).
+profile = json.load(open(f"{out}/profile.json"))
+assert profile["device"] == "emulated:slow" and profile["times"] == "modelled", profile
+# Every TensorBoard scalar is under the device's name, the rates as modelled ones.
+import glob, re
+events = b"".join(open(f, "rb").read() for f in glob.glob(f"{out}/tb/events.out.tfevents.*"))
+tags = set(re.findall(rb"[\w:./]*train/[a-z_]+", events))
+assert b"emulated:slow/train/loss" in tags and b"emulated:slow/train/modelled_mfu" in tags, tags
+assert all(t.startswith(b"emulated:slow/") for t in tags) and b"emulated:slow/train/mfu" not in tags, tags
 trace = json.load(open(f"{out}/trace/rank0.json"))["traceEvents"]
 names = [e for e in trace if e.get("ph") == "M" and e.get("name") == "process_name"]
 assert "emulated:slow" in names[0]["args"]["name"], names
@@ -80,6 +95,23 @@ assert device and len(optimizer) == 6, (len(device), len(optimizer))
 overlapped = sum(1 for a, b in optimizer[:-1] if any(min(b, d) > max(a, c) for c, d in device))
 assert overlapped >= 3, f"{overlapped} of 5 updates overlap the emulated compute: {optimizer} vs {device[:10]}"
 PY
+
+# A CPU run does not start from the emulated run's layer times unless told; nor does the simulator.
+if RP_NUM_THREADS=1 "${mpi[@]}" -n 2 "$bin/roundpipe_train" "${run[@]}" --set pipeline.backend=cpu --set pipeline.profile="$work/one/profile.json" \
+  --set output.dir="$work/cpu" >"$work/cpu.txt" 2>&1; then
+  fail "a CPU run took an emulated run's profile.json as measured"
+else
+  code=$?
+fi
+[[ $code -eq 2 ]] || { cat "$work/cpu.txt"; fail "an emulated profile on a CPU run exited with $code, not 2"; }
+grep -q "pipeline.profile = .*emulated device (emulated:slow).*pipeline.profile_modelled = true" "$work/cpu.txt" ||
+  { cat "$work/cpu.txt"; fail "the refusal does not name the key, the device and the override"; }
+if "$bin/roundpipe_sim" --profile "$work/one/profile.json" --workers 2 >"$work/sim.txt" 2>&1; then
+  fail "roundpipe_sim took an emulated run's profile.json as measured"
+fi
+grep -q "emulated device (emulated:slow).*--modelled-profile" "$work/sim.txt" || { cat "$work/sim.txt"; fail "the simulator's refusal"; }
+"$bin/roundpipe_sim" --profile "$work/one/profile.json" --modelled-profile --workers 2 >"$work/sim.txt" 2>&1 ||
+  { cat "$work/sim.txt"; fail "roundpipe_sim --modelled-profile refused the emulated profile"; }
 
 RP_NUM_THREADS=1 "${mpi[@]}" -n 2 "$bin/roundpipe_train" "${run[@]}" --set optim.mode=sync \
   --set output.dir="$work/two" >"$work/two.txt" 2>&1 || { cat "$work/two.txt"; fail "two emulated workers (sync) failed"; }

@@ -404,6 +404,38 @@ TEST(Projection, CostsFollowTheFlopAndByteCounts) {
   EXPECT_DOUBLE_EQ(frozenBaseBytes(m, true), 2.0 * (368 - 2 * 144) + 0.5625 * 2 * 144);
 }
 
+// Note [One FLOP model]: attention is counted per document (the varlen kernel's work), over half the square,
+// and within a window; a frozen base's backward has no weight-gradient matmuls; by hand on the tiny shape.
+TEST(Projection, AttentionIsCountedPerDocumentAndAFrozenBaseComputesNoWeightGradients) {
+  const ModelShape m = tinyShape();
+  EXPECT_DOUBLE_EQ(attentionPairs({6}), 18.0);            // 6² / 2
+  EXPECT_DOUBLE_EQ(attentionPairs({2, 4}), 2.0 + 8.0);    // each document on its own
+  EXPECT_DOUBLE_EQ(attentionPairs({6}, 2), 2.0 * 6 - 2);  // a window of 2: w·L − w²/2
+  EXPECT_DOUBLE_EQ(attentionPairs({2}, 4), 2.0);          // shorter than the window: the whole half square
+  EXPECT_DOUBLE_EQ(packedAttentionPairs(/*seq=*/6, /*rows=*/2), 36.0);
+  EXPECT_DOUBLE_EQ(packedAttentionPairs(6, 2, /*documentTokens=*/4), 2 * (8.0 + 2.0));  // rows of 4 + 2
+  EXPECT_DOUBLE_EQ(packedAttentionPairs(6, 2, /*documentTokens=*/6), 36.0);
+  const double matmuls = 2.0 * 144 * 12, attention = 4.0 * 2 * 2 * 20;  // 12 tokens, 20 pairs, 2 heads of 2
+  const LayerFlops full = decoderLayerWork(m, 12, 20, /*frozen=*/false);
+  EXPECT_DOUBLE_EQ(full.forward, matmuls + attention);
+  EXPECT_DOUBLE_EQ(full.backward, 2 * (matmuls + attention));
+  const LayerFlops frozen = decoderLayerWork(m, 12, 20, /*frozen=*/true);
+  EXPECT_DOUBLE_EQ(frozen.forward, full.forward);
+  EXPECT_DOUBLE_EQ(frozen.backward, matmuls + 2 * attention);
+  EXPECT_DOUBLE_EQ(headWork(m, 12, false).backward, 2 * 2.0 * 10 * 4 * 12);
+  EXPECT_DOUBLE_EQ(headWork(m, 12, true).backward, 2.0 * 10 * 4 * 12);
+  EXPECT_DOUBLE_EQ(decoderLayerFlops(m, 6, 2), decoderLayerWork(m, 12, 36, false).forward);
+  // The projection takes the same counts: documents of 2 in rows of 6 attend a third of a row's square.
+  Hardware h;
+  h.gpus = 1;
+  h.tensorTflops = 1e-6;  // 1000 FLOP per ms
+  h.efficiency = 1.0;
+  h.pcieGBs = 1.0;
+  const SimCosts packed = projectCosts(m, h, 6, 2, false, false, /*documentTokens=*/2);
+  EXPECT_NEAR(packed.forward[1], decoderLayerWork(m, 12, 6 * 2.0, false).forward / 1000.0, 1e-12);
+  EXPECT_NEAR(packed.backward[1], 2 * packed.forward[1], 1e-12);
+}
+
 // The cross-node gradient exchange a multi-node profile adds to each step, by hand on the tiny shape of
 // CostsFollowTheFlopAndByteCounts (untied head: 368 parameters), and the [network] section's checks.
 TEST(Projection, ExchangeFollowsTheTrainableBytesAndTheLink) {

@@ -35,7 +35,7 @@ TEST(ComputeSpanName, OtherSpansAreNotComputeSpans) {
 
 TEST(LayerProfile, RoundTrips) {
   const std::string path = test::scratchDir() + "/profile.json";
-  const LayerProfileFile p{{0.5, 1.25, 2.0}, {0.0, 2.5, 4.0}, "2 | 1 | 1", 3, 4};
+  const LayerProfileFile p{{0.5, 1.25, 2.0}, {0.0, 2.5, 4.0}, "2 | 1 | 1", 3, 4, "cuda:NVIDIA H100"};
   writeLayerProfile(path, p);
   const LayerProfileFile back = readLayerProfile(path);
   EXPECT_EQ(back.forwardMs, p.forwardMs);
@@ -43,6 +43,18 @@ TEST(LayerProfile, RoundTrips) {
   EXPECT_EQ(back.plan, p.plan);
   EXPECT_EQ(back.workers, 3);
   EXPECT_EQ(back.microbatches, 4);
+  EXPECT_EQ(back.device, p.device);
+  EXPECT_FALSE(back.modelled());
+}
+
+// An emulated device's times are its model's: the file says so, and the reader knows it.
+TEST(LayerProfile, AnEmulatedRunsProfileSaysItsTimesAreModelled) {
+  const std::string path = test::scratchDir() + "/profile.json";
+  writeLayerProfile(path, {{0.5}, {1.0}, "", 1, 2, "emulated:rtx4090x8"});
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find(R"("times": "modelled")"), std::string::npos) << text;
+  EXPECT_TRUE(readLayerProfile(path).modelled());
 }
 
 TEST(LayerProfile, AHandMadeProfileNeedsOnlyTheTimes) {
@@ -52,6 +64,7 @@ TEST(LayerProfile, AHandMadeProfileNeedsOnlyTheTimes) {
   EXPECT_EQ(p.forwardMs.size(), 2u);
   EXPECT_TRUE(p.plan.empty());
   EXPECT_EQ(p.workers, 0);
+  EXPECT_FALSE(p.modelled());
 }
 
 TEST(LayerProfile, BadFilesNameTheFileAndTheProblem) {

@@ -294,8 +294,12 @@ Ticket EmulatedWorker::urgent(void* dst, const void* src, std::size_t bytes, Clo
     ready = std::max(ready, Clock::now());
     end = ready;  // device to device: on the device, not modelled
     if (fromHost || toHost) {
-      const auto [start, landed] = (fromHost ? up_ : down_).reserve(ready, bytes);
-      end = landed;
+      // Note [Urgent streams are FIFO]: the urgent copies of a direction share one stream (CUDA's upload or
+      // download stream), whose copies run in the order issued: one starts after the one before it landed,
+      // even where the link has an earlier gap.
+      Clock::time_point& streamEnd = fromHost ? uploadStreamEnd_ : downloadStreamEnd_;
+      const auto [start, landed] = (fromHost ? up_ : down_).reserve(std::max(ready, streamEnd), bytes);
+      streamEnd = end = landed;
       spans_.push_back({fromHost ? DeviceSpan::Kind::kUpload : DeviceSpan::Kind::kDownload, start, landed});
     }
   }

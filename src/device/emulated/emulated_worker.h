@@ -26,8 +26,8 @@ namespace rp::device::emulated {
 using Clock = std::chrono::steady_clock;
 
 // One direction of the host link: the intervals it is reserved for, each copy the earliest gap of its length
-// from when it is ready (an urgent copy goes ahead of bulk chunks that wait for their compute, as CUDA's
-// stream priorities let it; it waits for the chunks already on the link).
+// from when it is ready (an urgent copy may go ahead of bulk chunks that still wait for their compute, since at
+// most two chunks are queued at a time; it waits for the chunks already on the link).
 class Link {
  public:
   explicit Link(double bytesPerSecond) : bytesPerSecond_(bytesPerSecond) {}
@@ -97,6 +97,7 @@ class EmulatedWorker : public Worker {
   const std::shared_ptr<HostRanges> host_ = std::make_shared<HostRanges>();
   std::atomic<std::size_t> computeHeld_{0}, computePeak_{0}, computeCap_{0};  // cap 0: the card's memory
   Link up_, down_;
+  Clock::time_point uploadStreamEnd_, downloadStreamEnd_;  // the last urgent copy's landing, per direction
   Clock::time_point bulkReady_;  // the bulk queue's order: a chunk starts after the one before and its `after`
   std::unique_ptr<Completions> completions_;
   ChunkedCopyQueue bulk_;  // last: its thread reserves the up link
