@@ -7,7 +7,10 @@ of the budget (a run that does not fit is recorded as skipped, never guessed):
   G1  roundpipe_train with the weights in host RAM against the same run with the uploads skipped
       (RP_BENCH_NO_UPLOADS=1, as if resident on the GPU), same plan, optim.mode = sync;
   G2  the same shape in optim.mode = async (the reference steps its optimizer asynchronously: async vs async is
-      the fair row), then the reference library (benchmarks/peer_roundpipe_ref.py, `roundpipe` 0.1.1);
+      the fair row), then the reference library (benchmarks/peer_roundpipe_ref.py, `roundpipe` 0.1.1), then the
+      emulated device on the same host and shape (EMU, and EMU-compute: its per-layer times against the GPU's,
+      both runs' profile.json, the calibration of docs/emulated.md); the headline row first, so that a slow
+      start spends the emulated row, not the reference's;
   G3  model FLOP utilisation of each of our runs against the GPU's dense bf16 peak;
   the longest sequence on a card of --card-gib (ours: pipeline.memory_limit_gb; the peer: its allocator's
       fraction), layer recompute, one row per microbatch, 2 steps per rung: ours against the reference at the
@@ -33,6 +36,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import gpu_report  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EMULATED_PROFILE = "h100-measured"  # the emulated row's profile (cluster-configs/), calibrated by EMU-compute
 PEAK_TFLOPS = [("H100 PCIe", 756), ("H100", 989), ("H200", 989), ("A100", 312), ("L40S", 362), ("4090", 165)]
 
 
@@ -92,6 +96,50 @@ def trace_summary(out, top=8):
         rows = sorted(((v, n) for (t, n), v in totals.items() if t == tid), reverse=True)[:top]
         lines.append(f"  rank {rank} {names.get(tid, tid)}: " + "; ".join(f"{n} {v:.2f} s" for v, n in rows))
     return "\n".join(lines)
+
+
+def layer_times(out):
+    """A run's per-layer times: (forward_ms, backward_ms) per microbatch from its profile.json, which rank 0 writes at
+    the end of a run from the compute marks (CUDA events on a GPU, the model's clock on the emulated device;
+    docs/trace-formats.md), or None (a run stopped by its cap, or too short to measure)."""
+    try:
+        p = json.load(open(os.path.join(out, "profile.json")))
+        return [float(x) for x in p["forward_ms"]], [float(x) for x in p["backward_ms"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def profile_setting(profile, key):
+    """A number from cluster-configs/<profile>.toml (`key = value`, the first such line), or None."""
+    try:
+        text = open(os.path.join(ROOT, "cluster-configs", f"{profile}.toml")).read()
+    except OSError:
+        return None
+    m = re.search(rf"^\s*{re.escape(key)}\s*=\s*([-+0-9.eE]+)", text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def calibration(real, emulated, efficiency):
+    """docs/emulated.md, "Calibration": the emulated device's compute against the GPU's, from the two runs' per-layer
+    times (layer_times), summed over the layers, forward and backward apart. Not the bubble report's busy: on a GPU
+    that is the host's issue spans. The emulated compute lasts FLOPs / (peak x assumptions.matmul_efficiency) plus
+    its kernel floor, so with no floor the efficiency that makes the sums equal is the profile's times emulated /
+    real. Returns (emulated / real, that efficiency or None, detail), or None where the times cannot be compared."""
+    if not real or not emulated or len(real[0]) != len(emulated[0]):
+        return None
+    f_real, b_real = sum(real[0]), sum(real[1])
+    f_emu, b_emu = sum(emulated[0]), sum(emulated[1])
+    if f_real + b_real <= 0 or f_emu + b_emu <= 0:
+        return None
+    ratio = (f_emu + b_emu) / (f_real + b_real)
+    suggested = efficiency * ratio if efficiency else None
+    detail = (f"per microbatch over {len(real[0])} layers: forward {f_emu:.2f} vs {f_real:.2f} ms, backward "
+              f"(recompute excluded) {b_emu:.2f} vs {b_real:.2f} ms (emulated vs GPU)")
+    if f_real > 0 and b_real > 0:
+        detail += f"; forward x{f_emu / f_real:.3f}, backward x{b_emu / b_real:.3f}"
+    if suggested:
+        detail += f"; assumptions.matmul_efficiency {efficiency:g} -> {suggested:.3f}"
+    return ratio, suggested, detail
 
 
 def flops_per_token(model_dir, seq):
@@ -239,6 +287,12 @@ class Bench:
             detail = f"after {seconds:.0f} s (cap {cap:.0f} s): {tail(log)}"
         gpu_report.step(self.out, name, status, seconds, shown.strip(), detail)
         self.note(f"{name}: {status} in {seconds:.0f} s {detail}")
+        layers = layer_times(out)  # kept: the run's directory does not come back
+        if result is not None:
+            result["layers"] = layers
+        if layers:
+            self.note(f"{name}: profile.json forward_ms {[round(x, 3) for x in layers[0]]} "
+                      f"backward_ms {[round(x, 3) for x in layers[1]]}")
         with open(log, errors="replace") as f:  # how long the set-up took (Note [Parallel first touch])
             setup = [line.split("] ", 1)[-1].strip() for line in f if "pipeline: set up in" in line]
         if setup:
@@ -368,18 +422,7 @@ class Bench:
             asynchronous = self.ours("G2-ours-async", a.seq, a.batch, a.steps, a.warmup, a.run_cap,
                                      sets=("optim.mode=async",))
             mfu("G2-ours-async", asynchronous)
-            # The emulated device (docs/emulated.md) on the same host, shape and plan, its profile the one measured
-            # on an H100 (cluster-configs/h100-measured.toml): its tokens/s over the real async run's is the
-            # emulator's error, what the profile is calibrated with (docs/emulated.md, "Calibration").
-            emulated = self.ours("G2-emulated-async", a.seq, a.batch, a.steps, a.warmup, a.run_cap,
-                                 sets=("optim.mode=async", "pipeline.backend=emulated",
-                                       "pipeline.emulated_profile=h100-measured"))
-            if asynchronous and emulated:
-                gpu_report.figure(self.out, "EMU", "emulated (h100-measured) / real tokens/s (async)",
-                                  emulated["tokens_per_s"] / asynchronous["tokens_per_s"], "ratio",
-                                  commands()["G2-emulated-async"],
-                                  f"{emulated['tokens_per_s']:.0f} vs {asynchronous['tokens_per_s']:.0f} tokens/s; "
-                                  f"{shape}")
+            # The reference first: G2 is the headline, the emulated row below is not.
             reference = self.peer("G2-peer", a.seq, a.batch, a.warmup, a.steps - a.warmup, a.peer_cap)
             if reference:
                 for name, r in (("G1-host-sync (the build+tests part)", host), ("G2-ours-async", asynchronous)):
@@ -389,6 +432,26 @@ class Bench:
                                           commands().get(name, "see the build+tests part"),
                                           f"{r['tokens_per_s']:.0f} vs {reference['tokens_per_s']:.0f} tokens/s "
                                           f"({reference['peer']}, peak {reference['peak_gpu_mb']:.0f} MB); {shape}")
+            # The emulated device (docs/emulated.md) on the same host, shape and plan, its profile the one measured
+            # on an H100 (cluster-configs/h100-measured.toml): its tokens/s over the real async run's is the
+            # emulator's error (EMU); its per-layer times over the GPU's, both from profile.json, calibrate the
+            # profile's compute (EMU-compute; docs/emulated.md, "Calibration").
+            emulated = self.ours("G2-emulated-async", a.seq, a.batch, a.steps, a.warmup, a.run_cap,
+                                 sets=("optim.mode=async", "pipeline.backend=emulated",
+                                       f"pipeline.emulated_profile={EMULATED_PROFILE}"))
+            if asynchronous and emulated:
+                gpu_report.figure(self.out, "EMU", f"emulated ({EMULATED_PROFILE}) / real tokens/s (async)",
+                                  emulated["tokens_per_s"] / asynchronous["tokens_per_s"], "ratio",
+                                  commands()["G2-emulated-async"],
+                                  f"{emulated['tokens_per_s']:.0f} vs {asynchronous['tokens_per_s']:.0f} tokens/s; "
+                                  f"{shape}")
+                c = calibration(asynchronous.get("layers"), emulated.get("layers"),
+                                profile_setting(EMULATED_PROFILE, "matmul_efficiency"))
+                gpu_report.figure(self.out, "EMU-compute",
+                                  f"emulated ({EMULATED_PROFILE}) / GPU per-layer compute (profile.json)",
+                                  c[0] if c else "-", "ratio", commands()["G2-emulated-async"],
+                                  c[2] if c else "no comparable profile.json from both runs (stopped by a cap, or "
+                                  "too few steps measured)")
             if reference:  # ours against the reference at the same lengths (duel above)
                 deadline = time.monotonic() + 2 * a.ladder_cap
                 verdict, why = duel(lambda system, tokens: self.rung(system, tokens, a.card_gib,

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # scripts/gpu-check.sh's plan, dry (CPU backend, tiny shapes): both parts pass within their budgets and write what
 # a lent GPU machine's call brings back (results.json with every step and its command, results.md; at most 8
-# files, at most two folders down), G1 comes out of the first part and G2's async run and the ladder out of the
-# second, the peer is recorded as skipped (it needs CUDA), and a budget too small for the plan skips the steps that do not fit instead of
+# files, at most two folders down), G1 comes out of the first part and G2's async run, the reference's row before
+# the emulated one, the emulated device's calibration and the ladder out of the second, the peer is recorded as
+# skipped (it needs CUDA), and a budget too small for the plan skips the steps that do not fit instead of
 # running over. What it holds the record to could come out wrong: results.json's schema (the one a device run
 # fills, scripts/gpu_report.py), the part's steps and their order, the tests' count against this build's own list of
 # GPU tests (every one ran, none failed), the budget arithmetic (the steps' time within the budget, a step skipped
@@ -78,6 +79,11 @@ emulated = steps["G2-emulated-async"]  # the emulated row beside the real one (d
 assert emulated["status"] == "ok" and "pipeline.backend=emulated" in emulated["command"] and \
     "pipeline.emulated_profile=h100-measured" in emulated["command"], emulated
 assert "EMU" in {f["id"] for f in bench["figures"]}, bench["figures"]
+# Its calibration from both runs' per-layer times (profile.json), recorded even where they cannot be compared.
+assert "EMU-compute" in {f["id"] for f in bench["figures"]}, bench["figures"]
+# The headline row before the emulated one: a slow start must not cost the reference's run.
+names = [s["name"] for s in bench["steps"]]
+assert names.index("G2-ours-async") < names.index("G2-peer") < names.index("G2-emulated-async"), names
 rungs = [s for s in bench["steps"] if s["name"].startswith("ladder-ours-")]
 assert rungs and all(s["status"] == "ok" for s in rungs), rungs
 assert "G2-max-seq" in {f["id"] for f in bench["figures"]}, bench["figures"]

@@ -4,7 +4,9 @@
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAStream.h>
 #include <gtest/gtest.h>
+#include <time.h>
 
+#include <chrono>
 #include <vector>
 
 #include "device/worker.h"
@@ -41,6 +43,49 @@ TEST(CudaGradientMarks, ALayersGradientsDownloadWhileLaterComputeRuns) {
   worker->copyUrgent(late.data(), w1.grad().data_ptr(), bytes).wait();
   EXPECT_TRUE(end.query()) << "a plain urgent copy waits for all the compute submitted before it";
   EXPECT_EQ(late, early);
+}
+
+double cpuSeconds(clockid_t clock) {
+  timespec t{};
+  clock_gettime(clock, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// Note [Blocking host waits]: a host thread waiting for the device sleeps. The issuing thread's wait for a compute
+// mark (elapsedMs) and the copy thread's for each weight chunk's landing spun a core each with the events they
+// had; here each costs the host a small part of the time it waits.
+TEST(CudaHostWaits, WaitsForTheDeviceSleep) {
+  RP_SKIP_WITHOUT_GPU();
+  auto worker = device::makeWorker(device::Backend::kCuda, device::WorkerOptions{256u << 20, 0});
+  const auto scope = worker->enterCompute();
+  const auto on = torch::TensorOptions().device(torch::kCUDA, 0);
+  torch::Tensor a = torch::randn({4096, 4096}, on);
+  const auto from = worker->mark();
+  for (int i = 0; i < 400; ++i) a = torch::matmul(a, a).div_(4096.0);
+  const auto to = worker->mark();
+  double cpu = cpuSeconds(CLOCK_THREAD_CPUTIME_ID);
+  auto start = std::chrono::steady_clock::now();
+  const double ms = worker->elapsedMs(*from, *to);
+  double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  cpu = cpuSeconds(CLOCK_THREAD_CPUTIME_ID) - cpu;
+  ASSERT_GT(wall, 0.1) << "the compute had ended before the wait began (" << ms << " ms of it)";
+  EXPECT_LT(cpu, 0.2 * wall) << "elapsedMs spun: " << cpu << " s of CPU in " << wall << " s";
+
+  // 16 GiB of weight chunks from pinned memory: the copy thread waits for each to land while this one waits for
+  // the tickets; the process's CPU time stays a small part of the wall time.
+  constexpr std::size_t kBytes = 1ull << 30;
+  std::vector<std::uint8_t> host(kBytes, 1);
+  const auto pinned = worker->pinHost(host.data(), kBytes, "the test's weights");
+  const auto memory = worker->allocate(kBytes);
+  std::vector<device::Ticket> tickets(16);
+  cpu = cpuSeconds(CLOCK_PROCESS_CPUTIME_ID);
+  start = std::chrono::steady_clock::now();
+  for (auto& t : tickets) worker->copyBulk(t, memory.get(), host.data(), kBytes, nullptr);
+  for (auto& t : tickets) t.wait();
+  wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  cpu = cpuSeconds(CLOCK_PROCESS_CPUTIME_ID) - cpu;
+  ASSERT_GT(wall, 0.1) << "16 GiB went up too fast to tell";
+  EXPECT_LT(cpu, 0.5 * wall) << "the weight uploads' waits spun: " << cpu << " s of CPU in " << wall << " s";
 }
 
 }  // namespace

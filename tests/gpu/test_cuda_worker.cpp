@@ -1,4 +1,4 @@
-// The CUDA worker on a real device: its memory, the urgent/bulk copy paths with the priority rule (an
+// The CUDA worker on a real device: its memory, the urgent/bulk copy paths with the overtaking rule (an
 // activation-sized copy issued behind >= 1 GiB of queued weight chunks completes before them), host
 // registration, compute marks, the memory numbers the planner reads and the hand-off rings.
 #include <cuda_runtime.h>
@@ -80,8 +80,8 @@ TEST(CudaWorker, HandoffRingSlotsRoundTripToAnotherWorker) {
   EXPECT_THROW(peer->read(2, dst.get(), n), InternalError);
 }
 
-// The priority rule: weights go one chunk at a time, so an urgent copy issued behind 1 GiB of queued weight
-// chunks lands while most of them are still queued.
+// The overtaking rule: weights go two chunks at a time (Note [Chunks in flight]; stream priorities do not order
+// copies), so an urgent copy issued behind 1 GiB of queued weight chunks lands while most of them are still queued.
 TEST(CudaWorker, UrgentCopyOvertakesAGibibyteOfQueuedWeightChunks) {
   RP_SKIP_WITHOUT_GPU();
   constexpr std::size_t kWeights = 1ull << 30, kChunk = 64ull << 20, kActivation = 16ull << 20;

@@ -100,9 +100,9 @@ class CudaLinks : public PeerLinks {
     staged_.resize(static_cast<std::size_t>(slots));
     sent_.resize(static_cast<std::size_t>(slots));
     for (int k = 0; k < slots; ++k) {
-      check(cudaEventCreateWithFlags(&staged_[static_cast<std::size_t>(k)], cudaEventDisableTiming), "cudaEventCreate",
+      check(cudaEventCreateWithFlags(&staged_[static_cast<std::size_t>(k)], kStreamOrderEvent), "cudaEventCreate",
             s_.device);
-      check(cudaEventCreateWithFlags(&sent_[static_cast<std::size_t>(k)], cudaEventDisableTiming), "cudaEventCreate",
+      check(cudaEventCreateWithFlags(&sent_[static_cast<std::size_t>(k)], kStreamOrderEvent), "cudaEventCreate",
             s_.device);
     }
   }

@@ -85,7 +85,7 @@ class CudaRing : public HandoffRing {
           s_.device);
     slots_.resize(static_cast<std::size_t>(slots));
     for (auto& slot : slots_) {
-      check(cudaEventCreateWithFlags(&slot.event, cudaEventDisableTiming | cudaEventInterprocess),
+      check(cudaEventCreateWithFlags(&slot.event, kStreamOrderEvent | cudaEventInterprocess),
             "cudaEventCreateWithFlags (interprocess)", s_.device);
       check(cudaIpcGetEventHandle(&slot.ipc, slot.event), "cudaIpcGetEventHandle", s_.device);
     }
@@ -93,10 +93,10 @@ class CudaRing : public HandoffRing {
   }
 
   // Peers' reads completed before the compute that read them, which their ranks waited for before the runtime
-  // ended; the compute stream may still be writing.
+  // ended; the compute stream may still be writing (a blocking wait: Note [Blocking host waits]).
   void release() noexcept {
     cudaSetDevice(s_.device);
-    cudaStreamSynchronize(s_.compute);
+    waitForStream(s_.compute);
     for (auto& slot : slots_) {
       if (slot.event) cudaEventDestroy(slot.event);
     }

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <string>
+#include <utility>
 
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -54,14 +56,17 @@ std::string memlockLimit() {
 
 class CudaWorker : public Worker {
  public:
-  explicit CudaWorker(const WorkerOptions& options)
+  // `waits`: blockHostWaits' answer for the device, made current already (Note [Blocking host waits]).
+  CudaWorker(const WorkerOptions& options, std::string waits)
       : device_(options.deviceIndex),
+        waits_(std::move(waits)),
         bulkQueue_(
             options.chunkBytes, kWeightChunksInFlight,
             [this](void* dst, const void* src, std::size_t bytes) -> ChunkedCopyQueue::Landing {
               check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s_.bulk), "cudaMemcpyAsync (weights)", device_);
+              // The copy thread waits for it: a blocking event (Note [Blocking host waits]).
               cudaEvent_t landed = nullptr;
-              check(cudaEventCreateWithFlags(&landed, cudaEventDisableTiming), "cudaEventCreate (weights)", device_);
+              check(cudaEventCreateWithFlags(&landed, kHostWaitEvent), "cudaEventCreate (weights)", device_);
               const cudaError_t recorded = cudaEventRecord(landed, s_.bulk);
               if (recorded != cudaSuccess) cudaEventDestroy(landed);
               check(recorded, "cudaEventRecord (weights)", device_);
@@ -74,6 +79,9 @@ class CudaWorker : public Worker {
             [this] { check(cudaSetDevice(device_), "cudaSetDevice", device_); }) {
     s_.device = device_;
     check(cudaSetDevice(device_), "cudaSetDevice", device_);
+    // Stream priorities order kernels only: CUDA's documentation says they have no effect on copies between host
+    // and device. An activation copy goes ahead of the weights because it is on a stream of its own while at most
+    // two weight chunks are on the link (Note [Chunks in flight]); the priorities below change nothing for copies.
     int least = 0, greatest = 0;
     check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange", device_);
     check(cudaStreamCreateWithPriority(&s_.compute, cudaStreamNonBlocking, least), "cudaStreamCreate (compute)",
@@ -88,19 +96,26 @@ class CudaWorker : public Worker {
     name_ = prop.name;
     totalBytes_ = prop.totalGlobalMem;
     chunkBytes_ = bulkQueue_.chunkBytes();
+    if (!waits_.empty()) {
+      RP_LOG_WARN(
+          "CUDA device {}: the waits inside LibTorch and the driver may spin a core: {}; the worker's own waits block "
+          "(Note [Blocking host waits])",
+          device_, waits_);
+    }
   }
 
   ~CudaWorker() override {
     // Then the queue's thread finishes its chunks, then the streams go.
     cudaSetDevice(device_);
-    if (s_.compute) cudaStreamSynchronize(s_.compute);
+    if (s_.compute) waitForStream(s_.compute);
   }
 
   std::string describe() const override {
     return fmt::format(
-        "cuda:{} ({}, {:.1f} GB; compute on its own stream, activation copies on high-priority streams, weight "
-        "uploads in chunks of {:.1f} MB on a low-priority stream)",
-        device_, name_, static_cast<double>(totalBytes_) / 1e9, static_cast<double>(chunkBytes_) / 1e6);
+        "cuda:{} ({}, {:.1f} GB; compute on its own stream, activation copies on streams of their own, weight uploads "
+        "in chunks of {:.1f} MB, two in flight, on another; host waits {})",
+        device_, name_, static_cast<double>(totalBytes_) / 1e9, static_cast<double>(chunkBytes_) / 1e6,
+        waits_.empty() ? "block" : "block in the worker only");
   }
 
   Placement placement() const override { return {Backend::kCuda, device_, name_}; }
@@ -121,7 +136,7 @@ class CudaWorker : public Worker {
     }
     check(err, "cudaMalloc", device_);
     check(cudaMemsetAsync(memory, 0, bytes, s_.compute), "cudaMemsetAsync", device_);
-    check(cudaStreamSynchronize(s_.compute), "cudaStreamSynchronize", device_);
+    check(waitForStream(s_.compute), "cudaEventSynchronize (stage slot zeroed)", device_);
     const int device = device_;
     return std::shared_ptr<void>(memory, [device](void* p) {
       cudaSetDevice(device);
@@ -152,9 +167,10 @@ class CudaWorker : public Worker {
     }
   }
 
+  // Timed, and waited for by elapsedMs: a blocking event (Note [Blocking host waits]).
   std::shared_ptr<ComputeMark> mark() override {
     auto m = std::make_shared<EventMark>();
-    check(cudaEventCreate(&m->event), "cudaEventCreate", device_);
+    check(cudaEventCreateWithFlags(&m->event, kTimedHostWaitEvent), "cudaEventCreate", device_);
     check(cudaEventRecord(m->event, s_.compute), "cudaEventRecord", device_);
     return m;
   }
@@ -256,7 +272,7 @@ class CudaWorker : public Worker {
     return copyOn(s_.download, dst, src, bytes);
   }
 
-  // Weights: the queue's thread issues the chunks on the low-priority stream, two on the link at a time, after the
+  // Weights: the queue's thread issues the chunks on the weights stream, two on the link at a time, after the
   // compute up to `after` — the last job that read the slot being refilled (Note [Slot release]) — or, without
   // it, after the compute submitted before this call.
   void copyBulk(Ticket& ticket, void* dst, const void* src, std::size_t bytes,
@@ -264,7 +280,7 @@ class CudaWorker : public Worker {
     std::shared_ptr<EventMark> event = std::static_pointer_cast<EventMark>(std::move(after));
     if (!event) {
       event = std::make_shared<EventMark>();
-      check(cudaEventCreateWithFlags(&event->event, cudaEventDisableTiming), "cudaEventCreate", device_);
+      check(cudaEventCreateWithFlags(&event->event, kStreamOrderEvent), "cudaEventCreate", device_);
       check(cudaEventRecord(event->event, s_.compute), "cudaEventRecord", device_);
     }
     bulkQueue_.submit(ticket, dst, src, bytes, [this, event] {
@@ -295,12 +311,13 @@ class CudaWorker : public Worker {
   }
 
   void afterCompute(cudaStream_t stream) {
-    if (!s_.order) check(cudaEventCreateWithFlags(&s_.order, cudaEventDisableTiming), "cudaEventCreate", device_);
+    if (!s_.order) check(cudaEventCreateWithFlags(&s_.order, kStreamOrderEvent), "cudaEventCreate", device_);
     check(cudaEventRecord(s_.order, s_.compute), "cudaEventRecord", device_);
     check(cudaStreamWaitEvent(stream, s_.order, 0), "cudaStreamWaitEvent", device_);
   }
 
   const int device_;
+  const std::string waits_;  // why the context's waits may spin; empty where they block
   std::string name_;
   std::size_t totalBytes_ = 0, chunkBytes_ = 0;
   struct Streams {
@@ -321,7 +338,9 @@ class CudaWorker : public Worker {
 }  // namespace
 
 std::unique_ptr<Worker> makeCudaWorker(const WorkerOptions& options) {
-  return std::make_unique<CudaWorker>(options);
+  // Before the worker's streams and its copy thread touch the device (Note [Blocking host waits]).
+  std::string waits = blockHostWaits(options.deviceIndex);
+  return std::make_unique<CudaWorker>(options, std::move(waits));
 }
 
 }  // namespace rp::device::cuda

@@ -1,8 +1,11 @@
 // The CUDA backend's worker (docs/schedule.md, "Transfers"; docs/gpu.md): stage slots in device memory,
-// compute on a stream of its own under LibTorch's stream guard, activation and gradient uploads on a
-// high-priority stream, downloads on another, weight uploads in chunks on a low-priority stream fed one chunk
-// at a time (device/copy_queue.h), each stream ordered after the compute submitted before the copy, tickets
-// completed from the stream (cudaLaunchHostFunc) so no host thread polls. Torch-free header.
+// compute on a stream of its own under LibTorch's stream guard, activation and gradient uploads on a stream of
+// their own, downloads on another, weight uploads in chunks on a fourth, fed by a copy thread with at most two
+// chunks in flight (device/copy_queue.h, Note [Chunks in flight]) — which, not stream priority, is what lets an
+// activation upload go ahead of the weights: CUDA's stream priorities order kernels only and have no effect on
+// copies between host and device. Each stream is ordered after the compute submitted before the copy; tickets
+// complete from the stream (cudaLaunchHostFunc) so no host thread polls, and every host wait blocks instead of
+// spinning (Note [Blocking host waits], cuda_common.cpp). Torch-free header.
 #pragma once
 
 #include <memory>
