@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/host_cpu.h"
 
 namespace rp::parallel {
 
@@ -80,7 +81,10 @@ class PartThreads {
       std::lock_guard<std::mutex> lock(mutex_);
       while (static_cast<int>(threads_.size()) < parts - 1) {
         const int part = static_cast<int>(threads_.size()) + 1;
-        threads_.emplace_back([this, part] { loop(part); });
+        threads_.emplace_back([this, part, role = cpu::currentRole()] {
+          const cpu::ThreadRole counted(role);  // the caller's (Note [Host CPU by role])
+          loop(part);
+        });
       }
       fn_ = &fn;
       parts_ = parts;
@@ -149,7 +153,12 @@ void forEachPart(int parts, const std::function<void(int part)>& fn) {
   if (!pool.busy() && !PartThreads::inPoolThread()) return pool.run(parts, fn);
   std::vector<std::thread> others;  // re-entered: threads of its own
   others.reserve(static_cast<std::size_t>(parts - 1));
-  for (int part = 1; part < parts; ++part) others.emplace_back(fn, part);
+  for (int part = 1; part < parts; ++part) {
+    others.emplace_back([&fn, part, role = cpu::currentRole()] {
+      const cpu::ThreadRole counted(role);
+      fn(part);
+    });
+  }
   fn(0);
   for (auto& thread : others) thread.join();
 }

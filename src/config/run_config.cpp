@@ -238,6 +238,12 @@ RunConfig buildRunConfig(Values v) {
                                                          {"emulated", device::BackendChoice::kEmulated}});
   c.pipeline.emulatedProfile = v.getString("pipeline.emulated_profile");
   c.pipeline.emulatedHostTraffic = v.getBool("pipeline.emulated_host_traffic");
+  c.pipeline.emulatedWaits = v.getString("pipeline.emulated_waits");
+  if (c.pipeline.emulatedWaits != "block" && c.pipeline.emulatedWaits != "spin") {
+    RP_THROW(InputError, "{}: pipeline.emulated_waits = \"{}\": expected \"block\" or \"spin\"",
+             v.source({"pipeline.emulated_waits"}), c.pipeline.emulatedWaits);
+  }
+  c.pipeline.emulatedPinned = v.getBool("pipeline.emulated_pinned");
   c.pipeline.ranksPerGpu = atLeast(v, "pipeline.ranks_per_gpu", 1);
   c.pipeline.memoryReserveGb = inRange(v, "pipeline.memory_reserve_gb", 0.0, 1e6, false);
   c.pipeline.tensorChannel = parseEnum<TensorChannelKind>(

@@ -82,6 +82,8 @@ struct RunConfig {
     TensorChannelKind tensorChannel;
     std::string emulatedProfile;  // emulated: the hardware file's name or path
     bool emulatedHostTraffic;     // emulated: copies touch the host memory a DMA would
+    std::string emulatedWaits;    // emulated: "block" (sleep) or "spin", the host's waits for the device
+    bool emulatedPinned;          // emulated: pinHost registers (false: pageable copies, as a refused registration)
   } pipeline;
   struct Precision {
     double lossScale;

@@ -101,6 +101,12 @@ const std::vector<KeySpec>& runSchema() {
        "emulated: the GPU and link modelled, a hardware file (a cluster-configs/ name, or a path to a .toml)"},
       {"pipeline.emulated_host_traffic", Type::kBool, false,
        "emulated: copies also read and write the host memory a DMA would (it competes for DRAM bandwidth)"},
+      {"pipeline.emulated_waits", Type::kString, S("block"),
+       "emulated: the host's waits for the device sleep (\"block\", as the CUDA backend's) or spin a core "
+       "(\"spin\", as CUDA's events without cudaEventBlockingSync did)"},
+      {"pipeline.emulated_pinned", Type::kBool, true,
+       "emulated: false: the host memory is not pinned (as where cudaHostRegister fails): copies are pageable, at "
+       "the profile's link.pageable_gbps, staged by the issuing thread"},
       {"pipeline.ranks_per_gpu", Type::kInt, I(1), "cuda: ranks sharing one GPU (local rank r uses GPU r / this)"},
       {"pipeline.memory_reserve_gb", Type::kFloat, 2.0,
        "cuda: GPU memory kept for activations and the compute when the budget comes from the device"},

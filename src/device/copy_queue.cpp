@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <optional>
 
+#include "common/host_cpu.h"
+
 namespace rp::device {
 
 // Note [Chunks in flight]: a backend whose copies are asynchronous (CUDA) keeps two chunks on the link: the
@@ -18,7 +20,10 @@ ChunkedCopyQueue::ChunkedCopyQueue(std::size_t chunkBytes, int inFlight, IssueCh
       inFlight_(static_cast<std::size_t>(std::max(inFlight, 1))),
       issue_(std::move(issue)),
       onStart_(std::move(onStart)) {
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this] {
+    const cpu::ThreadRole counted(cpu::Role::kCopies);  // Note [Host CPU by role]
+    loop();
+  });
 }
 
 ChunkedCopyQueue::~ChunkedCopyQueue() {

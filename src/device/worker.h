@@ -60,6 +60,14 @@ struct EmulatedDevice {
   double memoryBytes = 0;
   double kernelSeconds = 0;  // what each kernel adds to a compute span (launch and tail: the floor of small ops)
   bool hostTraffic = false;  // copies also read and write the host memory a DMA would (pipeline.emulated_host_traffic)
+  // Note [What a GPU host pays]: the host's waits for the device spin a core, as CUDA's did on events made without
+  // cudaEventBlockingSync (pipeline.emulated_waits = "spin"), rather than sleep.
+  bool spinWaits = false;
+  // pinHost registers nothing, as where cudaHostRegister fails (the locked-memory limit; pipeline.emulated_pinned =
+  // false): copies from and to such memory are pageable, at `pageableBytesPerSecond` a direction, and the host
+  // thread that issues one stages its bytes itself.
+  bool pinned = true;
+  double pageableBytesPerSecond = 0;  // this GPU's share of the bridge for pageable copies
 };
 
 struct WorkerOptions {

@@ -74,6 +74,9 @@ device::EmulatedDevice emulatedDevice(const config::RunConfig& c) {
   d.memoryBytes = h.memoryGb * 1e9;
   d.kernelSeconds = h.kernelFloorUs * 1e-6;
   d.hostTraffic = c.pipeline.emulatedHostTraffic;
+  d.spinWaits = c.pipeline.emulatedWaits == "spin";
+  d.pinned = c.pipeline.emulatedPinned;
+  d.pageableBytesPerSecond = h.pageableGBs * 1e9 / h.gpusPerBridge;
   return d;
 }
 

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "common/host_cpu.h"
 #include "common/log.h"
 #include "common/parallel.h"
 #include "common/resident_memory.h"
@@ -232,6 +233,7 @@ std::vector<OptimizerResult> OptimizerWorker::poll() {
 // plane's sender) is runnable it takes the core, and when they wait the optimizer has every core. Raising
 // one's own nice value needs no privilege; where the system refuses, the optimizer runs at the process's.
 void OptimizerWorker::loop() {
+  const cpu::ThreadRole counted(cpu::Role::kOptimizer);  // Note [Host CPU by role]
   if (!parallel::lowerThisThreadsPriority(kOptimizerNice)) {
     RP_LOG_DEBUG("optimizer thread of rank {}: could not lower its priority; it competes with the jobs' thread", rank_);
   }
@@ -497,6 +499,7 @@ OptimizerResult OptimizerWorker::runStep(std::int64_t t) {
   // The next iteration runs on W_{t+1}: published layer by layer as it was updated, or here (no update).
   if (options_.staleness == 0 && (result.skipped || !byLayer_)) copyMasters(t, nullptr);
   result.finished = std::chrono::steady_clock::now();
+  result.hostCpu = cpu::hostCpu();
   result.rankPeakMb = gatherPeaks();
   return result;
 }

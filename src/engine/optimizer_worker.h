@@ -32,6 +32,7 @@
 
 #include <c10/core/ScalarType.h>
 
+#include "common/host_cpu.h"
 #include "checkpoint/slices.h"
 #include "control/channel.h"
 #include "engine/activity.h"
@@ -82,6 +83,7 @@ struct OptimizerResult {
   double lossScale = 0.0;                          // fp16: the scale the iteration's gradients carry
   double lossScaleAfter = 1.0;                     // fp16: the scale after this step's update
   std::chrono::steady_clock::time_point finished;  // when the step completed on this rank
+  cpu::HostCpu hostCpu;                            // the rank's CPU time by role then (cumulative)
   // Node rank 0: each node rank's resident peak (MB) when the step completed (several nodes: the largest
   // over them); empty elsewhere.
   std::vector<double> rankPeakMb;

@@ -10,6 +10,7 @@
 #include "common/env.h"
 #include "common/error.h"
 #include "common/fault.h"
+#include "common/host_cpu.h"
 #include "common/log.h"
 #include "common/parallel.h"
 #include "control/channel.h"
@@ -434,7 +435,7 @@ void PipelineRuntime::runStep(std::int64_t step, const coordinator::Directive& d
       jobs_->runIteration(step, table, data, optimizer_->lossScaleFor(step), next ? &*next : nullptr);
   stepSizes_.back().waits = waits.counts();
   stepSizes_.back().jobs = jobs;
-  recordDeviceSpans(stepSizes_.back());
+  recordDeviceSpans(step, stepSizes_.back());
   // This rank's per-layer timings of the iteration, for the partitioner (averaged per microbatch).
   std::vector<double> forwardMs = jobs_->forwardMs(), backwardMs = jobs_->backwardMs();
   for (int l = 0; l < L; ++l) {
@@ -511,7 +512,10 @@ std::vector<trace::StepMetrics> PipelineRuntime::run() {
 }
 
 bool PipelineRuntime::step(std::int64_t step, int signal) {
-  if (!lastFinished_) lastFinished_ = std::chrono::steady_clock::now();
+  if (!lastFinished_) {
+    lastFinished_ = std::chrono::steady_clock::now();
+    lastHostCpu_ = cpu::hostCpu();
+  }
   // Rank 0's plan and dispatch table for this iteration, or its order to stop (a preemption signal reached
   // some rank: Coordination::requestStop).
   if (signal != 0) coordination_->requestStop(signal);
@@ -534,8 +538,18 @@ run::StopCause PipelineRuntime::stopCause() const {
 std::vector<trace::StepMetrics> PipelineRuntime::finished() {
   const std::vector<OptimizerResult> results = optimizer_->poll();  // every rank: rethrows the thread's error
   std::vector<trace::StepMetrics> out;
-  if (!leader_) return out;
   for (const auto& r : results) {
+    // Note [Host CPU by role]: every rank's CPU time in the step, by role, on its trace's counter track.
+    std::map<std::string, double> hostCpuMs;
+    trace::Counter counter{"host cpu ms", timeline_->usAt(r.finished), {{"step", static_cast<double>(r.step + 1)}}};
+    for (std::size_t i = 0; i < cpu::kRoles; ++i) {
+      const double ms = (r.hostCpu.seconds[i] - lastHostCpu_.seconds[i]) * 1e3;
+      hostCpuMs[cpu::roleName(static_cast<cpu::Role>(i))] = ms;
+      counter.values.emplace_back(cpu::roleName(static_cast<cpu::Role>(i)), ms);
+    }
+    lastHostCpu_ = r.hostCpu;
+    timeline_->count(std::move(counter));
+    if (!leader_) continue;
     const StepSize& size = stepSizes_[static_cast<std::size_t>(r.step - startStep_)];
     trace::StepMetrics m;
     m.step = r.step + 1;
@@ -556,6 +570,7 @@ std::vector<trace::StepMetrics> PipelineRuntime::finished() {
     m.deviceBusyMs = size.deviceBusyMs;
     m.linkUpMs = size.linkUpMs;
     m.linkDownMs = size.linkDownMs;
+    m.hostCpuMs = std::move(hostCpuMs);
     m.stepTimeSeconds = std::chrono::duration<double>(r.finished - *lastFinished_).count();
     m.tokensPerSecond = static_cast<double>(m.tokens) / m.stepTimeSeconds;
     lastFinished_ = r.finished;

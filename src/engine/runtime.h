@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/saver.h"
+#include "common/host_cpu.h"
 #include "common/resident_memory.h"
 #include "config/run_config.h"
 #include "control/channel.h"
@@ -98,7 +99,7 @@ class PipelineRuntime : public run::Executor {
   PipelineModel& jobModel() { return deviceModel_ ? *deviceModel_ : *model_; }
   void checkEmulatable() const;
   // The device's spans of the iteration (emulated): on the trace's device track, and summed into `size`.
-  void recordDeviceSpans(StepSize& size);
+  void recordDeviceSpans(std::int64_t step, StepSize& size);
 
   // The node store, its fences and the optimizer; returns the tensor plane (for the job executor).
   std::unique_ptr<transport::TensorChannel> buildStore();
@@ -166,6 +167,7 @@ class PipelineRuntime : public run::Executor {
   std::int64_t startStep_ = 0;                    // > 0 when resumed
   std::int64_t tokensSeen_ = 0, targetTokensSeen_ = 0;
   std::optional<std::chrono::steady_clock::time_point> lastFinished_;  // the previous step's end (rank 0)
+  cpu::HostCpu lastHostCpu_;  // the rank's CPU time by role at the previous step's end
   bool preempted_ = false;
 };
 

@@ -13,7 +13,7 @@ namespace rp::engine {
 
 // Note [Emulated device]: the device's own spans (its model's), taken once an iteration's jobs are submitted
 // (they may end later: the device runs behind the host), on the trace's device track and summed per kind.
-void PipelineRuntime::recordDeviceSpans(StepSize& size) {
+void PipelineRuntime::recordDeviceSpans(std::int64_t step, StepSize& size) {
   const std::vector<device::DeviceSpan> spans = worker_->takeDeviceSpans();
   if (!worker_->modelsCompute()) return;
   double ms[3] = {0, 0, 0};
@@ -23,11 +23,18 @@ void PipelineRuntime::recordDeviceSpans(StepSize& size) {
     const auto kind = static_cast<std::size_t>(span.kind);
     ms[kind] += std::chrono::duration<double, std::milli>(span.end - span.start).count();
     const std::int64_t start = timeline_->usAt(span.start);
-    timeline_->record({kNames[kind], kCategories[kind], 3, start, timeline_->usAt(span.end) - start});
+    timeline_->record({kNames[kind], kCategories[kind], 3, start, timeline_->usAt(span.end) - start, -1.0});
   }
   size.deviceBusyMs = ms[static_cast<std::size_t>(device::DeviceSpan::Kind::kCompute)];
   size.linkUpMs = ms[static_cast<std::size_t>(device::DeviceSpan::Kind::kUpload)];
   size.linkDownMs = ms[static_cast<std::size_t>(device::DeviceSpan::Kind::kDownload)];
+  // Every rank's, for the device bound: the busiest worker's (benchmarks/emulated_gpu.sh).
+  timeline_->count({"device ms",
+                    timeline_->nowUs(),
+                    {{"step", static_cast<double>(step + 1)},
+                     {"busy", *size.deviceBusyMs},
+                     {"up", *size.linkUpMs},
+                     {"down", *size.linkDownMs}}});
 }
 
 void PipelineRuntime::finishTrace() {

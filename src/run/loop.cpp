@@ -9,6 +9,7 @@
 
 #include "checkpoint/directory.h"
 #include "common/error.h"
+#include "common/host_cpu.h"
 #include "common/log.h"
 #include "common/resident_memory.h"
 #include "run/checkpointing.h"
@@ -79,6 +80,7 @@ std::int64_t plannedSteps(const config::RunConfig& c, std::int64_t tokensPerEpoc
 }
 
 RunResult runLoop(const config::RunConfig& c, Executor& executor) {
+  const cpu::ThreadRole counted(cpu::Role::kEngine);  // the rank's main thread (Note [Host CPU by role])
   RunResult result;
   const bool reports = executor.reports();
   const checkpoint::CheckpointDir checkpoints(c.checkpoint.dir);

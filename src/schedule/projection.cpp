@@ -157,11 +157,13 @@ Hardware loadHardware(const std::string& path) {
   h.p2pGBs = h.p2p ? number("link.p2p_gbps") : 0.0;
   h.efficiency = number("assumptions.matmul_efficiency");
   h.kernelFloorUs = t.at_path("assumptions.kernel_floor_us").value_or(0.0);
+  h.pageableGBs = t.at_path("link.pageable_gbps").value_or(h.pcieGBs / 2);
   if (h.gpus < 1 || h.tensorTflops <= 0 || h.pcieGBs <= 0 || h.gpusPerBridge < 1 || h.efficiency <= 0 ||
-      h.efficiency > 1 || h.kernelFloorUs < 0) {
+      h.efficiency > 1 || h.kernelFloorUs < 0 || h.pageableGBs <= 0) {
     RP_THROW(InputError,
-             "{}: gpu.count, gpu.tensor_tflops, link.pcie_gbps, link.gpus_per_host_bridge must be "
-             "positive, assumptions.matmul_efficiency in (0, 1] and assumptions.kernel_floor_us not negative",
+             "{}: gpu.count, gpu.tensor_tflops, link.pcie_gbps, link.gpus_per_host_bridge (and link.pageable_gbps "
+             "where given) must be positive, assumptions.matmul_efficiency in (0, 1] and "
+             "assumptions.kernel_floor_us not negative",
              path);
   }
   if (t.contains("network")) {

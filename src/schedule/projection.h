@@ -86,6 +86,9 @@ struct Hardware {
   int gpusPerBridge = 1;
   bool p2p = false;
   double kernelFloorUs = 0;  // [assumptions] kernel_floor_us, optional: what each kernel adds (the emulated device)
+  // [link] pageable_gbps, optional: the bridge's rate for copies from or to pageable host memory (the emulated
+  // device with pipeline.emulated_pinned = false); half pcie_gbps where absent, an assumption.
+  double pageableGBs = 0;
   // [network], optional: `nodes` such hosts, data parallel over an Ethernet link of `networkGbps` Gbit/s of
   // which the exchange achieves `networkEfficiency`.
   int nodes = 1;

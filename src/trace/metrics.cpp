@@ -56,6 +56,7 @@ void MetricsWriter::write(const StepMetrics& m) {
   if (m.deviceBusyMs) j["device_busy_ms"] = *m.deviceBusyMs;
   if (m.linkUpMs) j["link_up_ms"] = *m.linkUpMs;
   if (m.linkDownMs) j["link_down_ms"] = *m.linkDownMs;
+  if (!m.hostCpuMs.empty()) j["host_cpu_ms"] = m.hostCpuMs;
   // An emulated device's rates are modelled, and their keys say so (docs/metrics.md).
   if (m.modelTflops) j[m.modelled() ? "modelled_tflops" : "model_tflops"] = *m.modelTflops;
   if (m.mfu) j[m.modelled() ? "modelled_mfu" : "mfu"] = *m.mfu;

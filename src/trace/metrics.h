@@ -40,6 +40,9 @@ struct StepMetrics {
   // A device that keeps its own clock (the emulated one): the reporting rank's device busy computing, and its
   // host link busy per direction, in the spans its iteration took (milliseconds).
   std::optional<double> deviceBusyMs, linkUpMs, linkDownMs;
+  // Pipeline runs: the reporting rank's CPU time in the step by role (Note [Host CPU by role]: engine, optimizer,
+  // copies, control, other), milliseconds.
+  std::map<std::string, double> hostCpuMs;
 };
 
 class MetricsWriter {

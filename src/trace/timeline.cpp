@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/host_cpu.h"
 
 namespace rp::trace {
 
@@ -24,6 +25,11 @@ void Timeline::setDeviceLabel(std::string label) {
 void Timeline::record(Span span) {
   std::lock_guard<std::mutex> lock(mutex_);
   spans_.push_back(std::move(span));
+}
+
+void Timeline::count(Counter counter) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  counters_.push_back(std::move(counter));
 }
 
 std::vector<Span> Timeline::spans() const {
@@ -50,25 +56,34 @@ std::string Timeline::toJson() const {
   events.push_back(
       {{"name", "thread_name"}, {"ph", "M"}, {"pid", rank_}, {"tid", 2}, {"args", {{"name", "stage jobs"}}}});
   for (const auto& s : spans()) {
-    events.push_back({{"name", s.name},
-                      {"cat", s.category},
-                      {"ph", "X"},
-                      {"pid", rank_},
-                      {"tid", s.thread},
-                      {"ts", s.startUs},
-                      {"dur", s.durationUs}});
+    nlohmann::json e{{"name", s.name},        {"cat", s.category}, {"ph", "X"},           {"pid", rank_},
+                     {"tid", s.thread},       {"ts", s.startUs},   {"dur", s.durationUs}};
+    if (s.cpuMs >= 0) e["args"] = {{"cpu_ms", s.cpuMs}};
+    events.push_back(std::move(e));
+  }
+  std::vector<Counter> counters;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    counters = counters_;
+  }
+  for (const auto& c : counters) {
+    nlohmann::json args = nlohmann::json::object();
+    for (const auto& [key, value] : c.values) args[key] = value;
+    events.push_back({{"name", c.name}, {"ph", "C"}, {"pid", rank_}, {"ts", c.atUs}, {"args", args}});
   }
   return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
 }
 
 Timeline::Scope::Scope(Timeline* timeline, std::string name, std::string category, int thread) : timeline_(timeline) {
   if (timeline_ == nullptr) return;
-  span_ = Span{std::move(name), std::move(category), thread, timeline_->nowUs(), 0};
+  span_ = Span{std::move(name), std::move(category), thread, timeline_->nowUs(), 0, -1.0};
+  if (span_.category == "optimizer") cpuStart_ = cpu::roleSeconds(cpu::Role::kOptimizer);
 }
 
 Timeline::Scope::~Scope() {
   if (timeline_ == nullptr) return;
   span_.durationUs = timeline_->nowUs() - span_.startUs;
+  if (cpuStart_ >= 0) span_.cpuMs = (cpu::roleSeconds(cpu::Role::kOptimizer) - cpuStart_) * 1e3;
   timeline_->record(std::move(span_));
 }
 

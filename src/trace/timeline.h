@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace rp::trace {
@@ -20,6 +21,15 @@ struct Span {
   int thread = 0;
   std::int64_t startUs = 0;
   std::int64_t durationUs = 0;
+  double cpuMs = -1.0;  // >= 0: the CPU time its role's threads spent in it (an optimizer span's, Scope)
+};
+
+// A value (or several) at a time, drawn by chrome://tracing as a counter track of the rank: the host's CPU time
+// by role in a step, the device's busy time in an iteration.
+struct Counter {
+  std::string name;
+  std::int64_t atUs = 0;
+  std::vector<std::pair<std::string, double>> values;
 };
 
 class Timeline {
@@ -32,12 +42,14 @@ class Timeline {
   // Names the device track (thread 3) and the rank's process with it ("emulated rtx4090x8").
   void setDeviceLabel(std::string label);
   void record(Span span);
+  void count(Counter counter);
   std::vector<Span> spans() const;
   // {"traceEvents": [...]} for this rank alone.
   std::string toJson() const;
   int rank() const { return rank_; }
 
-  // RAII: records [construction, destruction) as one span.
+  // RAII: records [construction, destruction) as one span; an "optimizer" span with the CPU time the optimizer's
+  // threads spent meanwhile (Note [Host CPU by role]: its work, where the span's length also holds its waits).
   class Scope {
    public:
     Scope(Timeline* timeline, std::string name, std::string category, int thread);
@@ -48,6 +60,7 @@ class Timeline {
    private:
     Timeline* timeline_;
     Span span_;
+    double cpuStart_ = -1.0;
   };
 
  private:
@@ -56,6 +69,7 @@ class Timeline {
   std::string deviceLabel_;
   mutable std::mutex mutex_;
   std::vector<Span> spans_;
+  std::vector<Counter> counters_;
 };
 
 // Merges per-rank trace files (each {"traceEvents": [...]}) into one.

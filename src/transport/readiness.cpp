@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "common/host_cpu.h"
 
 namespace rp::transport {
 
@@ -24,7 +25,12 @@ void ControlReadiness::signal(int to, const control::StageReady& ready, std::vec
     for (const auto& ticket : message.after) done = done && ticket.done();
     if (!done) {
       queue_.push_back(std::move(message));
-      if (!sender_.joinable()) sender_ = std::thread([this] { run(); });
+      if (!sender_.joinable()) {
+        sender_ = std::thread([this] {
+          const cpu::ThreadRole counted(cpu::Role::kControl);  // Note [Host CPU by role]
+          run();
+        });
+      }
       queued_.notify_all();
       return;
     }

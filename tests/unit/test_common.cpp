@@ -1,4 +1,6 @@
 #include <algorithm>
+#include <chrono>
+#include <ctime>
 #include <cstdlib>
 #include <thread>
 #include <vector>
@@ -8,6 +10,7 @@
 #include "common/env.h"
 #include "common/error.h"
 #include "common/fault.h"
+#include "common/host_cpu.h"
 #include "common/mapped_file.h"
 #include "common/parallel.h"
 #include "support/fixtures.h"
@@ -93,6 +96,53 @@ TEST(MappedFile, MissingFileIsInputErrorNamingIt) {
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
   }
 }
+
+// Note [Host CPU by role]: a thread's work counts for its role, its sleep for nothing, its part threads for its
+// role too, an ended thread's time stays, and work on no registered thread is "other".
+namespace host_cpu {
+
+// Spins this thread until it has used `seconds` of CPU.
+void burn(double seconds) {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  const double start = static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+  volatile double sink = 0;
+  while (true) {
+    for (int i = 0; i < 10000; ++i) sink = sink + 1.0;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    if (static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec) - start >= seconds) break;
+  }
+}
+
+TEST(HostCpu, AThreadsWorkCountsForItsRoleAndItsSleepForNothing) {
+  const cpu::HostCpu before = cpu::hostCpu();
+  std::thread([] {
+    const cpu::ThreadRole role(cpu::Role::kCopies);
+    EXPECT_EQ(cpu::currentRole(), cpu::Role::kCopies);
+    burn(0.08);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }).join();
+  std::thread([] {
+    const cpu::ThreadRole role(cpu::Role::kControl);
+    // Its part threads work for it: two parts of 0.04 s each, one on a part thread.
+    parallel::forEachPart(2, [](int) { burn(0.04); });
+  }).join();
+  std::thread([] { burn(0.05); }).join();  // no role: the process's "other"
+  const cpu::HostCpu after = cpu::hostCpu();
+  const double copies = after[cpu::Role::kCopies] - before[cpu::Role::kCopies];
+  const double control = after[cpu::Role::kControl] - before[cpu::Role::kControl];
+  const double other = after[cpu::Role::kOther] - before[cpu::Role::kOther];
+  EXPECT_GE(copies, 0.08);
+  EXPECT_LT(copies, 0.08 + 0.05) << "the thread's 0.1 s of sleep counted";
+  EXPECT_GE(control, 0.08) << "the part thread's work did not count for its caller's role";
+  EXPECT_LT(control, 0.08 + 0.05);
+  EXPECT_GE(other, 0.05);
+  EXPECT_GE(after.process - before.process, copies + control + other - 1e-3);
+  EXPECT_EQ(cpu::currentRole(), cpu::Role::kOther);
+  EXPECT_STREQ(cpu::roleName(cpu::Role::kOptimizer), "optimizer");
+}
+
+}  // namespace host_cpu
 
 }  // namespace
 }  // namespace rp

@@ -164,6 +164,15 @@ TEST(RunConfig, BackendKeys) {
   EXPECT_NE(errorOf(kMinimal, {"pipeline.tensor_channel=gloo"})
                 .find("pipeline.tensor_channel = \"gloo\": expected one of \"host\", \"direct\", \"nccl\""),
             std::string::npos);
+  // The emulated device's host costs (Note [What a GPU host pays]): its waits block and its memory is pinned
+  // unless asked.
+  EXPECT_EQ(config.pipeline.emulatedWaits, "block");
+  EXPECT_TRUE(config.pipeline.emulatedPinned);
+  EXPECT_EQ(loadRunConfig(writeToml(kMinimal), {"pipeline.emulated_waits=spin"}).pipeline.emulatedWaits, "spin");
+  EXPECT_NE(errorOf(kMinimal, {"pipeline.emulated_waits=busy"})
+                .find("pipeline.emulated_waits = \"busy\": expected \"block\" or \"spin\""),
+            std::string::npos)
+      << errorOf(kMinimal, {"pipeline.emulated_waits=busy"});
 }
 
 // pipeline.dispatch: round-robin unless asked; earliest finish only where jobs move between workers.

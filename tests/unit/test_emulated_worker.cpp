@@ -6,6 +6,7 @@
 // follows a host thread (the copy thread issuing the next chunk), the case leaves that thread a chunk's time.
 #include <chrono>
 #include <cstdint>
+#include <ctime>
 #include <memory>
 #include <vector>
 
@@ -19,12 +20,18 @@ namespace {
 
 using Ms = std::chrono::duration<double, std::milli>;
 
-// 1 TFLOP/s, 1 GB/s a direction (or `link` bytes/s), 1 GB, 10 µs a kernel.
+// 1 TFLOP/s, 1 GB/s a direction (or `link` bytes/s), 1 GB, 10 µs a kernel; pageable copies at half the link.
 WorkerOptions profile(bool hostTraffic = false, double link = 1e9) {
   WorkerOptions o;
   o.chunkBytes = 4u << 20;
-  o.emulated = {"test", "Test GPU", 1e12, link, 1e9, 10e-6, hostTraffic};
+  o.emulated = {"test", "Test GPU", 1e12, link, 1e9, 10e-6, hostTraffic, /*spinWaits=*/false, /*pinned=*/true, link / 2};
   return o;
+}
+
+double threadCpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
 double ms(Clock::duration d) {
@@ -184,6 +191,60 @@ TEST(EmulatedWorker, WithHostTrafficACopyReadsAndWritesTheHostMemoryADmaWould) {
     EXPECT_EQ(host.front(), traffic ? 0 : 0xcd);
     EXPECT_EQ(host.back(), traffic ? 0 : 0xcd);
   }
+}
+
+// Note [What a GPU host pays]: with pipeline.emulated_waits = "spin" a wait for the device costs the waiting
+// thread a core for its length, as CUDA's events without cudaEventBlockingSync did; by default it sleeps.
+TEST(EmulatedWorker, SpinningWaitsCostTheirThreadACoreAndBlockingOnesNothing) {
+  for (const bool spin : {false, true}) {
+    WorkerOptions o = profile();
+    o.emulated.spinWaits = spin;
+    EmulatedWorker worker(o);
+    const auto from = worker.mark();
+    worker.expectCompute({100e9, 0});  // 100 ms
+    const auto to = worker.mark();
+    const double cpu = threadCpuSeconds();
+    EXPECT_NEAR(worker.elapsedMs(*from, *to), 100.0, 1e-3);
+    const double spent = threadCpuSeconds() - cpu;
+    if (spin) {
+      EXPECT_GT(spent, 0.05) << "a spinning wait of 0.1 s spent " << spent << " s of CPU";
+    } else {
+      EXPECT_LT(spent, 0.02) << "a blocking wait of 0.1 s spent " << spent << " s of CPU";
+    }
+  }
+}
+
+// With pipeline.emulated_pinned = false host memory stays pageable, as where cudaHostRegister fails: its copies
+// take the pageable rate, and the thread that issues a download into it waits until it landed and writes it.
+TEST(EmulatedWorker, PageableCopiesTakeThePageableRateAndTheirIssuingThread) {
+  WorkerOptions o = profile();
+  o.emulated.pinned = false;  // pageable at 0.5 GB/s
+  EmulatedWorker worker(o);
+  std::vector<std::uint8_t> host(2'000'000, 0xab);
+  const auto pin = worker.pinHost(host.data(), host.size(), "test");
+  const auto device = worker.allocate(host.size());
+  worker.copyUrgent(device.get(), host.data(), 1'000'000).wait();  // up: 2 ms at the pageable rate
+  const auto start = Clock::now();
+  Ticket down = worker.copyUrgent(host.data(), device.get(), 1'000'000);  // down: 2 ms, staged by this thread
+  EXPECT_TRUE(down.done() || Clock::now() - start >= std::chrono::microseconds(1900))
+      << "a download into pageable memory returned before it landed";
+  down.wait();
+  EXPECT_EQ(host.front(), 0) << "the staging wrote the download's destination";
+  EXPECT_EQ(host[1'000'000], 0xab) << "and nothing past it";
+  const auto spans = worker.takeDeviceSpans();
+  const auto up = ofKind(spans, DeviceSpan::Kind::kUpload), dn = ofKind(spans, DeviceSpan::Kind::kDownload);
+  ASSERT_EQ(up.size(), 1u);
+  ASSERT_EQ(dn.size(), 1u);
+  EXPECT_NEAR(ms(up[0].end - up[0].start), 2.0, 1e-3);
+  EXPECT_NEAR(ms(dn[0].end - dn[0].start), 2.0, 1e-3);
+  // Pinned, the same copies take the link's rate.
+  EmulatedWorker pinned(profile());
+  const auto pinnedPin = pinned.pinHost(host.data(), host.size(), "test");
+  const auto pinnedDevice = pinned.allocate(host.size());
+  pinned.copyUrgent(pinnedDevice.get(), host.data(), 1'000'000).wait();
+  const auto pinnedUp = ofKind(pinned.takeDeviceSpans(), DeviceSpan::Kind::kUpload);
+  ASSERT_EQ(pinnedUp.size(), 1u);
+  EXPECT_NEAR(ms(pinnedUp[0].end - pinnedUp[0].start), 1.0, 1e-3);
 }
 
 }  // namespace

@@ -14,6 +14,8 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "common/host_cpu.h"
+#include "common/log.h"
 
 namespace rp::device::emulated {
 
@@ -43,21 +45,31 @@ EmulatedDevice slowed(const WorkerOptions& options) {
   return device;
 }
 
+// Reads `bytes` of host memory, as a copy's source is read.
+void readAll(const void* src, std::size_t bytes) {
+  const auto* words = static_cast<const std::uint64_t*>(src);
+  std::uint64_t sum = 0;
+  for (std::size_t i = 0; i < bytes / sizeof(std::uint64_t); ++i) sum += words[i];
+  volatile std::uint64_t sink = sum;
+  (void)sink;
+}
+
 Clock::duration seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
 }
 
 }  // namespace
 
-Clock::duration Link::duration(std::size_t bytes) const {
-  return seconds(static_cast<double>(bytes) / bytesPerSecond_);
+Clock::duration Link::duration(std::size_t bytes, double rate) const {
+  return seconds(static_cast<double>(bytes) / (rate > 0 ? rate : bytesPerSecond_));
 }
 
-std::pair<Clock::time_point, Clock::time_point> Link::reserve(Clock::time_point ready, std::size_t bytes) {
+std::pair<Clock::time_point, Clock::time_point> Link::reserve(Clock::time_point ready, std::size_t bytes,
+                                                              double rate) {
   const Clock::time_point now = Clock::now();
   busy_.erase(std::remove_if(busy_.begin(), busy_.end(), [&](const auto& b) { return b.second <= now; }),
               busy_.end());
-  const Clock::duration length = duration(bytes);
+  const Clock::duration length = duration(bytes, rate);
   Clock::time_point start = ready;
   for (const auto& [s, e] : busy_) {  // by start: the first gap that holds the copy
     if (start + length <= s) break;
@@ -72,7 +84,11 @@ std::pair<Clock::time_point, Clock::time_point> Link::reserve(Clock::time_point 
 // Tickets completed at the times their copies land (after the host traffic a DMA would make, if modelled).
 class EmulatedWorker::Completions {
  public:
-  Completions() : thread_([this] { loop(); }) {}
+  Completions()
+      : thread_([this] {
+          const cpu::ThreadRole counted(cpu::Role::kCopies);  // Note [Host CPU by role]
+          loop();
+        }) {}
   ~Completions() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -142,17 +158,21 @@ EmulatedWorker::EmulatedWorker(const WorkerOptions& options)
       bulkReady_(computeEnd_),
       completions_(std::make_unique<Completions>()),
       bulk_(options.chunkBytes, 2, [this](void* dst, const void* src, std::size_t bytes) {
-        RP_CHECK(isHost(src, bytes) && !isHost(dst, bytes), "emulated device: a bulk copy is a host-to-device upload");
+        const Side from = sideOf(src, bytes);
+        RP_CHECK(from != Side::kDevice && !isHost(dst, bytes), "emulated device: a bulk copy is a host-to-device upload");
+        const bool pageable = from == Side::kPageable;
         Clock::time_point end;
         {
           std::lock_guard<std::mutex> lock(mutex_);
-          const auto [start, landed] = up_.reserve(std::max(Clock::now(), bulkReady_), bytes);
+          const auto [start, landed] = up_.reserve(std::max(Clock::now(), bulkReady_), bytes,
+                                                   pageable ? device_.pageableBytesPerSecond : 0);
           bulkReady_ = end = landed;
           spans_.push_back({DeviceSpan::Kind::kUpload, start, landed});
         }
+        if (pageable) stage(dst, src, bytes, /*upload=*/true, end);  // the copy thread issues it: it stages
         return ChunkedCopyQueue::Landing([this, dst, src, bytes, end] {
           touchHost(dst, src, bytes, /*upload=*/true);
-          std::this_thread::sleep_until(end);
+          waitUntil(end);  // the chunk's landing event (Note [What a GPU host pays])
         });
       }) {
   if (!(device_.flopsPerSecond > 0 && device_.linkBytesPerSecond > 0 && device_.memoryBytes > 0)) {
@@ -241,15 +261,22 @@ std::shared_ptr<ComputeMark> EmulatedWorker::mark() {
 double EmulatedWorker::elapsedMs(const ComputeMark& from, const ComputeMark& to) {
   const auto& a = static_cast<const TimeMark&>(from);
   const auto& b = static_cast<const TimeMark&>(to);
-  std::this_thread::sleep_until(b.at);
+  waitUntil(b.at);  // the later mark's event (Note [What a GPU host pays])
   return std::chrono::duration<double, std::milli>(b.at - a.at).count();
 }
 
-std::shared_ptr<void> EmulatedWorker::pinHost(void* memory, std::size_t bytes, const std::string&) {
+std::shared_ptr<void> EmulatedWorker::pinHost(void* memory, std::size_t bytes, const std::string& what) {
   const auto start = reinterpret_cast<std::uintptr_t>(memory);
+  if (!device_.pinned) {
+    RP_LOG_WARN(
+        "emulated device: the {} ({:.1f} MB) is not pinned (pipeline.emulated_pinned = false, as where "
+        "cudaHostRegister fails): copies from and to it are pageable, at {:.1f} GB/s, staged by the thread that "
+        "issues them",
+        what, static_cast<double>(bytes) / 1e6, device_.pageableBytesPerSecond / 1e9);
+  }
   {
     std::lock_guard<std::mutex> lock(host_->mutex);
-    host_->ranges[start] = bytes;
+    host_->ranges[start] = {bytes, device_.pinned};
   }
   return std::shared_ptr<void>(memory, [host = host_, start](void*) {
     std::lock_guard<std::mutex> lock(host->mutex);
@@ -257,13 +284,42 @@ std::shared_ptr<void> EmulatedWorker::pinHost(void* memory, std::size_t bytes, c
   });
 }
 
-bool EmulatedWorker::isHost(const void* p, std::size_t bytes) const {
+EmulatedWorker::Side EmulatedWorker::sideOf(const void* p, std::size_t bytes) const {
   const auto at = reinterpret_cast<std::uintptr_t>(p);
   std::lock_guard<std::mutex> lock(host_->mutex);
   auto it = host_->ranges.upper_bound(at);
-  if (it == host_->ranges.begin()) return false;
+  if (it == host_->ranges.begin()) return Side::kDevice;
   --it;
-  return at >= it->first && at + bytes <= it->first + it->second;
+  if (!(at >= it->first && at + bytes <= it->first + it->second.first)) return Side::kDevice;
+  return it->second.second ? Side::kPinned : Side::kPageable;
+}
+
+// Note [What a GPU host pays]: two costs a GPU host pays that a modelled device would otherwise hide. (1) CUDA's
+// waits spun on events made without cudaEventBlockingSync — the copy thread for every weight chunk, the issuing
+// thread for the iteration's timing mark — each a core at nice 0 ahead of the optimizer (Note [Blocking host
+// waits], device/cuda/cuda_common.cpp); pipeline.emulated_waits = "spin" makes the same two waits spin here, so
+// what that cost the optimizer is measured on this host (docs/benchmarks.md). (2) Host memory cudaHostRegister
+// refused (the locked-memory limit) is pageable: the driver stages every copy through a pinned buffer of its
+// own, with the issuing thread's CPU, at a lower rate; pipeline.emulated_pinned = false makes every registered
+// range pageable, its copies take the profile's link.pageable_gbps, and the thread that issues one reads an
+// upload's source or, once it landed, writes a download's destination itself.
+void EmulatedWorker::waitUntil(Clock::time_point t) const {
+  if (!device_.spinWaits) {
+    std::this_thread::sleep_until(t);
+    return;
+  }
+  while (Clock::now() < t) {
+  }
+}
+
+void EmulatedWorker::stage(void* dst, const void* src, std::size_t bytes, bool upload,
+                           Clock::time_point landed) const {
+  if (upload) {
+    readAll(src, bytes);  // the staging copy's read
+    return;
+  }
+  waitUntil(landed);  // a download into pageable memory returns once its bytes are out of the staging buffer
+  std::memset(dst, 0, bytes);  // the synthetic values it writes
 }
 
 void EmulatedWorker::touchHost(void* dst, const void* src, std::size_t bytes, bool upload) const {
@@ -272,15 +328,13 @@ void EmulatedWorker::touchHost(void* dst, const void* src, std::size_t bytes, bo
     std::memset(dst, 0, bytes);  // the synthetic gradient or activation a download writes
     return;
   }
-  const auto* words = static_cast<const std::uint64_t*>(src);
-  std::uint64_t sum = 0;
-  for (std::size_t i = 0; i < bytes / sizeof(std::uint64_t); ++i) sum += words[i];
-  volatile std::uint64_t sink = sum;  // the read a DMA makes
-  (void)sink;
+  readAll(src, bytes);  // the read a DMA makes
 }
 
 Ticket EmulatedWorker::urgent(void* dst, const void* src, std::size_t bytes, Clock::time_point ready) {
-  const bool fromHost = isHost(src, bytes), toHost = isHost(dst, bytes);
+  const Side from = sideOf(src, bytes), to = sideOf(dst, bytes);
+  const bool fromHost = from != Side::kDevice, toHost = to != Side::kDevice;
+  const bool pageable = (fromHost && !toHost && from == Side::kPageable) || (toHost && !fromHost && to == Side::kPageable);
   Ticket ticket;
   ticket.add();
   if (fromHost && toHost) {  // not a device copy: done as asked
@@ -298,12 +352,14 @@ Ticket EmulatedWorker::urgent(void* dst, const void* src, std::size_t bytes, Clo
       // download stream), whose copies run in the order issued: one starts after the one before it landed,
       // even where the link has an earlier gap.
       Clock::time_point& streamEnd = fromHost ? uploadStreamEnd_ : downloadStreamEnd_;
-      const auto [start, landed] = (fromHost ? up_ : down_).reserve(std::max(ready, streamEnd), bytes);
+      const auto [start, landed] = (fromHost ? up_ : down_).reserve(std::max(ready, streamEnd), bytes,
+                                                                     pageable ? device_.pageableBytesPerSecond : 0);
       streamEnd = end = landed;
       spans_.push_back({fromHost ? DeviceSpan::Kind::kUpload : DeviceSpan::Kind::kDownload, start, landed});
     }
   }
   ticket.addDeviceEvent(std::make_shared<Clock::time_point>(end));
+  if (pageable) stage(dst, src, bytes, /*upload=*/fromHost, end);  // Note [What a GPU host pays]
   std::function<void()> work;
   if (device_.hostTraffic && (fromHost || toHost)) {
     work = [this, dst, src, bytes, fromHost] { touchHost(dst, src, bytes, fromHost); };

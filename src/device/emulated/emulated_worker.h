@@ -31,9 +31,11 @@ using Clock = std::chrono::steady_clock;
 class Link {
  public:
   explicit Link(double bytesPerSecond) : bytesPerSecond_(bytesPerSecond) {}
-  // Reserves `bytes` at the earliest start >= `ready` that overlaps no other reservation: [start, end).
-  std::pair<Clock::time_point, Clock::time_point> reserve(Clock::time_point ready, std::size_t bytes);
-  Clock::duration duration(std::size_t bytes) const;
+  // Reserves `bytes` at the earliest start >= `ready` that overlaps no other reservation: [start, end), at the
+  // link's rate or at `rate` bytes/s where given (a pageable copy's).
+  std::pair<Clock::time_point, Clock::time_point> reserve(Clock::time_point ready, std::size_t bytes,
+                                                          double rate = 0);
+  Clock::duration duration(std::size_t bytes, double rate = 0) const;
 
  private:
   double bytesPerSecond_;
@@ -79,9 +81,17 @@ class EmulatedWorker : public Worker {
   // outlive the worker (the node store's is released after it).
   struct HostRanges {
     std::mutex mutex;
-    std::map<std::uintptr_t, std::size_t> ranges;
+    std::map<std::uintptr_t, std::pair<std::size_t, bool>> ranges;  // start -> bytes, pinned
   };
-  bool isHost(const void* p, std::size_t bytes) const;
+  // Where a copy's side is: device memory, or a registered host range, pinned or pageable.
+  enum class Side { kDevice, kPinned, kPageable };
+  Side sideOf(const void* p, std::size_t bytes) const;
+  bool isHost(const void* p, std::size_t bytes) const { return sideOf(p, bytes) != Side::kDevice; }
+  // Until `t`: asleep, or spinning where the profile's waits spin (Note [What a GPU host pays]).
+  void waitUntil(Clock::time_point t) const;
+  // A pageable copy's host side staged by the issuing thread, as the driver's staging does (a read of an
+  // upload's source, a write of a download's destination after it landed).
+  void stage(void* dst, const void* src, std::size_t bytes, bool upload, Clock::time_point landed) const;
   // A copy ready at `ready` (its compute dependency), on the link its direction takes; completes `ticket`.
   Ticket urgent(void* dst, const void* src, std::size_t bytes, Clock::time_point ready);
   // The host memory a DMA of the copy would read or write (hostTraffic).
