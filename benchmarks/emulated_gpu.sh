@@ -2,7 +2,7 @@
 # The host side against the emulated device (docs/emulated.md; docs/benchmarks.md, "The emulated GPU host"):
 # a Qwen3-0.6B-shaped model (benchmarks/configs/qwen3-0.6b: its real config, random init, bf16, ~12 GB of host
 # state), 8 microbatches of one 4096-token row (each file one document: rows of one document, as the
-# simulator's projection counts them), W workers on a profile, sync and async. Per run, medians over the
+# simulator's projection counts them), W workers on a profile, sync and async. Per run, means over the
 # timed steps (all but the first two), every figure work, never span occupancy (Note [Host CPU by role]): the
 # step; D, the busiest rank's device compute per step, and L its link's (up / down), from every rank's trace
 # (the device model's clock); the simulator's makespan for the same plan, profile and shape (roundpipe_sim
@@ -42,7 +42,7 @@ if [[ $(id -u) -eq 0 ]]; then launch+=(--allow-run-as-root); fi
 
 cores=$(nproc)
 echo "Qwen3-0.6B shape, bf16, random init, 8 x 4096 tokens a step, profile $profile, host traffic $traffic, waits $waits, pinned $pinned, $cores cores;"
-echo "medians over steps 3..$steps; D, L from the device model (the busiest rank), O, H, T from CPU time (work)"
+echo "means over steps 3..$steps; D, L from the device model (the busiest rank), O, H, T from CPU time (work)"
 echo
 echo "| W | mode | plan | step ms | D ms | L up/down ms | sim ms | O ms | H ms | T ms | bound ms (binds) | step / bound | cores a GPU needs | host peak B/param | set-up s |"
 echo "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
@@ -80,7 +80,10 @@ d, log, sim, w, mode, plan, config, cores, rates = sys.argv[1:]
 W, cores = int(w), int(cores)
 rows = [json.loads(l) for l in open(f"{d}/metrics.jsonl")][2:]
 timed = {int(r["step"]) for r in rows}
-med = statistics.median
+# Means over the timed steps, every term alike: total work over total time (a rank's step window is its own
+# optimizer's, offset from rank 0's, so one step's sum over ranks may exceed one step's cores x time; their
+# totals cannot).
+med = statistics.mean
 step = med([r["step_time_s"] * 1e3 for r in rows])
 text = open(log).read()
 threads = int(re.search(r"optimizer .*? on (\d+) thread\(s\) per rank", text).group(1))
