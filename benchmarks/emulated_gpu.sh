@@ -129,11 +129,14 @@ fwd_part, fused_part, bwd_part = (p.strip().split(" ", 1)[1] if " " in p.strip()
 first = (stages(fwd_part) or stages(fused_part))[0]
 last = (stages(bwd_part) or stages(fused_part))[-1]
 cpu = lambda e: e.get("args", {}).get("cpu_ms", 0.0)
-widen = [cpu(e) for e in events if e.get("ph") == "X" and e["name"].startswith("widen layer")
+# The timed steps' widening only: after the update of the last step not timed (the first steps touch memory first).
+t0 = max([e["ts"] + e["dur"] for e in events if e.get("ph") == "X" and e["name"].startswith("AdamW step")
+          and int(e["name"].rsplit(" ", 1)[1]) < min(timed)] or [0])
+widen = [cpu(e) for e in events if e.get("ph") == "X" and e["name"].startswith("widen layer") and e["ts"] >= t0
          and last[0] <= int(e["name"].rsplit(" ", 1)[1]) <= last[1]]
 updates = [cpu(e) for e in events if e.get("ph") == "X" and e["name"].startswith("AdamW step")
            and int(e["name"].rsplit(" ", 1)[1]) in timed]
-widen_ms = sum(widen) / max(1, len(widen) / (last[1] - last[0] + 1))
+widen_ms = sum(widen) / len(timed)
 share = sum(layer_params[first[0]:first[1] + 1]) / sum(layer_params)
 T = (widen_ms + (med(updates) if updates else 0) * share) / min(threads, cores)
 terms = {"device": dev, "link up": up, "link down": down, "host": H}

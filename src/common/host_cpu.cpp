@@ -25,6 +25,7 @@ struct Entry {
   pthread_t thread;
   clockid_t clock;
   Role role;
+  double base;  // its clock when it registered: what it spent before counts as other
 };
 
 struct Registry {
@@ -70,18 +71,18 @@ ThreadRole::ThreadRole(Role role) : registered_(tlsRole == Role::kOther && role 
   if (pthread_getcpuclockid(pthread_self(), &clock) != 0) clock = CLOCK_THREAD_CPUTIME_ID;
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  r.live.push_back({pthread_self(), clock, role});
+  r.live.push_back({pthread_self(), clock, role, secondsOf(CLOCK_THREAD_CPUTIME_ID)});
   tlsRole = role;
 }
 
 ThreadRole::~ThreadRole() {
   if (!registered_) return;
-  const double own = secondsOf(CLOCK_THREAD_CPUTIME_ID);
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
+  const double own = secondsOf(CLOCK_THREAD_CPUTIME_ID);  // under the lock: a reader never sees it go back
   for (auto it = r.live.begin(); it != r.live.end(); ++it) {
     if (pthread_equal(it->thread, pthread_self())) {
-      r.ended[static_cast<std::size_t>(it->role)] += own;
+      r.ended[static_cast<std::size_t>(it->role)] += own - it->base;
       r.live.erase(it);
       break;
     }
@@ -99,7 +100,7 @@ HostCpu hostCpu() {
   {
     std::lock_guard<std::mutex> lock(r.mutex);
     out.seconds = r.ended;
-    for (const Entry& e : r.live) out.seconds[static_cast<std::size_t>(e.role)] += secondsOf(e.clock);
+    for (const Entry& e : r.live) out.seconds[static_cast<std::size_t>(e.role)] += secondsOf(e.clock) - e.base;
   }
   out.process = secondsOf(CLOCK_PROCESS_CPUTIME_ID);
   double registered = 0.0;
@@ -115,7 +116,7 @@ double roleSeconds(Role role) {
   std::lock_guard<std::mutex> lock(r.mutex);
   double s = r.ended[static_cast<std::size_t>(role)];
   for (const Entry& e : r.live) {
-    if (e.role == role) s += secondsOf(e.clock);
+    if (e.role == role) s += secondsOf(e.clock) - e.base;
   }
   return s;
 }

@@ -15,9 +15,9 @@ enum class Role { kEngine, kOptimizer, kCopies, kControl, kOther };
 inline constexpr std::size_t kRoles = 5;
 const char* roleName(Role role);  // "engine", "optimizer", "copies", "control", "other"
 
-// While alive, the calling thread's CPU time counts for `role` (its whole life's, registered or not, is read from
-// its clock); threads it starts through common/parallel.h count for the same role. At destruction the thread's
-// time so far stays in the role's total.
+// While alive, the calling thread's CPU time counts for `role` (from its registration; before it, as other);
+// threads it starts through common/parallel.h count for the same role. At destruction the thread's time stays in
+// the role's total.
 class ThreadRole {
  public:
   explicit ThreadRole(Role role);

@@ -73,15 +73,17 @@ class PartThreads {
   void run(int parts, const std::function<void(int part)>& fn) {
     busy_ = true;
     const int nice = thisThreadsNice();
-    if (nice != nice_) {  // the threads started before run at the old priority
-      stopAll();
+    const cpu::Role role = cpu::currentRole();
+    if (nice != nice_ || role != role_) {  // the threads started before run at the old priority, or count for
+      stopAll();                           // the old role (Note [Host CPU by role])
       nice_ = nice;
+      role_ = role;
     }
     {
       std::lock_guard<std::mutex> lock(mutex_);
       while (static_cast<int>(threads_.size()) < parts - 1) {
         const int part = static_cast<int>(threads_.size()) + 1;
-        threads_.emplace_back([this, part, role = cpu::currentRole()] {
+        threads_.emplace_back([this, part, role = role_] {
           const cpu::ThreadRole counted(role);  // the caller's (Note [Host CPU by role])
           loop(part);
         });
@@ -137,6 +139,7 @@ class PartThreads {
   bool stop_ = false;
   bool busy_ = false;  // the owning thread's alone
   int nice_ = 0;
+  cpu::Role role_ = cpu::Role::kOther;
   static thread_local bool inPool_;
 };
 

@@ -4,7 +4,7 @@
 # most of the step) — a full fine-tune, a LoRA one and one on packed documents of 128 tokens — and
 # roundpipe_sim projects the same model, plan, microbatches and documents on the same profile. The device's busy
 # time of a step (what its compute spans add up to) is the simulator's busy time within 2%, and the step the
-# simulator's makespan within 2%. A LoRA emulated step charged a full backward, or a packed one the whole row's
+# simulator's makespan within 2% below and 6% above (a host late under load only lengthens it). A LoRA emulated step charged a full backward, or a packed one the whole row's
 # causal square, would be 30-50% off.
 # Usage: emulated_matches_sim.sh <bin dir> <source dir>
 set -euo pipefail
@@ -76,7 +76,8 @@ device = statistics.median(r["device_busy_ms"] for r in rows[2:])
 step = statistics.median(r["step_time_s"] * 1e3 for r in rows[2:])
 print(f"{name}: device busy {device:.1f} ms vs simulator {busy:.1f} ms; step {step:.1f} ms vs makespan {makespan:.1f} ms")
 assert abs(device / busy - 1) < 0.02, (device, busy)
-assert abs(step / makespan - 1) < 0.02, (step, makespan)
+# The makespan is a lower bound: a host late on a loaded machine only lengthens the step.
+assert -0.02 < step / makespan - 1 < 0.06, (step, makespan)
 PY
 }
 
