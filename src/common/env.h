@@ -49,6 +49,12 @@ inline constexpr Var kSlowWorker{"RP_SLOW_WORKER", "", "testing: <rank>:<speed i
 inline constexpr Var kHoldForPrefetch{"RP_HOLD_FOR_PREFETCH", "0",
                                       "testing: 1 = jobs wait for their next job's weights to be published"};
 
+// Testing (Note [Device sanitizer], docs/emulated.md): a stream-ordering mistake put into the engine on purpose,
+// which the emulated device must report — activation-without-compute-after, gradient-marks-first-microbatch,
+// slot-release-keeps-first-mark, weight-copy-previous-mark; empty = none.
+inline constexpr Var kTestMutate{"RP_TEST_MUTATE", "",
+                                 "testing: an ordering mistake the emulated device's sanitizer must report"};
+
 // Benchmarks only (docs/benchmarks.md, G1): weights are never copied into the stage slots, so a run measures
 // the same compute without its uploads; its losses are meaningless.
 inline constexpr Var kBenchNoUploads{"RP_BENCH_NO_UPLOADS", "0",

@@ -84,6 +84,19 @@ struct ComputeWork {
   int kernels = 0;
 };
 
+// Note [Device sanitizer]: memory a compute or a copy touches, named by the engine (on the emulated device the
+// tensors are meta tensors, without addresses): a stage slot, a fetched input, a layer's gradients.
+struct Region {
+  enum class Kind : std::uint8_t { kSlot, kInput, kGradient };
+  Kind kind = Kind::kSlot;
+  std::int64_t id = 0;  // the slot, the fetch's serial, the layer
+  bool operator<(const Region& o) const { return kind != o.kind ? kind < o.kind : id < o.id; }
+};
+struct Access {
+  std::vector<Region> reads, writes;
+  std::string what;  // the operation, for a violation's message ("forward of layer 3, mb 1, job 0 fwd 0-2, step 2")
+};
+
 // What a device did, by its own clock (the emulated device: its model's): a span of compute or of one
 // direction of its host link.
 struct DeviceSpan {
@@ -210,6 +223,14 @@ class Worker {
   virtual void expectCompute(const ComputeWork&) {}
   // The device's spans since the last call, by its own clock; empty where the device keeps none (cpu, cuda).
   virtual std::vector<DeviceSpan> takeDeviceSpans() { return {}; }
+  // Note [Device sanitizer]: a device that checks every copy and compute against the memory it touches, on its
+  // own timeline. The engine declares what the compute it submitted last (expectCompute) and the copy this thread
+  // submitted last touch; an access that a GPU would run against memory not yet written, or still in use, is
+  // recorded, and the first is thrown (InternalError) by the next declareCopy or by checkAccesses.
+  virtual bool sanitizes() const { return false; }
+  virtual void declareCompute(const Access&) {}
+  virtual void declareCopy(const Access&) {}
+  virtual void checkAccesses() {}
   // Note [Emulated compute memory]: the memory the modelled device's compute would hold (its meta tensors'
   // bytes, counted by the engine's meta allocator): hold `bytes` more, false where that passes what the card
   // leaves the compute (its memory less the stage slots, or capComputeMemory's cap): an out-of-memory.

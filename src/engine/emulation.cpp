@@ -8,6 +8,7 @@
 #include <torch/library.h>
 
 #include "common/error.h"
+#include "common/fmt.h"
 #include "model/libtorch.h"
 #include "schedule/projection.h"
 
@@ -155,30 +156,61 @@ double EmulatedCompute::pairs(int l, const model::AttentionContext& context) con
   return schedule::attentionPairs(lengths, windows_.at(static_cast<std::size_t>(l)));
 }
 
-void EmulatedCompute::forward(int l, const model::AttentionContext& context, bool withGradients) const {
+void EmulatedCompute::at(int slot, std::string job) {
+  slot_ = slot;
+  job_ = std::move(job);
+  inputs_.clear();
+}
+
+void EmulatedCompute::declare(device::Access access) {
+  access.reads.push_back({device::Region::Kind::kSlot, slot_});
+  for (const auto& input : inputs_) access.reads.push_back(input);
+  inputs_.clear();
+  worker_.declareCompute(access);
+}
+
+void EmulatedCompute::forward(int l, const model::AttentionContext& context, bool withGradients) {
   if (!active_) return;
   const auto tokens = static_cast<double>(context.documents.offsets.back());
+  device::Access access;
+  access.what = fmt::format("forward of layer {}, mb {}, {}", l, microbatch_, job_);
   if (l == 0) {
     worker_.expectCompute({0.0, 1});  // the embedding's lookup: a gather
   } else if (l == layers_ - 1) {
     const schedule::LayerFlops head = schedule::headWork(shape_, tokens, frozen_);
     const int kernels = withGradients ? 2 * kHeadForwardKernels : kHeadForwardKernels;
     worker_.expectCompute({withGradients ? head.forward + head.backward : head.forward, kernels});
+    if (withGradients) access.writes.push_back({device::Region::Kind::kGradient, l});
   } else {
     worker_.expectCompute(
         {schedule::decoderLayerWork(shape_, tokens, pairs(l, context), frozen_).forward, kDecoderForwardKernels});
   }
+  declare(std::move(access));
 }
 
-device::ComputeWork EmulatedCompute::backwardWork(int l, const model::AttentionContext& context) const {
-  if (l == layers_ - 1) return {};  // the head's gradients came with its forward
-  if (l == 0) return {0.0, frozen_ ? 0 : 1};  // the embedding's gradient: a scatter
+EmulatedCompute::Backward EmulatedCompute::backwardWork(int l, const model::AttentionContext& context) const {
+  Backward out;
+  out.access.what = fmt::format("backward of layer {}, mb {}, {}", l, microbatch_, job_);
+  out.access.reads.push_back({device::Region::Kind::kSlot, slot_});
+  out.access.writes.push_back({device::Region::Kind::kGradient, l});
+  if (l == layers_ - 1) return out;  // the head's gradients came with its forward
+  if (l == 0) {
+    out.work = {0.0, frozen_ ? 0 : 1};  // the embedding's gradient: a scatter
+    return out;
+  }
   const auto tokens = static_cast<double>(context.documents.offsets.back());
-  return {schedule::decoderLayerWork(shape_, tokens, pairs(l, context), frozen_).backward, 2 * kDecoderForwardKernels};
+  out.work = {schedule::decoderLayerWork(shape_, tokens, pairs(l, context), frozen_).backward,
+              2 * kDecoderForwardKernels};
+  return out;
 }
 
-void EmulatedCompute::backward(const device::ComputeWork& work) const {
-  if (active_ && (work.flops > 0 || work.kernels > 0)) worker_.expectCompute(work);
+void EmulatedCompute::backward(const Backward& b) {
+  if (!active_ || (b.work.flops <= 0 && b.work.kernels <= 0)) return;
+  worker_.expectCompute(b.work);
+  device::Access access = b.access;  // its slot as registered; the inputs fetched since
+  for (const auto& input : inputs_) access.reads.push_back(input);
+  inputs_.clear();
+  worker_.declareCompute(access);
 }
 
 }  // namespace rp::engine

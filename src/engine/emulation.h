@@ -38,13 +38,24 @@ class EmulatedCompute {
   EmulatedCompute(const EmulatedCompute&) = delete;
   EmulatedCompute& operator=(const EmulatedCompute&) = delete;
   bool active() const { return active_; }
-  void forward(int layer, const model::AttentionContext& context, bool withGradients) const;
-  // Layer `layer`'s backward on the microbatch of `context`, to submit when autograd reaches it.
-  device::ComputeWork backwardWork(int layer, const model::AttentionContext& context) const;
-  void backward(const device::ComputeWork& work) const;
+  // Note [Device sanitizer]: what the computes submitted next read — the job's stage slot — and who they are, for
+  // the device's checks; a fetched input the next compute reads.
+  void at(int slot, std::string job);
+  void microbatch(int mb) { microbatch_ = mb; }
+  void willRead(const device::Region& input) { inputs_.push_back(input); }
+  void forward(int layer, const model::AttentionContext& context, bool withGradients);
+  // Layer `layer`'s backward on the microbatch of `context`, to submit when autograd reaches it, with what it
+  // touches.
+  struct Backward {
+    device::ComputeWork work;
+    device::Access access;
+  };
+  Backward backwardWork(int layer, const model::AttentionContext& context) const;
+  void backward(const Backward& backward);
 
  private:
   double pairs(int layer, const model::AttentionContext& context) const;
+  void declare(device::Access access);
 
   device::Worker& worker_;
   const schedule::ModelShape shape_;
@@ -52,6 +63,9 @@ class EmulatedCompute {
   bool frozen_;
   int layers_;
   bool active_;
+  int slot_ = 0, microbatch_ = 0;
+  std::string job_;
+  std::vector<device::Region> inputs_;  // fetched for the next compute
 };
 
 // While alive, the meta tensors this thread creates are not counted as the emulated device's compute memory: the

@@ -43,8 +43,24 @@ JobExecutor::JobExecutor(JobContext c, std::unique_ptr<StageSlots> slots,
       moe_(c.model.model().config().moe.numExperts > 0),
       skipUploads_(env::getInt(env::kBenchNoUploads) != 0),
       holdForPrefetch_(env::getInt(env::kHoldForPrefetch) != 0),
+      mutation_(testMutation()),
       slots_(std::move(slots)),
-      tensors_(std::move(tensors)) {}
+      tensors_(std::move(tensors)) {
+  if (mutation_ == TestMutation::kSlotReleaseKeepsFirstMark) slots_->keepFirstReleaseMark();
+}
+
+JobExecutor::TestMutation JobExecutor::testMutation() {
+  const std::string name = env::get(env::kTestMutate);
+  if (name.empty()) return TestMutation::kNone;
+  if (name == "activation-without-compute-after") return TestMutation::kActivationWithoutComputeAfter;
+  if (name == "gradient-marks-first-microbatch") return TestMutation::kGradientMarksFirstMicrobatch;
+  if (name == "slot-release-keeps-first-mark") return TestMutation::kSlotReleaseKeepsFirstMark;
+  if (name == "weight-copy-previous-mark") return TestMutation::kWeightCopyPreviousMark;
+  RP_THROW(InputError,
+           "RP_TEST_MUTATE = \"{}\": expected activation-without-compute-after, gradient-marks-first-microbatch, "
+           "slot-release-keeps-first-mark or weight-copy-previous-mark",
+           name);
+}
 
 JobExecutor::~JobExecutor() {
   if (prefetch_) prefetch_->ticket.wait();  // never free memory the copy thread still writes
@@ -132,7 +148,17 @@ void JobExecutor::namingOutOfMemory(std::int64_t step, const std::string& what, 
 torch::Tensor JobExecutor::fetch(const transport::TensorId& id, at::IntArrayRef shape, int writer) {
   if (writer == rank_ || writer == transport::kSaved) landPuts(&id);
   torch::Tensor local = torch::empty(shape, torch::TensorOptions().dtype(model_->dtype()).device(device_));
-  worker_->computeAfter(tensors_->get(id, local.data_ptr(), static_cast<std::size_t>(local.nbytes()), writer));
+  const device::Ticket got = tensors_->get(id, local.data_ptr(), static_cast<std::size_t>(local.nbytes()), writer);
+  if (emulated_.active()) {  // Note [Device sanitizer]: the copy fills an input the next compute reads
+    const device::Region input{device::Region::Kind::kInput, ++fetches_};
+    worker_->declareCopy({{}, {input}, fmt::format("fetch of {} of layer {}, mb {}, step {}",
+                                                   id.kind == transport::TensorKind::kActivation ? "activation"
+                                                                                                : "gradient",
+                                                   id.layer, id.microbatch,
+                                                   id.step + 1)});
+    emulated_.willRead(input);
+  }
+  if (mutation_ != TestMutation::kActivationWithoutComputeAfter) worker_->computeAfter(got);
   return local;
 }
 
@@ -374,6 +400,7 @@ JobExecutor::Recomputed JobExecutor::recomputeAhead(std::int64_t step, const sch
                                                     int mb) {
   const int a = config_.pipeline.recompute == config::Recompute::kLayer ? job.layers.end - 1 : job.layers.begin;
   const int b = job.layers.end;
+  emulated_.microbatch(mb);
   {
     const std::string what = fmt::format("wait: saved inputs of mb {} (step {})", mb, step + 1);
     activity_->set(rank_, 0, what);
@@ -449,6 +476,10 @@ void JobExecutor::runJob(std::int64_t step, std::int64_t k, const schedule::Disp
                           prefetch_->of.layers == job.layers && prefetch_->slot == slot_;
   if (!prefetched) dropPrefetch();  // a guess of this iteration's table that did not hold (Note [Prefetch])
   slots_->bind(*model_, job.layers, slot_);
+  if (emulated_.active()) {
+    emulated_.at(slot_, fmt::format("job {} ({} {}-{}) of step {}", k, schedule::jobKindName(job.kind),
+                                    job.layers.begin, job.layers.end - 1, step + 1));
+  }
   if (prefetched) {
     trace::Timeline::Scope wait(timeline_, "wait: prefetched weights", "upload", 0);
     prefetch_->ticket.wait();
@@ -479,7 +510,11 @@ void JobExecutor::runJob(std::int64_t step, std::int64_t k, const schedule::Disp
   const bool downloadsAtEnd = job.kind != schedule::JobKind::kForward && !downloadsPerLayer_;
   std::unique_ptr<GradientMarks> marks;  // Note [Gradient marks]: over the last microbatch's backward
   auto run = [&](int mb, Recomputed* recomputed) {
-    if (downloadsAtEnd && mb + 1 == M) marks = gradientMarks(job.layers);
+    // Note [Gradient marks] over the last microbatch; a test mutation takes them over the first (Note [Device
+    // sanitizer]: its downloads then read gradients the later microbatches still write).
+    const int marked = mutation_ == TestMutation::kGradientMarksFirstMicrobatch ? 0 : M - 1;
+    if (downloadsAtEnd && mb == marked) marks = gradientMarks(job.layers);
+    emulated_.microbatch(mb);
     runMicrobatch(step, k, table, data, mb, recomputed);
     if (mb + 1 == M) holdForPrefetch(step);  // testing: Note [Hold for prefetch]
     tryPrefetch();  // the next job's weights, if published meanwhile
@@ -498,7 +533,9 @@ void JobExecutor::runJob(std::int64_t step, std::int64_t k, const schedule::Disp
   if (downloadsAtEnd) download(step, job.layers, marks.get());
   downloadsPerLayer_ = false;
   writeLosses(step);
-  slots_->release(slot_, worker_->mark());  // Note [Slot release]: after the job's last compute
+  releasedBefore_ = std::exchange(releasedLast_, worker_->mark());
+  slots_->release(slot_, releasedLast_);  // Note [Slot release]: after the job's last compute
+  worker_->checkAccesses();               // Note [Device sanitizer]: what the job's hooks found
   if (job.kind == schedule::JobKind::kFused) fences_->setFusedDone(step);
   deviceJobPeak_ = std::max(deviceJobPeak_, worker_->takePeakComputeBytes());  // the caching allocator's, per job
 }

@@ -176,6 +176,19 @@ class JobExecutor {
   bool moe_;                           // a MoE model: forward stages record their routing (Note [Routing tape])
   bool skipUploads_;                   // RP_BENCH_NO_UPLOADS: benchmarks of the compute without uploads
   bool holdForPrefetch_;               // RP_HOLD_FOR_PREFETCH: Note [Hold for prefetch]
+  // RP_TEST_MUTATE (testing): an ordering mistake the emulated device's sanitizer must report (Note [Device
+  // sanitizer]); kNone in every run but those tests'.
+  enum class TestMutation {
+    kNone,
+    kActivationWithoutComputeAfter,
+    kGradientMarksFirstMicrobatch,
+    kSlotReleaseKeepsFirstMark,
+    kWeightCopyPreviousMark
+  };
+  static TestMutation testMutation();
+  TestMutation mutation_;
+  std::int64_t fetches_ = 0;  // Note [Device sanitizer]: fetched inputs, named by their serial
+  std::shared_ptr<device::ComputeMark> releasedLast_, releasedBefore_;  // the last two jobs' end marks
   std::unique_ptr<StageSlots> slots_;  // the worker memory its stages are bound to
   int slot_ = 0;                       // the slot of the job running now
   std::unique_ptr<transport::TensorChannel> tensors_;  // activations and gradients between stage jobs

@@ -69,7 +69,15 @@ void JobExecutor::upload(std::int64_t step, const schedule::Range& layers) {
 // place in a stage slot.
 void JobExecutor::queueWeight(device::Ticket& ticket, int i, std::int64_t step, void* dst, int slot) {
   if (skipUploads_) return;
-  worker_->copyBulk(ticket, dst, store_->bytes(weightsOf(i, step)), model_->bytes(i), slots_->releasedAfter(slot));
+  // A test mutation orders it after the mark of the job before the slot's last (Note [Device sanitizer]).
+  worker_->copyBulk(ticket, dst, store_->bytes(weightsOf(i, step)), model_->bytes(i),
+                    mutation_ == TestMutation::kWeightCopyPreviousMark ? releasedBefore_ : slots_->releasedAfter(slot));
+  if (emulated_.active()) {
+    worker_->declareCopy({{},
+                          {{device::Region::Kind::kSlot, slot}},
+                          fmt::format("weights of {} for step {} into slot {}",
+                                      model_->tensors()[static_cast<std::size_t>(i)].name, step + 1, slot)});
+  }
   uploadedBytes_ += model_->bytes(i);
 }
 
@@ -221,6 +229,11 @@ void JobExecutor::download(std::int64_t step, const schedule::Range& layers, con
       copies[static_cast<std::size_t>(l - layers.begin)].push_back(
           mark && grad.is_contiguous() ? worker_->copyUrgentAfter(slot, sources.back().data_ptr(), bytes, *mark)
                                        : worker_->copyUrgent(slot, sources.back().data_ptr(), bytes));
+      if (emulated_.active()) {  // Note [Device sanitizer]
+        worker_->declareCopy({{{device::Region::Kind::kGradient, l}},
+                              {},
+                              fmt::format("download of {}'s gradient (layer {}) of step {}", t.name, l, step + 1)});
+      }
     }
   }
   for (int l = layers.end - 1; l >= layers.begin; --l) {

@@ -76,6 +76,7 @@ void StageSlots::bind(PipelineModel& model, const schedule::Range& layers, int s
 
 void StageSlots::release(int slot, std::shared_ptr<device::ComputeMark> mark) {
   RP_CHECK(slot == 0 || slot == 1, "stage slot {} (expected 0 or 1)", slot);
+  if (keepFirstMark_ && released_[slot]) return;
   released_[slot] = std::move(mark);
 }
 

@@ -55,6 +55,9 @@ class StageSlots {
   // latest such mark since the slots were allocated, or null.
   void release(int slot, std::shared_ptr<device::ComputeMark> mark);
   std::shared_ptr<device::ComputeMark> releasedAfter(int slot) const;
+  // Testing (Note [Device sanitizer]): a release is ignored while the slot holds an earlier mark, so copies into it
+  // follow its first job's end only.
+  void keepFirstReleaseMark() { keepFirstMark_ = true; }
 
  private:
   device::Worker& worker_;
@@ -63,6 +66,7 @@ class StageSlots {
   std::size_t bytes_ = 0;
   std::shared_ptr<void> slots_[2];
   std::shared_ptr<device::ComputeMark> released_[2];
+  bool keepFirstMark_ = false;
 };
 
 }  // namespace rp::engine

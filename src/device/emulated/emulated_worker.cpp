@@ -161,15 +161,16 @@ EmulatedWorker::EmulatedWorker(const WorkerOptions& options)
         const Side from = sideOf(src, bytes);
         RP_CHECK(from != Side::kDevice && !isHost(dst, bytes), "emulated device: a bulk copy is a host-to-device upload");
         const bool pageable = from == Side::kPageable;
-        Clock::time_point end;
+        Clock::time_point begins, end;
         {
           std::lock_guard<std::mutex> lock(mutex_);
           const auto [start, landed] = up_.reserve(std::max(Clock::now(), bulkReady_), bytes,
                                                    pageable ? device_.pageableBytesPerSecond : 0);
           bulkReady_ = end = landed;
+          begins = start;
           spans_.push_back({DeviceSpan::Kind::kUpload, start, landed});
         }
-        if (pageable) stage(dst, src, bytes, /*upload=*/true, end);  // the copy thread issues it: it stages
+        if (pageable) stage(dst, src, bytes, /*upload=*/true, begins, end);  // the copy thread issues it: it stages
         return ChunkedCopyQueue::Landing([this, dst, src, bytes, end] {
           touchHost(dst, src, bytes, /*upload=*/true);
           waitUntil(end);  // the chunk's landing event (Note [What a GPU host pays])
@@ -312,9 +313,10 @@ void EmulatedWorker::waitUntil(Clock::time_point t) const {
   }
 }
 
-void EmulatedWorker::stage(void* dst, const void* src, std::size_t bytes, bool upload,
+void EmulatedWorker::stage(void* dst, const void* src, std::size_t bytes, bool upload, Clock::time_point start,
                            Clock::time_point landed) const {
   if (upload) {
+    waitUntil(start);     // a pageable copy waits for its stream before it stages
     readAll(src, bytes);  // the staging copy's read
     return;
   }
@@ -342,11 +344,11 @@ Ticket EmulatedWorker::urgent(void* dst, const void* src, std::size_t bytes, Clo
     ticket.complete();
     return ticket;
   }
-  Clock::time_point end;
+  Clock::time_point end, begins;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ready = std::max(ready, Clock::now());
-    end = ready;  // device to device: on the device, not modelled
+    end = begins = ready;  // device to device: on the device, not modelled
     if (fromHost || toHost) {
       // Note [Urgent streams are FIFO]: the urgent copies of a direction share one stream (CUDA's upload or
       // download stream), whose copies run in the order issued: one starts after the one before it landed,
@@ -354,12 +356,15 @@ Ticket EmulatedWorker::urgent(void* dst, const void* src, std::size_t bytes, Clo
       Clock::time_point& streamEnd = fromHost ? uploadStreamEnd_ : downloadStreamEnd_;
       const auto [start, landed] = (fromHost ? up_ : down_).reserve(std::max(ready, streamEnd), bytes,
                                                                      pageable ? device_.pageableBytesPerSecond : 0);
+      lastCopy_ = {std::max(ready, streamEnd), landed, true, {}};  // Note [Device sanitizer]: its ordered start
+      ++copies_;
       streamEnd = end = landed;
+      begins = start;
       spans_.push_back({fromHost ? DeviceSpan::Kind::kUpload : DeviceSpan::Kind::kDownload, start, landed});
     }
   }
   ticket.addDeviceEvent(std::make_shared<Clock::time_point>(end));
-  if (pageable) stage(dst, src, bytes, /*upload=*/fromHost, end);  // Note [What a GPU host pays]
+  if (pageable) stage(dst, src, bytes, /*upload=*/fromHost, begins, end);  // Note [What a GPU host pays]
   std::function<void()> work;
   if (device_.hostTraffic && (fromHost || toHost)) {
     work = [this, dst, src, bytes, fromHost] { touchHost(dst, src, bytes, fromHost); };
@@ -384,11 +389,12 @@ Ticket EmulatedWorker::copyUrgentAfter(void* dst, const void* src, std::size_t b
 void EmulatedWorker::copyBulk(Ticket& ticket, void* dst, const void* src, std::size_t bytes,
                               std::shared_ptr<ComputeMark> after) {
   Clock::time_point ready;
-  if (after) {
-    ready = static_cast<const TimeMark&>(*after).at;
-  } else {
+  {
     std::lock_guard<std::mutex> lock(mutex_);
-    ready = computeEnd_;
+    ready = std::max(after ? static_cast<const TimeMark&>(*after).at : computeEnd_, Clock::now());
+    // Note [Device sanitizer]: its ordered start; its landing is the queue thread's (the engine waits for it).
+    lastCopy_ = {ready, ready, true, {}};
+    ++copies_;
   }
   bulk_.submit(ticket, dst, src, bytes, [this, ready] {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -426,6 +432,8 @@ void EmulatedWorker::expectCompute(const ComputeWork& work) {
   std::lock_guard<std::mutex> lock(mutex_);
   const Clock::time_point start = std::max(Clock::now(), computeEnd_);
   computeEnd_ = start + length;
+  lastCompute_ = {start, computeEnd_, false, {}};
+  computeDeclared_ = false;
   if (!spans_.empty() && spans_.back().kind == DeviceSpan::Kind::kCompute && spans_.back().end == start) {
     spans_.back().end = computeEnd_;  // back to back: one span
   } else {
@@ -436,6 +444,94 @@ void EmulatedWorker::expectCompute(const ComputeWork& work) {
 std::vector<DeviceSpan> EmulatedWorker::takeDeviceSpans() {
   std::lock_guard<std::mutex> lock(mutex_);
   return std::exchange(spans_, {});
+}
+
+// Note [Device sanitizer]: the device keeps each region's latest-ending writer and reader on its own timeline,
+// and checks every declared operation against them. A compute that reads memory whose copy lands after the compute
+// starts (an activation read without computeAfter), a copy that writes memory an earlier compute still reads or
+// writes (weights into a stage slot ordered before the slot's last job ended: a release mark dropped or taken too
+// early), a copy that reads memory an earlier compute still writes (a gradient downloaded before its last
+// backward), or a compute that writes memory a copy still reads (a gradient reused before its download landed) is
+// a violation: it names both operations, the memory and their times on the device's clock. A copy's start is its
+// ordered one — when its dependencies (its mark, its stream, its submission) let it start — so the verdict does
+// not depend on how busy the link was. The check is on the timeline: an order the host happened to cover by
+// waiting is not reported; the tests make the device run behind the host. The first violation is thrown by the
+// next declareCopy or checkAccesses (a compute is declared inside autograd's hooks, where nothing may throw).
+double EmulatedWorker::at(Clock::time_point t) const {
+  return std::chrono::duration<double, std::milli>(t - origin_).count();
+}
+
+std::string EmulatedWorker::describe(const Region& r) const {
+  switch (r.kind) {
+    case Region::Kind::kSlot:
+      return fmt::format("stage slot {}", r.id);
+    case Region::Kind::kInput:
+      return fmt::format("fetched input #{}", r.id);
+    case Region::Kind::kGradient:
+      return fmt::format("the gradients of layer {}", r.id);
+  }
+  return "?";
+}
+
+void EmulatedWorker::check(const Op& earlier, const Op& later, const Region& region, const char* headline) {
+  if (later.start >= earlier.end) return;
+  if (violations_++ > 0) return;
+  violation_ = fmt::format(
+      "emulated device sanitizer ({}): {}: {}; earlier: {} {} over [+{:.2f}, +{:.2f}] ms; later: {} {} ordered to "
+      "start at +{:.2f} ms, {:.2f} ms before the earlier one ends (Note [Device sanitizer])",
+      device_.gpu, headline, describe(region), earlier.copy ? "copy" : "compute", earlier.what, at(earlier.start),
+      at(earlier.end), later.copy ? "copy" : "compute", later.what, at(later.start),
+      std::chrono::duration<double, std::milli>(earlier.end - later.start).count());
+}
+
+void EmulatedWorker::declareCompute(const Access& access) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (computeDeclared_) return;  // no compute submitted since the last declaration
+  computeDeclared_ = true;
+  Op op = lastCompute_;
+  op.what = access.what;
+  for (const Region& r : access.reads) {
+    History& h = regions_[r];
+    if (h.write && h.write->copy) check(*h.write, op, r, "a compute reads memory before the copy that fills it lands");
+    if (!h.read || h.read->end < op.end) h.read = op;
+    if (r.kind == Region::Kind::kInput) regions_.erase(r);  // one compute reads a fetched input
+  }
+  for (const Region& r : access.writes) {
+    History& h = regions_[r];
+    if (h.read && h.read->copy) check(*h.read, op, r, "a compute overwrites memory a copy is still reading");
+    if (!h.write || h.write->end < op.end) h.write = op;
+  }
+}
+
+void EmulatedWorker::declareCopy(const Access& access) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (declaredCopies_ != copies_) {  // a copy submitted since the last declaration
+      declaredCopies_ = copies_;
+      Op op = lastCopy_;
+      op.what = access.what;
+      for (const Region& r : access.reads) {
+        History& h = regions_[r];
+        if (h.write && !h.write->copy) check(*h.write, op, r, "a copy reads memory an earlier compute is still writing");
+        if (!h.read || h.read->end < op.end) h.read = op;
+      }
+      for (const Region& r : access.writes) {
+        History& h = regions_[r];
+        if (h.read && !h.read->copy) check(*h.read, op, r, "a copy writes memory an earlier compute still reads");
+        if (h.write && !h.write->copy) check(*h.write, op, r, "a copy writes memory an earlier compute still writes");
+        h.write = op;
+        h.read.reset();
+      }
+    }
+  }
+  checkAccesses();
+}
+
+void EmulatedWorker::checkAccesses() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (violations_ == 0) return;
+  RP_THROW(InternalError, "{}{}", violation_,
+           violations_ > 1 ? fmt::format("; {} more after it", violations_ - 1) : std::string());
 }
 
 }  // namespace rp::device::emulated

@@ -15,6 +15,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -74,6 +76,11 @@ class EmulatedWorker : public Worker {
   bool modelsCompute() const override { return true; }
   void expectCompute(const ComputeWork& work) override;
   std::vector<DeviceSpan> takeDeviceSpans() override;
+  // Note [Device sanitizer]
+  bool sanitizes() const override { return true; }
+  void declareCompute(const Access& access) override;
+  void declareCopy(const Access& access) override;
+  void checkAccesses() override;
 
  private:
   class Completions;
@@ -89,13 +96,29 @@ class EmulatedWorker : public Worker {
   bool isHost(const void* p, std::size_t bytes) const { return sideOf(p, bytes) != Side::kDevice; }
   // Until `t`: asleep, or spinning where the profile's waits spin (Note [What a GPU host pays]).
   void waitUntil(Clock::time_point t) const;
-  // A pageable copy's host side staged by the issuing thread, as the driver's staging does (a read of an
-  // upload's source, a write of a download's destination after it landed).
-  void stage(void* dst, const void* src, std::size_t bytes, bool upload, Clock::time_point landed) const;
+  // A pageable copy's host side staged by the issuing thread, as the driver's staging does: an upload waits for
+  // its stream to reach it and reads its source; a download waits until it landed and writes its destination.
+  void stage(void* dst, const void* src, std::size_t bytes, bool upload, Clock::time_point start,
+             Clock::time_point landed) const;
   // A copy ready at `ready` (its compute dependency), on the link its direction takes; completes `ticket`.
   Ticket urgent(void* dst, const void* src, std::size_t bytes, Clock::time_point ready);
   // The host memory a DMA of the copy would read or write (hostTraffic).
   void touchHost(void* dst, const void* src, std::size_t bytes, bool upload) const;
+
+  // Note [Device sanitizer]: an operation on the device's timeline (a copy's start is its ordered one: when its
+  // dependencies let it start, not when the link happened to be free), and each region's latest-ending writer
+  // and reader.
+  struct Op {
+    Clock::time_point start, end;
+    bool copy = false;
+    std::string what;
+  };
+  struct History {
+    std::optional<Op> write, read;
+  };
+  void check(const Op& earlier, const Op& later, const Region& region, const char* headline);  // under mutex_
+  std::string describe(const Region& region) const;
+  double at(Clock::time_point t) const;  // ms since the worker began, for messages
 
   const EmulatedDevice device_;
   const int index_;
@@ -108,6 +131,13 @@ class EmulatedWorker : public Worker {
   std::atomic<std::size_t> computeHeld_{0}, computePeak_{0}, computeCap_{0};  // cap 0: the card's memory
   Link up_, down_;
   Clock::time_point uploadStreamEnd_, downloadStreamEnd_;  // the last urgent copy's landing, per direction
+  const Clock::time_point origin_ = Clock::now();
+  Op lastCompute_, lastCopy_;  // the last submitted, for declareCompute / declareCopy
+  std::uint64_t copies_ = 0, declaredCopies_ = 0;
+  bool computeDeclared_ = true;
+  std::map<Region, History> regions_;
+  std::string violation_;  // the first one found
+  int violations_ = 0;
   Clock::time_point bulkReady_;  // the bulk queue's order: a chunk starts after the one before and its `after`
   std::unique_ptr<Completions> completions_;
   ChunkedCopyQueue bulk_;  // last: its thread reserves the up link
