@@ -51,7 +51,8 @@ inline constexpr Var kHoldForPrefetch{"RP_HOLD_FOR_PREFETCH", "0",
 
 // Testing (Note [Device sanitizer], docs/emulated.md): a stream-ordering mistake put into the engine on purpose,
 // which the emulated device must report — activation-without-compute-after, gradient-marks-first-microbatch,
-// slot-release-keeps-first-mark, weight-copy-previous-mark; empty = none.
+// slot-release-keeps-first-mark, weight-copy-previous-mark, weights-not-awaited; empty = none; only where the
+// device sanitizes (the emulated one).
 inline constexpr Var kTestMutate{"RP_TEST_MUTATE", "",
                                  "testing: an ordering mistake the emulated device's sanitizer must report"};
 

@@ -46,6 +46,12 @@ JobExecutor::JobExecutor(JobContext c, std::unique_ptr<StageSlots> slots,
       mutation_(testMutation()),
       slots_(std::move(slots)),
       tensors_(std::move(tensors)) {
+  if (mutation_ != TestMutation::kNone && !worker_->sanitizes()) {
+    RP_THROW(InputError,
+             "RP_TEST_MUTATE = \"{}\" puts an ordering mistake into the engine for the emulated device's sanitizer to "
+             "report; on {} it would only race: unset it",
+             env::get(env::kTestMutate), worker_->describe());
+  }
   if (mutation_ == TestMutation::kSlotReleaseKeepsFirstMark) slots_->keepFirstReleaseMark();
 }
 
@@ -56,9 +62,10 @@ JobExecutor::TestMutation JobExecutor::testMutation() {
   if (name == "gradient-marks-first-microbatch") return TestMutation::kGradientMarksFirstMicrobatch;
   if (name == "slot-release-keeps-first-mark") return TestMutation::kSlotReleaseKeepsFirstMark;
   if (name == "weight-copy-previous-mark") return TestMutation::kWeightCopyPreviousMark;
+  if (name == "weights-not-awaited") return TestMutation::kWeightsNotAwaited;
   RP_THROW(InputError,
            "RP_TEST_MUTATE = \"{}\": expected activation-without-compute-after, gradient-marks-first-microbatch, "
-           "slot-release-keeps-first-mark or weight-copy-previous-mark",
+           "slot-release-keeps-first-mark, weight-copy-previous-mark or weights-not-awaited",
            name);
 }
 
@@ -557,6 +564,7 @@ void JobExecutor::runOneFOneB(std::int64_t step, const schedule::DispatchTable& 
     runMicrobatch(step, op.job, table, data, op.microbatch);
   }
   download(step, layers);
+  worker_->checkAccesses();  // Note [Device sanitizer]: what the hooks found
   writeLosses(step);
   slots_->release(slot_, worker_->mark());  // Note [Slot release]
   deviceJobPeak_ = std::max(deviceJobPeak_, worker_->takePeakComputeBytes());

@@ -183,7 +183,8 @@ class JobExecutor {
     kActivationWithoutComputeAfter,
     kGradientMarksFirstMicrobatch,
     kSlotReleaseKeepsFirstMark,
-    kWeightCopyPreviousMark
+    kWeightCopyPreviousMark,
+    kWeightsNotAwaited
   };
   static TestMutation testMutation();
   TestMutation mutation_;

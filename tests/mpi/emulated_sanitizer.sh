@@ -3,11 +3,14 @@
 # device runs well behind its host (a 3 ms kernel floor, a 0.1 GB/s link) on a plan with a forward, a fused and a
 # backward job is clean; each of four stream-ordering mistakes put into the engine (RP_TEST_MUTATE) — an activation
 # read without computeAfter, gradient marks taken over the first microbatch, a slot release ignored while the slot
-# holds an earlier mark, a weight copy given the mark of the job before the slot's last — makes the rank fail
-# naming the violation, both operations and the memory.
-# Usage: emulated_sanitizer.sh <bin dir> <source dir>
+# holds an earlier mark, a weight copy given the mark of the job before the slot's last — and a fifth, a job that
+# computes without waiting for its weights, makes the rank fail naming the violation, both operations and the
+# memory. On the CPU backend a mutation is refused.
+# Usage: emulated_sanitizer.sh <bin dir> <source dir> <mpiexec> [mpiexec flags...]
 set -euo pipefail
 bin="$1" src="$2"
+shift 2
+mpi=("$@")
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
@@ -48,4 +51,13 @@ red activation-without-compute-after "a compute reads memory before the copy tha
 red gradient-marks-first-microbatch "a copy reads memory an earlier compute is still writing" "the gradients of layer [0-9]"
 red slot-release-keeps-first-mark "a copy writes memory an earlier compute still reads" "stage slot [01]"
 red weight-copy-previous-mark "a copy writes memory an earlier compute still reads" "stage slot [01]"
+red weights-not-awaited "a compute reads memory its copy has not finished writing" "stage slot [01]"
+# A mutation is the sanitizer's test alone: elsewhere it would only race (two CPU ranks: the pipeline runtime).
+if RP_TEST_MUTATE=weights-not-awaited RP_NUM_THREADS=1 "${mpi[@]}" -n 2 "$bin/roundpipe_train" "${run[@]}" \
+  --set pipeline.backend=cpu --set "pipeline.plan=auto" \
+  --set output.dir="$work/cpu" >"$work/cpu.txt" 2>&1; then
+  fail "RP_TEST_MUTATE was taken on the CPU backend"
+fi
+grep -q "RP_TEST_MUTATE = \"weights-not-awaited\" puts an ordering mistake into the engine" "$work/cpu.txt" ||
+  { cat "$work/cpu.txt"; fail "the refusal of RP_TEST_MUTATE on the CPU backend"; }
 echo "PASS"

@@ -356,7 +356,7 @@ Ticket EmulatedWorker::urgent(void* dst, const void* src, std::size_t bytes, Clo
       Clock::time_point& streamEnd = fromHost ? uploadStreamEnd_ : downloadStreamEnd_;
       const auto [start, landed] = (fromHost ? up_ : down_).reserve(std::max(ready, streamEnd), bytes,
                                                                      pageable ? device_.pageableBytesPerSecond : 0);
-      lastCopy_ = {std::max(ready, streamEnd), landed, true, {}};  // Note [Device sanitizer]: its ordered start
+      lastCopy_ = {std::max(ready, streamEnd), landed, true, {}, std::nullopt};  // Note [Device sanitizer]: its ordered start
       ++copies_;
       streamEnd = end = landed;
       begins = start;
@@ -392,8 +392,8 @@ void EmulatedWorker::copyBulk(Ticket& ticket, void* dst, const void* src, std::s
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ready = std::max(after ? static_cast<const TimeMark&>(*after).at : computeEnd_, Clock::now());
-    // Note [Device sanitizer]: its ordered start; its landing is the queue thread's (the engine waits for it).
-    lastCopy_ = {ready, ready, true, {}};
+    // Note [Device sanitizer]: its ordered start; its landing is the queue thread's, known by the ticket.
+    lastCopy_ = {ready, ready, true, {}, ticket};
     ++copies_;
   }
   bulk_.submit(ticket, dst, src, bytes, [this, ready] {
@@ -432,7 +432,7 @@ void EmulatedWorker::expectCompute(const ComputeWork& work) {
   std::lock_guard<std::mutex> lock(mutex_);
   const Clock::time_point start = std::max(Clock::now(), computeEnd_);
   computeEnd_ = start + length;
-  lastCompute_ = {start, computeEnd_, false, {}};
+  lastCompute_ = {start, computeEnd_, false, {}, std::nullopt};
   computeDeclared_ = false;
   if (!spans_.empty() && spans_.back().kind == DeviceSpan::Kind::kCompute && spans_.back().end == start) {
     spans_.back().end = computeEnd_;  // back to back: one span
@@ -493,6 +493,13 @@ void EmulatedWorker::declareCompute(const Access& access) {
   for (const Region& r : access.reads) {
     History& h = regions_[r];
     if (h.write && h.write->copy) check(*h.write, op, r, "a compute reads memory before the copy that fills it lands");
+    if (h.write && h.write->landing && !h.write->landing->done() && violations_++ == 0) {
+      violation_ = fmt::format(
+          "emulated device sanitizer ({}): a compute reads memory its copy has not finished writing: {}; earlier: "
+          "copy {} ordered to start at +{:.2f} ms, not landed when the compute was submitted (its ticket not waited "
+          "for); later: compute {} ordered to start at +{:.2f} ms (Note [Device sanitizer])",
+          device_.gpu, describe(r), h.write->what, at(h.write->start), op.what, at(op.start));
+    }
     if (!h.read || h.read->end < op.end) h.read = op;
     if (r.kind == Region::Kind::kInput) regions_.erase(r);  // one compute reads a fetched input
   }
@@ -516,6 +523,8 @@ void EmulatedWorker::declareCopy(const Access& access) {
         if (!h.read || h.read->end < op.end) h.read = op;
       }
       for (const Region& r : access.writes) {
+        // Fetched inputs a declared compute never read (a frozen stage's last gradient) go once 64 newer exist.
+        if (r.kind == Region::Kind::kInput) regions_.erase({Region::Kind::kInput, r.id - 64});
         History& h = regions_[r];
         if (h.read && !h.read->copy) check(*h.read, op, r, "a copy writes memory an earlier compute still reads");
         if (h.write && !h.write->copy) check(*h.write, op, r, "a copy writes memory an earlier compute still writes");

@@ -112,6 +112,7 @@ class EmulatedWorker : public Worker {
     Clock::time_point start, end;
     bool copy = false;
     std::string what;
+    std::optional<Ticket> landing;  // a bulk copy's: its end is the queue thread's, known by its ticket
   };
   struct History {
     std::optional<Op> write, read;
