@@ -52,6 +52,18 @@ red gradient-marks-first-microbatch "a copy reads memory an earlier compute is s
 red slot-release-keeps-first-mark "a copy writes memory an earlier compute still reads" "stage slot [01]"
 red weight-copy-previous-mark "a copy writes memory an earlier compute still reads" "stage slot [01]"
 red weights-not-awaited "a compute reads memory its copy has not finished writing" "stage slot [01]"
+# Two ranks: the rank that finds a violation ends the job, at once and named (no rank left waiting on it).
+start=$SECONDS
+if RP_TEST_MUTATE=activation-without-compute-after RP_NUM_THREADS=1 timeout 120 "${mpi[@]}" -n 2 "$bin/roundpipe_train" \
+  "${run[@]}" --set "pipeline.plan=auto" --set output.dir="$work/two" >"$work/two.txt" 2>&1; then
+  cat "$work/two.txt"
+  fail "two ranks: the sanitizer did not report the mutation"
+fi
+grep -q "r[01] E\] emulated device sanitizer (Slow GPU): a compute reads memory before the copy" "$work/two.txt" &&
+  grep -q "rank [01] failed; ending the job of 2 ranks" "$work/two.txt" ||
+  { cat "$work/two.txt"; fail "two ranks: the violation or the rank that ended the job is not named"; }
+((SECONDS - start < 60)) || fail "two ranks: the job took $((SECONDS - start)) s to end"
+
 # A mutation is the sanitizer's test alone: elsewhere it would only race (two CPU ranks: the pipeline runtime).
 if RP_TEST_MUTATE=weights-not-awaited RP_NUM_THREADS=1 "${mpi[@]}" -n 2 "$bin/roundpipe_train" "${run[@]}" \
   --set pipeline.backend=cpu --set "pipeline.plan=auto" \
