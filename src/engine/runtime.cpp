@@ -41,7 +41,7 @@ schedule::LayerCosts startingCosts(schedule::LayerCosts proxy, const config::Run
   const std::string& profilePath = c.pipeline.profile;
   if (profilePath.empty()) return proxy;
   const trace::LayerProfileFile p = trace::readLayerProfile(profilePath);
-  if (p.modelled() && device.rfind("emulated:", 0) != 0 && !c.pipeline.profileModelled) {
+  if (p.modelled() && !trace::modelledDevice(device) && !c.pipeline.profileModelled) {
     RP_THROW(InputError,
              "{}: pipeline.profile = \"{}\" holds the layer times of an emulated device ({}): its model's, not "
              "measurements, and this run computes on {}; set pipeline.profile_modelled = true to start from them "

@@ -97,7 +97,7 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
       const std::string device = executor.deviceLabel();
       tensorboard = std::make_unique<trace::TensorBoardWriter>(
           (std::filesystem::path(c.output.dir) / "tb").string(), executor.startStep(),
-          device.rfind("emulated:", 0) == 0 ? device + "/" : std::string());
+          trace::modelledDevice(device) ? device + "/" : std::string());
     }
     const std::int64_t planned = plannedSteps(c, executor.tokensPerEpoch());
     sayWhereTheEpochsEnd(c, planned, executor.tokensPerEpoch());

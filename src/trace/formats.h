@@ -24,6 +24,12 @@ std::optional<ComputeSpan> parseComputeSpanName(const std::string& name);
 
 // <output.dir>/profile.json: measured milliseconds per microbatch of each layer's forward and of its
 // backward (recompute excluded), and the run's last plan (schedule::formatPlan), workers and microbatches.
+// Whether a device label (metrics rows' "device": cpu, cuda:<name>, emulated:<profile>) is a modelled device's,
+// whose times, rates and memory peaks are its model's (docs/emulated.md).
+inline bool modelledDevice(const std::string& label) {
+  return label.rfind("emulated:", 0) == 0;
+}
+
 struct LayerProfileFile {
   std::vector<double> forwardMs, backwardMs;
   std::string plan;  // empty when absent (a hand-made profile)
@@ -32,7 +38,7 @@ struct LayerProfileFile {
   // What the times were taken on (metrics rows' label; empty when absent: a hand-made profile). An emulated
   // device's times are its model's, not measurements (modelled()).
   std::string device;
-  bool modelled() const { return device.rfind("emulated:", 0) == 0; }
+  bool modelled() const { return modelledDevice(device); }
 };
 // Errors (SystemError) name the file.
 void writeLayerProfile(const std::string& path, const LayerProfileFile& profile);

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "trace/formats.h"
 
 namespace rp::trace {
 namespace {
@@ -50,7 +51,7 @@ void writeMemoryReport(const std::string& path, const std::vector<RankMemory>& r
   }
   std::ofstream out(path);
   nlohmann::json report{{"device", device}, {"node_store_mb", mb(storeBytes)}, {"ranks", rows}};
-  if (device.rfind("emulated:", 0) == 0) report["modelled"] = "gpu_job_peak_mb: the emulated device's count";
+  if (modelledDevice(device)) report["modelled"] = "gpu_job_peak_mb: the emulated device's count";
   out << report.dump(2) << '\n';
   out.flush();
   if (!out) RP_THROW(SystemError, "{}: cannot write the memory report", path);

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "trace/formats.h"
+
 namespace rp::trace {
 
 struct StepMetrics {
@@ -36,7 +38,7 @@ struct StepMetrics {
   // Pipeline runs: what the workers compute on ("cpu", "cuda:<name>", "emulated:<profile>": docs/emulated.md).
   std::string device;
   // An emulated device's run: its times, and so its model TFLOP/s and MFU, are a model's (docs/emulated.md).
-  bool modelled() const { return device.rfind("emulated:", 0) == 0; }
+  bool modelled() const { return modelledDevice(device); }
   // A device that keeps its own clock (the emulated one): the reporting rank's device busy computing, and its
   // host link busy per direction, in the spans its iteration took (milliseconds).
   std::optional<double> deviceBusyMs, linkUpMs, linkDownMs;
