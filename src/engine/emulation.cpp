@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/fmt.h"
+#include "common/log.h"
 #include "model/libtorch.h"
 #include "schedule/projection.h"
 
@@ -16,12 +17,6 @@ namespace rp::engine {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Kernels one layer's forward launches (model/layers.cpp): a decoder layer's two norms, four attention
-// projections, rotary, attention, the MLP's three projections and activation, the residual adds, with the
-// casts between them; the embedding's lookup; the head's norm and, per loss chunk, its product, softmax and loss.
-constexpr int kDecoderForwardKernels = 24;
-constexpr int kHeadForwardKernels = 8;
 
 // The source tree the executable was built from: build/src/cli/<tool> -> the directory above build/.
 std::vector<fs::path> profileDirectories() {
@@ -162,11 +157,37 @@ void EmulatedCompute::at(int slot, std::string job) {
   inputs_.clear();
 }
 
-void EmulatedCompute::declare(device::Access access) {
-  access.reads.push_back({device::Region::Kind::kSlot, slot_});
+// Note [Kernel counts per layer]: each layer's phase is counted once, at its first run: its ops from its submission to
+// the next submission or settle() (a backward's run from the hook that submits it to the next hook), so the glue a job
+// dispatches after a layer (its loss's scaling, an activation made contiguous) counts with it, as it would run on
+// the card's stream after it. That first run is charged no floor: submitted before its ops run, its count is not
+// known yet, so step 1's device time lacks each phase's floor once (an understatement; the benchmarks and
+// mpi.emulated_matches_sim time later steps). A job's first microbatch and its later ones are counted apart: on
+// the later ones the weight gradients accumulate (an add each), on the first they are taken as computed. A
+// mixture-of-experts layer is counted with the experts its first microbatch routed to.
+void EmulatedCompute::submit(Counted counted, double flops, device::Access access) {
+  settle();
+  const auto known = kernels_.find(counted);
+  if (known != kernels_.end() && flops <= 0 && known->second == 0) return;  // nothing for the device
+  worker_.expectCompute({flops, known == kernels_.end() ? 0 : known->second});
   for (const auto& input : inputs_) access.reads.push_back(input);
   inputs_.clear();
   worker_.declareCompute(access);
+  if (known == kernels_.end()) {
+    counting_ = counted;
+    count_ = std::make_unique<KernelCount>();
+  }
+}
+
+void EmulatedCompute::settle() {
+  if (!counting_) return;
+  kernels_[*counting_] = count_->kernels();
+  static constexpr const char* kPhases[] = {"forward", "forward with gradients", "backward"};
+  RP_LOG_DEBUG("emulated device: layer {}'s {} on {} microbatch launches {} kernels: {}", counting_->layer,
+               kPhases[static_cast<int>(counting_->phase)], counting_->accumulates ? "a later" : "a job's first",
+               count_->kernels(), fmt::join(count_->ops(), " "));
+  count_.reset();
+  counting_.reset();
 }
 
 void EmulatedCompute::forward(int l, const model::AttentionContext& context, bool withGradients) {
@@ -174,43 +195,36 @@ void EmulatedCompute::forward(int l, const model::AttentionContext& context, boo
   const auto tokens = static_cast<double>(context.documents.offsets.back());
   device::Access access;
   access.what = fmt::format("forward of layer {}, mb {}, {}", l, microbatch_, job_);
-  if (l == 0) {
-    worker_.expectCompute({0.0, 1});  // the embedding's lookup: a gather
-  } else if (l == layers_ - 1) {
+  access.reads.push_back({device::Region::Kind::kSlot, slot_});
+  double flops = 0.0;  // the embedding's lookup: a gather
+  if (l == layers_ - 1) {
     const schedule::LayerFlops head = schedule::headWork(shape_, tokens, frozen_);
-    const int kernels = withGradients ? 2 * kHeadForwardKernels : kHeadForwardKernels;
-    worker_.expectCompute({withGradients ? head.forward + head.backward : head.forward, kernels});
+    flops = withGradients ? head.forward + head.backward : head.forward;
     if (withGradients) access.writes.push_back({device::Region::Kind::kGradient, l});
-  } else {
-    worker_.expectCompute(
-        {schedule::decoderLayerWork(shape_, tokens, pairs(l, context), frozen_).forward, kDecoderForwardKernels});
+  } else if (l > 0) {
+    flops = schedule::decoderLayerWork(shape_, tokens, pairs(l, context), frozen_).forward;
   }
-  declare(std::move(access));
+  submit({l, withGradients ? Phase::kForwardWithGradients : Phase::kForward, microbatch_ > 0}, flops,
+         std::move(access));
 }
 
 EmulatedCompute::Backward EmulatedCompute::backwardWork(int l, const model::AttentionContext& context) const {
   Backward out;
+  out.layer = l;
+  out.accumulates = microbatch_ > 0;
   out.access.what = fmt::format("backward of layer {}, mb {}, {}", l, microbatch_, job_);
   out.access.reads.push_back({device::Region::Kind::kSlot, slot_});
   out.access.writes.push_back({device::Region::Kind::kGradient, l});
-  if (l == layers_ - 1) return out;  // the head's gradients came with its forward
-  if (l == 0) {
-    out.work = {0.0, frozen_ ? 0 : 1};  // the embedding's gradient: a scatter
-    return out;
-  }
+  if (l == 0 || l == layers_ - 1) return out;  // the embedding's scatter; the head's came with its forward
   const auto tokens = static_cast<double>(context.documents.offsets.back());
-  out.work = {schedule::decoderLayerWork(shape_, tokens, pairs(l, context), frozen_).backward,
-              2 * kDecoderForwardKernels};
+  out.flops = schedule::decoderLayerWork(shape_, tokens, pairs(l, context), frozen_).backward;
   return out;
 }
 
 void EmulatedCompute::backward(const Backward& b) {
-  if (!active_ || (b.work.flops <= 0 && b.work.kernels <= 0)) return;
-  worker_.expectCompute(b.work);
-  device::Access access = b.access;  // its slot as registered; the inputs fetched since
-  for (const auto& input : inputs_) access.reads.push_back(input);
-  inputs_.clear();
-  worker_.declareCompute(access);
+  if (!active_) return;
+  submit({b.layer, Phase::kBackward, b.accumulates}, b.flops,
+         b.access);  // its slot as registered; the inputs fetched since
 }
 
 }  // namespace rp::engine

@@ -4,11 +4,16 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "config/run_config.h"
 #include "device/worker.h"
+#include "engine/kernel_count.h"
 #include "engine/pipeline_model.h"
 #include "schedule/projection.h"
 
@@ -27,8 +32,9 @@ device::EmulatedDevice emulatedDevice(const config::RunConfig& config);
 // attention per document, as the varlen kernel runs them; a sliding layer's within its window) and, with a LoRA
 // base, without the frozen weights' gradients. A decoder layer's forward, its backward (submitted as autograd
 // reaches the layer's output); the head's loss computes its gradients in the forward (model/linear_cross_entropy.h),
-// so its forward with gradients costs its forward and backward, and its backward nothing. Kernels: what our layers
-// launch, counted from model/layers.cpp (the floor each adds is the profile's).
+// so its forward with gradients costs its forward and backward, and its backward nothing. Kernels: what each
+// layer's forward and backward launch, counted from the ops the meta dispatch runs at their first run (Note
+// [Kernel counts]); the floor each adds is the profile's.
 class EmulatedCompute {
  public:
   // Active on a device that models its compute: then LibTorch's meta tensors are counted against that device's
@@ -47,15 +53,33 @@ class EmulatedCompute {
   // Layer `layer`'s backward on the microbatch of `context`, to submit when autograd reaches it, with what it
   // touches.
   struct Backward {
-    device::ComputeWork work;
+    int layer = 0;
+    bool accumulates = false;  // not its job's first microbatch
+    double flops = 0;
     device::Access access;
   };
   Backward backwardWork(int layer, const model::AttentionContext& context) const;
   void backward(const Backward& backward);
+  // Note [Kernel counts per layer]: the compute submitted last has run all its ops (a backward pass returned, a job
+  // ended).
+  void settle();
 
  private:
+  // Note [Kernel counts per layer]: a layer's forward, its forward with the head's gradients, or its backward; on a
+  // job's first microbatch or a later one (whose weight gradients accumulate).
+  enum class Phase : std::uint8_t { kForward, kForwardWithGradients, kBackward };
+  struct Counted {
+    int layer;
+    Phase phase;
+    bool accumulates;
+    bool operator<(const Counted& o) const {
+      return std::tie(layer, phase, accumulates) < std::tie(o.layer, o.phase, o.accumulates);
+    }
+  };
   double pairs(int layer, const model::AttentionContext& context) const;
-  void declare(device::Access access);
+  // Submits the compute of `counted` with what it touches; its kernels as counted at its first run, which is
+  // counted now and charged no floor.
+  void submit(Counted counted, double flops, device::Access access);
 
   device::Worker& worker_;
   const schedule::ModelShape shape_;
@@ -65,6 +89,9 @@ class EmulatedCompute {
   bool active_;
   int slot_ = 0, microbatch_ = 0;
   std::string job_;
+  std::map<Counted, int> kernels_;   // counted at each one's first run
+  std::optional<Counted> counting_;  // the compute submitted last, being counted
+  std::unique_ptr<KernelCount> count_;
   std::vector<device::Region> inputs_;  // fetched for the next compute
 };
 

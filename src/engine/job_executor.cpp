@@ -290,6 +290,7 @@ void JobExecutor::runMicrobatch(std::int64_t step, std::int64_t k, const schedul
         lossSum = lossSum + aux.detach().to(torch::kDouble) * auxWeight() * static_cast<double>(data.targets);
       }
       objective.backward();
+      emulated_.settle();  // Note [Kernel counts per layer]
       timings_.push_back({start, worker_->mark(), a, L, /*forward=*/false, /*backward=*/true});
       pendingLosses_.emplace_back(mb, lossSum);
       if (a > 0) put({step, a, mb, transport::TensorKind::kGradient}, input.grad(), {nextWorker, false});
@@ -376,6 +377,7 @@ void JobExecutor::expectBackwardAt(const torch::Tensor& output, int l, const mod
 void JobExecutor::backPropagate(std::int64_t step, int mb, const Recomputed& r, const torch::Tensor& grad) {
   if (!auxLoss_ || r.router.rows == 0) {
     r.output.backward(grad);
+    emulated_.settle();  // Note [Kernel counts per layer]
     return;
   }
   // Note [Router statistics]: the fused stage has run mb (its gradient reached us), so its total is written.
@@ -383,6 +385,7 @@ void JobExecutor::backPropagate(std::int64_t step, int mb, const Recomputed& r, 
   const double scale = model::routerAuxScale(model_->model().config().moe, total.rows) * lossScale_ * auxWeight();
   const auto share = (total.counts.to(device_) * r.router.probSums).sum() * scale;
   torch::autograd::backward({r.output, share}, {grad, torch::ones_like(share)});
+  emulated_.settle();
 }
 
 RouterBoard JobExecutor::routerBoard(std::int64_t step) const {
@@ -542,6 +545,7 @@ void JobExecutor::runJob(std::int64_t step, std::int64_t k, const schedule::Disp
   writeLosses(step);
   releasedBefore_ = std::exchange(releasedLast_, worker_->mark());
   slots_->release(slot_, releasedLast_);  // Note [Slot release]: after the job's last compute
+  emulated_.settle();
   worker_->checkAccesses();               // Note [Device sanitizer]: what the job's hooks found
   if (job.kind == schedule::JobKind::kFused) fences_->setFusedDone(step);
   deviceJobPeak_ = std::max(deviceJobPeak_, worker_->takePeakComputeBytes());  // the caching allocator's, per job
@@ -561,9 +565,11 @@ void JobExecutor::runOneFOneB(std::int64_t step, const schedule::DispatchTable& 
   slots_->release(slot_, nullptr);
   model_->model().train();
   for (const auto& op : schedule::oneFOneBOrder(table, rank_, static_cast<int>(config_.train.microbatches))) {
+    emulated_.microbatch(op.microbatch);
     runMicrobatch(step, op.job, table, data, op.microbatch);
   }
   download(step, layers);
+  emulated_.settle();
   worker_->checkAccesses();  // Note [Device sanitizer]: what the hooks found
   writeLosses(step);
   slots_->release(slot_, worker_->mark());  // Note [Slot release]

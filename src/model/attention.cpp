@@ -3,6 +3,9 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <vector>
+
+#include <ATen/record_function.h>
 
 #include "common/error.h"
 #include "model/libtorch.h"
@@ -96,10 +99,12 @@ torch::Tensor documentMath(const torch::Tensor& q, const torch::Tensor& k, const
 
 // The emulated device's attention: the flash kernel's shapes and what it keeps for the backward — its output and
 // a float log-sum-exp per query and head, O(T), never the T x T scores SDPA's math path saves — as meta tensors,
-// one call forward and one backward, as the varlen kernel over the packed documents on a GPU.
+// one call forward and one backward, as the varlen kernel over the packed documents on a GPU: each a named region
+// that the emulated device counts as the one kernel it stands for (Note [Kernel counts], engine/kernel_count.h).
 struct MetaFlash : torch::autograd::Function<MetaFlash> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v) {
+    RECORD_FUNCTION("rp::meta_flash_forward", std::vector<c10::IValue>());
     torch::Tensor out = torch::empty_like(q);
     const torch::Tensor lse = torch::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(torch::kFloat));
     ctx->save_for_backward({q, k, v, out, lse});
@@ -107,6 +112,7 @@ struct MetaFlash : torch::autograd::Function<MetaFlash> {
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list) {
+    RECORD_FUNCTION("rp::meta_flash_backward", std::vector<c10::IValue>());
     const auto saved = ctx->get_saved_variables();
     return {torch::empty_like(saved[0]), torch::empty_like(saved[1]), torch::empty_like(saved[2])};
   }

@@ -84,6 +84,37 @@ PY
 check full --
 check lora --set lora.rank=8 -- --lora
 check packed --set data.path="$work/docs" --set data.format=tokenized -- --document-tokens 128
+
+# Note [Kernel counts]: with a per-kernel floor the device is charged it for each kernel the layers launch, counted
+# from the ops the meta dispatch runs. The full run again at a floor of 200 us: its busy time per step grows by
+# 0.2 ms x the kernels a step launches. A decoder layer's forward runs at least its seven projections (q, k, v, o,
+# gate, up, down) and its backward twice as many products (each weight's gradient and its input's), on each of
+# the step's 2 microbatches; eager LibTorch adds the norms, rotary, activation, residual and accumulation kernels,
+# so a step launches several times that and far from a hundred times. The LoRA run at the same floor (all seven
+# projections adapted, lora.targets' default) launches more: each adapted projection adds its two low-rank
+# products forward — 14 a layer a microbatch — and backward four for the one frozen weight gradient it drops (a
+# count by constants would charge both alike).
+sed 's/^matmul_efficiency = 1.0$/matmul_efficiency = 1.0\nkernel_floor_us = 200/' "$work/slow.toml" >"$work/floor.toml"
+for name in floor lora-floor; do
+  lora=()
+  [[ $name == lora-floor ]] && lora=(--set lora.rank=8)
+  RP_NUM_THREADS=1 "$bin/roundpipe_train" "${run[@]}" "${lora[@]}" --set pipeline.emulated_profile="$work/floor.toml" \
+    --set output.dir="$work/$name" >"$work/$name.txt" 2>&1 || { cat "$work/$name.txt"; fail "$name: the emulated run failed"; }
+done
+python3 - "$work" "$work/model/config.json" <<'PY' || fail "the device was not charged the floor for the kernels the layers launch"
+import json, statistics, sys
+work, config = sys.argv[1:]
+busy = {n: statistics.median(json.loads(l)["device_busy_ms"] for l in list(open(f"{work}/{n}/metrics.jsonl"))[2:])
+        for n in ("full", "floor", "lora", "lora-floor")}
+kernels = (busy["floor"] - busy["full"]) / 0.2
+lora = (busy["lora-floor"] - busy["lora"]) / 0.2
+layers = json.load(open(config))["num_hidden_layers"]
+matmuls = layers * 2 * (7 + 14)
+print(f"floor: device busy {busy['floor']:.1f} ms vs {busy['full']:.1f} ms at no floor: {kernels:.0f} kernels a step "
+      f"(the decoder layers' products alone: {matmuls}); LoRA: {lora:.0f}")
+assert 2 * matmuls <= kernels <= 100 * matmuls, (kernels, matmuls)
+assert lora >= kernels + layers * 2 * 14, (lora, kernels)
+PY
 # The three differ as the FLOP model says they must: LoRA's backward and packed attention are cheaper.
 python3 - "$work" <<'PY' || fail "LoRA or packed documents did not cost the device less than the full run"
 import json, statistics, sys
