@@ -7,8 +7,10 @@
 # step; D, the busiest rank's device compute per step, and L its link's (up / down), from every rank's trace
 # (the device model's clock); the simulator's makespan for the same plan, profile and shape (roundpipe_sim
 # --hardware --model --plan); O, the busiest rank's optimizer CPU time per step over its optimizer threads; H,
-# every rank's host CPU time per step over this machine's cores; T, sync's tail the schedule cannot hide, from
-# the CPU time of its optimizer spans. The bound: async max(D, sim, L, O, H), sync max(max(D, sim) + T, L, H),
+# every rank's host CPU time per step over this machine's cores; T, sync's tail the schedule cannot hide: the
+# widening chain after the last gradients land and the update of the layers the next iteration's stage j needs,
+# from the CPU time of the optimizer spans and the device's clock, with the compute that must follow stage j
+# (below). The bound: async max(D, sim, L, O, H), sync max(max over j of tail_j + what follows, L, H),
 # with the term that binds; the host cores a GPU needs at this shape (a rank's host CPU time per step over the
 # device's step, max(D, sim)); the node's host peak in bytes per parameter; the set-up time to the end of step 1.
 # Then the cores a GPU needs projected to Qwen3-1.7B and Llama-3.1-8B (the 8B class), from the per-parameter
@@ -118,32 +120,83 @@ layer = h * q + 2 * h * kv + q * h + 3 * h * i + 2 * h + 2 * c["head_dim"]
 params = V * h * (1 if c["tie_word_embeddings"] else 2) + L * layer + h
 setup = float(re.search(r"\[\s*([\d.]+) r0 I\] step 1/", text).group(1))
 # Sync's tail the schedule cannot hide: every gradient is in the norm, so the update starts after the last
-# backward job's gradients — final only with its last microbatch — are widened, and the next iteration's first
-# job waits for its layers' update. T = the CPU time of the widening of the last backward stage's layers + the
-# update's share of the first forward stage's parameters, over the optimizer's threads, per step, rank 0's trace.
-events = json.load(open(f"{d}/trace/rank0.json"))["traceEvents"]
+# gradients are widened, and each stage of the next iteration waits for its layers' update. Each rank's optimizer
+# thread widens its share of every stage's gradients in the order they land, one stage after the other: a chain
+# that the last stage's widening may have to wait behind. Per timed step and rank, from the traces: each
+# backward stage's landing (the device's last download of its job, thread 3 of the rank that ran it: the device
+# model's clock, on the node's one time origin), then finish = max(finish, landing) + the rank's CPU time widening
+# that stage's layers, over the optimizer's threads; the chain is finish - the last landing. The update then runs
+# layer by layer from the first, so stage j of the next iteration starts no sooner than the chain + u_j, the
+# update's CPU time (over the threads) x the share of the parameters up to the deepest layer of stages 0..j; and
+# after it starts, every worker still has its compute of stages j, j+1, ... to do (the simulator's schedule for
+# the plan: its ops by stage and worker). So the step is at least, over j, chain + u_j + the largest such busy
+# time (for the first stage, max(D, the makespan)). T = chain + u_j of the j that binds, the slowest rank's, the mean over
+# the timed steps. Every term is work or the device's own clock: a lower bound, as a widening or an update takes
+# at least its CPU time and starts no sooner than its gradients land.
 layer_params = [V * h] + [layer] * L + [h]
 def stages(part):
     return [tuple(map(int, r.split("-"))) for r in part.split(",") if r.strip()]
 fwd_part, fused_part, bwd_part = (p.strip().split(" ", 1)[1] if " " in p.strip() else "" for p in plan.split("|"))
-first = (stages(fwd_part) or stages(fused_part))[0]
-last = (stages(bwd_part) or stages(fused_part))[-1]
+order_of_stages = stages(fwd_part) + stages(fused_part) + stages(bwd_part)  # the simulator's stage numbers
+deepest = [max(b for _, b in order_of_stages[:j + 1]) for j in range(len(order_of_stages))]
+shares = [sum(layer_params[:deep + 1]) / sum(layer_params) for deep in deepest]
+ops = s["ops"]
+after = []  # per stage j: max(D, makespan) (j = 0: all of it) or the busiest worker's compute of stages >= j
+for j in range(len(order_of_stages)):
+    busy = {}
+    for op in ops:
+        if op["stage"] >= j:
+            busy[op["worker"]] = busy.get(op["worker"], 0.0) + op["end"] - op["start"]
+    after.append(dev if j == 0 else max(busy.values(), default=0.0) / s.get("rounds", 1))
+spans = {}
+for f in glob.glob(f"{d}/trace/rank*.json"):
+    rank = int(re.search(r"rank(\d+)\.json$", f).group(1))
+    spans[rank] = [e for e in json.load(open(f))["traceEvents"] if e.get("ph") == "X"]
 cpu = lambda e: e.get("args", {}).get("cpu_ms", 0.0)
-# The timed steps' widening only: after the update of the last step not timed (the first steps touch memory first).
-t0 = max([e["ts"] + e["dur"] for e in events if e.get("ph") == "X" and e["name"].startswith("AdamW step")
-          and int(e["name"].rsplit(" ", 1)[1]) < min(timed)] or [0])
-widen = [cpu(e) for e in events if e.get("ph") == "X" and e["name"].startswith("widen layer") and e["ts"] >= t0
-         and last[0] <= int(e["name"].rsplit(" ", 1)[1]) <= last[1]]
-updates = [cpu(e) for e in events if e.get("ph") == "X" and e["name"].startswith("AdamW step")
-           and int(e["name"].rsplit(" ", 1)[1]) in timed]
-widen_ms = sum(widen) / len(timed)
-share = sum(layer_params[first[0]:first[1] + 1]) / sum(layer_params)
-T = (widen_ms + (med(updates) if updates else 0) * share) / min(threads, cores)
+end = lambda e: e["ts"] + e["dur"]
+def adamw(rank, step):
+    return next((e for e in spans[rank] if e["name"] == f"AdamW step {step}"), None)
+def landings(step):  # (landing us, first layer, last layer) of every stage with gradients in the step
+    out = []
+    for rank, events in spans.items():
+        for job in events:
+            m = re.match(rf"job \d+: (?:fused|bwd) (\d+)-(\d+) \(step {step}\)$", job["name"])
+            if not m:
+                continue
+            a, b = int(m.group(1)), int(m.group(2))
+            host = [e for e in events if e["name"] == f"download {a}-{b}" and job["ts"] <= e["ts"] <= end(job)]
+            if not host:
+                continue
+            landed = [end(e) for e in events if e["name"] == "emulated download" and e["ts"] >= job["ts"]
+                      and end(e) <= end(host[0]) + 1000]
+            out.append((max(landed), a, b))
+    return sorted(out)
+tails, bounds = [], []
+for step_no in sorted(timed):
+    order = landings(step_no)
+    best = (0.0, 0.0)  # (bound, tail)
+    for rank, events in spans.items():
+        this, before = adamw(rank, step_no), adamw(rank, step_no - 1)
+        if this is None or before is None or not order:
+            continue
+        widen = [e for e in events if e["name"].startswith("widen layer ") and end(before) <= e["ts"] <= this["ts"]]
+        finish = float("-inf")
+        for landed, a, b in order:
+            work = sum(cpu(e) for e in widen if a <= int(e["name"].rsplit(" ", 1)[1]) <= b) * 1e3
+            finish = max(finish, landed) + work / min(threads, cores)
+        chain = (finish - order[-1][0]) / 1e3
+        for j, share_j in enumerate(shares):
+            tail = chain + cpu(this) * share_j / min(threads, cores)
+            best = max(best, (tail + after[j], tail))
+    bounds.append(best[0])
+    tails.append(best[1])
+T = med(tails) if tails else 0.0
+sync_bound = med(bounds) if bounds else dev  # no trace to read: the device alone
 terms = {"device": dev, "link up": up, "link down": down, "host": H}
 if mode == "async":
     terms["optimizer"] = O
 else:
-    terms["device + tail"] = dev + T
+    terms["device + tail"] = sync_bound
     del terms["device"]
 binds = max(terms, key=terms.get)
 bound = terms[binds]

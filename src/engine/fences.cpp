@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "common/backoff.h"
 #include "common/error.h"
 #include "control/channel.h"
 #include "engine/activity.h"
@@ -104,15 +105,14 @@ void Fences::startAt(std::int64_t steps) {
 void Fences::wait(std::size_t index, std::int64_t atLeast, const std::string& what, int lateRank,
                   const std::function<void()>& meanwhile) const {
   if (at(index).load(std::memory_order_acquire) >= atLeast) return;
-  auto pause = std::chrono::microseconds(1);
+  Backoff backoff(std::chrono::microseconds(200));  // Note [Polling backoff]
   control::waitOrStall(
       stall_,
       [&](control::ControlChannel::Deadline deadline) {
         while (at(index).load(std::memory_order_acquire) < atLeast) {
           if (std::chrono::steady_clock::now() > deadline) return false;
           if (meanwhile) meanwhile();
-          std::this_thread::sleep_for(pause);
-          pause = std::min(pause * 2, std::chrono::microseconds(200));
+          backoff.pause();
         }
         return true;
       },
@@ -134,11 +134,10 @@ void Fences::waitDownloads(int l, std::int64_t step, const std::function<void()>
 }
 void Fences::waitDownloadsPatiently(int l, std::int64_t step, const std::function<void()>& meanwhile) const {
   const std::size_t index = downloadsAt(l, step);
-  auto pause = std::chrono::microseconds(1);
+  Backoff backoff(std::chrono::microseconds(200));  // Note [Polling backoff]
   while (at(index).load(std::memory_order_acquire) < step / versions_ + 1) {
     meanwhile();
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(200));
+    backoff.pause();
   }
 }
 bool Fences::downloaded(int l, std::int64_t step) const {

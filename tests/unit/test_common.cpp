@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/backoff.h"
 #include "common/env.h"
 #include "common/error.h"
 #include "common/fault.h"
@@ -35,6 +36,22 @@ TEST(Env, FallbackWhenUnsetAndParsedWhenSet) {
 }
 
 // RP_SLOW_WORKER: each listed rank's speed, 1 for the others; a malformed item is named.
+// Note [Polling backoff]: pauses double from 1 us to the floor while a wait is young, then grow with the wait —
+// at most a sixteenth of the time waited so far (so a wait overshoots its event by at most 1/16) and 2 ms.
+TEST(Backoff, PausesDoubleToTheFloorThenGrowWithTheWaitUpToTwoMilliseconds) {
+  using us = std::chrono::microseconds;
+  const us floor(200);
+  std::vector<long> young;
+  us pause(1);
+  for (int i = 0; i < 10; ++i) young.push_back((pause = Backoff::next(pause, us(500), floor)).count());
+  EXPECT_EQ(young, (std::vector<long>{2, 4, 8, 16, 32, 64, 128, 200, 200, 200}));
+  EXPECT_EQ(Backoff::next(us(200), us(8000), floor).count(), 400);    // 8 ms into the wait: 500 us allowed
+  EXPECT_EQ(Backoff::next(us(400), us(8000), floor).count(), 500);
+  EXPECT_EQ(Backoff::next(us(1600), us(100000), floor).count(), 2000);  // 100 ms: capped at 2 ms
+  EXPECT_EQ(Backoff::next(us(2000), us(10000000), floor).count(), 2000);
+  EXPECT_EQ(Backoff::next(us(50), us(1000000), us(100)).count(), 100);  // still doubling
+}
+
 TEST(Fault, SlowWorkerSpeedsParseAndBadOnesAreNamed) {
   ::setenv(env::kSlowWorker.name, "2:0.5,0:0.25", 1);
   EXPECT_DOUBLE_EQ(fault::slowWorkerSpeed(2), 0.5);

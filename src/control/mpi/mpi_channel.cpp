@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/backoff.h"
 #include "world/mpi_session.h"
 
 namespace rp::control {
@@ -37,15 +38,14 @@ MPI_Op mpiOp(Reduce op) {
   return MPI_SUM;
 }
 
-// Calls `ready` until it returns true (true) or `deadline` passes (false), sleeping 1 us doubling to 100 us between.
+// Calls `ready` until it returns true (true) or `deadline` passes (false), pausing between (Note [Polling backoff]).
 template <typename Ready>
 bool pollUntil(ControlChannel::Deadline deadline, Ready&& ready) {
-  auto pause = std::chrono::microseconds(1);
+  Backoff backoff(std::chrono::microseconds(100));
   while (true) {
     if (ready()) return true;
     if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(100));
+    backoff.pause();
   }
 }
 
