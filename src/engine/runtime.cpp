@@ -20,6 +20,7 @@
 #include "model/batch.h"
 #include "model/libtorch.h"
 #include "model/lora.h"
+#include "run/checkpointing.h"
 #include "run/evaluation.h"
 #include "run/sampling.h"
 #include "run/setup.h"
@@ -85,6 +86,7 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
   channel_->boundCollectives(stallPolicy(), place);
   // Across nodes: data parallel. Every node runs the same pipeline over its share of the global batch.
   config::checkPipelineRun(c, id.nodeCount);
+  if (leader_) run::refuseForeignCheckpoints(c);  // before anything is loaded or written (ends the job: exit 2)
   std::int32_t localSize = id.localSize;
   worldChannel_->allreduce(&localSize, 1, control::Reduce::kMin);
   if (localSize != id.localSize) {

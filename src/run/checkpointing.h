@@ -46,7 +46,8 @@ struct Resume {
 std::optional<Resume> openResume(const config::RunConfig& config, const nlohmann::json& identity);
 
 // A run that does not resume refuses a checkpoint.dir that already holds complete checkpoints (another run's:
-// `--resume latest` would mix them up with this run's); the error says what to do. Nothing is deleted.
+// `--resume latest` would mix them up with this run's); the error says what to do. Nothing is deleted. Called
+// first, before the model or the data load (the trainer's constructor, the pipeline runtime's on rank 0).
 void refuseForeignCheckpoints(const config::RunConfig& config);
 
 }  // namespace rp::run

@@ -12,7 +12,6 @@
 #include "common/host_cpu.h"
 #include "common/log.h"
 #include "common/resident_memory.h"
-#include "run/checkpointing.h"
 #include "run/evaluation.h"
 #include "run/preemption.h"
 #include "run/setup.h"
@@ -88,7 +87,6 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
   std::unique_ptr<trace::TensorBoardWriter> tensorboard;
   std::unique_ptr<trace::Progress> progress;
   if (reports) {
-    refuseForeignCheckpoints(c);  // before anything is written: a refused run changes nothing
     writeEffectiveConfig(c);
     checkpoints.removeStale();
     metrics = std::make_unique<trace::MetricsWriter>(c.output.dir, executor.startStep());

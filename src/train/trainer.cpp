@@ -18,6 +18,7 @@
 #include "model/lora.h"
 #include "optim/adamw_simd.h"
 #include "optim/grad_clip.h"
+#include "run/checkpointing.h"
 #include "run/evaluation.h"
 #include "run/sampling.h"
 #include "run/setup.h"
@@ -69,6 +70,7 @@ Trainer::Trainer(config::RunConfig config) : config_(std::move(config)), dtype_(
   if (threads > 0) torch::set_num_threads(static_cast<int>(threads));
   torch::manual_seed(static_cast<std::uint64_t>(c.train.seed));
 
+  run::refuseForeignCheckpoints(c);  // before anything is loaded or written: a refused run changes nothing
   checkHostMemory(c, dtype_);
   tokenizer_ = run::loadTokenizerFor(c, model::loadModelConfig(c.model.path));  // refuses before the weights load
   model_ = run::loadModelFor(c, dtype_);

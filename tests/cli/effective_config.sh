@@ -86,5 +86,6 @@ before="$(snapshot)"
 code=$?
 [[ $code -eq 2 ]] || { cat "$work/refused.log"; fail "a run into another run's checkpoints exited $code, expected 2"; }
 grep -q "nothing was deleted" "$work/refused.log" || { cat "$work/refused.log"; fail "no refusal message"; }
+grep -q "trainable parameters\|dataset: " "$work/refused.log" && { cat "$work/refused.log"; fail "refused only after the model and data loaded"; }
 [[ "$(snapshot)" == "$before" ]] || fail "the refused run changed $work/first: $(diff <(echo "$before") <(snapshot))"
 echo "ok: the refused run left every byte of the earlier run's directory as it was"

@@ -79,7 +79,19 @@ for case in "sigterm TERM" "ctrl_c INT"; do
     { tail -20 "$work/$name.log"; fail "$name: no save message"; }
   grep -q "worker(s) idle" "$work/$name.log" && fail "the README's line plans fewer stages than workers: $(grep "idle" "$work/$name.log")"
   echo "ok: $how to the README's line after a step -> the ranks saved $latest, exit 3 in $took s"
+  [[ $name == sigterm ]] && latest_sigterm=$latest
 done
+
+# The same line again into the stopped run's directory, without --resume: refused at once, exit 2, before any rank
+# loads the model or the data (no "pipeline:" plan line, no "dataset:" line), the checkpoint untouched.
+t0=$SECONDS
+"${command[@]}" --set "output.dir=$work/sigterm" >"$work/again.log" 2>&1
+code=$? took=$((SECONDS - t0))
+[[ $code -eq 2 ]] || { tail -20 "$work/again.log"; fail "a run into a stopped run's checkpoints exited $code, expected 2"; }
+grep -q "already holds checkpoints of an earlier run" "$work/again.log" || { cat "$work/again.log"; fail "no refusal"; }
+grep -q "pipeline: \|dataset: " "$work/again.log" && { cat "$work/again.log"; fail "refused only after the model and data loaded"; }
+[[ "$(cat "$work/sigterm/checkpoints/latest")" == "$latest_sigterm" ]] || fail "the refused run moved checkpoints/latest"
+echo "ok: the same line into the stopped run's directory is refused in $took s, before the model loads"
 
 # 5. The same line as a plain mpirun without the kill timeout: one warning at start naming the launcher.
 plain=(mpirun "${command[@]:1}")
