@@ -1,9 +1,41 @@
 #include "data/dataset.h"
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "common/error.h"
+#include "common/fmt.h"
 #include "common/log.h"
 
 namespace rp::data {
+
+namespace {
+
+// Chat data rendered by a built-in template on a tokenizer without its special tokens would train on each
+// marker split into plain text: refused, naming those the tokenizer lacks. (Generation may render a built-in
+// layout as text on any tokenizer, as transformers' apply_chat_template does.)
+void requireTemplateTokens(const ChatTemplate& chatTemplate, const std::string& name, const Tokenizer& tokenizer,
+                           const OptionNames& names) {
+  if (chatTemplate.kind == ChatTemplate::Kind::kModel) return;  // the model's own, for its own tokenizer
+  const std::vector<std::string> needed =
+      chatTemplate.kind == ChatTemplate::Kind::kChatML
+          ? std::vector<std::string>{"<|im_start|>", "<|im_end|>"}
+          : std::vector<std::string>{"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
+  const std::vector<std::string> special = tokenizer.specialTokens();
+  std::vector<std::string> missing;
+  for (const auto& token : needed) {
+    if (std::find(special.begin(), special.end(), token) == special.end()) missing.push_back(token);
+  }
+  if (missing.empty()) return;
+  RP_THROW(InputError,
+           "{} \"{}\": the tokenizer {} has no special token {}: the chat data would be trained on the template's "
+           "markers split into plain text; set {} to \"auto\" (the model's own template, or the built-in one its "
+           "tokens fit) or use the model's own tokenizer",
+           names.chatTemplate, name, tokenizer.path(), fmt::join(missing, ", "), names.chatTemplate);
+}
+
+}  // namespace
 
 ChatTemplate resolveChatTemplate(const std::string& name, const Tokenizer& tokenizer, const OptionNames& names) {
   if (name == "chatml") return ChatTemplate::builtIn(ChatTemplate::Kind::kChatML);
@@ -73,6 +105,7 @@ TokenizedCorpus loadDataset(const DatasetOptions& options, const Tokenizer& toke
   read.names = options.names;
   if (options.format == "alpaca" || options.format == "sharegpt") {
     read.chatTemplate = resolveChatTemplate(options.chatTemplate, tokenizer, options.names);
+    requireTemplateTokens(read.chatTemplate, options.chatTemplate, tokenizer, options.names);
   }
   const ReadResult result = readSamples(options.paths, read);
   if (result.skipped > 0) {

@@ -100,6 +100,32 @@ TEST(Qwen3Tokenizer, SpecialTokens) {
   EXPECT_EQ(tokenizer.decode(ids), "user");
 }
 
+// A built-in template whose special tokens the tokenizer lacks is refused for chat data, naming them: Llama-3's
+// layout on the Qwen3 tokenizer would train on "<|eot_id|>" split into plain text. ChatML's tokens it has.
+TEST(Qwen3Tokenizer, ChatDataWithATemplateWhoseTokensTheTokenizerLacksIsRefused) {
+  const auto fixtures = test::fixturesDir();
+  RP_SKIP_UNLESS(fixtures, "shared fixtures");
+  const auto tokenizer = Tokenizer::fromFile(*fixtures + "/tokenizers/qwen3");
+  const std::string data = ::testing::TempDir() + "/chat.jsonl";
+  std::ofstream(data) << R"({"instruction": "Say hi", "output": "hi"})" << "\n";
+  DatasetOptions options;
+  options.format = "alpaca";
+  options.paths = {data};
+  options.chatTemplate = "llama3";
+  try {
+    loadDataset(options, tokenizer);
+    FAIL() << "expected an error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("data.template \"llama3\": the tokenizer " + *fixtures +
+                                         "/tokenizers/qwen3/tokenizer.json has no special token <|begin_of_text|>, "
+                                         "<|start_header_id|>, <|end_header_id|>, <|eot_id|>"),
+              std::string::npos)
+        << e.what();
+  }
+  options.chatTemplate = "chatml";
+  EXPECT_EQ(loadDataset(options, tokenizer).documentCount(), 1u);
+}
+
 // SFT masks with the real Qwen3 tokenizer and the built-in ChatML layout: exactly the assistant reply and its
 // <|im_end|> are trainable.
 TEST(Qwen3Tokenizer, ChatMLMaskCoversTheAssistantReplyOnly) {
