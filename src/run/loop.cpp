@@ -113,6 +113,7 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
         writers->channel);
   }
   std::int64_t skippedInRow = 0;         // fp16 overflow skips count too (a loss scale that never recovers)
+  std::int64_t emptySteps = 0;           // steps with no target tokens (docs/training.md, "Steps without targets")
   std::map<std::int64_t, double> evals;  // evaluation losses by step, until the step's metrics are written
   std::int64_t evaluated = -1;           // the last step evaluated
   auto evaluate = [&](std::int64_t steps) {
@@ -141,6 +142,12 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
       progress->update(m);
       result.metrics.push_back(m);
       countSkips(c, m, skippedInRow);
+      if (m.targetTokens == 0 && ++emptySteps == 1) {
+        RP_LOG_WARN("step {} had no target tokens: every row of its batch was prompt (a prompt longer than "
+                    "train.seq_len fills a row, its reply follows in the next), so its loss is 0 and its gradients "
+                    "are zero; such steps are marked \"no_targets\" in metrics.jsonl, counted at the end",
+                    m.step);
+      }
     }
   };
   auto save = [&](std::int64_t steps) {
@@ -186,6 +193,11 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
   }
   if (reports) {
     progress.reset();
+    if (emptySteps > 0) {
+      RP_LOG_WARN("{} of the run's {} steps had no target tokens and trained nothing (\"no_targets\" in {}): raise "
+                  "train.seq_len above the longest prompts, or shorten them",
+                  emptySteps, result.metrics.size(), metrics->path());
+    }
     RP_LOG_INFO("metrics written to {}", metrics->path());
     if (result.outcome == Outcome::kPreempted) {
       RP_LOG_WARN("{}: saved the checkpoint of step {} and stopping", describe(executor.stopCause()), steps);

@@ -96,6 +96,25 @@ std::unique_ptr<data::Tokenizer> loadTokenizerFor(const config::RunConfig& c, co
   return tokenizer;
 }
 
+namespace {
+
+// A corpus whose loss mask leaves no token a target (every reply empty or masked) would train nothing at every
+// step: refused, naming the data (docs/training.md, "Steps without targets").
+void refuseWithoutTargets(const config::RunConfig& c, const data::TokenizedCorpus& corpus) {
+  if (corpus.trainMask.empty()) return;
+  for (std::size_t d = 0; d < corpus.documentCount(); ++d) {
+    for (std::uint64_t i = corpus.docOffsets[d] + 1; i < corpus.docOffsets[d + 1]; ++i) {
+      if (corpus.trainMask[i] != 0) return;  // a target of the token before it
+    }
+  }
+  RP_THROW(InputError,
+           "{}: data.path = {} (data.format = \"{}\"): none of its {} documents has a target token: every reply "
+           "is empty or masked out, so every step would train nothing",
+           c.values.source({"data.path"}), fmt::join(c.data.paths, ", "), c.data.format, corpus.documentCount());
+}
+
+}  // namespace
+
 Corpora loadCorporaFor(const config::RunConfig& c, const model::ModelConfig& model, const data::Tokenizer& tokenizer) {
   data::DatasetOptions d;
   d.paths = c.data.paths;
@@ -109,6 +128,7 @@ Corpora loadCorporaFor(const config::RunConfig& c, const model::ModelConfig& mod
   d.eosId = static_cast<std::int32_t>(model.eosTokenId);
   Corpora out;
   out.train = data::loadDataset(d, tokenizer);
+  refuseWithoutTargets(c, out.train);
   if (c.data.evalFraction > 0) {
     std::tie(out.train, out.eval) =
         data::holdOut(out.train, c.data.evalFraction, static_cast<std::uint64_t>(c.train.seed));

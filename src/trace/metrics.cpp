@@ -46,6 +46,7 @@ void MetricsWriter::write(const StepMetrics& m) {
                    {"epoch", m.epoch}};
   if (m.lossScale) j["loss_scale"] = *m.lossScale;
   if (m.skipped) j["skipped"] = true;
+  if (m.targetTokens == 0) j["no_targets"] = true;  // every row prompt: nothing trained (docs/metrics.md)
   if (m.peakResidentMb) j["peak_rss_mb"] = *m.peakResidentMb;
   if (!m.rankPeakResidentMb.empty()) j["rank_peak_rss_mb"] = m.rankPeakResidentMb;
   if (!m.hostWaits.empty()) {

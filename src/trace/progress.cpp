@@ -38,7 +38,9 @@ void Progress::update(const StepMetrics& m) {
   const std::string text = fmt::format(
       "step {}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | ETA {}:{:02d}", m.step, total_, m.loss,
       m.lr, m.gradNorm, m.tokensPerSecond, static_cast<int>(eta) / 60, static_cast<int>(eta) % 60);
-  const char* skipped = !m.skipped ? "" : m.lossScale ? " (skipped: overflow)" : " (skipped: not finite)";
+  const char* skipped = m.skipped            ? (m.lossScale ? " (skipped: overflow)" : " (skipped: not finite)")
+                        : m.targetTokens == 0 ? " (no target tokens)"
+                                              : "";
   std::string line = text;
   const char* modelled = m.modelled() ? "modelled " : "";
   if (m.modelTflops) line += fmt::format(" | {}{:.3g} TFLOP/s", modelled, *m.modelTflops);

@@ -118,6 +118,7 @@ void TensorBoardWriter::write(const StepMetrics& m) {
       {"train/loss", m.loss},
       {"train/lr", m.lr},
       {"train/grad_norm", m.gradNorm},
+      {"train/target_tokens", static_cast<double>(m.targetTokens)},  // 0: a step that trained nothing
       {"train/tokens_per_s", m.tokensPerSecond},
       {"train/step_time_s", m.stepTimeSeconds},
       {"train/loss_scale", m.lossScale},

@@ -31,7 +31,7 @@ rows = [json.loads(l) for l in open(f"{out}/metrics.jsonl").read().split("\n")[:
 tags = set(acc.Tags()["scalars"])
 f32 = lambda x: struct.unpack("f", struct.pack("f", x))[0]
 checked = 0
-for key in ("loss", "lr", "grad_norm", "tokens_per_s", "step_time_s", "peak_rss_mb", "eval_loss"):
+for key in ("loss", "lr", "grad_norm", "target_tokens", "tokens_per_s", "step_time_s", "peak_rss_mb", "eval_loss"):
     tag = "eval/loss" if key == "eval_loss" else f"train/{key}"
     want = {r["step"]: r[key] for r in rows if r.get(key) is not None}
     if not want: continue

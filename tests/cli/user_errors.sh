@@ -97,6 +97,21 @@ expect 2 "$work/empty.txt: no samples to train on" "$bin/roundpipe_train" --conf
   --set "model.path=$model" --set "data.path=$work/empty.txt" --set train.seq_len=16
 expect 2 "$work/empty.txt: no samples to train on" \
   "$bin/roundpipe_tokenize" --model "$model" --output "$work/tok" "$work/empty.txt"
+# A pre-tokenized corpus whose loss mask leaves no target (docs/training.md, "Steps without targets"): every step
+# would train nothing, so the run is refused naming data.path.
+python3 - "$work/masked" <<'PY'
+import json, os, struct, sys
+out, n, length = sys.argv[1], 4, 32
+os.makedirs(out)
+open(f"{out}/tokens.bin", "wb").write(struct.pack(f"<{n * length}i", *[(5 * i) % 200 + 3 for i in range(n * length)]))
+open(f"{out}/docs.bin", "wb").write(struct.pack(f"<{n + 1}Q", *[i * length for i in range(n + 1)]))
+open(f"{out}/mask.bin", "wb").write(bytes(n * length))
+json.dump({"format": "roundpipe-tokenized", "version": 1, "documents": n, "tokens": n * length, "has_mask": True,
+           "tokenizer": "tinystories", "vocab_size": 2048}, open(f"{out}/meta.json", "w"))
+PY
+expect 2 "--set: data.path = $work/masked \(data.format = \"tokenized\"\): none of its 4 documents has a target token" \
+  "$bin/roundpipe_train" --config /dev/null --set "model.path=$model" \
+  --set "data.path=$work/masked" --set data.format=tokenized --set train.seq_len=16 --set "output.dir=$work/masked-out"
 
 # roundpipe_tokenize speaks of its own flags.
 printf '{"instruction": "Say hi", "output": "hi"}\n{"instruction": 3}\n' >"$work/alpaca.jsonl"

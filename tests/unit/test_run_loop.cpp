@@ -4,6 +4,9 @@
 #include <csignal>
 #include <fstream>
 #include <limits>
+#include <set>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -29,6 +32,7 @@ class ScriptedExecutor : public Executor {
   std::int64_t skipFrom = -1;     // steps from here on diverge: NaN loss, skipped (the executor's verdict)
   std::int64_t skipTo = -1;       // ... up to here (exclusive; -1: to the end)
   std::vector<double> rankPeaks;  // a pipeline's per-rank resident peaks (MB)
+  std::set<std::int64_t> noTargets;  // steps whose rows were all prompt: no target tokens
 
   std::vector<std::int64_t> ran, snapshots;
   std::vector<std::int64_t> drained;
@@ -54,6 +58,7 @@ class ScriptedExecutor : public Executor {
       m.skipped = true;
     }
     m.tokens = 10;
+    m.targetTokens = noTargets.count(step) ? 0 : 6;
     m.stepTimeSeconds = 0.5;
     m.rankPeakResidentMb = rankPeaks;
     pending_.push_back(m);
@@ -313,6 +318,30 @@ TEST(RunLoop, SkippedStepsAreNamedAndTooManyInARowStopTheRun) {
         << error.what();
   }
   EXPECT_EQ(diverged.ran, (std::vector<std::int64_t>{0, 1, 2, 3}));
+}
+
+// docs/training.md, "Steps without targets": a step whose rows were all prompt trains nothing; it is marked in
+// metrics.jsonl and on the progress line, the first is warned of, and the count is given at the end.
+TEST(RunLoop, StepsWithoutTargetTokensAreMarkedWarnedOnceAndCounted) {
+  ScriptedExecutor e;
+  e.noTargets = {1, 2, 5};
+  const std::string out = test::scratchDir();
+  testing::internal::CaptureStderr();
+  const RunResult r = runLoop(configWith(out, {"output.log_every=1"}), e);
+  const std::string log = testing::internal::GetCapturedStderr();
+  ASSERT_EQ(r.metrics.size(), 7u);
+  std::ifstream in(out + "/metrics.jsonl");
+  std::vector<std::int64_t> marked;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.value("no_targets", false)) marked.push_back(j.at("step").get<std::int64_t>());
+  }
+  EXPECT_EQ(marked, (std::vector<std::int64_t>{2, 3, 6}));
+  EXPECT_NE(log.find("step 2 had no target tokens: every row of its batch was prompt"), std::string::npos) << log;
+  EXPECT_EQ(log.find("step 3 had no target tokens"), std::string::npos) << log;  // once
+  EXPECT_NE(log.find("step 3/7 | loss"), std::string::npos) << log;
+  EXPECT_NE(log.find("(no target tokens)"), std::string::npos) << log;
+  EXPECT_NE(log.find("3 of the run's 7 steps had no target tokens and trained nothing"), std::string::npos) << log;
 }
 
 TEST(RunLoop, ANonFiniteLossStopsTheRunWithTheStep) {
