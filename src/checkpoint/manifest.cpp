@@ -65,10 +65,10 @@ json toJson(const Manifest& m) {
   }
   json files = json::array();
   for (const auto& f : m.files) files.push_back({{"name", f.name}, {"bytes", f.bytes}, {"crc32", f.crc32}});
-  return {{"format", kFormatName},  {"version", kFormatVersion}, {"step", m.step},
-          {"writers", m.writers},   {"model", m.model},          {"lora", m.lora},
-          {"training", m.training}, {"run_config", m.runConfig}, {"tensors", tensors},
-          {"files", files}};
+  return {{"format", kFormatName},  {"version", kFormatVersion}, {"written_by", m.writtenBy},
+          {"step", m.step},         {"writers", m.writers},      {"model", m.model},
+          {"lora", m.lora},         {"training", m.training},    {"run_config", m.runConfig},
+          {"tensors", tensors},     {"files", files}};
 }
 
 Manifest fromJson(const json& j, const std::string& where) {
@@ -87,6 +87,7 @@ Manifest fromJson(const json& j, const std::string& where) {
   m.lora = field<json>(j, "lora", where);
   m.training = field<json>(j, "training", where);
   m.runConfig = field<std::string>(j, "run_config", where);
+  if (j.contains("written_by")) m.writtenBy = field<std::string>(j, "written_by", where);
   for (const json& t : field<json>(j, "tensors", where)) {
     const auto name = field<std::string>(t, "name", where);
     const std::string at = fmt::format("{}: tensor '{}'", where, name);

@@ -22,6 +22,7 @@ struct Manifest {
   nlohmann::json lora;      // null for full fine-tunes
   nlohmann::json training;  // tokens, optimizer, schedule, scaler, cursor, rng, mode
   std::string runConfig;    // the effective config (TOML)
+  std::string writtenBy;    // "roundpipe 0.1.0 (commit ...)" (rp::versionLine); empty in manifests written before it
   std::vector<SliceRecord> slices;
   // Every shard file with its size and checksum, verified before the file is opened. Empty in manifests written
   // before roundpipe recorded them: their shards are opened unverified (each dataset still has its checksum).

@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/run_main.h"
+#include "common/version.h"
 
 namespace rp::cli {
 
@@ -54,7 +55,9 @@ CommandLine::Option& CommandLine::Option::delimiter(char separator) {
   return *this;
 }
 
-CommandLine::CommandLine(const std::string& description) : app_(std::make_unique<CLI::App>(description)) {}
+CommandLine::CommandLine(const std::string& description) : app_(std::make_unique<CLI::App>(description)) {
+  app_->set_version_flag("--version", rp::versionLine(), "print roundpipe's version and commit and exit");
+}
 
 CommandLine::~CommandLine() = default;
 

@@ -9,6 +9,7 @@
 #include "cli/run_main.h"
 #include "common/env.h"
 #include "common/log.h"
+#include "common/version.h"
 #include "config/run_config.h"
 #include "device/device.h"
 #include "device/placement.h"
@@ -32,16 +33,25 @@ int run(int argc, char** argv, const rp::MpiSession& session) {
   line.option(
       "--resume", resume,
       "continue from a checkpoint: latest, auto (latest if there is one), a name in checkpoint.dir, or a directory");
-  line.flag("--print-config", printOnly, "print the effective config and exit");
+  line.flag("--print-config", printOnly, "print the effective config (TOML) on stdout and exit");
   if (const auto code = line.parse(argc, argv)) return *code;
   const bool leader = session.identity().rank == 0;
   if (!resume.empty()) overrides.push_back("checkpoint.resume=" + resume);
   auto config = rp::config::loadRunConfig(configPath, overrides);
-  if (leader) {
+  if (leader) RP_LOG_INFO("{}", rp::versionLine());  // the log's first line: what wrote it
+  if (leader && printOnly) {  // on stdout, as config.effective.toml holds it: `> run.toml` keeps it
+    std::printf("# The effective config of roundpipe_train --config %s: --config <this file> runs it again.\n",
+                configPath.c_str());
+    for (const auto& line : config.effective()) std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+    for (const auto& notice : config.notices) RP_LOG_INFO("{}", notice);
+  } else if (leader) {
     if (session.identity().size > 1) RP_LOG_INFO("MPI: {}", rp::describeMpiTransport());
     RP_LOG_INFO("effective config ({}):", configPath);
     for (const auto& line : config.effective()) RP_LOG_INFO("  {}", line);
     for (const auto& notice : config.notices) RP_LOG_INFO("{}", notice);
+  }
+  if (leader) {
     const auto killTimeout = rp::run::killTimeoutWarning(std::getenv("OMPI_MCA_orte_hnp_uri"),
                                                          std::getenv("OMPI_MCA_odls_base_sigkill_timeout"),
                                                          std::getenv(rp::env::kMpirunWrapper.name));

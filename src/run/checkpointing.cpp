@@ -10,6 +10,7 @@
 #include "checkpoint/directory.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/version.h"
 #include "model/libtorch.h"
 
 namespace rp::run {
@@ -203,6 +204,7 @@ json runIdentity(const config::RunConfig& c, const data::TokenizedCorpus& corpus
 
 checkpoint::Manifest describeRun(const config::RunConfig& c, const json& identity) {
   checkpoint::Manifest m;
+  m.writtenBy = versionLine();
   const json modelConfig = readJsonFile(std::filesystem::path(c.model.path) / "config.json");
   m.model = {{"path", std::filesystem::absolute(c.model.path).string()},
              {"type", modelConfig.value("model_type", "")},

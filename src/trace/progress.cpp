@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <string>
 
 #include "common/log.h"
 
@@ -28,16 +30,25 @@ std::string memory(const StepMetrics& m) {
   return m.peakResidentMb ? fmt::format(" | peak {:.3g} GB", *m.peakResidentMb / 1e3) : "";
 }
 
+// The time left: "m:ss" under an hour, "h:mm:ss" under a hundred days, "> 100 days" beyond (train.max_steps
+// = 2^63 - 1 once printed "-35791394:-8").
+std::string eta(double seconds) {
+  if (!(seconds < 100 * 86400.0)) return "> 100 days";
+  const auto s = static_cast<std::int64_t>(std::max(0.0, seconds));
+  if (s < 3600) return fmt::format("{}:{:02d}", s / 60, s % 60);
+  return fmt::format("{}:{:02d}:{:02d}", s / 3600, s / 60 % 60, s % 60);
+}
+
 }  // namespace
 
 void Progress::update(const StepMetrics& m) {
   elapsed_ += m.stepTimeSeconds;
   ++timed_;
-  const double eta =
+  const double left =
       elapsed_ / static_cast<double>(timed_) * static_cast<double>(std::max<std::int64_t>(0, total_ - m.step));
-  const std::string text = fmt::format(
-      "step {}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | ETA {}:{:02d}", m.step, total_, m.loss,
-      m.lr, m.gradNorm, m.tokensPerSecond, static_cast<int>(eta) / 60, static_cast<int>(eta) % 60);
+  const std::string text =
+      fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | ETA {}", m.step, total_,
+                  m.loss, m.lr, m.gradNorm, m.tokensPerSecond, eta(left));
   const char* skipped = m.skipped            ? (m.lossScale ? " (skipped: overflow)" : " (skipped: not finite)")
                         : m.targetTokens == 0 ? " (no target tokens)"
                                               : "";

@@ -78,6 +78,31 @@ assert (c["mode"], c["staleness"]) == ("async", 2), c
 print("ok: --set optim.staleness = 2 over optim.mode = \"sync\" is written as mode \"async\", staleness 2")
 PY
 
+# What wrote a run: the log's first line and every checkpoint manifest carry roundpipe_train --version's line.
+version=$("$bin/roundpipe_train" --version) || fail "--version"
+first_line=$(grep -m1 '' "$work/first.log")
+[[ "$first_line" == *" r0 I] $version" ]] || fail "the log's first line is not the version ($version): $first_line"
+python3 - "$work/first/checkpoints" "$version" <<'PY' || fail "a manifest without the version"
+import glob, json, sys
+manifests = glob.glob(f"{sys.argv[1]}/step-*/manifest.json")
+assert manifests and all(json.load(open(m))["written_by"] == sys.argv[2] for m in manifests), manifests
+print(f"ok: the log's first line and {len(manifests)} manifest(s) name {sys.argv[2]}")
+PY
+
+# --print-config: the effective config on stdout, a file that runs (as config.effective.toml's lines).
+"$bin/roundpipe_train" --config "$work/run.toml" --set "output.dir=$work/printed" --set optim.weight_decay=0.05 \
+  --print-config >"$work/printed.toml" \
+  2>"$work/printed.log" || { cat "$work/printed.log"; fail "--print-config failed"; }
+python3 - "$work/printed.toml" "$work/first/config.effective.toml" <<'PY' || fail "--print-config's stdout"
+import sys, tomllib
+printed, effective = (tomllib.load(open(p, "rb")) for p in sys.argv[1:])
+flat = lambda t, p="": {k2: v2 for k, v in t.items() for k2, v2 in (flat(v, p + k + ".").items() if isinstance(v, dict) else [(p + k, v)])}
+a, b = flat(printed), flat(effective)
+differ = {k: (a.get(k), b.get(k)) for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
+assert set(differ) == {"output.dir"}, differ
+print(f"ok: --print-config prints {len(a)} keys on stdout, config.effective.toml's values")
+PY
+
 # A refused run changes nothing of the run it refused to touch.
 snapshot() { (cd "$work/first" && find . -type f -print0 | sort -z | xargs -0 sha256sum); }
 before="$(snapshot)"

@@ -91,6 +91,11 @@ print(max(list(t['model']['vocab'].values())+[a['id'] for a in t['added_tokens']
   echo "ok: a tokenizer larger than the model is refused at start, naming both sizes"
 fi
 
+# Every tool says which roundpipe it is: the version and the commit it was built from, exit 0.
+for tool in roundpipe_train roundpipe_sim roundpipe_generate roundpipe_tokenize roundpipe_export; do
+  expect 0 '^roundpipe [0-9]+\.[0-9]+\.[0-9]+ \(commit ([0-9a-f]{12}(-dirty)?|unknown)\)$' "$bin/$tool" --version
+done
+
 # An empty dataset names its file.
 printf '\n\n   \n\n' >"$work/empty.txt"
 expect 2 "$work/empty.txt: no samples to train on" "$bin/roundpipe_train" --config /dev/null \

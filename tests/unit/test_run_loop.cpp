@@ -160,6 +160,24 @@ TEST(RunLoop, AResumedRunsEtaCountsItsOwnSteps) {
   EXPECT_NE(log.find("ETA 0:59"), std::string::npos) << log;
 }
 
+// The ETA past an hour reads h:mm:ss, and one no run will reach says so (train.max_steps = 2^63 - 1 once printed
+// "-35791394:-8").
+TEST(RunLoop, AnEtaOfHoursOrBeyondAHundredDaysReadsAsSuch) {
+  ScriptedExecutor e;
+  e.stopAt = 2;  // 0.5 s per step
+  testing::internal::CaptureStderr();
+  runLoop(configWith(test::scratchDir(), {"train.max_steps=10001", "output.log_every=1"}), e);
+  std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("step 1/10001 "), std::string::npos) << log;
+  EXPECT_NE(log.find("ETA 1:23:20"), std::string::npos) << log;  // 10,000 steps x 0.5 s
+  ScriptedExecutor forever;
+  forever.stopAt = 1;
+  testing::internal::CaptureStderr();
+  runLoop(configWith(test::scratchDir(), {"train.max_steps=9223372036854775807", "output.log_every=1"}), forever);
+  log = testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("ETA > 100 days"), std::string::npos) << log;
+}
+
 TEST(RunLoop, AResumeAtMaxStepsSaysThereIsNothingToTrain) {
   ScriptedExecutor e;
   e.start = 7;
