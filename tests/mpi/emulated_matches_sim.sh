@@ -31,18 +31,8 @@ with open(f"{out}/docs.bin", "wb") as f:
 json.dump({"format": "roundpipe-tokenized", "version": 1, "documents": n, "tokens": n * length, "has_mask": False,
            "tokenizer": "builtin-tiny", "vocab_size": 259}, open(f"{out}/meta.json", "w"))
 PY
-cat >"$work/slow.toml" <<'TOML'
-[gpu]
-name = "Slow GPU"
-count = 8
-memory_gb = 4
-tensor_tflops = 0.25
-[link]
-pcie_gbps = 400.0
-gpus_per_host_bridge = 2
-[assumptions]
-matmul_efficiency = 1.0
-TOML
+source "$src/tests/support/slow_gpu.sh"
+slow_gpu_profile "$work/slow.toml" 0.25 400.0
 steps=6
 run=(--config "$src/configs/builtin-fortunes.toml" --set model.path="$work/model" --set pipeline.backend=emulated
      --set pipeline.emulated_profile="$work/slow.toml" --set train.max_steps=$steps --set optim.threads=1
@@ -94,7 +84,7 @@ check packed --set data.path="$work/docs" --set data.format=tokenized -- --docum
 # projections adapted, lora.targets' default) launches more: each adapted projection adds its two low-rank
 # products forward — 14 a layer a microbatch — and backward four for the one frozen weight gradient it drops (a
 # count by constants would charge both alike).
-sed 's/^matmul_efficiency = 1.0$/matmul_efficiency = 1.0\nkernel_floor_us = 200/' "$work/slow.toml" >"$work/floor.toml"
+slow_gpu_profile "$work/floor.toml" 0.25 400.0 200
 for name in floor lora-floor; do
   lora=()
   [[ $name == lora-floor ]] && lora=(--set lora.rank=8)

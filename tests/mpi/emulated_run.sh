@@ -26,18 +26,8 @@ c = json.load(open(sys.argv[1]))
 c.update(hidden_size=384, intermediate_size=1024, num_attention_heads=6, num_key_value_heads=2)
 json.dump(c, open(sys.argv[2], "w"))
 PY
-cat >"$work/slow.toml" <<'TOML'
-[gpu]
-name = "Slow GPU"
-count = 8
-memory_gb = 4
-tensor_tflops = 0.25
-[link]
-pcie_gbps = 200.0
-gpus_per_host_bridge = 2
-[assumptions]
-matmul_efficiency = 1.0
-TOML
+source "$src/tests/support/slow_gpu.sh"
+slow_gpu_profile "$work/slow.toml" 0.25 200.0
 run=(--config "$src/configs/builtin-fortunes.toml" --set model.path="$work/model" --set pipeline.backend=emulated
      --set pipeline.emulated_profile="$work/slow.toml" --set train.max_steps=6 --set optim.threads=1
      --set output.sample_prompt= --set checkpoint.at_end=false --set output.log_every=1)

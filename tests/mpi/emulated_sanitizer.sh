@@ -15,19 +15,8 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 [[ -d /usr/share/games/fortunes ]] || fail "/usr/share/games/fortunes is missing (scripts/bootstrap.sh installs fortunes)"
-cat >"$work/slow.toml" <<'TOML'
-[gpu]
-name = "Slow GPU"
-count = 2
-memory_gb = 4
-tensor_tflops = 0.25
-[link]
-pcie_gbps = 0.2
-gpus_per_host_bridge = 2
-[assumptions]
-matmul_efficiency = 1.0
-kernel_floor_us = 3000
-TOML
+source "$src/tests/support/slow_gpu.sh"
+slow_gpu_profile "$work/slow.toml" 0.25 0.2 3000
 run=(--config "$src/configs/builtin-fortunes.toml" --set pipeline.backend=emulated
      --set pipeline.emulated_profile="$work/slow.toml" --set "pipeline.plan=3 | 2 | 3" --set train.max_steps=2
      --set optim.threads=1 --set output.sample_prompt= --set checkpoint.at_end=false)

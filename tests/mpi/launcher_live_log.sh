@@ -13,18 +13,8 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 [[ -d /usr/share/games/fortunes ]] || fail "/usr/share/games/fortunes is missing (scripts/bootstrap.sh installs fortunes)"
-cat >"$work/slow.toml" <<'TOML'
-[gpu]
-name = "Slow GPU"
-count = 2
-memory_gb = 4
-tensor_tflops = 0.01
-[link]
-pcie_gbps = 400.0
-gpus_per_host_bridge = 2
-[assumptions]
-matmul_efficiency = 1.0
-TOML
+source "$src/tests/support/slow_gpu.sh"
+slow_gpu_profile "$work/slow.toml" 0.01 400.0
 command=("$src/launch/roundpipe-mpirun" -np 2 --bind-to none "${flags[@]}" "$train"
   --config "$src/configs/builtin-fortunes.toml" --set pipeline.backend=emulated
   --set pipeline.emulated_profile="$work/slow.toml" --set train.max_steps=10 --set output.log_every=1
