@@ -25,12 +25,16 @@ def read_metrics(path):
     except OSError as e:
         fail(f"{path}: cannot read: {e.strerror} (expected a run's metrics.jsonl or its output directory)")
     steps = []
+    last = max((n for n, line in enumerate(lines, 1) if line.strip()), default=0)
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
         except json.JSONDecodeError as e:
+            if number == last and line.lstrip().startswith("{"):  # cut short by a full disk or a crash mid-write
+                print(f"{path}:{number}: skipped: a torn last line ({e.msg})", file=sys.stderr)
+                break
             fail(f"{path}:{number}: not a JSON object: {e.msg}")
         if not isinstance(record, dict) or not isinstance(record.get("step"), int):
             fail(f"{path}:{number}: expected an object with an integer 'step' (docs/metrics.md)")

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -114,6 +115,7 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
   }
   std::int64_t skippedInRow = 0;         // fp16 overflow skips count too (a loss scale that never recovers)
   std::int64_t emptySteps = 0;           // steps with no target tokens (docs/training.md, "Steps without targets")
+  std::string outputFailed;  // metrics.jsonl or the events file could not be written: stop, after saving
   std::map<std::int64_t, double> evals;  // evaluation losses by step, until the step's metrics are written
   std::int64_t evaluated = -1;           // the last step evaluated
   auto evaluate = [&](std::int64_t steps) {
@@ -137,8 +139,13 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
         m.evalLoss = e->second;
         evals.erase(e);
       }
-      metrics->write(m);
-      if (tensorboard) tensorboard->write(m);
+      try {
+        if (outputFailed.empty()) metrics->write(m);
+        if (tensorboard && outputFailed.empty()) tensorboard->write(m);
+      } catch (const SystemError& e) {  // a full disk: the run stops at the next step boundary, saved
+        if (outputFailed.empty()) RP_LOG_ERROR("{}: stopping at the next step boundary, with a checkpoint", e.what());
+        outputFailed = e.what();
+      }
       progress->update(m);
       result.metrics.push_back(m);
       countSkips(c, m, skippedInRow);
@@ -165,8 +172,9 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
       if (reports) RP_LOG_INFO("reached train.epochs = {} after {} steps", c.train.epochs, steps);
       break;
     }
-    // Slurm and mpirun deliver SIGTERM/SIGUSR1 to every rank; the executor makes the decision the job's.
-    if (!executor.step(steps, preemptionSignal())) {
+    // Slurm and mpirun deliver SIGTERM/SIGUSR1 to every rank; the executor makes the decision the job's. Output
+    // that could not be written stops the job the same way: every rank at this step boundary, saved.
+    if (!executor.step(steps, outputFailed.empty() ? preemptionSignal() : SIGTERM)) {
       result.outcome = Outcome::kPreempted;
       break;
     }
@@ -184,12 +192,16 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
   if (result.outcome == Outcome::kCompleted && steps > executor.startStep() && evaluated != steps) evaluate(steps);
   report();
   // The last step is saved (checkpoint.at_end): it is what roundpipe_export and a later --resume start from. A
-  // preempted run saves whatever that says: the signal asked for it.
+  // preempted run saves whatever that says: the signal asked for it; so does one stopped because its metrics
+  // could not be written (a full disk): its checkpoint publishes atomically or not at all.
   if (steps > saved && (c.checkpoint.atEnd || result.outcome == Outcome::kPreempted)) save(steps);
   if (saver) saver->finish();
   executor.finish();
   if (tensorboard) {
     if (const auto bubbles = executor.bubbleRatio()) tensorboard->write(steps, {{"pipeline/bubble_ratio", *bubbles}});
+  }
+  if (!outputFailed.empty()) {
+    RP_THROW(SystemError, "{}; the run stopped after step {} (its checkpoint: the lines above)", outputFailed, steps);
   }
   if (reports) {
     progress.reset();

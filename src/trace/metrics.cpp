@@ -1,5 +1,8 @@
 #include "trace/metrics.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -11,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/fmt.h"
 
 namespace rp::trace {
 
@@ -29,9 +33,30 @@ MetricsWriter::MetricsWriter(const std::string& directory, std::int64_t resumedA
         kept.push_back(line);
     }
   }
-  out_.open(path_, std::ios::trunc);
-  if (!out_) RP_THROW(SystemError, "{}: cannot open for writing: {}", path_, std::strerror(errno));
-  for (const auto& line : kept) out_ << line << '\n';
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) RP_THROW(SystemError, "{}: cannot open for writing: {}", path_, std::strerror(errno));
+  for (const auto& line : kept) append(line + '\n', 0);
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void MetricsWriter::append(const std::string& line, std::int64_t step) {
+  std::size_t done = 0;
+  while (done < line.size()) {
+    const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int error = n < 0 ? errno : ENOSPC;
+      // The part written goes, so the file ends with a whole line (a torn one would stop its readers).
+      if (done > 0 && ::ftruncate(fd_, size_) == 0) ::lseek(fd_, size_, SEEK_SET);
+      RP_THROW(SystemError, "{}: write failed{}: {}", path_, step > 0 ? fmt::format(" at step {}", step) : "",
+               std::strerror(error));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  size_ += static_cast<std::int64_t>(line.size());
 }
 
 void MetricsWriter::write(const StepMetrics& m) {
@@ -65,9 +90,7 @@ void MetricsWriter::write(const StepMetrics& m) {
     j["eval_loss"] = *m.evalLoss;
     j["eval_ppl"] = std::exp(*m.evalLoss);
   }
-  out_ << j.dump() << '\n';
-  out_.flush();
-  if (!out_) RP_THROW(SystemError, "{}: write failed at step {} (disk full?)", path_, m.step);
+  append(j.dump() + '\n', m.step);
 }
 
 }  // namespace rp::trace

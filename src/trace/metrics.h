@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <string>
@@ -53,12 +52,19 @@ class MetricsWriter {
   // resumed after step `resumedAt` (> 0) keeps the existing lines of steps 1..resumedAt and drops the rest
   // (the crashed run's steps after its checkpoint, which the resumed run redoes).
   explicit MetricsWriter(const std::string& directory, std::int64_t resumedAt = 0);
+  ~MetricsWriter();
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+  // Appends the step's line whole or not at all: a write cut short (a full disk) is truncated away before the
+  // SystemError naming the file, the step and the reason, so every line of the file is a whole one.
   void write(const StepMetrics& m);
   const std::string& path() const { return path_; }
 
  private:
+  void append(const std::string& line, std::int64_t step);
   std::string path_;
-  std::ofstream out_;
+  int fd_ = -1;
+  std::int64_t size_ = 0;  // the bytes of whole lines written
 };
 
 }  // namespace rp::trace

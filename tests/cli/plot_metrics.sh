@@ -40,4 +40,8 @@ err=$("$python" "$plot" "$work/missing" 2>&1) && fail "a missing run was accepte
 printf '{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.9}\nnot json\n' >"$work/bad.jsonl"
 err=$("$python" "$plot" "$work/bad.jsonl" -o "$work/bad.png" 2>&1) && fail "a bad line was accepted"
 [[ "$err" == *"$work/bad.jsonl:3: not a JSON object"* ]] || fail "the bad line is not named: $err"
+# A last line cut short (a full disk, a crash mid-write) is skipped with a notice naming it; the rest plots.
+printf '{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.9}\n{"step": 3, "lo' >"$work/torn.jsonl"
+err=$("$python" "$plot" "$work/torn.jsonl" -o "$work/torn.png" 2>&1) || fail "a torn last line stopped the plot: $err"
+[[ "$err" == *"$work/torn.jsonl:3: skipped: a torn last line"* && -s "$work/torn.png" ]] || fail "no notice or no PNG: $err"
 echo "ok"

@@ -2,6 +2,7 @@
 // preemption, epochs, late-finishing steps, the divergence message.
 #include <cmath>
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -47,8 +48,8 @@ class ScriptedExecutor : public Executor {
   bool reports() const override { return true; }
   std::optional<CheckpointWriters> checkpointWriters() const override { return std::nullopt; }
   StopCause stopCause() const override { return {SIGTERM, 1}; }  // as a pipeline's rank 0 learns it
-  bool step(std::int64_t step, int) override {
-    if (step == stopAt) return false;
+  bool step(std::int64_t step, int signal) override {
+    if (step == stopAt || signal != 0) return false;  // a signal stops the job at this boundary, as the real ones
     ran.push_back(step);
     trace::StepMetrics m;
     m.step = step + 1;
@@ -158,6 +159,29 @@ TEST(RunLoop, AResumedRunsEtaCountsItsOwnSteps) {
   const std::string log = testing::internal::GetCapturedStderr();
   EXPECT_NE(log.find("step 11/130 "), std::string::npos) << log;
   EXPECT_NE(log.find("ETA 0:59"), std::string::npos) << log;
+}
+
+// A metrics file that cannot be written (a full disk: /dev/full) stops the run at the next step boundary, as a
+// signal would, with the checkpoint of the steps done saved first, and the error names the file and the reason.
+TEST(RunLoop, AMetricsWriteThatFailsStopsTheRunAfterSavingItsCheckpoint) {
+  ScriptedExecutor e;
+  const std::string out = test::scratchDir();
+  std::filesystem::create_directories(out);
+  std::filesystem::create_symlink("/dev/full", out + "/metrics.jsonl");
+  testing::internal::CaptureStderr();
+  try {
+    runLoop(configWith(out, {"metrics.tensorboard=false"}), e);
+    FAIL() << "expected an error";
+  } catch (const SystemError& error) {
+    EXPECT_NE(std::string(error.what()).find(out + "/metrics.jsonl: write failed at step 1: No space left on device"),
+              std::string::npos)
+        << error.what();
+    EXPECT_NE(std::string(error.what()).find("the run stopped after step 1"), std::string::npos) << error.what();
+  }
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(e.ran, (std::vector<std::int64_t>{0}));          // stopped at the next boundary
+  EXPECT_EQ(e.snapshots, (std::vector<std::int64_t>{1}));    // step 1's checkpoint taken
+  EXPECT_NE(log.find("stopping at the next step boundary, with a checkpoint"), std::string::npos) << log;
 }
 
 // The ETA past an hour reads h:mm:ss, and one no run will reach says so (train.max_steps = 2^63 - 1 once printed
