@@ -214,6 +214,13 @@ void refuseOutput(const fs::path& out, const std::vector<fs::path>& runInputs, b
 void exportCheckpoint(const fs::path& dir, const fs::path& out, const ExportOptions& options) {
   const checkpoint::Manifest m = checkpoint::readManifest(dir);
   const std::string where = (dir / "manifest.json").string();
+  const std::string device = m.training.value("device", "");
+  if (device.rfind("emulated:", 0) == 0) {  // Note [Emulated checkpoints] (run/checkpointing.cpp)
+    RP_THROW(InputError,
+             "{}: the checkpoint is a run on the emulated device ({}), which models time and computes nothing: its "
+             "weights were never trained, so there is no model to export",
+             where, device);
+  }
   const Target target = options.dtype.empty() ? targetFor(m.model.value("dtype", "float32"), where + ": model.dtype")
                                               : targetFor(options.dtype, "--dtype");
   const fs::path base = m.model.value("path", "");

@@ -214,6 +214,11 @@ checkpoint::Manifest describeRun(const config::RunConfig& c, const json& identit
              {"config", modelConfig}};
   m.lora = loraJson(c);
   m.training = {{"run", identity}};
+  // Note [Emulated checkpoints]: an emulated device computes nothing (meta tensors), so its run's weights are
+  // the initial ones moved by weight decay alone; the manifest says so, and export and a real run refuse it.
+  if (c.pipeline.backend == device::BackendChoice::kEmulated) {
+    m.training["device"] = "emulated:" + std::filesystem::path(c.pipeline.emulatedProfile).stem().string();
+  }
   std::ostringstream toml;
   for (const auto& line : c.effective()) toml << line << '\n';
   m.runConfig = toml.str();
@@ -309,6 +314,14 @@ std::optional<Resume> openResume(const config::RunConfig& c, const json& identit
                 config::dtypeName(c.model.dtype));
   }
   checkRun(r.manifest, identity, c, r.where());
+  const std::string device = r.manifest.training.value("device", "");
+  if (device.rfind("emulated:", 0) == 0 && c.pipeline.backend != device::BackendChoice::kEmulated) {
+    RP_THROW(InputError,
+             "{}: the checkpoint is a run on the emulated device ({}), which models time and computes nothing: its "
+             "weights were never trained; resume it with pipeline.backend = \"emulated\", or start from the model "
+             "(Note [Emulated checkpoints], docs/emulated.md)",
+             r.where(), device);
+  }
   RP_LOG_INFO("resuming from {} (step {})", r.dir.string(), r.manifest.step);
   return r;
 }

@@ -127,6 +127,28 @@ fi
 [[ $code -eq 2 ]] || { cat "$work/oom.txt"; fail "an emulated out-of-memory exited with $code, not 2"; }
 grep -q "the worker ran out of memory in the" "$work/oom.txt" || { cat "$work/oom.txt"; fail "the out-of-memory is not named"; }
 
+# Note [Emulated checkpoints]: an emulated run's checkpoint says so, and neither export nor a real run takes it
+# (its weights were never trained); an emulated run resumes it.
+RP_NUM_THREADS=1 "$bin/roundpipe_train" "${oom[@]}" --set checkpoint.at_end=true --set output.dir="$work/saved" \
+  >"$work/saved.txt" 2>&1 || { cat "$work/saved.txt"; fail "the emulated run that saves failed"; }
+python3 -c 'import json, sys; d = json.load(open(sys.argv[1]))["training"]["device"]; assert d == "emulated:slow", d' \
+  "$work/saved/checkpoints/step-00000002/manifest.json" || fail "the manifest does not name the emulated device"
+refused() {  # <what> <command...>
+  local what="$1"
+  shift
+  if "$@" >"$work/refused.txt" 2>&1; then fail "$what: an emulated run's checkpoint was taken"; else code=$?; fi
+  [[ $code -eq 2 ]] || { cat "$work/refused.txt"; fail "$what: exit $code, not 2"; }
+  grep -q "the checkpoint is a run on the emulated device (emulated:slow), which models time and computes nothing" \
+    "$work/refused.txt" || { cat "$work/refused.txt"; fail "$what: not refused as an emulated run's"; }
+}
+refused "roundpipe_export" "$bin/roundpipe_export" --checkpoint "$work/saved/checkpoints" --output "$work/exported"
+[[ -e "$work/exported" ]] && fail "the refused export wrote $work/exported"
+refused "a cpu resume" env RP_NUM_THREADS=1 "$bin/roundpipe_train" "${oom[@]}" --set train.max_steps=3 \
+  --set output.dir="$work/saved" --set pipeline.backend=cpu --resume latest
+RP_NUM_THREADS=1 "$bin/roundpipe_train" "${oom[@]}" --set train.max_steps=3 --set output.dir="$work/saved" \
+  --resume latest >"$work/resumed.txt" 2>&1 || { cat "$work/resumed.txt"; fail "an emulated resume failed"; }
+echo "ok: an emulated checkpoint names its device; export and a cpu run refuse it, an emulated run resumes it"
+
 if "$bin/roundpipe_train" "${run[@]}" --set pipeline.emulated_profile=no-such-gpu --set output.dir="$work/bad" \
   >"$work/bad.txt" 2>&1; then
   fail "an unknown profile was accepted"
