@@ -66,8 +66,11 @@ def main():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    # An emulated device's run (docs/emulated.md): its losses are synthetic and its rates a model's; the figure says so.
+    emulated = sorted({s["device"] for s in steps if str(s.get("device", "")).startswith("emulated:")})
+    mark = f" ({', '.join(emulated)}: synthetic losses, modelled rates)" if emulated else ""
     fig, (ax_loss, ax_speed, ax_lr) = plt.subplots(3, 1, figsize=(8, 8), sharex=True)
-    fig.suptitle(args.title or os.path.basename(os.path.dirname(os.path.abspath(path))), fontsize=11)
+    fig.suptitle((args.title or os.path.basename(os.path.dirname(os.path.abspath(path)))) + mark, fontsize=11)
     drawn = []
 
     x, y = series(steps, "loss")
@@ -111,7 +114,7 @@ def main():
         fig.savefig(out, dpi=100)
     except OSError as e:
         fail(f"{out}: cannot write: {e.strerror}")
-    print(f"wrote {out}: {len(steps)} steps; " + ", ".join(drawn))
+    print(f"wrote {out}: {len(steps)} steps; " + ", ".join(drawn) + mark)
 
 
 if __name__ == "__main__":

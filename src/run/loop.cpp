@@ -87,13 +87,17 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
   std::unique_ptr<trace::MetricsWriter> metrics;
   std::unique_ptr<trace::TensorBoardWriter> tensorboard;
   std::unique_ptr<trace::Progress> progress;
+  // Note [Emulated checkpoints]: an emulated device trains nothing; what the host computes from its weights (the
+  // evaluation, the samples) says so.
+  const std::string device = executor.deviceLabel();
+  const std::string untrained =
+      trace::modelledDevice(device) ? fmt::format(" [{}: untrained weights]", device) : std::string();
   if (reports) {
     writeEffectiveConfig(c);
     checkpoints.removeStale();
     metrics = std::make_unique<trace::MetricsWriter>(c.output.dir, executor.startStep());
     if (c.metrics.tensorboard) {
       // An emulated device's scalars go under its own name, never beside a real device's (docs/metrics.md).
-      const std::string device = executor.deviceLabel();
       tensorboard = std::make_unique<trace::TensorBoardWriter>(
           (std::filesystem::path(c.output.dir) / "tb").string(), executor.startStep(),
           trace::modelledDevice(device) ? device + "/" : std::string());
@@ -102,7 +106,7 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
     sayWhereTheEpochsEnd(c, planned, executor.tokensPerEpoch());
     progress = std::make_unique<trace::Progress>(planned, c.output.logEvery);
     if (!c.output.samplePrompt.empty()) {
-      std::printf("sample before: %s\n", executor.sample(c.output.samplePrompt).c_str());
+      std::printf("sample before: %s%s\n", executor.sample(c.output.samplePrompt).c_str(), untrained.c_str());
     }
   }
   std::unique_ptr<checkpoint::Saver> saver;
@@ -123,8 +127,8 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
     const auto r = executor.evaluate(steps);
     if (!r) return;
     evals[steps] = r->loss;
-    RP_LOG_INFO("step {}: eval loss {:.4f} (perplexity {:.2f}) on {} tokens", steps, r->loss, std::exp(r->loss),
-                r->targetTokens);
+    RP_LOG_INFO("step {}: eval loss {:.4f} (perplexity {:.2f}) on {} tokens{}", steps, r->loss, std::exp(r->loss),
+                r->targetTokens, untrained);
   };
   const double stepFlops = executor.modelFlopsPerStep(), peak = executor.peakFlops();
   auto report = [&] {
@@ -214,7 +218,7 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
     if (result.outcome == Outcome::kPreempted) {
       RP_LOG_WARN("{}: saved the checkpoint of step {} and stopping", describe(executor.stopCause()), steps);
     } else if (!c.output.samplePrompt.empty()) {
-      std::printf("sample after:  %s\n", executor.sample(c.output.samplePrompt).c_str());
+      std::printf("sample after:  %s%s\n", executor.sample(c.output.samplePrompt).c_str(), untrained.c_str());
     }
   }
   return result;

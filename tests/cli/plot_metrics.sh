@@ -40,6 +40,10 @@ err=$("$python" "$plot" "$work/missing" 2>&1) && fail "a missing run was accepte
 printf '{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.9}\nnot json\n' >"$work/bad.jsonl"
 err=$("$python" "$plot" "$work/bad.jsonl" -o "$work/bad.png" 2>&1) && fail "a bad line was accepted"
 [[ "$err" == *"$work/bad.jsonl:3: not a JSON object"* ]] || fail "the bad line is not named: $err"
+# An emulated device's run is marked as such: its losses are synthetic, its rates a model's.
+printf '{"step": 1, "loss": 5.5, "device": "emulated:rtx4090x8"}\n{"step": 2, "loss": 5.5, "device": "emulated:rtx4090x8"}\n' >"$work/emulated.jsonl"
+out=$("$python" "$plot" "$work/emulated.jsonl" -o "$work/emulated.png" 2>&1) || fail "an emulated run's plot failed: $out"
+[[ "$out" == *"(emulated:rtx4090x8: synthetic losses, modelled rates)" ]] || fail "the emulated run is not marked: $out"
 # A last line cut short (a full disk, a crash mid-write) is skipped with a notice naming it; the rest plots.
 printf '{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.9}\n{"step": 3, "lo' >"$work/torn.jsonl"
 err=$("$python" "$plot" "$work/torn.jsonl" -o "$work/torn.png" 2>&1) || fail "a torn last line stopped the plot: $err"

@@ -130,7 +130,10 @@ grep -q "the worker ran out of memory in the" "$work/oom.txt" || { cat "$work/oo
 # Note [Emulated checkpoints]: an emulated run's checkpoint says so, and neither export nor a real run takes it
 # (its weights were never trained); an emulated run resumes it.
 RP_NUM_THREADS=1 "$bin/roundpipe_train" "${oom[@]}" --set checkpoint.at_end=true --set output.dir="$work/saved" \
-  >"$work/saved.txt" 2>&1 || { cat "$work/saved.txt"; fail "the emulated run that saves failed"; }
+  --set output.sample_prompt=Hi --set output.sample_tokens=4 >"$work/saved.txt" 2>&1 ||
+  { cat "$work/saved.txt"; fail "the emulated run that saves failed"; }
+grep -q "^sample after: .* \[emulated:slow: untrained weights\]$" "$work/saved.txt" ||
+  { cat "$work/saved.txt"; fail "the emulated run's sample is not marked untrained"; }
 python3 -c 'import json, sys; d = json.load(open(sys.argv[1]))["training"]["device"]; assert d == "emulated:slow", d' \
   "$work/saved/checkpoints/step-00000002/manifest.json" || fail "the manifest does not name the emulated device"
 refused() {  # <what> <command...>

@@ -34,6 +34,7 @@ class ScriptedExecutor : public Executor {
   std::int64_t skipTo = -1;       // ... up to here (exclusive; -1: to the end)
   std::vector<double> rankPeaks;  // a pipeline's per-rank resident peaks (MB)
   std::set<std::int64_t> noTargets;  // steps whose rows were all prompt: no target tokens
+  std::string device;                // what the workers compute on (deviceLabel)
 
   std::vector<std::int64_t> ran, snapshots;
   std::vector<std::int64_t> drained;
@@ -45,6 +46,7 @@ class ScriptedExecutor : public Executor {
     return stepsPerEpoch > 0 ? done / stepsPerEpoch : 0;
   }
   std::int64_t tokensPerEpoch() const override { return epochTokens; }
+  std::string deviceLabel() const override { return device; }
   bool reports() const override { return true; }
   std::optional<CheckpointWriters> checkpointWriters() const override { return std::nullopt; }
   StopCause stopCause() const override { return {SIGTERM, 1}; }  // as a pipeline's rank 0 learns it
@@ -182,6 +184,22 @@ TEST(RunLoop, AMetricsWriteThatFailsStopsTheRunAfterSavingItsCheckpoint) {
   EXPECT_EQ(e.ran, (std::vector<std::int64_t>{0}));          // stopped at the next boundary
   EXPECT_EQ(e.snapshots, (std::vector<std::int64_t>{1}));    // step 1's checkpoint taken
   EXPECT_NE(log.find("stopping at the next step boundary, with a checkpoint"), std::string::npos) << log;
+}
+
+// Note [Emulated checkpoints]: an emulated device trains nothing, so the evaluation and the samples, which the host
+// computes from the weights, say the weights are untrained.
+TEST(RunLoop, AnEmulatedRunsEvaluationAndSamplesSayTheWeightsAreUntrained) {
+  ScriptedExecutor e;
+  e.device = "emulated:rtx4090x8";
+  testing::internal::CaptureStderr();
+  testing::internal::CaptureStdout();
+  runLoop(configWith(test::scratchDir(), {"train.max_steps=2", "output.sample_prompt=Hi"}), e);
+  const std::string out = testing::internal::GetCapturedStdout();
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("step 2: eval loss 0.5200 (perplexity 1.68) on 100 tokens [emulated:rtx4090x8: untrained weights]"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(out.find("sample after:  Hi [emulated:rtx4090x8: untrained weights]"), std::string::npos) << out;
 }
 
 // The ETA past an hour reads h:mm:ss, and one no run will reach says so (train.max_steps = 2^63 - 1 once printed
