@@ -5,7 +5,8 @@
 #     own error line the last the user reads (no Open MPI banner after it);
 #  3. the same line stopped by SIGTERM to the launcher once a step's metrics are written (what `timeout`, `kill` and
 #     `docker stop` send) leaves a checkpoint of the last step and returns with exit 3 within 10 s of the signal;
-#  4. a Ctrl-C (SIGINT to the launcher's whole foreground process group, as a terminal sends it) does the same;
+#  4. a Ctrl-C (SIGINT to the launcher's whole foreground process group, as a terminal sends it) does the same,
+#     and so does SIGINT to a launcher started in the background of a script (where SIGINT starts ignored);
 #  5. the line as a plain `mpirun` (no launcher, no kill timeout) logs one warning at start naming the launcher;
 #  and the line plans what it shows: no worker left idle by the plan.
 # Usage: readme_mpirun.sh <source dir> <roundpipe_train> <fixtures dir> <mpiexec flags...>
@@ -55,6 +56,8 @@ stop() {  # stop <name> <TERM|INT-to-group>
 import os, signal, subprocess, sys, time
 out, how, command = sys.argv[1], sys.argv[2], sys.argv[3:]
 log = open(out + ".log", "w")
+if how == "INT-background":  # the launcher as a background job of a script: started with SIGINT ignored
+    command = ["bash", "-c", '"$@" & echo $! >"$0"; wait $!', out + ".pid"] + command
 p = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
 deadline = time.time() + 120
 while not (os.path.exists(out + "/metrics.jsonl") and os.path.getsize(out + "/metrics.jsonl") > 0):  # a step done
@@ -63,12 +66,17 @@ while not (os.path.exists(out + "/metrics.jsonl") and os.path.getsize(out + "/me
     time.sleep(0.2)
 t0 = time.time()
 if how == "TERM": p.send_signal(signal.SIGTERM)      # timeout, kill, docker stop: the launcher alone
-else: os.killpg(p.pid, signal.SIGINT)                 # Ctrl-C: the terminal's whole foreground group
-code = p.wait(timeout=120)
+elif how == "INT": os.killpg(p.pid, signal.SIGINT)    # Ctrl-C: the terminal's whole foreground group
+else: os.kill(int(open(out + ".pid").read()), signal.SIGINT)  # kill -INT to the background launcher
+try:
+    code = p.wait(timeout=120)
+except subprocess.TimeoutExpired:  # the signal was dropped: end the job (mpirun has a session of its own)
+    subprocess.run(["pkill", "-9", "-f", f"output.dir={out}"])
+    sys.exit("no exit within 120 s of the signal")
 print(code, round(time.time() - t0, 1))
 PY
 }
-for case in "sigterm TERM" "ctrl_c INT"; do
+for case in "sigterm TERM" "ctrl_c INT" "background INT-background"; do
   read -r name how <<<"$case"
   result=$(stop "$name" "$how") || { tail -20 "$work/$name.log"; fail "$name: $result"; }
   read -r code took <<<"$result"
