@@ -201,7 +201,7 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
   if (steps > saved && (c.checkpoint.atEnd || result.outcome == Outcome::kPreempted)) save(steps);
   if (saver) saver->finish();
   executor.finish();
-  if (tensorboard) {
+  if (tensorboard && outputFailed.empty()) {
     if (const auto bubbles = executor.bubbleRatio()) tensorboard->write(steps, {{"pipeline/bubble_ratio", *bubbles}});
   }
   if (!outputFailed.empty()) {
