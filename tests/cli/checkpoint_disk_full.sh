@@ -4,19 +4,12 @@
 # with "continue" the run finishes and warns. Needs root to mount (skips otherwise).
 # Usage: checkpoint_disk_full.sh <bin dir> <fixtures dir>
 set -uo pipefail
-# In a private mount namespace the tmpfs cannot outlive this script.
-if [[ -z "${RP_IN_MOUNT_NS:-}" ]] && command -v unshare >/dev/null && unshare -m --propagation private true 2>/dev/null; then
-  RP_IN_MOUNT_NS=1 exec unshare -m --propagation private "$0" "$@"
-fi
+source "$(dirname "$0")/../support/tmpfs_disk.sh"
 bin="$1"; fixtures="$2"
 model="$fixtures/models/tinystories-656k"
 if [[ ! -d "$model" ]]; then echo "SKIP: $model not found"; exit 77; fi
-work="$(mktemp -d)"
-disk="$work/disk"
-mkdir -p "$disk"
 # One TinyStories-656K checkpoint (masters + two moments, fp32) is ~8 MB: 12 MB hold one, not two.
-if ! mount -t tmpfs -o size=12m tmpfs "$disk" 2>/dev/null; then echo "SKIP: cannot mount a tmpfs (needs root)"; rm -rf "$work"; exit 77; fi
-trap 'umount "$disk"; rm -rf "$work"' EXIT
+tmpfs_disk 12m
 fail() { echo "FAIL: $*"; exit 1; }
 
 train() {
