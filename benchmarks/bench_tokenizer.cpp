@@ -36,7 +36,8 @@ void run(benchmark::State& state, const std::string& tokenizerPath) {
   for (auto _ : state) {
     // A fresh tokenizer per pass: its word cache starts empty, as on a new corpus.
     state.PauseTiming();
-    const auto tokenizer = rp::data::Tokenizer::fromFile(tokenizerPath);
+    // As HF tokenizers reads the file, the peer it is compared with.
+    const auto tokenizer = rp::data::Tokenizer::fromFile(tokenizerPath, rp::data::Tokenizer::Pipeline::kFile);
     state.ResumeTiming();
     for (const auto& line : text) {
       tokens += tokenizer.encode(line, false).size();

@@ -46,6 +46,7 @@ import argparse
 import json
 import os
 import sys
+import unicodedata
 
 import torch
 import transformers
@@ -364,6 +365,14 @@ def metaspace_style_tokenizer(fixtures, path):
     tok.save(path)
 
 
+# Text around added tokens, where their lstrip/rstrip (Phi-3's chat tokens and </s> take the whitespace after them)
+# and the normalizer's Prepend of each piece between them decide the ids.
+ADDED_TOKEN_CASES = [
+    "one</s> two", "one </s>  two", "<s>start</s>", "a<|end|>\n<|user|>\n  b", "<|assistant|>   \n\nreply<|end|>\n",
+    "<|im_start|>user\n hi <|im_end|>\n", "<|endoftext|>", " <|system|>\tsys<|end|>", "x</s>\u00a0\u2003y",
+]
+
+
 def tokenizer_goldens(fixtures, out):
     from tokenizers import Tokenizer
 
@@ -375,10 +384,12 @@ def tokenizer_goldens(fixtures, out):
     if os.path.exists(os.path.join(fixtures, "text", "tinyshakespeare.txt")):
         llama3_style_tokenizer(fixtures, llama3)
         metaspace_style_tokenizer(fixtures, metaspace)
-    files = {"llama3-style": llama3, "metaspace-style": metaspace,"builtin-tiny": os.path.join(root, "configs", "builtin-tiny", "tokenizer.json"),
+    files = {"llama3-style": llama3, "metaspace-style": metaspace,
+             "builtin-tiny": os.path.join(root, "configs", "builtin-tiny", "tokenizer.json"),
              "qwen3": os.path.join(fixtures, "tokenizers", "qwen3", "tokenizer.json"),
+             "phi-3": os.path.join(fixtures, "tokenizers", "phi-3-mini-4k-instruct", "tokenizer.json"),
              "tinystories-656k": os.path.join(fixtures, "models", "tinystories-656k", "tokenizer.json")}
-    texts = list(UNICODE_CASES)
+    texts = list(UNICODE_CASES) + ADDED_TOKEN_CASES
     for name, limit in (("tinyshakespeare.txt", 3000), ("tinystories_sample.txt", 1000)):
         path = os.path.join(fixtures, "text", name)
         if os.path.exists(path):
@@ -392,9 +403,35 @@ def tokenizer_goldens(fixtures, out):
         cases = []
         for text in texts:
             ids = tok.encode(text).ids
-            cases.append({"text": text, "ids": ids, "decoded": tok.decode(ids, skip_special_tokens=True)})
+            plain = tok.encode(text, add_special_tokens=False)
+            cases.append({"text": text, "ids": ids, "decoded": tok.decode(ids, skip_special_tokens=True),
+                          "ids_plain": plain.ids, "offsets_plain": plain.offsets,
+                          "nfc_changes": unicodedata.normalize("NFC", text) != text})
         with open(os.path.join(target, f"{name.replace('-', '_')}.json"), "w", encoding="utf-8") as f:
             json.dump({"tokenizer": path, "cases": cases}, f, ensure_ascii=False)
+    # The same texts through transformers' AutoTokenizer on the model directories, whose tokenizer class may build
+    # another pipeline than tokenizer.json's (LlamaTokenizer does).
+    from transformers import AutoTokenizer
+    for name, directory in (("qwen3", os.path.join(fixtures, "tokenizers", "qwen3")),
+                            ("phi-3", os.path.join(fixtures, "tokenizers", "phi-3-mini-4k-instruct")),
+                            ("tinystories-656k", os.path.join(fixtures, "models", "tinystories-656k"))):
+        if not os.path.exists(os.path.join(directory, "tokenizer.json")):
+            continue
+        tok = AutoTokenizer.from_pretrained(directory)
+        as_file = Tokenizer.from_file(os.path.join(directory, "tokenizer.json"))
+        cases = []
+        for text in texts:
+            encoded = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+            ids = encoded["input_ids"]
+            # Characters the rebuilt BPE (no unk_token) drops, where the file's gives <unk>: HF's offsets of the
+            # tokens after one are shifted by it, so only the ids and the decode are compared there.
+            drops = tok.unk_token_id is not None and tok.unk_token_id in as_file.encode(text).ids and \
+                tok.unk_token_id not in ids
+            cases.append({"text": text, "ids": ids, "offsets": [list(o) for o in encoded["offset_mapping"]],
+                          "decoded": tok.decode(ids, skip_special_tokens=True), "drops_characters": drops,
+                          "nfc_changes": unicodedata.normalize("NFC", text) != text})
+        with open(os.path.join(target, f"{name.replace('-', '_')}.transformers.json"), "w", encoding="utf-8") as f:
+            json.dump({"directory": directory, "class": type(tok).__name__, "cases": cases}, f, ensure_ascii=False)
 
 
 # Chat templates in the style of three model families whose tokenizer files are not among the fixtures (the real
@@ -518,6 +555,43 @@ def chat_template_goldens(fixtures, out):
         json.dump(result, f, ensure_ascii=False, indent=1)
 
 
+def chat_token_goldens(fixtures, out):
+    """The ids transformers' apply_chat_template(tokenize=True) gives for every real chat template among the fixtures
+    on the real Qwen3 and Phi-3 tokenizers (each with its own tokenizer_config.json), or the error it raised."""
+    from transformers import AutoTokenizer
+
+    templates_dir = os.path.join(fixtures, "chat-templates")
+    if not os.path.isdir(templates_dir):
+        print(f"make_goldens: {templates_dir} absent, skipping the chat-template ids", file=sys.stderr)
+        return
+    templates = {}
+    for file in sorted(os.listdir(templates_dir)):
+        if file.endswith(".jinja"):
+            with open(os.path.join(templates_dir, file), encoding="utf-8") as f:
+                templates[file] = f.read()
+    result = {}
+    for name, directory in (("qwen3", "qwen3"), ("phi-3", "phi-3-mini-4k-instruct")):
+        path = os.path.join(fixtures, "tokenizers", directory)
+        if not os.path.exists(os.path.join(path, "tokenizer.json")):
+            continue
+        tok = AutoTokenizer.from_pretrained(path)
+        per_template = {}
+        for file, template in templates.items():
+            cases = []
+            for messages in CONVERSATIONS:
+                case = {"messages": messages}
+                try:
+                    ids = tok.apply_chat_template(messages, chat_template=template, tokenize=True, return_dict=False)
+                    case["ids"] = [int(i) for i in ids]
+                except Exception as e:  # the template's refusal (raise_exception) or a failure to render
+                    case["error"] = f"{type(e).__name__}: {e}"
+                cases.append(case)
+            per_template[file] = cases
+        result[name] = {"directory": path, "templates": per_template}
+    with open(os.path.join(out, "chat_tokens.json"), "w", encoding="utf-8") as f:
+        json.dump(result, f, ensure_ascii=False, indent=1)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fixtures", required=True, help="the shared fixtures directory")
@@ -530,6 +604,7 @@ def main():
     optimizer_goldens(args.fixtures, args.out)
     tokenizer_goldens(args.fixtures, args.out)
     chat_template_goldens(args.fixtures, args.out)
+    chat_token_goldens(args.fixtures, args.out)
     qwen3 = transformers.Qwen3Config(
         vocab_size=512, hidden_size=64, intermediate_size=160, num_hidden_layers=3, num_attention_heads=4,
         num_key_value_heads=2, head_dim=32, max_position_embeddings=256, rms_norm_eps=1e-6, rope_theta=1e6,

@@ -5,7 +5,8 @@
 
 namespace rp::data {
 
-std::vector<std::int32_t> applyMerges(std::vector<std::int32_t> symbols, const MergeTable& merges) {
+std::vector<std::int32_t> applyMerges(std::vector<std::int32_t> symbols, const MergeTable& merges,
+                                      std::vector<std::uint32_t>* lengths) {
   const int n = static_cast<int>(symbols.size());
   if (n < 2) return symbols;
   // Doubly linked list over positions; a merged-away position gets id -1.
@@ -31,13 +32,19 @@ std::vector<std::int32_t> applyMerges(std::vector<std::int32_t> symbols, const M
     if (symbols[left] != leftId || right < 0 || symbols[right] != rightId) continue;  // stale
     symbols[left] = merges.at({leftId, rightId}).result;
     symbols[right] = -1;
+    if (lengths != nullptr) (*lengths)[left] += (*lengths)[right];
     next[left] = next[right];
     if (next[right] >= 0) prev[next[right]] = left;
     if (prev[left] >= 0) push(prev[left]);
     push(left);
   }
   std::vector<std::int32_t> out;
-  for (int i = 0; i >= 0; i = next[i]) out.push_back(symbols[i]);
+  std::vector<std::uint32_t> merged;
+  for (int i = 0; i >= 0; i = next[i]) {
+    out.push_back(symbols[i]);
+    if (lengths != nullptr) merged.push_back((*lengths)[i]);
+  }
+  if (lengths != nullptr) *lengths = std::move(merged);
   return out;
 }
 

@@ -23,7 +23,9 @@ struct MergeRule {
 
 using MergeTable = std::unordered_map<std::pair<std::int32_t, std::int32_t>, MergeRule, PairHash>;
 
-// `symbols` are the initial symbol ids of a word; returns the ids after all merges apply.
-std::vector<std::int32_t> applyMerges(std::vector<std::int32_t> symbols, const MergeTable& merges);
+// `symbols` are the initial symbol ids of a word; returns the ids after all merges apply. `lengths`, when given,
+// holds each initial symbol's length in bytes and is replaced by each returned token's.
+std::vector<std::int32_t> applyMerges(std::vector<std::int32_t> symbols, const MergeTable& merges,
+                                      std::vector<std::uint32_t>* lengths = nullptr);
 
 }  // namespace rp::data

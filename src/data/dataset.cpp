@@ -67,16 +67,36 @@ TokenizedCorpus tokenizeSamples(const std::vector<Sample>& samples, const Tokeni
   const bool masked = options.format == "alpaca" || options.format == "sharegpt";
   std::vector<std::int32_t> ids;
   std::vector<std::uint8_t> mask;
+  std::string text;
+  std::vector<Span> trained;  // the trainable segments' bytes in `text`, in order
   for (const auto& sample : samples) {
     ids.clear();
     mask.clear();
-    auto append = [&](const std::vector<std::int32_t>& piece, bool trainable) {
-      ids.insert(ids.end(), piece.begin(), piece.end());
-      mask.insert(mask.end(), piece.size(), trainable ? 1 : 0);
-    };
-    if (!sample.chat && options.addBos && options.bosId >= 0) append({options.bosId}, true);
-    for (const auto& segment : sample.segments) append(tokenizer.encode(segment.text, false), segment.trainable);
-    if (!sample.chat && options.addEos && options.eosId >= 0) append({options.eosId}, true);
+    text.clear();
+    trained.clear();
+    for (const auto& segment : sample.segments) {
+      const auto begin = static_cast<std::uint32_t>(text.size());
+      text += segment.text;
+      if (segment.trainable) trained.push_back({begin, static_cast<std::uint32_t>(text.size())});
+    }
+    if (!sample.chat && options.addBos && options.bosId >= 0) {
+      ids.push_back(options.bosId);
+      mask.push_back(1);
+    }
+    // The whole sample at once, as apply_chat_template(tokenize=True) encodes it; a token is trained when it
+    // covers any byte of a trainable segment (transformers' assistant mask marks the same tokens).
+    const Encoding encoded = tokenizer.encodeWithSpans(text);
+    std::size_t next = 0;
+    for (std::size_t k = 0; k < encoded.ids.size(); ++k) {
+      const Span span = encoded.spans[k];
+      while (next < trained.size() && trained[next].end <= span.begin) ++next;
+      ids.push_back(encoded.ids[k]);
+      mask.push_back(next < trained.size() && trained[next].begin < span.end && span.begin < span.end ? 1 : 0);
+    }
+    if (!sample.chat && options.addEos && options.eosId >= 0) {
+      ids.push_back(options.eosId);
+      mask.push_back(1);
+    }
     if (ids.empty()) continue;
     corpus.add(ids, masked ? mask : std::vector<std::uint8_t>{});
   }

@@ -30,8 +30,9 @@ struct DatasetOptions {
 // the template option (`names.chatTemplate`). "model" requires the model's own.
 ChatTemplate resolveChatTemplate(const std::string& name, const Tokenizer& tokenizer, const OptionNames& names = {});
 
-// Tokenizes samples: each segment separately (so masks follow segment boundaries exactly); plain samples
-// get BOS/EOS as configured, chat samples carry their own. Empty samples are dropped.
+// Tokenizes samples, each as one text (the ids transformers' apply_chat_template(tokenize=True) gives a chat
+// sample); a token is a training target when it covers a byte of a trainable segment. Plain samples get BOS/EOS
+// as configured, chat samples carry their own. Empty samples are dropped.
 TokenizedCorpus tokenizeSamples(const std::vector<Sample>& samples, const Tokenizer& tokenizer,
                                 const DatasetOptions& options);
 

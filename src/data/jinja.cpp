@@ -135,6 +135,54 @@ struct Generation : Node {
   }
 };
 
+// A macro: calling it renders its body, with its parameters set, into a string (Jinja's caller-less macros).
+// Names it does not set are looked up where it is called.
+struct Macro : Node {
+  std::string name;
+  std::vector<std::pair<std::string, ExprPtr>> parameters;  // a null default: undefined when not passed
+  Body body;
+  void render(Context& ctx) const override {
+    Context* const context = &ctx;  // macros live only while this render runs
+    ctx.set(
+        name, Value::function([this, context](const std::vector<Value>& args, const Dict& named, const Where& at) {
+          Context& c = *context;
+          if (args.size() > parameters.size()) {
+            fail(at, fmt::format("macro '{}' takes {} arguments, got {}", name, parameters.size(), args.size()));
+          }
+          for (const auto& [key, value] : named) {
+            const bool known =
+                std::any_of(parameters.begin(), parameters.end(), [&](const auto& p) { return p.first == key; });
+            if (!known) fail(at, fmt::format("macro '{}' has no parameter '{}'", name, key));
+          }
+          c.step(at);
+          c.push();
+          for (std::size_t k = 0; k < parameters.size(); ++k) {
+            const auto& [parameter, fallback] = parameters[k];
+            Value value;
+            if (k < args.size()) {
+              value = args[k];
+            } else if (const auto it = std::find_if(named.begin(), named.end(),
+                                                    [&](const auto& n) { return n.first == parameter; });
+                       it != named.end()) {
+              value = it->second;
+            } else if (fallback) {
+              value = fallback->eval(c);
+            }
+            c.set(parameter, std::move(value));
+          }
+          std::string outer = std::move(c.out);
+          const std::size_t generations = c.generation.size();
+          c.out.clear();
+          renderBody(body, c);
+          std::string rendered = std::move(c.out);
+          c.out = std::move(outer);
+          c.generation.resize(generations);  // {% generation %} marks inside a macro would not point into the output
+          c.pop();
+          return Value::string(std::move(rendered));
+        }));
+  }
+};
+
 // ---- Template lexing: text and tags, with transformers' whitespace settings ------------------------------
 
 struct Tag {
@@ -142,6 +190,29 @@ struct Tag {
   std::string text;
   int line = 1;
 };
+
+// Where the tag opened at `open` closes: the first "}}" / "%}" outside a string literal ("#}" for a comment, whose
+// text is not Jinja), as Jinja's lexer reads a tag; npos when it never does.
+std::size_t tagEnd(const std::string& src, std::size_t open, char kind) {
+  if (kind == '#') return src.find("#}", open + 2);
+  const char closing = kind == '{' ? '}' : '%';
+  char quote = 0;
+  for (std::size_t i = open + 2; i < src.size(); ++i) {
+    const char c = src[i];
+    if (quote != 0) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == quote) {
+        quote = 0;
+      }
+    } else if (c == '\'' || c == '"') {
+      quote = c;
+    } else if (c == closing && i + 1 < src.size() && src[i + 1] == '}') {
+      return i;
+    }
+  }
+  return std::string::npos;
+}
 
 std::vector<Tag> splitTags(const std::string& src, const Where& w) {
   std::vector<Tag> tags;
@@ -194,8 +265,7 @@ std::vector<Tag> splitTags(const std::string& src, const Where& w) {
       }
     }
     if (!text.empty()) tags.push_back({Tag::Kind::kText, text, textLine});
-    const std::string close = kind == '{' ? "}}" : kind == '%' ? "%}" : "#}";
-    const std::size_t end = src.find(close, open + 2);
+    const std::size_t end = tagEnd(src, open, kind);
     if (end == std::string::npos) fail({w.name, line}, fmt::format("'{}' is never closed", src.substr(open, 2)));
     std::size_t innerStart = open + 2 + (stripBefore || (open + 2 < src.size() && src[open + 2] == '+') ? 1 : 0);
     const bool stripAfter = end > innerStart && src[end - 1] == '-';
@@ -259,6 +329,8 @@ class TemplateParser {
         s->value = e.parse();
         e.expectEnd();
         body.push_back(std::move(s));
+      } else if (word == "macro") {
+        body.push_back(parseMacro(e, w));
       } else if (word == "generation") {
         e.expectEnd();
         auto g = std::make_unique<Generation>();
@@ -320,6 +392,23 @@ class TemplateParser {
     return node;
   }
 
+  std::unique_ptr<Node> parseMacro(ExpressionParser& e, const Where& w) {
+    auto node = std::make_unique<Macro>();
+    node->where = w;
+    node->name = e.name();
+    e.expectOp("(");
+    while (!e.acceptOp(")")) {
+      if (!node->parameters.empty()) e.expectOp(",");
+      std::string parameter = e.name();
+      ExprPtr fallback = e.acceptOp("=") ? e.parse() : nullptr;
+      node->parameters.emplace_back(std::move(parameter), std::move(fallback));
+    }
+    e.expectEnd();
+    if (parseBody(node->body, {"endmacro"}) != "endmacro") fail(w, "{% macro %} is never closed");
+    current_->expectEnd();
+    return node;
+  }
+
   static constexpr int kMaxDepth = 64;
   std::vector<Tag> tags_;
   std::size_t p_ = 0;
@@ -328,21 +417,22 @@ class TemplateParser {
   std::optional<ExpressionParser> current_;  // the statement that ended the last body
 };
 
-Dict globals(const nlohmann::json& variables, const Where& w) {
+Dict globals(const nlohmann::json& variables) {
   Dict d;
   if (!variables.is_object()) RP_THROW(InternalError, "chat template variables must be an object");
   for (const auto& [k, v] : variables.items()) d.emplace_back(k, fromJson(v));
-  d.emplace_back("raise_exception", Value::function([w](const std::vector<Value>& args, const Dict&) -> Value {
-                   fail(w, fmt::format("the template refused the conversation: {}",
-                                       args.empty() ? std::string("raise_exception()") : str(args[0])));
+  d.emplace_back("raise_exception",
+                 Value::function([](const std::vector<Value>& args, const Dict&, const Where& at) -> Value {
+                   fail(at, fmt::format("the template refused the conversation: {}",
+                                        args.empty() ? std::string("raise_exception()") : str(args[0])));
                  }));
-  d.emplace_back("namespace", Value::function([](const std::vector<Value>&, const Dict& named) {
+  d.emplace_back("namespace", Value::function([](const std::vector<Value>&, const Dict& named, const Where&) {
                    Value ns = Value::ofDict(named);
                    ns.isNamespace = true;
                    return ns;
                  }));
-  d.emplace_back("strftime_now", Value::function([w](const std::vector<Value>& args, const Dict&) {
-                   if (args.empty() || args[0].kind != Value::Kind::kString) fail(w, "strftime_now() takes a format");
+  d.emplace_back("strftime_now", Value::function([](const std::vector<Value>& args, const Dict&, const Where& at) {
+                   if (args.empty() || args[0].kind != Value::Kind::kString) fail(at, "strftime_now() takes a format");
                    const std::time_t now = std::time(nullptr);
                    std::tm local{};
                    localtime_r(&now, &local);
@@ -367,7 +457,7 @@ Template::~Template() = default;
 Template::Template(Template&&) noexcept = default;
 
 Rendered Template::render(const nlohmann::json& variables) const {
-  Context ctx(globals(variables, Where{&name_, 0}));
+  Context ctx(globals(variables));
   renderBody(body_, ctx);
   return {std::move(ctx.out), std::move(ctx.generation)};
 }

@@ -252,6 +252,28 @@ Value applyFilter(const std::string& name, const Value& v, const std::vector<Val
     if (v.kind == Value::Kind::kList) return Value::ofList(List(v.list->rbegin(), v.list->rend()));
     fail(w, fmt::format("reverse of a {}", kindName(v.kind)));
   }
+  if (name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr") {
+    // select(test, args...) / selectattr(attribute, test, args...): the items whose value (or attribute) passes
+    // the test, or is truthy without one; reject* keeps the others.
+    if (v.kind != Value::Kind::kList) fail(w, fmt::format("{} of a {}", name, kindName(v.kind)));
+    const bool byAttribute = name.size() > 4 && name.compare(name.size() - 4, 4, "attr") == 0;
+    const bool keep = name[0] == 's';
+    if (byAttribute && (args.empty() || args[0].kind != Value::Kind::kString)) {
+      fail(w, fmt::format("{} needs an attribute name", name));
+    }
+    const std::size_t testAt = byAttribute ? 1 : 0;
+    if (args.size() > testAt && args[testAt].kind != Value::Kind::kString)
+      fail(w, fmt::format("{} needs a test name", name));
+    const std::vector<Value> testArgs(args.begin() + static_cast<std::ptrdiff_t>(std::min(args.size(), testAt + 1)),
+                                      args.end());
+    List kept;
+    for (const Value& x : *v.list) {
+      const Value subject = byAttribute ? attribute(x, args[0].s, w) : x;
+      const bool passes = args.size() > testAt ? applyTest(args[testAt].s, subject, testArgs, w) : truthy(subject);
+      if (passes == keep) kept.push_back(x);
+    }
+    return Value::ofList(std::move(kept));
+  }
   if (name == "items") return callMethod(v, "items", {}, w);
   if (name == "replace") return callMethod(Value::string(str(v)), "replace", args, w);
   if (name == "int") {

@@ -194,7 +194,7 @@ struct Call : Expr {
     }
     const Value f = callee->eval(ctx);
     if (f.kind != Value::Kind::kFunction) fail(where, fmt::format("a {} is not callable", kindName(f.kind)));
-    return (*f.fn)(positional, named);
+    return (*f.fn)(positional, named, where);
   }
 };
 

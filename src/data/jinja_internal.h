@@ -24,7 +24,9 @@ namespace rp::data::jinja::detail {
 struct Value;
 using List = std::vector<Value>;
 using Dict = std::vector<std::pair<std::string, Value>>;  // insertion order, as Python's dict
-using Function = std::function<Value(const std::vector<Value>&, const Dict&)>;
+struct Where;
+// A callable: positional and named arguments, and where it is called (its errors name that line).
+using Function = std::function<Value(const std::vector<Value>&, const Dict&, const Where&)>;
 
 struct Value {
   enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kFunction };

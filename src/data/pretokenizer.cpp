@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "data/unicode.h"
 
 namespace rp::data {
 namespace {
@@ -87,43 +88,72 @@ struct PreTokenizer::Step {
 
   // Metaspace: spaces replaced, the replacement prepended as the scheme says (`first`: only to the piece that
   // starts the input), then split before every replacement (HF's MergedWithNext).
-  void applyMetaspace(const std::string& piece, bool startsInput, std::vector<std::string>& out) const {
-    std::string text;
-    for (const char c : piece) {
-      if (c == ' ') {
-        text += replacement;
-      } else {
-        text.push_back(c);
-      }
-    }
-    const bool hasPrefix = text.rfind(replacement, 0) == 0;
+  void applyMetaspace(const AlignedText& piece, bool startsInput, std::vector<AlignedText>& out) const {
+    if (piece.empty()) return;
+    AlignedText text = piece.emptyLike();
+    const bool hasPrefix = piece.text[0] == ' ' || piece.text.rfind(replacement, 0) == 0;
     if (!hasPrefix && (prepend == MetaspacePrepend::kAlways || (prepend == MetaspacePrepend::kFirst && startsInput))) {
-      text = replacement + text;
+      text.append(replacement, piece.cover(0, 1));
+    }
+    for (std::size_t i = 0; i < piece.text.size(); ++i) {
+      if (piece.text[i] == ' ') {
+        text.append(replacement, piece.cover(i, 1));
+      } else {
+        text.append(piece, i, 1);
+      }
     }
     if (!splitOnReplacement) {
       out.push_back(std::move(text));
       return;
     }
     std::size_t begin = 0;
-    for (std::size_t at = text.find(replacement, 1); at != std::string::npos; at = text.find(replacement, at + 1)) {
-      if (at > begin) out.push_back(text.substr(begin, at - begin));
+    for (std::size_t at = text.text.find(replacement, 1); at != std::string::npos;
+         at = text.text.find(replacement, at + 1)) {
+      if (at > begin) out.push_back(text.slice(begin, at - begin));
       begin = at;
     }
-    if (begin < text.size()) out.push_back(text.substr(begin));
+    if (begin < text.text.size()) out.push_back(text.slice(begin, text.text.size() - begin));
   }
 
-  // Splits `piece` into the regex matches and the gaps between them (gaps kept as pieces).
-  void applyRegex(const std::string& piece, std::vector<std::string>& out) const {
+  // Splits `piece` into the regex matches and the gaps between them (gaps kept as pieces). Invalid UTF-8 is matched,
+  // and kept, as U+FFFD, as ICU reads it.
+  void applyRegex(const AlignedText& piece, std::vector<AlignedText>& out) const {
+    struct Character {
+      std::size_t byte, length;
+      bool valid;
+    };
+    std::vector<Character> chars;
+    std::vector<std::size_t> charAtUnit;  // UTF-16 unit -> character
+    for (std::size_t i = 0; i < piece.text.size();) {
+      Character c{i, 0, false};
+      c.length = unicode::characterAt(piece.text, i, &c.valid);
+      charAtUnit.insert(charAtUnit.end(), c.valid && c.length == 4 ? 2 : 1, chars.size());
+      chars.push_back(c);
+      i += c.length;
+    }
+    charAtUnit.push_back(chars.size());
     UErrorCode status = U_ZERO_ERROR;
-    const icu::UnicodeString text = icu::UnicodeString::fromUTF8(piece);
+    const icu::UnicodeString text = icu::UnicodeString::fromUTF8(piece.text);
+    if (static_cast<std::size_t>(text.length()) + 1 != charAtUnit.size()) {
+      RP_THROW(SystemError, "ICU read {} UTF-16 units from a {}-byte piece, expected {}", text.length(),
+               piece.text.size(), charAtUnit.size() - 1);
+    }
     std::unique_ptr<icu::RegexMatcher> matcher(pattern->matcher(text, status));
     if (U_FAILURE(status)) RP_THROW(SystemError, "ICU regex matcher: {}", u_errorName(status));
     int32_t last = 0;
     auto emit = [&](int32_t begin, int32_t end) {
       if (end <= begin) return;
-      std::string utf8;
-      text.tempSubStringBetween(begin, end).toUTF8String(utf8);
-      out.push_back(std::move(utf8));
+      AlignedText word = piece.emptyLike();
+      for (std::size_t k = charAtUnit[static_cast<std::size_t>(begin)]; k < charAtUnit[static_cast<std::size_t>(end)];
+           ++k) {
+        const Character& c = chars[k];
+        if (c.valid) {
+          word.append(piece, c.byte, c.length);
+        } else {
+          word.append("\xEF\xBF\xBD", piece.cover(c.byte, c.length));
+        }
+      }
+      out.push_back(std::move(word));
     };
     while (matcher->find(status) && U_SUCCESS(status)) {
       const int32_t start = matcher->start(status), end = matcher->end(status);
@@ -194,18 +224,26 @@ void PreTokenizer::add(const nlohmann::json& spec) {
   }
 }
 
-std::vector<std::string> PreTokenizer::split(std::string_view text, bool startsInput) const {
-  std::vector<std::string> pieces{std::string(text)};
+std::vector<AlignedText> PreTokenizer::split(AlignedText text, bool startsInput) const {
+  std::vector<AlignedText> pieces;
+  pieces.push_back(std::move(text));
   for (const auto& step : steps_) {
-    std::vector<std::string> next;
+    std::vector<AlignedText> next;
     if (step->kind == Step::Kind::kSplit) {
       for (const auto& piece : pieces) step->applyRegex(piece, next);
     } else if (step->kind == Step::Kind::kMetaspace) {
       for (std::size_t i = 0; i < pieces.size(); ++i) step->applyMetaspace(pieces[i], startsInput && i == 0, next);
     } else {
       for (std::size_t i = 0; i < pieces.size(); ++i) {
-        const bool prefix = step->addPrefixSpace && i == 0 && !pieces[i].empty() && pieces[i][0] != ' ';
-        next.push_back(byteLevelEncode(prefix ? " " + pieces[i] : pieces[i]));
+        const AlignedText& piece = pieces[i];
+        AlignedText mapped = piece.emptyLike();
+        if (step->addPrefixSpace && i == 0 && !piece.empty() && piece.text[0] != ' ') {
+          mapped.append(table().toUtf8[' '], piece.cover(0, 1));
+        }
+        for (std::size_t b = 0; b < piece.text.size(); ++b) {
+          mapped.append(table().toUtf8[static_cast<unsigned char>(piece.text[b])], piece.cover(b, 1));
+        }
+        next.push_back(std::move(mapped));
       }
     }
     pieces = std::move(next);

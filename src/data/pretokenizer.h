@@ -1,5 +1,6 @@
 // Hugging Face pre-tokenizers: Split (regex, via ICU), ByteLevel (GPT-2 byte-to-unicode mapping) and Metaspace
-// (SentencePiece-style: spaces become "▁"), alone or in a Sequence. Turns normalized text into the words BPE runs on.
+// (SentencePiece-style: spaces become "▁"), alone or in a Sequence. Turns normalized text into the words BPE runs on,
+// each byte still naming the input it came from.
 // Thread-safety: immutable after construction; split() may run concurrently.
 #pragma once
 
@@ -9,6 +10,8 @@
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
+
+#include "data/aligned_text.h"
 
 namespace rp::data {
 
@@ -24,7 +27,7 @@ class PreTokenizer {
   ~PreTokenizer();
 
   // `startsInput`: the text begins the whole input (Metaspace's prepend_scheme "first" prepends only then).
-  std::vector<std::string> split(std::string_view text, bool startsInput = true) const;
+  std::vector<AlignedText> split(AlignedText text, bool startsInput = true) const;
   bool byteLevel() const { return byteLevel_; }
 
  private:

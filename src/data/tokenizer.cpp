@@ -1,8 +1,10 @@
 #include "data/tokenizer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
@@ -12,8 +14,12 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/json_input.h"
+#include "common/log.h"
 #include "data/bpe.h"
+#include "data/normalizer.h"
 #include "data/pretokenizer.h"
+#include "data/tokenizer_class.h"
 #include "data/unicode.h"
 
 namespace rp::data {
@@ -62,23 +68,26 @@ std::vector<std::string> fuseByteTokens(const std::vector<std::string>& tokens) 
   return out;
 }
 
-struct NormalizerStep {
-  enum class Kind { kPrepend, kReplace, kNfc } kind;
-  std::string a, b;  // Prepend: a = text; Replace: a -> b
-};
-
 struct AddedToken {
   std::string content;
   std::int32_t id;
   bool special;
-  bool normalized;    // matched in normalized text, as its normalized form
-  std::string match;  // the text it is matched as: content, or normalize(content)
+  bool normalized;      // matched in normalized text, as its normalized form
+  bool lstrip, rstrip;  // the match takes the whitespace before / after it
+  bool singleWord;      // matched only where no word character touches it
+  std::string match;    // the text it is matched as: content, or normalize(content)
 };
 
-// Leftmost-longest match of any token in `tokens` at or after `from`; returns {position, token}.
-std::pair<std::size_t, const AddedToken*> findAdded(std::string_view text, std::size_t from,
-                                                    const std::vector<const AddedToken*>& tokens) {
-  for (std::size_t pos = from; pos < text.size(); ++pos) {
+struct AddedMatch {
+  std::size_t begin, end;   // [begin, end): the token, with any whitespace it strips
+  const AddedToken* token;  // nullptr: no match (begin = end = text.size())
+};
+
+// The next added token in `text` at or after `from`, as HF's AddedVocabulary finds it: leftmost, then longest;
+// a single_word token touching a word character is passed over; lstrip takes the whitespace before it (not before
+// `from`), rstrip the whitespace after it.
+AddedMatch findAdded(std::string_view text, std::size_t from, const std::vector<const AddedToken*>& tokens) {
+  for (std::size_t pos = from; pos < text.size();) {
     const AddedToken* best = nullptr;
     for (const AddedToken* token : tokens) {
       if (!token->match.empty() && text.substr(pos, token->match.size()) == token->match &&
@@ -86,9 +95,21 @@ std::pair<std::size_t, const AddedToken*> findAdded(std::string_view text, std::
         best = token;
       }
     }
-    if (best != nullptr) return {pos, best};
+    if (best == nullptr) {
+      ++pos;
+      continue;
+    }
+    std::size_t begin = pos, end = pos + best->match.size();
+    if (best->singleWord &&
+        (unicode::endsWithWordCharacter(text.substr(0, begin)) || unicode::startsWithWordCharacter(text.substr(end)))) {
+      pos = end;
+      continue;
+    }
+    if (best->lstrip) begin = std::max(from, begin - unicode::trailingWhiteSpace(text.substr(0, begin)));
+    if (best->rstrip) end += unicode::leadingWhiteSpace(text.substr(end));
+    return {begin, end, best};
   }
-  return {text.size(), nullptr};
+  return {text.size(), text.size(), nullptr};
 }
 
 }  // namespace
@@ -102,7 +123,7 @@ struct Tokenizer::Impl {
   bool byteFallback = false;
   bool fuseUnk = false;
   bool ignoreMerges = false;
-  std::vector<NormalizerStep> normalizers;
+  Normalizer normalizer;
   std::optional<PreTokenizer> preTokenizer;
   std::vector<AddedToken> added;
   std::vector<const AddedToken*> rawAdded, normalizedAdded;  // matched before / after normalization
@@ -110,10 +131,16 @@ struct Tokenizer::Impl {
   std::vector<std::int32_t> prefixIds, suffixIds;  // post-processor, single sequence
   std::vector<json> decoders;
 
-  // Word -> ids cache (words repeat a lot); bounded, cleared when full. Guarded for concurrent encode().
+  // Word -> its tokens (ids and their lengths in bytes) cache (words repeat a lot); bounded, cleared when full.
+  // Guarded for concurrent encode().
+  struct WordTokens {
+    std::vector<std::int32_t> ids;
+    std::vector<std::uint32_t> lengths;
+  };
   static constexpr std::size_t kCacheLimit = 1 << 18;
   mutable std::shared_mutex cacheMutex;
-  mutable std::unordered_map<std::string, std::vector<std::int32_t>> cache;
+  mutable std::unordered_map<std::string, WordTokens> cache;
+  mutable std::atomic<bool> warnedDropped{false};
 
   [[noreturn]] void unsupported(const std::string& what) const {
     RP_THROW(InputError, "{}: {} is not supported (docs/tokenizer.md lists what is)", source, what);
@@ -172,23 +199,6 @@ struct Tokenizer::Impl {
     }
   }
 
-  void loadNormalizer(const json& n) {
-    if (n.is_null()) return;
-    const auto type = n.value("type", "");
-    if (type == "Sequence") {
-      for (const auto& child : n.at("normalizers")) loadNormalizer(child);
-    } else if (type == "Prepend") {
-      normalizers.push_back({NormalizerStep::Kind::kPrepend, n.at("prepend").get<std::string>(), ""});
-    } else if (type == "Replace" && n.at("pattern").contains("String")) {
-      normalizers.push_back({NormalizerStep::Kind::kReplace, n.at("pattern").at("String").get<std::string>(),
-                             n.at("content").get<std::string>()});
-    } else if (type == "NFC") {
-      normalizers.push_back({NormalizerStep::Kind::kNfc, "", ""});
-    } else {
-      unsupported(fmt::format("normalizer {}", n.dump()));
-    }
-  }
-
   void loadPostProcessor(const json& p) {
     if (p.is_null()) return;
     const auto type = p.value("type", "");
@@ -229,49 +239,43 @@ struct Tokenizer::Impl {
     }
   }
 
-  std::string normalize(std::string_view input) const {
-    std::string text(input);
-    for (const auto& step : normalizers) {
-      switch (step.kind) {
-        case NormalizerStep::Kind::kPrepend:
-          if (!text.empty()) text = step.a + text;
-          break;
-        case NormalizerStep::Kind::kReplace:
-          text = replaceAll(text, step.a, step.b);
-          break;
-        case NormalizerStep::Kind::kNfc:
-          text = unicode::nfc(text);
-          break;
+  // One pre-tokenized word through the BPE model, via the cache; each token's span is that of the bytes it covers.
+  void encodeWord(const AlignedText& word, Encoding& out) const {
+    const WordTokens* tokens = nullptr;
+    WordTokens computed;
+    std::shared_lock<std::shared_mutex> lock(cacheMutex);
+    if (const auto it = cache.find(word.text); it != cache.end()) {
+      tokens = &it->second;
+    } else {
+      lock.unlock();
+      bpeWord(word.text, computed);
+      tokens = &computed;
+    }
+    out.ids.insert(out.ids.end(), tokens->ids.begin(), tokens->ids.end());
+    if (word.tracked) {
+      std::size_t pos = 0;
+      for (const std::uint32_t length : tokens->lengths) {
+        out.spans.push_back(word.cover(pos, length));
+        pos += length;
       }
     }
-    return text;
-  }
-
-  // One pre-tokenized word through the BPE model, via the cache.
-  void encodeWord(const std::string& word, std::vector<std::int32_t>& out) const {
-    {
-      std::shared_lock<std::shared_mutex> lock(cacheMutex);
-      if (const auto it = cache.find(word); it != cache.end()) {
-        out.insert(out.end(), it->second.begin(), it->second.end());
-        return;
-      }
+    if (tokens == &computed) {
+      std::unique_lock<std::shared_mutex> write(cacheMutex);
+      if (cache.size() >= kCacheLimit) cache.clear();
+      cache.emplace(word.text, std::move(computed));
     }
-    std::vector<std::int32_t> ids;
-    bpeWord(word, ids);
-    out.insert(out.end(), ids.begin(), ids.end());
-    std::unique_lock<std::shared_mutex> lock(cacheMutex);
-    if (cache.size() >= kCacheLimit) cache.clear();
-    cache.emplace(word, std::move(ids));
   }
 
-  void bpeWord(const std::string& word, std::vector<std::int32_t>& out) const {
+  void bpeWord(const std::string& word, WordTokens& out) const {
     if (ignoreMerges) {
       if (const auto it = vocab.find(word); it != vocab.end()) {
-        out.push_back(it->second);
+        out.ids.push_back(it->second);
+        out.lengths.push_back(static_cast<std::uint32_t>(word.size()));
         return;
       }
     }
     std::vector<std::int32_t> symbols;
+    std::vector<std::uint32_t> lengths;
     bool lastWasUnk = false;
     for (std::size_t pos = 0; pos < word.size();) {
       const std::size_t len =
@@ -280,6 +284,7 @@ struct Tokenizer::Impl {
       pos += len;
       if (const auto it = vocab.find(ch); it != vocab.end()) {
         symbols.push_back(it->second);
+        lengths.push_back(static_cast<std::uint32_t>(len));
         lastWasUnk = false;
         continue;
       }
@@ -292,42 +297,81 @@ struct Tokenizer::Impl {
         }
         if (bytes.size() == ch.size()) {
           symbols.insert(symbols.end(), bytes.begin(), bytes.end());
+          lengths.insert(lengths.end(), bytes.size(), 1);
           lastWasUnk = false;
           continue;
         }
       }
-      if (unkId < 0) {
-        RP_THROW(InputError, "{}: character '{}' is not in the vocabulary and there is no unk_token", source, ch);
+      if (unkId < 0) {  // HF's BPE drops it
+        if (!warnedDropped.exchange(true)) {
+          RP_LOG_WARN(
+              "{}: character '{}' is in neither the vocabulary nor its byte tokens, and there is no unk_token: "
+              "dropped, as transformers drops it (later ones are dropped without a word)",
+              source, ch);
+        }
+        lastWasUnk = false;
+        continue;
       }
-      if (!(fuseUnk && lastWasUnk)) symbols.push_back(unkId);
+      if (fuseUnk && lastWasUnk) {
+        lengths.back() += static_cast<std::uint32_t>(len);
+      } else {
+        symbols.push_back(unkId);
+        lengths.push_back(static_cast<std::uint32_t>(len));
+      }
       lastWasUnk = true;
     }
-    const auto merged = applyMerges(std::move(symbols), merges);
-    out.insert(out.end(), merged.begin(), merged.end());
+    out.ids = applyMerges(std::move(symbols), merges, &lengths);
+    out.lengths = std::move(lengths);
   }
 
   // Normalized text between added tokens: pre-tokenized into words, each through BPE. `startsInput`: the
   // text begins the whole input.
-  void encodeNormalized(std::string_view normalized, bool startsInput, std::vector<std::int32_t>& out) const {
+  void encodeNormalized(AlignedText normalized, bool startsInput, Encoding& out) const {
     if (normalized.empty()) return;
     if (!preTokenizer) {
-      encodeWord(std::string(normalized), out);  // no pre-tokenizer: the whole piece is one word
+      encodeWord(normalized, out);  // no pre-tokenizer: the whole piece is one word
       return;
     }
-    for (const auto& word : preTokenizer->split(normalized, startsInput)) encodeWord(word, out);
+    for (const auto& word : preTokenizer->split(std::move(normalized), startsInput)) encodeWord(word, out);
   }
 
-  // Raw text between non-normalized added tokens: normalized, then split on normalized added tokens.
-  void encodeSegment(std::string_view text, bool startsInput, std::vector<std::int32_t>& out) const {
-    const std::string normalized = normalize(text);
+  // Input bytes [begin, end) between non-normalized added tokens: normalized, then split on normalized added tokens.
+  void encodeSegment(std::string_view input, std::size_t begin, std::size_t end, bool spans, Encoding& out) const {
+    AlignedText normalized = normalizer.apply(
+        AlignedText::identity(input.substr(begin, end - begin), static_cast<std::uint32_t>(begin), spans));
+    const bool startsInput = begin == 0;
+    if (normalizedAdded.empty()) {
+      encodeNormalized(std::move(normalized), startsInput, out);
+      return;
+    }
     std::size_t start = 0;
     while (true) {
-      const auto [pos, token] = findAdded(normalized, start, normalizedAdded);
-      encodeNormalized(std::string_view(normalized).substr(start, pos - start), startsInput && start == 0, out);
-      if (token == nullptr) break;
-      out.push_back(token->id);
-      start = pos + token->match.size();
+      const AddedMatch m = findAdded(normalized.text, start, normalizedAdded);
+      encodeNormalized(normalized.slice(start, m.begin - start), startsInput && start == 0, out);
+      if (m.token == nullptr) break;
+      out.ids.push_back(m.token->id);
+      if (spans) out.spans.push_back(normalized.cover(m.begin, m.end - m.begin));
+      start = m.end;
     }
+  }
+
+  // Splits out non-normalized added tokens (leftmost, then longest match) and encodes the text between them; keeps
+  // each token's span when `spans`.
+  Encoding encode(std::string_view text, bool spans) const {
+    if (text.size() >= std::numeric_limits<std::uint32_t>::max()) {
+      RP_THROW(InputError, "{}: cannot encode a text of {} bytes in one piece (at most 4 GiB)", source, text.size());
+    }
+    Encoding out;
+    std::size_t start = 0;
+    while (true) {
+      const AddedMatch added = findAdded(text, start, rawAdded);
+      if (added.begin > start) encodeSegment(text, start, added.begin, spans, out);
+      if (added.token == nullptr) break;
+      out.ids.push_back(added.token->id);
+      if (spans) out.spans.push_back({static_cast<std::uint32_t>(added.begin), static_cast<std::uint32_t>(added.end)});
+      start = added.end;
+    }
+    return out;
   }
 
   std::string decode(std::vector<std::string> tokens) const {
@@ -378,29 +422,39 @@ Tokenizer::~Tokenizer() = default;
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 
-Tokenizer Tokenizer::fromFile(const std::string& path) {
+Tokenizer Tokenizer::fromFile(const std::string& path, Pipeline pipeline) {
   std::filesystem::path file(path);
   if (std::filesystem::is_directory(file)) file /= "tokenizer.json";
   std::ifstream in(file);
   if (!in) RP_THROW(InputError, "{}: cannot open (expected a Hugging Face tokenizer.json)", file.string());
   auto impl = std::make_unique<Impl>();
   impl->source = file.string();
+  const std::filesystem::path configPath = file.parent_path() / "tokenizer_config.json";
   try {
-    const json j = json::parse(in);
+    json j = json::parse(in);
+    if (std::ifstream config(configPath); config && pipeline == Pipeline::kTransformers) {
+      const json c = readJson(configPath.string(), [&] { return json::parse(config); });
+      if (const std::string name = c.is_object() ? applyTokenizerClass(j, c) : ""; !name.empty()) {
+        RP_LOG_INFO("tokenizer {}: the pipeline transformers' {} builds (named in {}; docs/tokenizer.md)", impl->source,
+                    name, configPath.string());
+      }
+    }
     impl->loadModel(j.at("model"));
     if (j.contains("pre_tokenizer") && !j.at("pre_tokenizer").is_null()) {
       impl->preTokenizer.emplace(j.at("pre_tokenizer"), impl->source);
     }
-    impl->loadNormalizer(j.value("normalizer", json()));
+    impl->normalizer = Normalizer(j.value("normalizer", json()), impl->source);
     impl->loadPostProcessor(j.value("post_processor", json()));
     impl->loadDecoder(j.value("decoder", json()));
     for (const auto& token : j.value("added_tokens", json::array())) {
-      AddedToken added{token.at("content").get<std::string>(),
-                       impl->tokenId(token.at("id"), token.at("content").get<std::string>()),
-                       token.value("special", false), token.value("normalized", false), ""};
+      AddedToken added{
+          token.at("content").get<std::string>(), impl->tokenId(token.at("id"), token.at("content").get<std::string>()),
+          token.value("special", false),          token.value("normalized", false),
+          token.value("lstrip", false),           token.value("rstrip", false),
+          token.value("single_word", false),      ""};
       // As Hugging Face does: a "normalized" added token is matched, and decoded, as its normalized form;
       // decoding skips special tokens by their content, so a normalized special token is never skipped.
-      added.match = added.normalized ? impl->normalize(added.content) : added.content;
+      added.match = added.normalized ? impl->normalizer.apply(std::string_view(added.content)) : added.content;
       if (added.id >= static_cast<std::int32_t>(impl->pieces.size())) impl->pieces.resize(added.id + 1);
       impl->pieces[static_cast<std::size_t>(added.id)] = added.match;
       impl->vocab.emplace(added.content, added.id);
@@ -414,19 +468,16 @@ Tokenizer Tokenizer::fromFile(const std::string& path) {
   return Tokenizer(std::move(impl));
 }
 
+Encoding Tokenizer::encodeWithSpans(std::string_view text) const {
+  return impl_->encode(text, true);
+}
+
 std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool addSpecialTokens) const {
   const Impl& m = *impl_;
   std::vector<std::int32_t> ids;
   if (addSpecialTokens) ids = m.prefixIds;
-  // Split out non-normalized added tokens (leftmost, then longest match); encode the text between them.
-  std::size_t start = 0;
-  while (true) {
-    const auto [pos, token] = findAdded(text, start, m.rawAdded);
-    if (pos > start) m.encodeSegment(text.substr(start, pos - start), start == 0, ids);
-    if (token == nullptr) break;
-    ids.push_back(token->id);
-    start = pos + token->match.size();
-  }
+  const Encoding encoded = m.encode(text, false);
+  ids.insert(ids.end(), encoded.ids.begin(), encoded.ids.end());
   if (addSpecialTokens) ids.insert(ids.end(), m.suffixIds.begin(), m.suffixIds.end());
   return ids;
 }

@@ -1,7 +1,9 @@
 #include "data/unicode.h"
 
 #include <unicode/normalizer2.h>
+#include <unicode/uchar.h>
 #include <unicode/unistr.h>
+#include <unicode/utf8.h>
 
 #include "common/error.h"
 
@@ -66,6 +68,12 @@ bool isValidUtf8(std::string_view s) {
   return true;
 }
 
+std::size_t characterAt(std::string_view s, std::size_t i, bool* valid) {
+  const std::size_t len = validSequenceAt(s, i);
+  if (valid != nullptr) *valid = len > 0;
+  return len > 0 ? len : invalidPrefixAt(s, i);
+}
+
 std::string lossyUtf8(std::string_view s) {
   std::string out;
   out.reserve(s.size());
@@ -82,15 +90,87 @@ std::string lossyUtf8(std::string_view s) {
   return out;
 }
 
-std::string nfc(std::string_view text) {
+namespace {
+
+const icu::Normalizer2& nfcInstance() {
   UErrorCode status = U_ZERO_ERROR;
   const icu::Normalizer2* normalizer = icu::Normalizer2::getNFCInstance(status);
   if (U_FAILURE(status)) RP_THROW(SystemError, "ICU NFC normalizer unavailable: {}", u_errorName(status));
-  const icu::UnicodeString input =
-      icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size())));
-  if (normalizer->isNormalized(input, status) && U_SUCCESS(status)) return std::string(text);
+  return *normalizer;
+}
+
+icu::UnicodeString utf16(std::string_view text) {
+  return icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size())));
+}
+
+// The code point at text[i], or -1 for an ill-formed sequence.
+UChar32 codePointAt(std::string_view text, std::size_t i) {
+  int32_t at = static_cast<int32_t>(i);
+  UChar32 c = 0;
+  U8_NEXT(reinterpret_cast<const uint8_t*>(text.data()), at, static_cast<int32_t>(text.size()), c);
+  return c;
+}
+
+// The code point ending at text[end - 1] and where it starts.
+std::pair<UChar32, std::size_t> codePointBefore(std::string_view text, std::size_t end) {
+  int32_t at = static_cast<int32_t>(end);
+  UChar32 c = 0;
+  U8_PREV(reinterpret_cast<const uint8_t*>(text.data()), 0, at, c);
+  return {c, static_cast<std::size_t>(at)};
+}
+
+bool isWordCharacter(UChar32 c) {
+  return c >= 0 && (u_hasBinaryProperty(c, UCHAR_ALPHABETIC) || u_hasBinaryProperty(c, UCHAR_JOIN_CONTROL) ||
+                    (U_GET_GC_MASK(c) & (U_GC_M_MASK | U_GC_ND_MASK | U_GC_PC_MASK)) != 0);
+}
+
+bool isWhiteSpace(UChar32 c) {
+  return c >= 0 && u_isUWhiteSpace(c);
+}
+
+}  // namespace
+
+bool isNfc(std::string_view text) {
+  UErrorCode status = U_ZERO_ERROR;
+  return nfcInstance().isNormalized(utf16(text), status) && U_SUCCESS(status);
+}
+
+bool nfcBoundaryBefore(std::string_view text, std::size_t i) {
+  const UChar32 c = codePointAt(text, i);
+  return c < 0 || nfcInstance().hasBoundaryBefore(c);  // ill-formed bytes are read as U+FFFD, a boundary
+}
+
+std::size_t leadingWhiteSpace(std::string_view text) {
+  std::size_t i = 0;
+  while (i < text.size() && isWhiteSpace(codePointAt(text, i))) i += characterAt(text, i);
+  return i;
+}
+
+std::size_t trailingWhiteSpace(std::string_view text) {
+  std::size_t end = text.size();
+  while (end > 0) {
+    const auto [c, start] = codePointBefore(text, end);
+    if (!isWhiteSpace(c)) break;
+    end = start;
+  }
+  return text.size() - end;
+}
+
+bool startsWithWordCharacter(std::string_view text) {
+  return !text.empty() && isWordCharacter(codePointAt(text, 0));
+}
+
+bool endsWithWordCharacter(std::string_view text) {
+  return !text.empty() && isWordCharacter(codePointBefore(text, text.size()).first);
+}
+
+std::string nfc(std::string_view text) {
+  const icu::Normalizer2& normalizer = nfcInstance();
+  const icu::UnicodeString input = utf16(text);
+  UErrorCode status = U_ZERO_ERROR;
+  if (normalizer.isNormalized(input, status) && U_SUCCESS(status)) return std::string(text);
   status = U_ZERO_ERROR;
-  const icu::UnicodeString normalized = normalizer->normalize(input, status);
+  const icu::UnicodeString normalized = normalizer.normalize(input, status);
   if (U_FAILURE(status)) RP_THROW(InputError, "NFC normalization failed: {}", u_errorName(status));
   std::string out;
   normalized.toUTF8String(out);

@@ -18,21 +18,53 @@ namespace {
 
 class GoldenTokenizer : public ::testing::TestWithParam<std::string> {};
 
+// Byte offset -> the character index Python (and HF's offsets) count in.
+std::size_t characterIndex(const std::string& text, std::size_t byte) {
+  std::size_t chars = 0;
+  for (std::size_t i = 0; i < byte && i < text.size(); ++i)
+    chars += (static_cast<unsigned char>(text[i]) & 0xC0) != 0x80;
+  return chars;
+}
+
+// Our spans are HF's offsets (in characters). Where NFC rewrites characters, HF aligns each composed one to its first
+// source character; ours span the run of characters NFC rewrote together (Note [Spans through NFC] in
+// data/normalizer.cpp): there they contain HF's.
+bool spansMatch(const std::string& text, const std::vector<Span>& ours, const nlohmann::json& offsets,
+                bool nfcChanges) {
+  const auto theirs = offsets.get<std::vector<std::pair<std::size_t, std::size_t>>>();
+  if (ours.size() != theirs.size()) return false;
+  for (std::size_t k = 0; k < ours.size(); ++k) {
+    const std::size_t begin = characterIndex(text, ours[k].begin), end = characterIndex(text, ours[k].end);
+    const bool same = begin == theirs[k].first && end == theirs[k].second;
+    const bool contains = begin <= theirs[k].first && theirs[k].second <= end;
+    if (!same && !(nfcChanges && contains)) return false;
+  }
+  return true;
+}
+
 TEST_P(GoldenTokenizer, IdsAndDecodeEqualHuggingFace) {
   const auto golden = test::goldenDir();
   RP_SKIP_UNLESS(golden, "golden directory");
   const std::string path = *golden + "/tokenizers/" + GetParam() + ".json";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " absent (its tokenizer fixture is missing)";
   const auto golden_ = nlohmann::json::parse(std::ifstream(path));
-  const auto tokenizer = Tokenizer::fromFile(golden_.at("tokenizer").get<std::string>());
+  const auto tokenizer = Tokenizer::fromFile(golden_.at("tokenizer").get<std::string>(), Tokenizer::Pipeline::kFile);
   const auto& cases = golden_.at("cases");
   ASSERT_GE(cases.size(), 1000u);
-  int idMismatches = 0, decodeMismatches = 0, roundTrips = 0;
+  int idMismatches = 0, decodeMismatches = 0, spanMismatches = 0, roundTrips = 0;
   for (const auto& c : cases) {
     const auto text = c.at("text").get<std::string>();
     const auto expected = c.at("ids").get<std::vector<std::int32_t>>();
     const auto ids = tokenizer.encode(text);
     if (ids != expected && ++idMismatches <= 5) ADD_FAILURE() << "ids differ for: " << text;
+    // Without the post-processor's tokens: the same ids, each with the span of the text HF's offsets give it.
+    const Encoding plain = tokenizer.encodeWithSpans(text);
+    const auto expectedPlain = c.at("ids_plain").get<std::vector<std::int32_t>>();
+    if (plain.ids != expectedPlain && ++idMismatches <= 5) ADD_FAILURE() << "plain ids differ for: " << text;
+    if (!spansMatch(text, plain.spans, c.at("offsets_plain"), c.at("nfc_changes").get<bool>()) &&
+        ++spanMismatches <= 5) {
+      ADD_FAILURE() << "spans differ from HF's offsets for: " << text;
+    }
     const auto decoded = tokenizer.decode(expected);
     if (decoded != c.at("decoded").get<std::string>() && ++decodeMismatches <= 5) {
       ADD_FAILURE() << "decode differs for: " << text << "\n ours: " << decoded;
@@ -48,10 +80,11 @@ TEST_P(GoldenTokenizer, IdsAndDecodeEqualHuggingFace) {
   }
   EXPECT_EQ(idMismatches, 0) << "of " << cases.size() << " cases";
   EXPECT_EQ(decodeMismatches, 0) << "of " << cases.size() << " cases";
+  EXPECT_EQ(spanMismatches, 0) << "of " << cases.size() << " cases";
 }
 
 INSTANTIATE_TEST_SUITE_P(Tokenizers, GoldenTokenizer,
-                         ::testing::Values("qwen3", "tinystories_656k", "builtin_tiny", "llama3_style",
+                         ::testing::Values("qwen3", "phi_3", "tinystories_656k", "builtin_tiny", "llama3_style",
                                            "metaspace_style"),
                          [](const auto& info) { return info.param; });
 
@@ -74,6 +107,70 @@ TEST(Qwen3Tokenizer, FixtureReferenceIds) {
     ++cases;
   }
   EXPECT_GE(cases, 20);
+}
+
+// The model directories as transformers' AutoTokenizer loads them (their tokenizer class may build another pipeline
+// than tokenizer.json's): ids, spans and decodes.
+class GoldenTransformersTokenizer : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GoldenTransformersTokenizer, IdsSpansAndDecodeEqualAutoTokenizer) {
+  const auto golden = test::goldenDir();
+  RP_SKIP_UNLESS(golden, "golden directory");
+  const std::string path = *golden + "/tokenizers/" + GetParam() + ".transformers.json";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " absent (its tokenizer fixture is missing)";
+  const auto spec = nlohmann::json::parse(std::ifstream(path));
+  const auto tokenizer = Tokenizer::fromFile(spec.at("directory").get<std::string>());
+  int idMismatches = 0, spanMismatches = 0, decodeMismatches = 0;
+  for (const auto& c : spec.at("cases")) {
+    const auto text = c.at("text").get<std::string>();
+    const Encoding ours = tokenizer.encodeWithSpans(text);
+    if (ours.ids != c.at("ids").get<std::vector<std::int32_t>>() && ++idMismatches <= 5) {
+      ADD_FAILURE() << "ids differ for: " << text;
+    } else if (!c.at("drops_characters").get<bool>() &&
+               !spansMatch(text, ours.spans, c.at("offsets"), c.at("nfc_changes").get<bool>()) &&
+               ++spanMismatches <= 5) {
+      ADD_FAILURE() << "spans differ from the offsets for: " << text;
+    }
+    if (tokenizer.decode(c.at("ids").get<std::vector<std::int32_t>>()) != c.at("decoded").get<std::string>() &&
+        ++decodeMismatches <= 5) {
+      ADD_FAILURE() << "decode differs for: " << text;
+    }
+  }
+  EXPECT_EQ(idMismatches + spanMismatches + decodeMismatches, 0)
+      << "of " << spec.at("cases").size() << " cases (" << spec.at("class") << ")";
+}
+
+INSTANTIATE_TEST_SUITE_P(Tokenizers, GoldenTransformersTokenizer,
+                         ::testing::Values("qwen3", "phi_3", "tinystories_656k"),
+                         [](const auto& info) { return info.param; });
+
+// The real Phi-3 tokenizer on llama.cpp's 46 test strings, against the ids HF's AutoTokenizer gave for them
+// (encode(text, add_special_tokens=False); the fixture's NOTICE).
+TEST(Phi3Tokenizer, FixtureReferenceIds) {
+  const auto fixtures = test::fixturesDir();
+  RP_SKIP_UNLESS(fixtures, "shared fixtures");
+  // As HF tokenizers reads the file (which transformers 4 used as written, when these ids were made).
+  const auto tokenizer =
+      Tokenizer::fromFile(*fixtures + "/tokenizers/phi-3-mini-4k-instruct/tokenizer.json", Tokenizer::Pipeline::kFile);
+  const std::string base = *fixtures + "/tokenizers/ggml-vocab-tests/ggml-vocab-phi-3.gguf";
+  std::stringstream inputs;
+  inputs << std::ifstream(base + ".inp").rdbuf();
+  const std::string all = inputs.str(), separator = "\n__ggml_vocab_test__\n";
+  std::ifstream out(base + ".out");
+  int cases = 0;
+  for (std::size_t at = 0; at < all.size();) {
+    const std::size_t end = std::min(all.find(separator, at), all.size());
+    const std::string text = all.substr(at, end - at);
+    at = end + separator.size();
+    std::string line;
+    ASSERT_TRUE(std::getline(out, line)) << "fewer expected lines than test strings";
+    std::vector<std::int32_t> expected;
+    std::istringstream ids(line);
+    for (std::int32_t id; ids >> id;) expected.push_back(id);
+    EXPECT_EQ(tokenizer.encode(text, false), expected) << text;
+    ++cases;
+  }
+  EXPECT_EQ(cases, 46);
 }
 
 TEST(Tokenizer, UnsupportedComponentIsNamed) {
@@ -107,7 +204,8 @@ TEST(Qwen3Tokenizer, ChatDataWithATemplateWhoseTokensTheTokenizerLacksIsRefused)
   RP_SKIP_UNLESS(fixtures, "shared fixtures");
   const auto tokenizer = Tokenizer::fromFile(*fixtures + "/tokenizers/qwen3");
   const std::string data = ::testing::TempDir() + "/chat.jsonl";
-  std::ofstream(data) << R"({"instruction": "Say hi", "output": "hi"})" << "\n";
+  std::ofstream(data) << R"({"instruction": "Say hi", "output": "hi"})"
+                      << "\n";
   DatasetOptions options;
   options.format = "alpaca";
   options.paths = {data};

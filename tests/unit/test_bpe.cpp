@@ -23,6 +23,15 @@ TEST(Bpe, TiesGoLeftmostAndMergedSymbolsMergeAgain) {
   EXPECT_EQ(applyMerges({0, 0, 0, 0}, merges), (std::vector<std::int32_t>{10}));
 }
 
+TEST(Bpe, MergedTokensCarryTheBytesOfTheSymbolsTheyJoin) {
+  MergeTable merges;
+  merges[{0, 0}] = {0, 9};  // "a a"
+  // a (1 byte) a (3 bytes: a multi-byte character) a (2) -> (a a) a
+  std::vector<std::uint32_t> lengths{1, 3, 2};
+  EXPECT_EQ(applyMerges({0, 0, 0}, merges, &lengths), (std::vector<std::int32_t>{9, 0}));
+  EXPECT_EQ(lengths, (std::vector<std::uint32_t>{4, 2}));
+}
+
 TEST(Bpe, NoMergesLeavesSymbols) {
   EXPECT_EQ(applyMerges({2, 1, 0}, {}), (std::vector<std::int32_t>{2, 1, 0}));
   EXPECT_TRUE(applyMerges({}, {}).empty());

@@ -64,8 +64,9 @@ TEST(Records, JsonlBadRecordNamesFileAndLine) {
 // A truncated JSONL line (a download cut short, an editor's unclosed brace) is a JSON parse error at its line and
 // column, not "not a JSON object".
 TEST(Records, ATruncatedJsonlLineIsAParseErrorAtItsLineAndColumn) {
-  const auto path = writeFile("cut.jsonl", "{\"text\": \"hi\", \"instruction\": \"Say hi\", \"output\": \"hi\"}\n"
-                                           "{\"instruction\": \"Say hi\", \"outp\n");
+  const auto path = writeFile("cut.jsonl",
+                              "{\"text\": \"hi\", \"instruction\": \"Say hi\", \"output\": \"hi\"}\n"
+                              "{\"instruction\": \"Say hi\", \"outp\n");
   ReadOptions o;
   o.format = "alpaca";
   const auto error = errorOf([&] { readSamples({path}, o); });
@@ -328,6 +329,28 @@ TEST(Tokenizer, AnIdThatIsNotATokenIdIsAClearError) {
   EXPECT_EQ(Tokenizer::fromFile(path).vocabSize(), 3);
 }
 
+// Added tokens take the whitespace they ask for (Phi-3's chat tokens and </s> have rstrip), a single_word one matches
+// only where no word character touches it, and every token names the bytes of the input it covers.
+TEST(Tokenizer, AddedTokensStripWhitespaceAndTokensNameTheirSpans) {
+  const std::string path = test::scratchDir() + "/tokenizer.json";
+  std::ofstream(path) << R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, " ": 2, "<": 3, "w": 4, ">": 5},
+      "merges": []}, "added_tokens": [
+      {"id": 6, "content": "<r>", "rstrip": true, "special": true},
+      {"id": 7, "content": "<l>", "lstrip": true, "special": true},
+      {"id": 8, "content": "<w>", "single_word": true, "special": true}]})";
+  const Tokenizer tokenizer = Tokenizer::fromFile(path);
+  auto check = [&](const std::string& text, const std::vector<std::int32_t>& ids, const std::vector<Span>& spans) {
+    const Encoding e = tokenizer.encodeWithSpans(text);
+    EXPECT_EQ(e.ids, ids) << text;
+    EXPECT_EQ(e.spans, spans) << text;
+    EXPECT_EQ(tokenizer.encode(text, false), ids) << text;
+  };
+  check("a<r>  b", {0, 6, 1}, {{0, 1}, {1, 6}, {6, 7}});
+  check("a  <l>b", {0, 7, 1}, {{0, 1}, {1, 6}, {6, 7}});
+  check("<r> <l>b", {6, 7, 1}, {{0, 4}, {4, 7}, {7, 8}});  // lstrip takes no whitespace rstrip took
+  check("a<w> <w>", {0, 3, 4, 5, 2, 8}, {{0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 5}, {5, 8}});
+}
+
 // The chat-template subset names what it does not support, with the line (transformers' own rendering is the
 // golden tier's: tests/golden/test_golden_chat_template.cpp).
 TEST(ChatTemplate, AnUnsupportedConstructIsNamedWithItsLine) {
@@ -340,16 +363,23 @@ TEST(ChatTemplate, AnUnsupportedConstructIsNamedWithItsLine) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(
-      error("hi\n{% macro f() %}{% endmacro %}").find("chat template t.jinja: line 2: '{% macro %}' is not supported"),
-      std::string::npos);
+  EXPECT_NE(error("hi\n{% filter upper %}x{% endfilter %}")
+                .find("chat template t.jinja: line 2: '{% filter %}' is not supported"),
+            std::string::npos);
   EXPECT_NE(error("{{ x | wordwrap }}").find("line 1: filter 'wordwrap' is not supported"), std::string::npos);
   EXPECT_NE(error("{{ x.missing.deeper }}").find("'deeper' of an undefined value"), std::string::npos);
   EXPECT_NE(error("{% if x %}open").find("{% if %} is never closed"), std::string::npos);
   EXPECT_NE(error("{{ x ").find("'{{' is never closed"), std::string::npos);
-  EXPECT_NE(
-      error("{{ raise_exception('no system role') }}").find("the template refused the conversation: no system role"),
-      std::string::npos);
+  EXPECT_NE(error("{{ raise_exception('no system role') }}")
+                .find("line 1: the template refused the conversation: no system role"),
+            std::string::npos);
+  // The refusal names the line that raised it (Gemma's "System role not supported" said "line 0").
+  EXPECT_NE(error("a\n\n{% if x %}{{ raise_exception('no') }}{% endif %}").find("line 3: the template refused"),
+            std::string::npos);
+  EXPECT_NE(error("{% macro f(a) %}{% endmacro %}\n{{ f(1, 2) }}").find("line 2: macro 'f' takes 1 arguments, got 2"),
+            std::string::npos);
+  EXPECT_NE(error("{% macro f(a) %}{% endmacro %}{{ f(b=1) }}").find("macro 'f' has no parameter 'b'"),
+            std::string::npos);
   // Found by fuzzing (tests/fuzz/regressions/chat_template): an integer literal out of range escaped as
   // std::out_of_range. And a template that loops without end, or builds without bound, fails rather than hangs.
   EXPECT_NE(error("{% set d = {'a': 1} %}{% set d.a = 2 %}").find("'d' is not a namespace"), std::string::npos);
@@ -367,6 +397,28 @@ TEST(ChatTemplate, AnUnsupportedConstructIsNamedWithItsLine) {
   EXPECT_NE(error(loops).find("the template loops more than 100000 times"), std::string::npos);
   EXPECT_NE(error("{% set s = 'ab' %}{% for a in [0] * 3 %}{% endfor %}").find("'*' of a list and a int"),
             std::string::npos);
+}
+
+// What Mistral's templates use: "}}" and "%}" inside string literals do not end a tag (Mistral Nemo's did not load),
+// macros with defaults and named arguments, select/reject and selectattr/rejectattr with and without a test.
+TEST(ChatTemplate, StringsHoldingTagEndsMacrosAndSelectFilters) {
+  auto render = [](const std::string& source) {
+    return jinja::Template(source, "t.jinja")
+        .render(nlohmann::json{{"messages",
+                                {{{"role", "user"}, {"content", "u1"}},
+                                 {{"role", "assistant"}, {"content", "a1"}},
+                                 {{"role", "user"}, {"content", ""}}}}})
+        .text;
+  };
+  EXPECT_EQ(render(R"({{ "a}}b" }}|{{ 'c%}d' }}|{% set x = "%}" %}{{ x }}|{{ "q\"}}" }})"), "a}}b|c%}d|%}|q\"}}");
+  EXPECT_EQ(render("{%- macro wrap(text, left='[', right=']') -%}{{ left }}{{ text }}{{ right }}{%- endmacro -%}"
+                   "{{ wrap('x') }}{{ wrap('y', '<') }}{{ wrap('z', right='>') }}{{ wrap(text='w', left='(') }}"),
+            "[x]<y][z>(w]");
+  EXPECT_EQ(render("{% for m in messages | selectattr('role', 'equalto', 'user') %}{{ m.content }},{% endfor %}"
+                   "{{ messages | rejectattr('role', 'equalto', 'user') | list | length }}"
+                   "{{ messages | selectattr('content') | list | length }}"
+                   "{{ [0, 1, 2, 3] | select('odd') | list }}{{ [0, 1, ''] | reject | list }}"),
+            "u1,,12[1, 3][0, '']");
 }
 
 // Replies inside {% generation %} are exactly the trainable text, plus the special token after them; a template
