@@ -17,10 +17,66 @@ std::int64_t nowUs() {
 }  // namespace
 
 std::size_t ActivityBoard::regionBytes(int ranks) {
-  return sizeof(Slot) * static_cast<std::size_t>(ranks * kThreads);
+  return sizeof(Slot) * static_cast<std::size_t>(ranks * kThreads) +
+         sizeof(std::atomic<std::int64_t>) * static_cast<std::size_t>(ranks);
 }
 
-ActivityBoard::ActivityBoard(void* memory, int ranks) : slots_(static_cast<Slot*>(memory)), ranks_(ranks) {}
+ActivityBoard::ActivityBoard(void* memory, int ranks)
+    : slots_(static_cast<Slot*>(memory)),
+      beats_(reinterpret_cast<std::atomic<std::int64_t>*>(slots_ + static_cast<std::ptrdiff_t>(ranks * kThreads))),
+      ranks_(ranks) {}
+
+// Note [Heartbeats]
+// A rank whose process does not run (kill -STOP, a debugger's breakpoint, a machine so oversubscribed that it gets no
+// CPU) makes its peers wait in whatever they wait on next, often for another rank that waits for it: the stall
+// message named the rank waited for, which was running. Every rank beats on a thread of its own every 0.1 s; a wait
+// that times out names each rank of its node silent for 2 s or more. A rank stuck inside an operation still beats
+// (it runs, it does not progress): the waits name it as they did. Ranks of other nodes share no board; their
+// stalls are named by the waits alone.
+void ActivityBoard::beat(int rank) {
+  beats_[rank].store(nowUs(), std::memory_order_relaxed);
+}
+
+std::vector<std::pair<int, double>> ActivityBoard::silent(double seconds) const {
+  std::vector<std::pair<int, double>> out;
+  const std::int64_t now = nowUs();
+  for (int r = 0; r < ranks_; ++r) {
+    const std::int64_t last = beats_[r].load(std::memory_order_relaxed);
+    const double ago = static_cast<double>(now - last) / 1e6;
+    if (last != 0 && ago >= seconds) out.emplace_back(r, ago);
+  }
+  return out;
+}
+
+std::string ActivityBoard::silentRanks(const std::function<int(int)>& rankName) const {
+  std::string out;
+  for (const auto& [rank, ago] : silent(kSilentSeconds)) {
+    out += fmt::format(
+        "\n  rank {} has not run for {:.1f} s (its heartbeat stopped: the process is stopped, by SIGSTOP or a "
+        "debugger, or gets no CPU): the stall starts there",
+        rankName ? rankName(rank) : rank, ago);
+  }
+  return out;
+}
+
+Heartbeat::Heartbeat(ActivityBoard& board, int rank) {
+  board.beat(rank);
+  thread_ = std::thread([this, &board, rank] {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!wake_.wait_for(lock, std::chrono::duration<double>(ActivityBoard::kBeatSeconds), [&] { return stop_; })) {
+      board.beat(rank);
+    }
+  });
+}
+
+Heartbeat::~Heartbeat() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_one();
+  thread_.join();
+}
 
 ActivityBoard::Slot& ActivityBoard::slot(int rank, int thread) const {
   return slots_[static_cast<std::size_t>(rank * kThreads + thread)];
@@ -80,7 +136,9 @@ std::string ActivityBoard::describeAll() const {
   return out;
 }
 
-std::string describeWorldRank(const ActivityBoard& board, const WorldIdentity& id, int worldRank) {
+namespace {
+
+std::string describeLocal(const ActivityBoard& board, const WorldIdentity& id, int worldRank) {
   if (worldRank < 0 || worldRank >= static_cast<int>(id.places.size())) return fmt::format("rank {}", worldRank);
   const RankPlace& p = id.places[static_cast<std::size_t>(worldRank)];
   if (p.node == id.node) {
@@ -90,6 +148,17 @@ std::string describeWorldRank(const ActivityBoard& board, const WorldIdentity& i
     return text;
   }
   return fmt::format("rank {} runs on node {} ({})", worldRank, p.node, p.host);
+}
+
+}  // namespace
+
+std::string describeWorldRank(const ActivityBoard& board, const WorldIdentity& id, int worldRank) {
+  return describeLocal(board, id, worldRank) + board.silentRanks([&](int local) {
+    for (std::size_t r = 0; r < id.places.size(); ++r) {
+      if (id.places[r].node == id.node && id.places[r].localRank == local) return static_cast<int>(r);
+    }
+    return local;
+  });
 }
 
 }  // namespace rp::engine

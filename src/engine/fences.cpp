@@ -117,8 +117,9 @@ void Fences::wait(std::size_t index, std::int64_t atLeast, const std::string& wh
         return true;
       },
       [&] { return fmt::format("{} to reach {} (it is {})", what, atLeast, at(index).load()); },
-      board_ == nullptr ? std::function<std::string()>()
-                        : [&] { return lateRank >= 0 ? board_->describe(lateRank) : board_->describeAll(); });
+      board_ == nullptr
+          ? std::function<std::string()>()
+          : [&] { return (lateRank >= 0 ? board_->describe(lateRank) : board_->describeAll()) + board_->silentRanks(); });
 }
 
 std::string Fences::versionOf(std::int64_t step) const {

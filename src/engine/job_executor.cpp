@@ -4,8 +4,8 @@
 #include "engine/job_executor.h"
 
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <deque>
 #include <limits>
 #include <thread>
@@ -158,11 +158,11 @@ torch::Tensor JobExecutor::fetch(const transport::TensorId& id, at::IntArrayRef 
   const device::Ticket got = tensors_->get(id, local.data_ptr(), static_cast<std::size_t>(local.nbytes()), writer);
   if (emulated_.active()) {  // Note [Device sanitizer]: the copy fills an input the next compute reads
     const device::Region input{device::Region::Kind::kInput, ++fetches_};
-    worker_->declareCopy({{}, {input}, fmt::format("fetch of {} of layer {}, mb {}, step {}",
-                                                   id.kind == transport::TensorKind::kActivation ? "activation"
-                                                                                                : "gradient",
-                                                   id.layer, id.microbatch,
-                                                   id.step + 1)});
+    worker_->declareCopy({{},
+                          {input},
+                          fmt::format("fetch of {} of layer {}, mb {}, step {}",
+                                      id.kind == transport::TensorKind::kActivation ? "activation" : "gradient",
+                                      id.layer, id.microbatch, id.step + 1)});
     emulated_.willRead(input);
   }
   if (mutation_ != TestMutation::kActivationWithoutComputeAfter) worker_->computeAfter(got);
@@ -211,7 +211,7 @@ void JobExecutor::runMicrobatch(std::int64_t step, std::int64_t k, const schedul
     trace::Timeline::Scope wait(timeline_, what, "wait", 0);
     device::countHostWait(device::HostWait::kPeer);
     tensors_->await(prevWorker, {control::kProtocolVersion, static_cast<std::uint32_t>(mb), step, k - 1},
-                    [&] { return activity_->describe(prevWorker); });
+                    [&] { return activity_->describe(prevWorker) + activity_->silentRanks(); });
   }
   const model::Batch& batch = data.batches[static_cast<std::size_t>(mb)];
   const model::AttentionContext& ctx = data.contexts[static_cast<std::size_t>(mb)];
@@ -527,7 +527,7 @@ void JobExecutor::runJob(std::int64_t step, std::int64_t k, const schedule::Disp
     emulated_.microbatch(mb);
     runMicrobatch(step, k, table, data, mb, recomputed);
     if (mb + 1 == M) holdForPrefetch(step);  // testing: Note [Hold for prefetch]
-    tryPrefetch();  // the next job's weights, if published meanwhile
+    tryPrefetch();                           // the next job's weights, if published meanwhile
   };
   if (ahead == 0) {
     for (int mb = 0; mb < M; ++mb) run(mb, nullptr);
@@ -546,7 +546,7 @@ void JobExecutor::runJob(std::int64_t step, std::int64_t k, const schedule::Disp
   releasedBefore_ = std::exchange(releasedLast_, worker_->mark());
   slots_->release(slot_, releasedLast_);  // Note [Slot release]: after the job's last compute
   emulated_.settle();
-  worker_->checkAccesses();               // Note [Device sanitizer]: what the job's hooks found
+  worker_->checkAccesses();  // Note [Device sanitizer]: what the job's hooks found
   if (job.kind == schedule::JobKind::kFused) fences_->setFusedDone(step);
   deviceJobPeak_ = std::max(deviceJobPeak_, worker_->takePeakComputeBytes());  // the caching allocator's, per job
 }

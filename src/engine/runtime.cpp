@@ -292,6 +292,7 @@ std::unique_ptr<transport::TensorChannel> PipelineRuntime::buildStore() {
   std::unique_ptr<transport::TensorChannel> tensors = tensorFactory_(
       {*channel_, *worker_, nodeMemory_, stallPolicy(), L, static_cast<int>(c.train.microbatches), tensorBytes()});
   activity_ = std::make_unique<ActivityBoard>(store_->bytes("activity"), id.localSize);
+  heartbeat_ = std::make_unique<Heartbeat>(*activity_, id.localRank);
   fences_ =
       std::make_unique<Fences>(store_->bytes("fences"), L, id.localSize, stallPolicy(), activity_.get(), versions_);
 

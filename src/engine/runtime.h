@@ -143,7 +143,7 @@ class PipelineRuntime : public run::Executor {
   schedule::Plan plan_;             // this iteration's, from rank 0's directive
   int planChanges_ = 0;
   std::optional<double> bubbleRatio_;  // rank 0, after finish(): the bubble report's
-  LayerCosts proxyCosts_;           // FLOP-proxy costs: split a backward stage's measured time over its layers
+  LayerCosts proxyCosts_;              // FLOP-proxy costs: split a backward stage's measured time over its layers
   // Versions of the trainable weights and gradient slots (Note [Layer fences]): max(1, optim.staleness).
   int versions_ = 1;
   // Per version: the uploads of each layer from it, up to the current iteration.
@@ -157,8 +157,9 @@ class PipelineRuntime : public run::Executor {
   std::unique_ptr<device::Worker> worker_;                   // the device this rank computes on (its copies)
   torch::Device device_ = torch::kCPU;                       // the worker's, for the tensors a job computes with
   std::string deviceLabel_;  // what metrics rows say it is: cpu, cuda:<name>, emulated:<profile>
-  double memoryBudget_ = 0;                                  // per worker, for the partitioner (0 = unlimited)
+  double memoryBudget_ = 0;  // per worker, for the partitioner (0 = unlimited)
   std::unique_ptr<ActivityBoard> activity_;
+  std::unique_ptr<Heartbeat> heartbeat_;  // this rank's, on activity_ (Note [Heartbeats])
   std::unique_ptr<Fences> fences_;
   std::unique_ptr<OptimizerWorker> optimizer_;
   std::unique_ptr<JobExecutor> jobs_;             // this rank's stage jobs (after the store: they use its fences)

@@ -74,6 +74,40 @@ for fault in kill:1:2 throw:2:1 hang:1:2; do
   fi
   echo "ok ($fault): exit code $code after ${elapsed}s"
 done
+# A rank whose process stops running (kill -STOP: a debugger, a suspended job) is named by another rank's stall
+# report as the rank that stopped (Note [Heartbeats]); before, each rank named the rank it waited for, itself waiting.
+RP_NUM_THREADS=1 timeout 60 "$@" -n 3 "$train" --config /dev/null \
+  --set "model.path=$model" --set "data.path=$fixtures/text/tinyshakespeare.txt" \
+  --set train.seq_len=32 --set train.global_batch=6 --set train.microbatches=3 --set train.max_steps=100000 \
+  --set "output.dir=$work/stopped" --set pipeline.stall_timeout_s=4 --set pipeline.stall_warn_s=1 "${extra[@]}" \
+  >"$work/stop.txt" 2>&1 &
+job=$!
+stopped=""
+for _ in $(seq 1 300); do  # until rank 1 trains (a step line in metrics.jsonl), then stop its process
+  if [[ -s "$work/stopped/metrics.jsonl" ]]; then
+    for p in $(pgrep -f -- "$train" || true); do
+      if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qxE "(OMPI_COMM_WORLD_RANK|PMI_RANK)=1"; then
+        kill -STOP "$p" && stopped=$p
+      fi
+    done
+    [[ -n "$stopped" ]] && break
+  fi
+  sleep 0.1
+done
+[[ -n "$stopped" ]] || { kill "$job"; echo "FAIL (stop): rank 1 never trained or was not found"; cat "$work/stop.txt"; exit 1; }
+start=$(date +%s)
+wait "$job"
+code=$?
+elapsed=$(( $(date +%s) - start ))
+kill -CONT "$stopped" 2>/dev/null; kill -KILL "$stopped" 2>/dev/null
+if [[ $code -eq 0 || $code -eq 124 || $elapsed -gt 30 ]]; then
+  echo "FAIL (stop): exit code $code after ${elapsed}s"; cat "$work/stop.txt"; exit 1
+fi
+if ! grep -Eq "^  rank 1 has not run for [0-9.]+ s \(its heartbeat stopped" "$work/stop.txt"; then
+  echo "FAIL (stop): no stall report says rank 1 stopped running"; cat "$work/stop.txt"; exit 1
+fi
+echo "ok (stop): the stall report names the stopped rank 1, exit code $code after ${elapsed}s"
+
 left=$(leaked)
 if [[ -n $left ]]; then echo "FAIL: shared-memory segments leaked: $left"; exit 1; fi
 echo "ok: no /dev/shm segment left"

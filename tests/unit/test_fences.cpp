@@ -181,6 +181,25 @@ TEST(ActivityBoard, DescribesAWorldRankFromItsNodesBoardOrByHost) {
   EXPECT_EQ(describeWorldRank(board, id, 0).rfind("rank 0: worker: (nothing yet)", 0), 0u);
 }
 
+// Note [Heartbeats]: a rank whose process stops beating is silent, named in the world's numbering; one whose
+// Heartbeat runs is not, and a rank that never beat (not started) is not reported.
+TEST(ActivityBoard, ARankThatStopsBeatingIsSilent) {
+  Store store(1, 3);
+  ActivityBoard board(store.boardBytes.data(), 3);
+  board.beat(1);  // then stops, as a process under kill -STOP
+  Heartbeat running(board, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  const auto silent = board.silent(0.3);
+  ASSERT_EQ(silent.size(), 1u);
+  EXPECT_EQ(silent[0].first, 1);
+  EXPECT_GE(silent[0].second, 0.3);
+  EXPECT_TRUE(board.silentRanks().empty()) << "not silent for kSilentSeconds yet";
+  std::this_thread::sleep_for(std::chrono::duration<double>(ActivityBoard::kSilentSeconds));
+  const std::string text = board.silentRanks([](int local) { return local + 4; });
+  EXPECT_NE(text.find("rank 5 has not run for 2."), std::string::npos) << text;
+  EXPECT_EQ(text.find("rank 4 "), std::string::npos) << text;
+}
+
 // Every read overlapping the writer sees one whole write: 60 a's or 60 b's, never a mix and never nothing
 // (the board holds a write from before the reader starts). A board that drops writes shows "(nothing yet)" and
 // one that never publishes the later writes keeps showing the first: both fail.
