@@ -1,5 +1,6 @@
-// roundpipe_generate: load a Hugging Face checkpoint, print a continuation of a prompt (greedy, or sampled with a
-// temperature and top-p; with --chat the model's reply to the prompt as a user turn) and the model's loss on a text.
+// roundpipe_generate: load a Hugging Face model (or a roundpipe checkpoint, exported on the fly), print a continuation
+// of a prompt (greedy, or sampled with a temperature and top-p; with --chat the model's reply to the prompt as a user
+// turn) and the model's loss on a text (docs/generate.md).
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -7,6 +8,9 @@
 #include <optional>
 #include <sstream>
 
+#include <unistd.h>
+
+#include "checkpoint/directory.h"
 #include "cli/command_line.h"
 #include "cli/run_main.h"
 #include "common/env.h"
@@ -15,6 +19,7 @@
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "device/device.h"
+#include "export/hf_export.h"
 #include "model/causal_lm.h"
 #include "model/generate.h"
 #include "model/libtorch.h"
@@ -37,6 +42,56 @@ std::string readText(const std::string& path) {
   return buffer.str();
 }
 
+namespace fs = std::filesystem;
+
+// What --model points at when it is not a Hugging Face model directory: refused, saying what it is and what to give.
+void requireModelDirectory(const fs::path& dir) {
+  if (fs::exists(dir / "config.json")) return;
+  if (fs::exists(dir / "manifest.json") || fs::exists(dir / "latest")) {
+    RP_THROW(rp::InputError,
+             "--model {}: a roundpipe checkpoint, not a Hugging Face model: give it as --checkpoint {} (exported to a "
+             "temporary directory on the fly), or export it once (roundpipe_export --checkpoint {} --output <dir>) "
+             "and give --model <dir>",
+             dir.string(), dir.string(), dir.string());
+  }
+  if (fs::exists(dir / "adapter_config.json")) {
+    RP_THROW(rp::InputError,
+             "--model {}: a PEFT LoRA adapter (adapter_config.json), not a model: give the run's checkpoint as "
+             "--checkpoint <checkpoint.dir> (the LoRA merged into its base), or roundpipe_export it without --adapter "
+             "and give that directory as --model",
+             dir.string());
+  }
+  RP_THROW(rp::InputError,
+           "--model {}: no config.json: expected a Hugging Face model directory (config.json, *.safetensors, "
+           "tokenizer.json), or give a roundpipe checkpoint as --checkpoint",
+           dir.string());
+}
+
+// A roundpipe checkpoint exported (LoRA merged, float32) into a temporary directory, removed when this ends.
+class ExportedCheckpoint {
+ public:
+  explicit ExportedCheckpoint(const std::string& checkpoint)
+      : dir_(fs::temp_directory_path() / fmt::format("roundpipe-generate-{}", ::getpid())) {
+    fs::path source(checkpoint);
+    if (!fs::exists(source / "manifest.json")) source = rp::checkpoint::CheckpointDir(source).resolve("latest");
+    fs::remove_all(dir_);
+    RP_LOG_INFO("exporting {} into {} to load it", source.string(), dir_.string());
+    rp::exporting::ExportOptions options;
+    options.dtype = "float32";
+    rp::exporting::exportCheckpoint(source, dir_, options);
+  }
+  ~ExportedCheckpoint() {
+    std::error_code ignored;
+    fs::remove_all(dir_, ignored);
+  }
+  ExportedCheckpoint(const ExportedCheckpoint&) = delete;
+  ExportedCheckpoint& operator=(const ExportedCheckpoint&) = delete;
+  const fs::path& dir() const { return dir_; }
+
+ private:
+  fs::path dir_;
+};
+
 // Mean next-token loss over `ids`, in windows of at most the model's context length.
 double meanLoss(CausalLM& model, const std::vector<std::int32_t>& ids) {
   torch::NoGradGuard noGrad;
@@ -57,7 +112,7 @@ double meanLoss(CausalLM& model, const std::vector<std::int32_t>& ids) {
 int run(int argc, char** argv) {
   rp::cli::CommandLine line{
       "roundpipe_generate: a continuation (or chat reply) and the loss of a Hugging Face Llama/Qwen3 checkpoint"};
-  std::string modelDir;
+  std::string modelDir, checkpoint;
   std::string prompt = "Once upon a time";
   std::string lossText;
   std::string dtypeName = "float32";
@@ -66,8 +121,10 @@ int run(int argc, char** argv) {
   bool chat = false;
   std::string templateName = "auto";
   rp::model::Sampling sampling;
-  line.option("--model", modelDir, "Hugging Face model directory (config.json, *.safetensors, tokenizer.json)")
-      .required();
+  line.option("--model", modelDir, "Hugging Face model directory (config.json, *.safetensors, tokenizer.json)");
+  line.option("--checkpoint", checkpoint,
+              "instead of --model: a roundpipe checkpoint, or a checkpoints directory (its newest), exported on the "
+              "fly (LoRA merged)");
   line.option("--prompt", prompt, "prompt text");
   line.option("--max-new-tokens", maxNew, "tokens to generate").wholeAtLeast(1);
   line.option("--loss-text", lossText, "text file to report the model's mean next-token loss on");
@@ -79,12 +136,25 @@ int run(int argc, char** argv) {
   line.option("--top-p", sampling.topP, "nucleus sampling: the most likely tokens up to this mass").range(1e-9, 1.0);
   line.option("--seed", sampling.seed, "seed of the sampling");
   if (const auto code = line.parse(argc, argv)) return *code;
+  if (modelDir.empty() == checkpoint.empty()) {
+    RP_THROW(rp::InputError,
+             "give one of --model (a Hugging Face model directory) and --checkpoint (a roundpipe "
+             "checkpoint){}",
+             modelDir.empty() ? "" : ", not both");
+  }
   if (threads == 0) threads = static_cast<int>(rp::env::getInt(rp::env::kNumThreads));
   if (threads > 0) torch::set_num_threads(threads);
   const auto dtype = parseDtype(dtypeName);
   const auto devices = rp::device::probe();
   RP_LOG_INFO("backend {}: {}", rp::device::backendName(devices.backend), devices.reason);
 
+  std::optional<ExportedCheckpoint> exported;
+  if (!checkpoint.empty()) {
+    exported.emplace(checkpoint);
+    modelDir = exported->dir().string();
+  } else {
+    requireModelDirectory(modelDir);
+  }
   auto model = rp::model::loadHfModel(modelDir, dtype);
   const auto& c = model->config();
   RP_LOG_INFO("{}: {} with {} layers, hidden {}, {}/{} heads, vocab {}", modelDir, rp::model::architectureName(c.arch),

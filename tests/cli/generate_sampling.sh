@@ -2,7 +2,7 @@
 # roundpipe_generate's sampling and chat options, and the training sample's: a seed repeats a sampled reply; a
 # top-p so small that only the most likely token survives gives the greedy continuation; --chat without a chat
 # template of the model's, or bad sampling values, are clear errors (exit 2); a run with output.sample_chat
-# prints its sample reply.
+# prints its sample reply; --checkpoint loads a roundpipe checkpoint, and what is not a model is named.
 # The greedy chat reply is held to transformers' greedy continuation of the same conversation in ChatML.
 # Usage: generate_sampling.sh <bin dir> <fixtures dir> <python with transformers>
 set -uo pipefail
@@ -69,4 +69,28 @@ RP_NUM_THREADS=1 "$bin/roundpipe_train" --config /dev/null --set "model.path=$mo
   --set data.template=chatml --set output.sample_temperature=0.7 --set output.sample_tokens=6 >"$work/train.txt" 2>&1 ||
   fail "training with a chat sample failed: $(tail -5 "$work/train.txt")"
 grep -q '^sample after: ' "$work/train.txt" || fail "no sample line: $(cat "$work/train.txt")"
+
+# The run's checkpoint: --checkpoint exports it on the fly (into a temporary directory it removes); given as --model
+# it is refused naming --checkpoint and roundpipe_export (it said "config.json: cannot open"); so is a PEFT adapter
+# directory, and both or neither of --model and --checkpoint.
+ckpt="$work/out/checkpoints"
+[[ -d "$ckpt" ]] || fail "the run saved no checkpoint in $ckpt"
+fromckpt=$(RP_NUM_THREADS=1 "$bin/roundpipe_generate" --checkpoint "$ckpt" --max-new-tokens 5 2>"$work/err.txt") ||
+  fail "--checkpoint failed: $(cat "$work/err.txt")"
+[[ "$fromckpt" == "greedy: Once upon a time"* ]] || fail "--checkpoint: $fromckpt"
+tmp=$(grep -o 'into [^ ]* to load it' "$work/err.txt" | cut -d' ' -f2)
+[[ -n "$tmp" && ! -e "$tmp" ]] || fail "the temporary export '$tmp' was left behind: $(cat "$work/err.txt")"
+refused() {  # <stderr pattern> <generate args...>
+  local pattern="$1"
+  shift
+  RP_NUM_THREADS=1 "$bin/roundpipe_generate" "$@" >/dev/null 2>"$work/err.txt"
+  local code=$?
+  [[ $code -eq 2 ]] || fail "exit $code (expected 2) for $*: $(cat "$work/err.txt")"
+  grep -Eq -- "$pattern" "$work/err.txt" || fail "no '$pattern' for $*: $(cat "$work/err.txt")"
+}
+refused "a roundpipe checkpoint, not a Hugging Face model: give it as --checkpoint .*roundpipe_export" --model "$ckpt"
+mkdir -p "$work/adapter" && echo '{"peft_type": "LORA"}' >"$work/adapter/adapter_config.json"
+refused "a PEFT LoRA adapter \(adapter_config.json\), not a model" --model "$work/adapter"
+refused "give one of --model .* and --checkpoint" --prompt hi
+refused "not both" --model "$model" --checkpoint "$ckpt"
 echo ok
