@@ -112,6 +112,12 @@ void Saver::finish() {
   check();
 }
 
+std::string Saver::previousNote() const {
+  const auto newest = dir_.newest();
+  return newest ? fmt::format("the previous one, {}, is intact", newest->filename().string())
+                : "there is no earlier checkpoint to resume from";
+}
+
 void Saver::run(SaveJob& job) {
   const auto start = std::chrono::steady_clock::now();
   std::string error;
@@ -146,7 +152,7 @@ void Saver::run(SaveJob& job) {
     const std::string& t = tables[static_cast<std::size_t>(w)];
     if (!t.empty() && t[0] == '!') {
       dir_.discard(job.step);
-      RP_THROW(SystemError, "checkpoint of step {} not saved (the previous one is intact): writer {}: {}", job.step, w,
+      RP_THROW(SystemError, "checkpoint of step {} not saved ({}): writer {}: {}", job.step, previousNote(), w,
                t.substr(1));
     }
     auto part = recordsFromJson(json::parse(t), m.files.emplace_back());
@@ -156,7 +162,7 @@ void Saver::run(SaveJob& job) {
     dir_.publish(m, options_.keep, [&](const char* point) { fault::maybeInject(options_.worldRank, job.step, point); });
   } catch (const std::exception& e) {
     dir_.discard(job.step);
-    RP_THROW(SystemError, "checkpoint of step {} not published (the previous one is intact): {}", job.step, e.what());
+    RP_THROW(SystemError, "checkpoint of step {} not published ({}): {}", job.step, previousNote(), e.what());
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   RP_LOG_INFO("checkpoint {} saved by {} writer(s) ({:.1f} MB from this rank in {:.2f} s)",

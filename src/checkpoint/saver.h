@@ -55,6 +55,8 @@ class Saver {
  private:
   void run(SaveJob& job);
   void join();
+  // What a failed save left to resume from, for its error: the newest published checkpoint, or none.
+  std::string previousNote() const;
 
   CheckpointDir dir_;
   SaverOptions options_;

@@ -131,8 +131,7 @@ void checkPipelineRun(const RunConfig& c, int nodes) {
              v.source({"pipeline.dispatch", "pipeline.schedule"}), schedule::dispatchRuleName(c.pipeline.dispatch),
              scheduleName(c.pipeline.schedule));
   }
-  if (c.pipeline.backend == device::BackendChoice::kEmulated &&
-      c.pipeline.tensorChannel != TensorChannelKind::kHost) {
+  if (c.pipeline.backend == device::BackendChoice::kEmulated && c.pipeline.tensorChannel != TensorChannelKind::kHost) {
     RP_THROW(InputError,
              "{}: pipeline.backend = \"emulated\" hands stage outputs through the host: set pipeline.tensor_channel "
              "= \"host\"",
@@ -308,8 +307,26 @@ RunConfig buildRunConfig(Values v) {
 }
 
 std::vector<std::string> RunConfig::effective() const {
-  return values.describe({{"optim.mode", std::string(optim.staleness > 0 ? "async" : "sync")},
-                          {"optim.staleness", optim.staleness}});
+  // Paths as the run found them (from its working directory): the file runs from anywhere.
+  namespace fs = std::filesystem;
+  auto absolute = [](const std::string& path) {
+    return path.empty() || fs::path(path).is_absolute() ? path : fs::absolute(path).lexically_normal().string();
+  };
+  std::map<std::string, Value> replaced;
+  for (const char* key : {"model.path", "model.tokenizer", "pipeline.profile", "output.dir", "checkpoint.dir"}) {
+    replaced[key] = absolute(values.getString(key));
+  }
+  for (const char* key : {"data.path", "data.eval_path"}) {
+    std::vector<std::string> paths;
+    for (const auto& path : values.getStringList(key)) paths.push_back(absolute(path));
+    replaced[key] = paths;
+  }
+  for (const char* key : {"pipeline.emulated_profile", "checkpoint.resume"}) {  // a name, or a path
+    const std::string& value = values.getString(key);
+    if (value.find('/') != std::string::npos) replaced[key] = absolute(value);
+  }
+  return values.describe(replaced, {{"optim.mode", std::string(optim.staleness > 0 ? "async" : "sync")},
+                                    {"optim.staleness", optim.staleness}});
 }
 
 RunConfig loadRunConfig(const std::string& tomlPath, const std::vector<std::string>& overrides) {

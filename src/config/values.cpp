@@ -17,11 +17,21 @@ std::string tomlString(const std::string& text) {
   for (const char ch : text) {
     const auto c = static_cast<unsigned char>(ch);
     switch (ch) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
       default:
         if (c < 0x20 || c == 0x7f) {
           out += fmt::format("\\u{:04X}", c);
@@ -210,7 +220,16 @@ Values Values::load(const std::vector<KeySpec>& schema, const std::string& tomlP
     flatten(table, "", flat);
     for (const auto& [key, node] : flat) {
       const KeySpec* spec = find(schema, key);
-      if (spec == nullptr) unknownKey(schema, tomlPath, key);
+      if (spec == nullptr) {
+        // `seq_len = {a = 1}` flattens to train.seq_len.a: the key is known, its value is a table.
+        for (auto dot = key.rfind('.'); dot != std::string::npos && dot > 0; dot = key.rfind('.', dot - 1)) {
+          if (const KeySpec* parent = find(schema, key.substr(0, dot))) {
+            RP_THROW(InputError, "{}: key '{}' must be {}, not a table (line {})", tomlPath, parent->key,
+                     typeName(parent->type), node->source().begin.line);
+          }
+        }
+        unknownKey(schema, tomlPath, key);
+      }
       auto value = fromToml(*node, spec->type);
       if (!value) {
         RP_THROW(InputError, "{}: key '{}' must be {} (line {})", tomlPath, key, typeName(spec->type),
@@ -290,13 +309,21 @@ const std::vector<std::string>& Values::getStringList(const std::string& key) co
   return std::get<std::vector<std::string>>(entry(key, Type::kStringList).value);
 }
 
-std::vector<std::string> Values::describe(const std::map<std::string, Value>& resolved) const {
+std::vector<std::string> Values::describe(const std::map<std::string, Value>& replaced,
+                                          const std::map<std::string, Value>& derived) const {
   std::vector<std::string> lines;
   for (const auto& [key, e] : entries_) {
     const char* origin = e.origin == Origin::kDefault ? "default" : e.origin == Origin::kFile ? "file" : "--set";
-    const auto r = resolved.find(key);
-    if (r != resolved.end() && r->second != e.value) {
-      lines.push_back(fmt::format("{} = {}  # {} {}, resolved", key, render(r->second), origin, render(e.value)));
+    const auto r = replaced.find(key);
+    const auto d = derived.find(key);
+    if (e.origin == Origin::kDefault) {  // a comment: loaded again, the key keeps its default and derives the same
+      lines.push_back(d != derived.end() && d->second != e.value
+                          ? fmt::format("# {} = {}  # default; this run: {}", key, render(e.value), render(d->second))
+                          : fmt::format("# {} = {}  # default", key, render(e.value)));
+    } else if (r != replaced.end() && r->second != e.value) {
+      lines.push_back(fmt::format("{} = {}  # {} {}", key, render(r->second), origin, render(e.value)));
+    } else if (d != derived.end() && d->second != e.value) {
+      lines.push_back(fmt::format("{} = {}  # {} {}, resolved", key, render(d->second), origin, render(e.value)));
     } else {
       lines.push_back(fmt::format("{} = {}  # {}", key, render(e.value), origin));
     }

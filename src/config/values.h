@@ -45,10 +45,13 @@ class Values {
   // Where `key`'s value came from.
   Origin origin(const std::string& key) const;
 
-  // "key = value  # origin" lines, sorted by key, valid TOML that loads back to the same values: the effective
-  // config. A key in `resolved` is written with that value instead where it differs (what the run settled on
-  // from several keys), its comment giving the origin and the value it replaced.
-  std::vector<std::string> describe(const std::map<std::string, Value>& resolved = {}) const;
+  // "key = value  # origin" lines, sorted by key, valid TOML that loads back to the same settings: the effective
+  // config. Keys left at their default are comments ("# key = value  # default"), so that, loaded again, they stay
+  // defaults and derive what they derived; a `derived` value (what the run settled on from several keys) follows
+  // such a comment. A set key is written with its `replaced` value (e.g. a path made absolute) or, where the run
+  // resolved it otherwise, its `derived` one, the comment giving the origin and the value given.
+  std::vector<std::string> describe(const std::map<std::string, Value>& replaced = {},
+                                    const std::map<std::string, Value>& derived = {}) const;
   // Where the values of `keys` came from, for messages: "--set" for an override, else the TOML file (or
   // "<defaults>"); several origins joined with " and ".
   std::string source(std::initializer_list<const char*> keys) const;

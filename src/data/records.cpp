@@ -1,5 +1,8 @@
 #include "data/records.h"
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -12,9 +15,13 @@ namespace {
 
 using nlohmann::json;
 
-std::string readFile(const std::string& path) {
+// `key`: the option that named the file, for errors.
+std::string readFile(const std::string& path, const std::string& key) {
+  if (std::filesystem::is_directory(path)) {
+    RP_THROW(InputError, "{} = \"{}\" is a directory: it takes dataset files (a list of them for several)", key, path);
+  }
   std::ifstream in(path, std::ios::binary);
-  if (!in) RP_THROW(InputError, "{}: cannot open dataset file", path);
+  if (!in) RP_THROW(InputError, "{} = \"{}\": cannot open the dataset file: {}", key, path, std::strerror(errno));
   std::stringstream buffer;
   buffer << in.rdbuf();
   return buffer.str();
@@ -53,8 +60,13 @@ void splitText(const std::string& text, const std::string& sampleBy, std::vector
 
 const std::string& stringField(const json& record, const char* field) {
   const auto it = record.find(field);
-  if (it == record.end() || !it->is_string())
-    throw std::invalid_argument(fmt::format("missing string field '{}'", field));
+  if (it == record.end()) throw std::invalid_argument(fmt::format("missing string field '{}'", field));
+  if (!it->is_string()) {
+    const std::string kind = it->is_null()                       ? "null"
+                             : it->is_array() || it->is_object() ? fmt::format("an {}", it->type_name())
+                                                                 : fmt::format("a {}", it->type_name());
+    throw std::invalid_argument(fmt::format("field '{}' is {}, expected a string", field, kind));
+  }
   return it->get_ref<const std::string&>();
 }
 
@@ -142,7 +154,7 @@ void forEachRecord(const std::string& path, const std::string& text, Fn&& fn) {
 ReadResult readSamples(const std::vector<std::string>& paths, const ReadOptions& options) {
   ReadResult result;
   for (const auto& path : paths) {
-    const std::string text = readFile(path);
+    const std::string text = readFile(path, options.names.path);
     if (options.format == "text") {
       splitText(text, options.sampleBy, result.samples);
       continue;

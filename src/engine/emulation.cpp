@@ -18,7 +18,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The source tree the executable was built from: build/src/cli/<tool> -> the directory above build/.
+// ./cluster-configs, and the one of the source tree the executable was built from (build/src/cli/<tool> -> the
+// directory above build/).
 std::vector<fs::path> profileDirectories() {
   std::vector<fs::path> dirs{fs::current_path() / "cluster-configs"};
   std::error_code error;
@@ -26,7 +27,8 @@ std::vector<fs::path> profileDirectories() {
   if (!error) {
     for (fs::path p = exe.parent_path(); !p.empty() && p != p.root_path(); p = p.parent_path()) {
       if (fs::is_directory(p / "cluster-configs")) {
-        dirs.push_back(p / "cluster-configs");
+        // Run from the source tree, both are the same directory: listed once.
+        if (!fs::equivalent(p / "cluster-configs", dirs.front(), error)) dirs.push_back(p / "cluster-configs");
         break;
       }
     }

@@ -12,7 +12,16 @@ std::vector<data::PackedRow> evalRows(const config::RunConfig& c, const data::To
   const auto cover = static_cast<std::int64_t>((eval.tokens.size() + static_cast<std::size_t>(c.train.seqLen) - 1) /
                                                static_cast<std::size_t>(c.train.seqLen));
   data::Packer packer(eval, c.train.seqLen, static_cast<std::uint64_t>(c.train.seed));
-  return packer.next(std::min(cover, c.eval.maxRows));
+  auto rows = packer.next(std::min(cover, c.eval.maxRows));
+  // The last row runs past the set's end into the packer's reshuffled second pass: those tokens are not scored, so
+  // every evaluated token counts once.
+  const auto seqLen = static_cast<std::size_t>(c.train.seqLen);
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    for (std::size_t i = 0; i < seqLen; ++i) {
+      if (r * seqLen + i >= eval.tokens.size()) rows[r].targets[i] = data::kNoTarget;
+    }
+  }
+  return rows;
 }
 
 EvalResult evaluate(model::CausalLM& model, const std::vector<data::PackedRow>& rows, std::int64_t rowsPerBatch,

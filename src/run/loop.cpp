@@ -25,7 +25,9 @@ namespace {
 // docs/training.md, "Non-finite steps": a skipped step is named (fp16 overflows are routine and are not);
 // train.max_consecutive_skips of them in a row stop the run. A step that was not skipped yet has a
 // non-finite loss would have poisoned the weights: the run stops at once.
-void countSkips(const config::RunConfig& c, const trace::StepMetrics& m, std::int64_t& skippedInRow) {
+// `lastCheckpoint`: the newest step saved (or resumed from), 0 when there is none to go back to.
+void countSkips(const config::RunConfig& c, const trace::StepMetrics& m, std::int64_t& skippedInRow,
+                std::int64_t lastCheckpoint) {
   if (!m.skipped) {
     if (!std::isfinite(m.loss)) {
       RP_THROW(Error, "step {}: loss is {} (diverged); lower optim.lr or check the data", m.step, m.loss);
@@ -42,11 +44,13 @@ void countSkips(const config::RunConfig& c, const trace::StepMetrics& m, std::in
     const std::int64_t first = m.step - skippedInRow + 1;
     RP_THROW(Error,
              "{}: skipped {} step{} in a row ({}); stopping (train.max_consecutive_skips = {}): lower optim.lr or "
-             "check the data, then --resume from the last checkpoint",
+             "check the data, then {}",
              first == m.step ? fmt::format("step {}", first) : fmt::format("steps {}-{}", first, m.step), skippedInRow,
              skippedInRow == 1 ? "" : "s",
              m.lossScale ? "fp16 overflow at every loss scale" : "non-finite loss or gradients",
-             c.train.maxConsecutiveSkips);
+             c.train.maxConsecutiveSkips,
+             lastCheckpoint > 0 ? fmt::format("--resume from the checkpoint of step {}", lastCheckpoint)
+                                : std::string("start the run again (no checkpoint was saved to resume from)"));
   }
 }
 
@@ -119,9 +123,10 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
   }
   std::int64_t skippedInRow = 0;         // fp16 overflow skips count too (a loss scale that never recovers)
   std::int64_t emptySteps = 0;           // steps with no target tokens (docs/training.md, "Steps without targets")
-  std::string outputFailed;  // metrics.jsonl or the events file could not be written: stop, after saving
+  std::string outputFailed;              // metrics.jsonl or the events file could not be written: stop, after saving
   std::map<std::int64_t, double> evals;  // evaluation losses by step, until the step's metrics are written
-  std::int64_t evaluated = -1;           // the last step evaluated
+  std::int64_t saved = executor.startStep();  // the newest checkpoint: saved by this run, or resumed from
+  std::int64_t evaluated = -1;                // the last step evaluated
   auto evaluate = [&](std::int64_t steps) {
     evaluated = steps;
     const auto r = executor.evaluate(steps);
@@ -152,12 +157,13 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
       }
       progress->update(m);
       result.metrics.push_back(m);
-      countSkips(c, m, skippedInRow);
+      countSkips(c, m, skippedInRow, saver || saved == executor.startStep() ? saved : 0);
       if (m.targetTokens == 0 && ++emptySteps == 1) {
-        RP_LOG_WARN("step {} had no target tokens: every row of its batch was prompt (a prompt longer than "
-                    "train.seq_len fills a row, its reply follows in the next), so its loss is 0 and its gradients "
-                    "are zero; such steps are marked \"no_targets\" in metrics.jsonl, counted at the end",
-                    m.step);
+        RP_LOG_WARN(
+            "step {} had no target tokens: every row of its batch was prompt (a prompt longer than "
+            "train.seq_len fills a row, its reply follows in the next), so its loss is 0 and its gradients "
+            "are zero; such steps are marked \"no_targets\" in metrics.jsonl, counted at the end",
+            m.step);
       }
     }
   };
@@ -166,7 +172,7 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
     if (saver && job) saver->save(std::move(*job));
   };
 
-  std::int64_t steps = executor.startStep(), saved = steps;
+  std::int64_t steps = executor.startStep();
   if (reports && steps >= c.train.maxSteps) {
     RP_LOG_WARN("the run is at step {} and train.max_steps = {}: nothing to train (raise train.max_steps to go on)",
                 steps, c.train.maxSteps);
@@ -210,9 +216,10 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
   if (reports) {
     progress.reset();
     if (emptySteps > 0) {
-      RP_LOG_WARN("{} of the run's {} steps had no target tokens and trained nothing (\"no_targets\" in {}): raise "
-                  "train.seq_len above the longest prompts, or shorten them",
-                  emptySteps, result.metrics.size(), metrics->path());
+      RP_LOG_WARN(
+          "{} of the run's {} steps had no target tokens and trained nothing (\"no_targets\" in {}): raise "
+          "train.seq_len above the longest prompts, or shorten them",
+          emptySteps, result.metrics.size(), metrics->path());
     }
     RP_LOG_INFO("metrics written to {}", metrics->path());
     if (result.outcome == Outcome::kPreempted) {

@@ -30,7 +30,7 @@ int preemptionSignal() {
 std::optional<std::string> killTimeoutWarning(const char* mpirunUri, const char* killTimeout, const char* wrapper) {
   if (mpirunUri == nullptr || *mpirunUri == '\0') return std::nullopt;
   if (wrapper != nullptr && *wrapper != '\0') return std::nullopt;  // launch/roundpipe-mpirun: Ctrl-C is SIGUSR1
-  double seconds = 1.0;  // Open MPI 4.1's default
+  double seconds = 1.0;                                             // Open MPI 4.1's default
   if (killTimeout != nullptr) {
     char* end = nullptr;
     seconds = std::strtod(killTimeout, &end);

@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/resident_memory.h"
 #include "data/dataset.h"
 #include "model/nf4.h"
 
@@ -43,7 +44,7 @@ model::ParamOptions paramOptionsFor(const config::RunConfig& c, torch::ScalarTyp
 }
 
 std::shared_ptr<model::CausalLM> loadModelFor(const config::RunConfig& c, torch::ScalarType dtype) {
-  auto model = std::make_shared<model::CausalLM>(model::loadModelConfig(c.model.path), paramOptionsFor(c, dtype, true));
+  auto model = std::make_shared<model::CausalLM>(loadModelConfigFor(c), paramOptionsFor(c, dtype, true));
   initModelFor(c, *model);
   return model;
 }
@@ -83,8 +84,54 @@ void initModelFor(const config::RunConfig& c, model::CausalLM& model) {
   }
 }
 
+// Note [Sizes before allocating]: one microbatch's activations are sized from the config before anything is
+// allocated — its hidden states and their gradients, and the MLP's intermediate activations of one layer, at least,
+// in the model dtype — in doubles, so that train.seq_len = 1e9 or 2^63 - 1 is refused at once naming the keys, not
+// OOM-killed after the model loaded, or an overflow deep in the planner. A lower bound: a run it passes can still
+// need more (the stage slots, the recompute, LibTorch), which the node store's own check (Note [Host memory]) and
+// the device's budget count.
+void checkActivationMemory(const config::RunConfig& c, const model::ModelConfig& model) {
+  const double rows = static_cast<double>(c.train.globalBatch) / static_cast<double>(c.train.microbatches);
+  const double tokens = rows * static_cast<double>(c.train.seqLen);
+  const double element = c.model.dtype == config::Dtype::kFloat32 ? 4.0 : 2.0;
+  const double perToken =
+      2.0 * static_cast<double>(model.hiddenSize) + 2.0 * static_cast<double>(model.intermediateSize);
+  const double need = tokens * perToken * element;
+  const HostMemory host = availableHostMemory();
+  if (host.availableBytes == 0 || need <= static_cast<double>(host.availableBytes)) return;
+  RP_THROW(InputError,
+           "{}: train.seq_len = {}: a microbatch of {} row(s) of it needs at least {:.3g} GB of activations ({}-wide "
+           "hidden states and gradients, a {}-wide MLP, {}), but {} leaves {:.2f} GB: lower train.seq_len or "
+           "train.global_batch, or raise train.microbatches",
+           c.values.source({"train.seq_len"}), c.train.seqLen, rows, need / 1e9, model.hiddenSize,
+           model.intermediateSize, config::dtypeName(c.model.dtype), host.source,
+           static_cast<double>(host.availableBytes) / 1e9);
+}
+
+model::ModelConfig loadModelConfigFor(const config::RunConfig& c) {
+  namespace fs = std::filesystem;
+  const fs::path dir(c.model.path);
+  if (!fs::is_regular_file(fs::is_directory(dir) ? dir / "config.json" : dir)) {
+    RP_THROW(InputError,
+             "{}: model.path = \"{}\" ({}): no Hugging Face config.json there (model.path is the model's directory: "
+             "config.json, *.safetensors, tokenizer.json; a relative path is read from the directory the run starts "
+             "in)",
+             c.values.source({"model.path"}), c.model.path, fs::absolute(dir).lexically_normal().string());
+  }
+  model::ModelConfig model = model::loadModelConfig(c.model.path);
+  checkActivationMemory(c, model);
+  return model;
+}
+
 std::unique_ptr<data::Tokenizer> loadTokenizerFor(const config::RunConfig& c, const model::ModelConfig& model) {
   auto tokenizer = std::make_unique<data::Tokenizer>(data::Tokenizer::fromFile(c.model.tokenizer));
+  if (tokenizer->vocabSize() > model.vocabSize && !c.values.isSet("model.tokenizer")) {
+    RP_THROW(InputError,
+             "{}: the model's own tokenizer has {} token ids but its config.json has vocab_size = {}: ids from {} on "
+             "have no embedding row (a checkpoint whose files do not belong together?). Set model.tokenizer to a "
+             "tokenizer of at most {} ids",
+             tokenizer->path(), tokenizer->vocabSize(), model.vocabSize, model.vocabSize, model.vocabSize);
+  }
   if (tokenizer->vocabSize() > model.vocabSize) {
     RP_THROW(InputError,
              "{}: model.tokenizer = \"{}\" has {} token ids but the model ({}/config.json) has vocab_size = {}: ids "
@@ -92,6 +139,15 @@ std::unique_ptr<data::Tokenizer> loadTokenizerFor(const config::RunConfig& c, co
              "of the same vocabulary",
              c.values.source({"model.tokenizer"}), c.model.tokenizer, tokenizer->vocabSize(), c.model.path,
              model.vocabSize, model.vocabSize);
+  }
+  // Samples as a user turn need a chat template: refused now, before the output directory is written.
+  if (c.output.sampleChat && !c.output.samplePrompt.empty()) {
+    try {
+      (void)data::resolveChatTemplate(c.data.chatTemplate, *tokenizer);
+    } catch (const InputError& e) {
+      RP_THROW(InputError, "{}: output.sample_chat = true renders output.sample_prompt as a user turn: {}",
+               c.values.source({"output.sample_chat"}), e.what());
+    }
   }
   return tokenizer;
 }

@@ -31,7 +31,7 @@ namespace {
 // float32 master (bf16/fp16 runs), AdamW gradient slot and moments, sized on a placeholder model from
 // config.json before any weight is allocated or loaded (docs/training.md, "Host memory").
 void checkHostMemory(const config::RunConfig& c, torch::ScalarType dtype) {
-  model::CausalLM placeholder(model::loadModelConfig(c.model.path), run::paramOptionsFor(c, dtype, /*allocate=*/false));
+  model::CausalLM placeholder(run::loadModelConfigFor(c), run::paramOptionsFor(c, dtype, /*allocate=*/false));
   double params = 0.0, trainable = 0.0, weights = 0.0;  // a packed NF4 weight: its parameters, its bytes
   for (const auto& [name, p] : placeholder.hfParameters()) {
     const model::Nf4Packing* packing = placeholder.packing(name);
@@ -72,7 +72,7 @@ Trainer::Trainer(config::RunConfig config) : config_(std::move(config)), dtype_(
 
   run::refuseForeignCheckpoints(c);  // before anything is loaded or written: a refused run changes nothing
   checkHostMemory(c, dtype_);
-  tokenizer_ = run::loadTokenizerFor(c, model::loadModelConfig(c.model.path));  // refuses before the weights load
+  tokenizer_ = run::loadTokenizerFor(c, run::loadModelConfigFor(c));  // refuses before the weights load
   model_ = run::loadModelFor(c, dtype_);
 
   if (c.lora.rank > 0) {

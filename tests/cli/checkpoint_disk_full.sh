@@ -21,7 +21,7 @@ train() {
 train --set "output.dir=$work/stop" --set "checkpoint.dir=$disk/stop" >"$work/stop.log" 2>&1
 code=$?
 [[ $code -ne 0 ]] || { cat "$work/stop.log"; fail "the run ignored a full disk"; }
-grep -q "checkpoint of step 4 not saved (the previous one is intact).*$disk/stop/step-00000004.tmp/shard-00000.h5.*No space left on device" "$work/stop.log" ||
+grep -q "checkpoint of step 4 not saved (the previous one, step-00000002, is intact).*$disk/stop/step-00000004.tmp/shard-00000.h5.*No space left on device" "$work/stop.log" ||
   { tail -5 "$work/stop.log"; fail "the error does not name the file and the reason"; }
 [[ -e "$disk/stop/step-00000004.tmp" ]] && fail "the partial save was left on the full disk"
 echo "ok: on_error = stop -> exit $code with the file and the reason"
@@ -30,6 +30,15 @@ train --set "output.dir=$work/stop" --set "checkpoint.dir=$disk/stop" --set chec
   --set train.max_steps=3 --resume latest >"$work/resume.log" 2>&1 || { tail -5 "$work/resume.log"; fail "resuming failed"; }
 grep -q "resuming from $disk/stop/step-00000002 (step 2)" "$work/resume.log" || fail "did not resume from step 2"
 echo "ok: the previous checkpoint resumes"
+
+# A first checkpoint that does not fit says there is nothing to resume from (it said "the previous one is intact").
+rm -rf "$disk"/*
+head -c 9M /dev/zero >"$disk/filler"
+train --set "output.dir=$work/first" --set "checkpoint.dir=$disk/first" >"$work/first.log" 2>&1 &&
+  fail "the run ignored a full disk at its first checkpoint"
+grep -q "checkpoint of step 2 not saved (there is no earlier checkpoint to resume from)" "$work/first.log" ||
+  { tail -5 "$work/first.log"; fail "the first checkpoint's failure does not say there is none before it"; }
+echo "ok: a failed first checkpoint says there is no earlier one"
 
 rm -rf "$disk"/*
 train --set "output.dir=$work/cont" --set "checkpoint.dir=$disk/cont" --set checkpoint.on_error=continue \

@@ -6,7 +6,9 @@
 #     and the same losses, bitwise;
 #  3. it is self-consistent: a --set optim.staleness = 2 over the file's optim.mode = "sync" is written as
 #     mode "async", staleness 2, never both as given;
-#  4. a run refused because its checkpoint.dir holds another run's checkpoints (exit 2, "nothing was deleted")
+#  4. what was set, not what it derived: defaults are comments, paths absolute (it runs from anywhere, and a
+#     changed optim.mode alone takes effect);
+#  5. a run refused because its checkpoint.dir holds another run's checkpoints (exit 2, "nothing was deleted")
 #     leaves every byte of that run's directory as it was.
 # Usage: effective_config.sh <bin dir> <fixtures dir>
 set -uo pipefail
@@ -39,6 +41,7 @@ mode = "sync"
 lr = 3e-4
 [checkpoint]
 every = 3
+async = false
 """)
 PY
 "$bin/roundpipe_train" --config "$work/run.toml" --set "output.dir=$work/first" --set optim.weight_decay=0.05 \
@@ -67,6 +70,30 @@ losses = lambda run: [json.loads(l)["loss"] for l in open(f"{work}/{run}/metrics
 assert losses("first") == losses("again") and len(losses("first")) == 3, (losses("first"), losses("again"))
 print(f"ok: config.effective.toml ({len(first)} keys) is valid TOML and runs again: the same values and losses")
 PY
+
+# What was set, not what it derived: keys left at their defaults are comments (so only optim.mode = "async" over the
+# file makes an async run; a pinned optim.staleness = 0 refused it), and paths are absolute (the file runs from any
+# directory; a relative model.path worked only from the first run's).
+mkdir -p "$work/elsewhere" "$work/rel"
+ln -s "$model" "$work/rel/model"
+cp "$a" "$work/rel/data.txt"
+(cd "$work/rel" && "$bin/roundpipe_train" --config /dev/null --set model.path=model --set data.path=data.txt \
+  --set train.seq_len=32 --set train.global_batch=4 --set train.max_steps=1 --set output.dir=out \
+  --set checkpoint.every=0 --set checkpoint.at_end=false >"$work/rel.log" 2>&1) || { cat "$work/rel.log"; fail "the relative run"; }
+grep -q '^# optim.staleness = 1  # default; this run: 0$' "$work/rel/out/config.effective.toml" ||
+  fail "optim.staleness is not a comment with what this run derived: $(grep staleness "$work/rel/out/config.effective.toml")"
+grep -q "^model.path = \"$work/rel/model\"  # --set \"model\"$" "$work/rel/out/config.effective.toml" ||
+  fail "model.path is not absolute: $(grep model.path "$work/rel/out/config.effective.toml")"
+(cd "$work/elsewhere" && "$bin/roundpipe_train" --config "$work/rel/out/config.effective.toml" --set optim.mode=async \
+  --set "output.dir=$work/elsewhere/out" >"$work/elsewhere.log" 2>&1) ||
+  { cat "$work/elsewhere.log"; fail "the effective config with only optim.mode = \"async\" changed, from another directory"; }
+grep -q "optim.mode = \"async\"" "$work/elsewhere/out/config.effective.toml" || fail "the re-run is not async"
+# A model.path that is not there is named, with where it was set and where it was looked for.
+(cd "$work/elsewhere" && "$bin/roundpipe_train" --config /dev/null --set model.path=model --set data.path=x.txt \
+  >"$work/nomodel.log" 2>&1)
+[[ $? -eq 2 ]] && grep -q -- "--set: model.path = \"model\" ($work/elsewhere/model): no Hugging Face config.json there" \
+  "$work/nomodel.log" || { cat "$work/nomodel.log"; fail "a missing model.path is not named"; }
+echo "ok: defaults are comments, paths absolute: only optim.mode changed runs async from another directory"
 
 # Self-consistent: the resolved mode and staleness, not the file's mode beside --set's staleness.
 "$bin/roundpipe_train" --config "$work/run.toml" --set "output.dir=$work/stale" --set optim.staleness=2 \

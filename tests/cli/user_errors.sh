@@ -102,6 +102,49 @@ expect 2 "$work/empty.txt: no samples to train on" "$bin/roundpipe_train" --conf
   --set "model.path=$model" --set "data.path=$work/empty.txt" --set train.seq_len=16
 expect 2 "$work/empty.txt: no samples to train on" \
   "$bin/roundpipe_tokenize" --model "$model" --output "$work/tok" "$work/empty.txt"
+# Messages that sent users the wrong way: a directory as data.path said every record was empty, a missing file did
+# not name data.path, a field of the wrong type was "missing", output.sample_chat without a template blamed
+# data.template and left files behind, the emulated profiles' directory was listed twice (run from the source
+# tree), an inline table as a value was an unknown key.
+train=("$bin/roundpipe_train" --config /dev/null --set "model.path=$model" --set train.seq_len=16)
+printf 'Once upon a time there was a cat.\n' >"$work/one.txt"
+expect 2 "data.path = \"$work\" is a directory: it takes dataset files" "${train[@]}" --set "data.path=$work"
+expect 2 "data.path = \"$work/missing.txt\": cannot open the dataset file: No such file or directory" \
+  "${train[@]}" --set "data.path=$work/missing.txt"
+printf '{"text": 5}\n' >"$work/typed.jsonl"
+expect 2 "$work/typed.jsonl:line 1: bad jsonl record: field 'text' is a number, expected a string" \
+  "${train[@]}" --set "data.path=$work/typed.jsonl" --set data.format=jsonl
+expect 2 "--set: output.sample_chat = true renders output.sample_prompt as a user turn: data.template \"auto\"" \
+  "${train[@]}" --set "data.path=$work/one.txt" --set output.sample_prompt=Hi --set output.sample_chat=true \
+  --set "output.dir=$work/chat-out"
+[[ ! -e "$work/chat-out" ]] || fail "the refused run wrote $work/chat-out"
+out=$(cd "$bin/../../.." && "${train[@]}" --set "data.path=$work/one.txt" --set pipeline.backend=emulated \
+  --set pipeline.emulated_profile=nope --set "output.dir=$work/emu-out" 2>&1)
+listed=$(grep -o 'no nope.toml in [^(]*' <<<"$out" | sed 's/^no nope.toml in //; s/ $//')
+[[ -n "$listed" ]] || fail "an unknown emulated profile: $out"
+[[ $(tr ',' '\n' <<<"$listed" | sed 's/^ //' | sort | uniq -d | wc -l) -eq 0 ]] ||
+  fail "an unknown emulated profile lists a directory twice: $listed"
+printf '[train]\nseq_len = {a = 1}\n' >"$work/table.toml"
+expect 2 "$work/table.toml: key 'train.seq_len' must be an integer, not a table \(line 2\)" \
+  "$bin/roundpipe_train" --config "$work/table.toml" --set "model.path=$model" --set "data.path=$work/one.txt"
+echo "ok: dataset, template, profile and table mistakes are named as they are"
+
+# Sizes nobody checked: train.seq_len = 1e9 was OOM-killed after 30 s, 2^63 - 1 an internal error. One microbatch's
+# activations are sized before anything is allocated (Note [Sizes before allocating]); refused at once, exit 2, on
+# one rank or under mpirun, before the data or the weights load.
+for len in 1000000000 9223372036854775807; do
+  expect 2 "--set: train.seq_len = $len: a microbatch of 1 row\(s\) of it needs at least [0-9.e+]+ GB of activations" \
+    "$bin/roundpipe_train" --config /dev/null --set "model.path=$model" --set "data.path=$work/one.txt" \
+    --set train.global_batch=1 --set "train.seq_len=$len"
+  grep -q "dataset: \|trainable parameters" <<<"$out" && fail "seq_len $len: refused only after loading: $out"
+done
+if command -v mpirun >/dev/null; then
+  expect 2 "train.seq_len = 1000000000: .* needs at least" mpirun -np 2 --oversubscribe --allow-run-as-root \
+    "$bin/roundpipe_train" --config /dev/null --set "model.path=$model" --set "data.path=$work/one.txt" \
+    --set train.seq_len=1000000000 --set pipeline.backend=cpu
+fi
+echo "ok: a sequence length no host holds is refused at once, naming train.seq_len"
+
 # A pre-tokenized corpus whose loss mask leaves no target (docs/training.md, "Steps without targets"): every step
 # would train nothing, so the run is refused naming data.path.
 python3 - "$work/masked" <<'PY'

@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "config/run_config.h"
 #include "data/packer.h"
+#include "run/evaluation.h"
 #include "run/loop.h"
 #include "support/fixtures.h"
 
@@ -30,9 +31,9 @@ class ScriptedExecutor : public Executor {
   std::int64_t epochTokens = 0;    // what tokensPerEpoch() says (0: unknown)
   bool lateByOne = false;          // a step's metrics come after the next step ran (async optimizer)
   double lossAt3 = 1.0;
-  std::int64_t skipFrom = -1;     // steps from here on diverge: NaN loss, skipped (the executor's verdict)
-  std::int64_t skipTo = -1;       // ... up to here (exclusive; -1: to the end)
-  std::vector<double> rankPeaks;  // a pipeline's per-rank resident peaks (MB)
+  std::int64_t skipFrom = -1;        // steps from here on diverge: NaN loss, skipped (the executor's verdict)
+  std::int64_t skipTo = -1;          // ... up to here (exclusive; -1: to the end)
+  std::vector<double> rankPeaks;     // a pipeline's per-rank resident peaks (MB)
   std::set<std::int64_t> noTargets;  // steps whose rows were all prompt: no target tokens
   std::string device;                // what the workers compute on (deviceLabel)
 
@@ -108,6 +109,25 @@ int metricLines(const std::string& out) {
   return n;
 }
 
+// The evaluation rows score every token of the set once: the tokens a last row holds past the set's end (the start
+// of the packer's reshuffled second pass) have no target (a user counted 15 of 264 target tokens twice).
+TEST(Evaluation, RowsScoreEachTokenOnce) {
+  config::RunConfig c;
+  c.train.seqLen = 8;
+  c.train.seed = 3;
+  c.eval.maxRows = 100;
+  data::TokenizedCorpus eval;
+  eval.add({1, 2, 3, 4, 5}, {});
+  eval.add({6, 7, 8}, {});
+  eval.add({9, 10, 11, 12, 13, 14, 15}, {});  // 15 tokens in two rows; each document's last token has no target
+  const auto rows = evalRows(c, eval);
+  ASSERT_EQ(rows.size(), 2u);
+  std::int64_t targets = 0;
+  for (const auto& row : rows) targets += row.targetCount();
+  EXPECT_EQ(targets, (5 - 1) + (3 - 1) + (7 - 1));
+  EXPECT_EQ(rows[1].targets.back(), data::kNoTarget);
+}
+
 TEST(RunLoop, SavesEveryNStepsAndTheLastStep) {
   const std::string out = test::scratchDir();
   ScriptedExecutor e;
@@ -181,8 +201,8 @@ TEST(RunLoop, AMetricsWriteThatFailsStopsTheRunAfterSavingItsCheckpoint) {
     EXPECT_NE(std::string(error.what()).find("the run stopped after step 1"), std::string::npos) << error.what();
   }
   const std::string log = testing::internal::GetCapturedStderr();
-  EXPECT_EQ(e.ran, (std::vector<std::int64_t>{0}));          // stopped at the next boundary
-  EXPECT_EQ(e.snapshots, (std::vector<std::int64_t>{1}));    // step 1's checkpoint taken
+  EXPECT_EQ(e.ran, (std::vector<std::int64_t>{0}));        // stopped at the next boundary
+  EXPECT_EQ(e.snapshots, (std::vector<std::int64_t>{1}));  // step 1's checkpoint taken
   EXPECT_NE(log.find("stopping at the next step boundary, with a checkpoint"), std::string::npos) << log;
 }
 
@@ -196,8 +216,9 @@ TEST(RunLoop, AnEmulatedRunsEvaluationAndSamplesSayTheWeightsAreUntrained) {
   runLoop(configWith(test::scratchDir(), {"train.max_steps=2", "output.sample_prompt=Hi"}), e);
   const std::string out = testing::internal::GetCapturedStdout();
   const std::string log = testing::internal::GetCapturedStderr();
-  EXPECT_NE(log.find("step 2: eval loss 0.5200 (perplexity 1.68) on 100 tokens [emulated:rtx4090x8: untrained weights]"),
-            std::string::npos)
+  EXPECT_NE(
+      log.find("step 2: eval loss 0.5200 (perplexity 1.68) on 100 tokens [emulated:rtx4090x8: untrained weights]"),
+      std::string::npos)
       << log;
   EXPECT_NE(out.find("sample after:  Hi [emulated:rtx4090x8: untrained weights]"), std::string::npos) << out;
 }
@@ -373,11 +394,24 @@ TEST(RunLoop, SkippedStepsAreNamedAndTooManyInARowStopTheRun) {
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what())
                   .find("steps 2-4: skipped 3 steps in a row (non-finite loss or gradients); stopping "
-                        "(train.max_consecutive_skips = 3)"),
+                        "(train.max_consecutive_skips = 3): lower optim.lr or check the data, then start the run "
+                        "again (no checkpoint was saved to resume from)"),
               std::string::npos)
         << error.what();
   }
   EXPECT_EQ(diverged.ran, (std::vector<std::int64_t>{0, 1, 2, 3}));
+  // With a checkpoint behind it (here the one the run resumed from) the advice names it; it advised --resume when
+  // there was none.
+  ScriptedExecutor resumed;
+  resumed.start = 2;
+  resumed.skipFrom = 3;
+  try {
+    runLoop(configWith(test::scratchDir(), {"train.max_consecutive_skips=2", "train.max_steps=9"}), resumed);
+    FAIL() << "two skipped steps in a row must stop the run";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("then --resume from the checkpoint of step 2"), std::string::npos)
+        << error.what();
+  }
 }
 
 // docs/training.md, "Steps without targets": a step whose rows were all prompt trains nothing; it is marked in
