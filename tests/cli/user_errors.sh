@@ -90,6 +90,15 @@ print(max(list(t['model']['vocab'].values())+[a['id'] for a in t['added_tokens']
   fi
   echo "ok: a tokenizer larger than the model is refused at start, naming both sizes"
 fi
+# The model's own tokenizer larger than its config.json's vocab_size (files that do not belong together): named as
+# the model's, not blamed on a model.tokenizer nobody set.
+mkdir -p "$work/mismatched"
+cp "$model/tokenizer.json" "$model/tokenizer_config.json" "$work/mismatched/"
+python3 -c "import json,sys; c=json.load(open(sys.argv[1])); c['vocab_size']=1000; json.dump(c, open(sys.argv[2],'w'))" \
+  "$model/config.json" "$work/mismatched/config.json"
+expect 2 "$work/mismatched/tokenizer.json: the model's own tokenizer has [0-9]+ token ids but its config.json has vocab_size = 1000" \
+  "$bin/roundpipe_train" --config /dev/null --set "model.path=$work/mismatched" --set "data.path=$fixtures/text/tinystories_sample.txt" \
+  --set train.seq_len=16 --set model.init=random
 
 # Every tool says which roundpipe it is: the version and the commit it was built from, exit 0.
 for tool in roundpipe_train roundpipe_sim roundpipe_generate roundpipe_tokenize roundpipe_export; do
