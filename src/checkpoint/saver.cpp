@@ -113,9 +113,13 @@ void Saver::finish() {
 }
 
 std::string Saver::previousNote() const {
-  const auto newest = dir_.newest();
-  return newest ? fmt::format("the previous one, {}, is intact", newest->filename().string())
-                : "there is no earlier checkpoint to resume from";
+  try {
+    const auto newest = dir_.newest();
+    return newest ? fmt::format("the previous one, {}, is intact", newest->filename().string())
+                  : "there is no earlier checkpoint to resume from";
+  } catch (const std::exception& e) {  // the save's own error is the one to report
+    return fmt::format("the earlier checkpoints could not be listed: {}", e.what());
+  }
 }
 
 void Saver::run(SaveJob& job) {
@@ -143,6 +147,8 @@ void Saver::run(SaveJob& job) {
     if (!error.empty()) RP_THROW(SystemError, "checkpoint of step {}: {}", job.step, error);
     return;
   }
+  // Before this save can publish anything (a publish that fails after its rename would name itself).
+  const std::string previous = previousNote();
   Manifest& m = job.manifest;
   m.step = job.step;
   m.writers = size_;
@@ -152,8 +158,7 @@ void Saver::run(SaveJob& job) {
     const std::string& t = tables[static_cast<std::size_t>(w)];
     if (!t.empty() && t[0] == '!') {
       dir_.discard(job.step);
-      RP_THROW(SystemError, "checkpoint of step {} not saved ({}): writer {}: {}", job.step, previousNote(), w,
-               t.substr(1));
+      RP_THROW(SystemError, "checkpoint of step {} not saved ({}): writer {}: {}", job.step, previous, w, t.substr(1));
     }
     auto part = recordsFromJson(json::parse(t), m.files.emplace_back());
     m.slices.insert(m.slices.end(), part.begin(), part.end());
@@ -162,7 +167,7 @@ void Saver::run(SaveJob& job) {
     dir_.publish(m, options_.keep, [&](const char* point) { fault::maybeInject(options_.worldRank, job.step, point); });
   } catch (const std::exception& e) {
     dir_.discard(job.step);
-    RP_THROW(SystemError, "checkpoint of step {} not published ({}): {}", job.step, previousNote(), e.what());
+    RP_THROW(SystemError, "checkpoint of step {} not published ({}): {}", job.step, previous, e.what());
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   RP_LOG_INFO("checkpoint {} saved by {} writer(s) ({:.1f} MB from this rank in {:.2f} s)",

@@ -1,14 +1,16 @@
 // roundpipe_generate: load a Hugging Face model (or a roundpipe checkpoint, exported on the fly), print a continuation
 // of a prompt (greedy, or sampled with a temperature and top-p; with --chat the model's reply to the prompt as a user
 // turn) and the model's loss on a text (docs/generate.md).
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
 #include <sstream>
 
-#include <unistd.h>
+#include <stdlib.h>
 
 #include "checkpoint/directory.h"
 #include "cli/command_line.h"
@@ -70,25 +72,35 @@ void requireModelDirectory(const fs::path& dir) {
 // A roundpipe checkpoint exported (LoRA merged, float32) into a temporary directory, removed when this ends.
 class ExportedCheckpoint {
  public:
-  explicit ExportedCheckpoint(const std::string& checkpoint)
-      : dir_(fs::temp_directory_path() / fmt::format("roundpipe-generate-{}", ::getpid())) {
+  explicit ExportedCheckpoint(const std::string& checkpoint) {
     fs::path source(checkpoint);
     if (!fs::exists(source / "manifest.json")) source = rp::checkpoint::CheckpointDir(source).resolve("latest");
-    fs::remove_all(dir_);
+    std::string pattern = (fs::temp_directory_path() / "roundpipe-generate-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      RP_THROW(rp::SystemError, "{}: cannot create a temporary directory to export {} into: {}", pattern,
+               source.string(), std::strerror(errno));
+    }
+    dir_ = pattern;
     RP_LOG_INFO("exporting {} into {} to load it", source.string(), dir_.string());
     rp::exporting::ExportOptions options;
     options.dtype = "float32";
-    rp::exporting::exportCheckpoint(source, dir_, options);
+    try {
+      rp::exporting::exportCheckpoint(source, dir_, options);
+    } catch (...) {  // a failed export leaves nothing behind
+      remove();
+      throw;
+    }
   }
-  ~ExportedCheckpoint() {
-    std::error_code ignored;
-    fs::remove_all(dir_, ignored);
-  }
+  ~ExportedCheckpoint() { remove(); }
   ExportedCheckpoint(const ExportedCheckpoint&) = delete;
   ExportedCheckpoint& operator=(const ExportedCheckpoint&) = delete;
   const fs::path& dir() const { return dir_; }
 
  private:
+  void remove() {
+    std::error_code ignored;
+    fs::remove_all(dir_, ignored);
+  }
   fs::path dir_;
 };
 

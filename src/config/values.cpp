@@ -17,21 +17,11 @@ std::string tomlString(const std::string& text) {
   for (const char ch : text) {
     const auto c = static_cast<unsigned char>(ch);
     switch (ch) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
       default:
         if (c < 0x20 || c == 0x7f) {
           out += fmt::format("\\u{:04X}", c);
@@ -316,7 +306,11 @@ std::vector<std::string> Values::describe(const std::map<std::string, Value>& re
     const char* origin = e.origin == Origin::kDefault ? "default" : e.origin == Origin::kFile ? "file" : "--set";
     const auto r = replaced.find(key);
     const auto d = derived.find(key);
-    if (e.origin == Origin::kDefault) {  // a comment: loaded again, the key keeps its default and derives the same
+    if (e.origin == Origin::kDefault && r != replaced.end() && r->second != e.value) {
+      // A default relative path (output.dir's "out"), written as the run resolved it: the file runs from anywhere.
+      lines.push_back(fmt::format("{} = {}  # default {}", key, render(r->second), render(e.value)));
+    } else if (e.origin ==
+               Origin::kDefault) {  // a comment: loaded again, the key keeps its default and derives the same
       lines.push_back(d != derived.end() && d->second != e.value
                           ? fmt::format("# {} = {}  # default; this run: {}", key, render(e.value), render(d->second))
                           : fmt::format("# {} = {}  # default", key, render(e.value)));

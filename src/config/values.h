@@ -48,8 +48,9 @@ class Values {
   // "key = value  # origin" lines, sorted by key, valid TOML that loads back to the same settings: the effective
   // config. Keys left at their default are comments ("# key = value  # default"), so that, loaded again, they stay
   // defaults and derive what they derived; a `derived` value (what the run settled on from several keys) follows
-  // such a comment. A set key is written with its `replaced` value (e.g. a path made absolute) or, where the run
-  // resolved it otherwise, its `derived` one, the comment giving the origin and the value given.
+  // such a comment. A key is written with its `replaced` value where that differs (a path made absolute, a default
+  // one too), or, set and resolved otherwise by the run, its `derived` one, the comment giving the origin and the
+  // value given.
   std::vector<std::string> describe(const std::map<std::string, Value>& replaced = {},
                                     const std::map<std::string, Value>& derived = {}) const;
   // Where the values of `keys` came from, for messages: "--set" for an override, else the TOML file (or

@@ -149,15 +149,24 @@ struct Macro : Node {
           if (args.size() > parameters.size()) {
             fail(at, fmt::format("macro '{}' takes {} arguments, got {}", name, parameters.size(), args.size()));
           }
-          for (const auto& [key, value] : named) {
+          for (const auto& entry : named) {  // no structured bindings: lambdas below capture the name
+            const std::string& key = entry.first;
             const bool known =
                 std::any_of(parameters.begin(), parameters.end(), [&](const auto& p) { return p.first == key; });
             if (!known) fail(at, fmt::format("macro '{}' has no parameter '{}'", name, key));
           }
           c.step(at);
+          if (c.macroDepth >= Context::kMaxMacroDepth) {
+            fail(at, fmt::format("macro calls nested deeper than {}", Context::kMaxMacroDepth));
+          }
+          struct Depth {
+            int& depth;
+            ~Depth() { --depth; }
+          } depth{++c.macroDepth};
           c.push();
           for (std::size_t k = 0; k < parameters.size(); ++k) {
-            const auto& [parameter, fallback] = parameters[k];
+            const std::string& parameter = parameters[k].first;
+            const ExprPtr& fallback = parameters[k].second;
             Value value;
             if (k < args.size()) {
               value = args[k];
@@ -191,12 +200,13 @@ struct Tag {
   int line = 1;
 };
 
-// Where the tag opened at `open` closes: the first "}}" / "%}" outside a string literal ("#}" for a comment, whose
-// text is not Jinja), as Jinja's lexer reads a tag; npos when it never does.
+// Where the tag opened at `open` closes: the first "}}" / "%}" outside a string literal and outside brackets ("#}" for
+// a comment, whose text is not Jinja), as Jinja's lexer reads a tag; npos when it never does.
 std::size_t tagEnd(const std::string& src, std::size_t open, char kind) {
   if (kind == '#') return src.find("#}", open + 2);
   const char closing = kind == '{' ? '}' : '%';
   char quote = 0;
+  int depth = 0;  // brackets open: "}}" inside {'a': {'b': 1}} closes dicts, not the tag
   for (std::size_t i = open + 2; i < src.size(); ++i) {
     const char c = src[i];
     if (quote != 0) {
@@ -207,8 +217,12 @@ std::size_t tagEnd(const std::string& src, std::size_t open, char kind) {
       }
     } else if (c == '\'' || c == '"') {
       quote = c;
-    } else if (c == closing && i + 1 < src.size() && src[i + 1] == '}') {
+    } else if (depth == 0 && c == closing && i + 1 < src.size() && src[i + 1] == '}') {
       return i;
+    } else if (c == '(' || c == '[' || c == '{') {
+      ++depth;
+    } else if ((c == ')' || c == ']' || c == '}') && depth > 0) {
+      --depth;
     }
   }
   return std::string::npos;

@@ -183,6 +183,9 @@ class Context {
   }
   void push() { scopes_.emplace_back(); }
   void pop() { scopes_.pop_back(); }
+  // Macro calls in progress: a template that recurses without end fails, not the stack.
+  int macroDepth = 0;
+  static constexpr int kMaxMacroDepth = 64;
   std::string out;
   std::vector<std::pair<std::size_t, std::size_t>> generation;
 

@@ -276,6 +276,7 @@ struct Tokenizer::Impl {
     }
     std::vector<std::int32_t> symbols;
     std::vector<std::uint32_t> lengths;
+    std::uint32_t dropped = 0;  // bytes dropped before the first symbol: the first one covers them
     bool lastWasUnk = false;
     for (std::size_t pos = 0; pos < word.size();) {
       const std::size_t len =
@@ -302,7 +303,12 @@ struct Tokenizer::Impl {
           continue;
         }
       }
-      if (unkId < 0) {  // HF's BPE drops it
+      if (unkId < 0) {  // HF's BPE drops it; its bytes go with a neighbouring token, so later spans stay put
+        if (lengths.empty()) {
+          dropped += static_cast<std::uint32_t>(len);
+        } else {
+          lengths.back() += static_cast<std::uint32_t>(len);
+        }
         if (!warnedDropped.exchange(true)) {
           RP_LOG_WARN(
               "{}: character '{}' is in neither the vocabulary nor its byte tokens, and there is no unk_token: "
@@ -320,6 +326,7 @@ struct Tokenizer::Impl {
       }
       lastWasUnk = true;
     }
+    if (!lengths.empty()) lengths.front() += dropped;
     out.ids = applyMerges(std::move(symbols), merges, &lengths);
     out.lengths = std::move(lengths);
   }

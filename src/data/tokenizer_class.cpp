@@ -6,13 +6,17 @@ namespace rp::data {
 
 std::string applyTokenizerClass(nlohmann::json& tokenizer, const nlohmann::json& config) {
   using nlohmann::json;
-  const std::string name = config.value("tokenizer_class", "");
+  // A field of another type (null, as some configs write) counts as absent, as transformers' defaults take it.
+  auto flag = [&](const char* key, bool fallback) {
+    const auto it = config.find(key);
+    return it != config.end() && it->is_boolean() ? it->get<bool>() : fallback;
+  };
+  const auto cls = config.find("tokenizer_class");
+  const std::string name = cls != config.end() && cls->is_string() ? cls->get<std::string>() : "";
   if (name != "LlamaTokenizer" && name != "LlamaTokenizerFast") return "";
   // transformers' LlamaTokenizer.__init__: add_prefix_space defaults to true, legacy to false.
-  const bool addPrefixSpace = config.contains("add_prefix_space") && config.at("add_prefix_space").is_boolean()
-                                  ? config.at("add_prefix_space").get<bool>()
-                                  : true;
-  const bool legacy = config.value("legacy", false);
+  const bool addPrefixSpace = flag("add_prefix_space", true);
+  const bool legacy = flag("legacy", false);
   tokenizer["normalizer"] = nullptr;
   tokenizer["pre_tokenizer"] = {{"type", "Metaspace"},
                                 {"replacement", "\u2581"},

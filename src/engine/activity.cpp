@@ -43,7 +43,7 @@ std::vector<std::pair<int, double>> ActivityBoard::silent(double seconds) const 
   for (int r = 0; r < ranks_; ++r) {
     const std::int64_t last = beats_[r].load(std::memory_order_relaxed);
     const double ago = static_cast<double>(now - last) / 1e6;
-    if (last != 0 && ago >= seconds) out.emplace_back(r, ago);
+    if (last > 0 && ago >= seconds) out.emplace_back(r, ago);  // 0: never beat; -1: ended its run
   }
   return out;
 }
@@ -53,18 +53,22 @@ std::string ActivityBoard::silentRanks(const std::function<int(int)>& rankName) 
   for (const auto& [rank, ago] : silent(kSilentSeconds)) {
     out += fmt::format(
         "\n  rank {} has not run for {:.1f} s (its heartbeat stopped: the process is stopped, by SIGSTOP or a "
-        "debugger, or gets no CPU): the stall starts there",
+        "debugger, gets no CPU, or was killed): the stall starts there",
         rankName ? rankName(rank) : rank, ago);
   }
   return out;
 }
 
-Heartbeat::Heartbeat(ActivityBoard& board, int rank) {
+void ActivityBoard::ended(int rank) {
+  beats_[rank].store(-1, std::memory_order_relaxed);
+}
+
+Heartbeat::Heartbeat(ActivityBoard& board, int rank) : board_(board), rank_(rank) {
   board.beat(rank);
-  thread_ = std::thread([this, &board, rank] {
+  thread_ = std::thread([this] {
     std::unique_lock<std::mutex> lock(mutex_);
     while (!wake_.wait_for(lock, std::chrono::duration<double>(ActivityBoard::kBeatSeconds), [&] { return stop_; })) {
-      board.beat(rank);
+      board_.beat(rank_);
     }
   });
 }
@@ -76,6 +80,7 @@ Heartbeat::~Heartbeat() {
   }
   wake_.notify_one();
   thread_.join();
+  board_.ended(rank_);  // a rank that ended its run is not reported as stopped
 }
 
 ActivityBoard::Slot& ActivityBoard::slot(int rank, int thread) const {

@@ -32,6 +32,8 @@ class ActivityBoard {
 
   // Rank `rank`'s process is running (its Heartbeat thread calls this every kBeatSeconds).
   void beat(int rank);
+  // Rank `rank` ended its run (its Heartbeat went): never reported silent.
+  void ended(int rank);
   // The ranks that beat once and not for `seconds` since, with how long ago they last did.
   std::vector<std::pair<int, double>> silent(double seconds) const;
   // For stall messages: a line per rank silent kSilentSeconds or more, naming it as `rankName` maps its number on
@@ -63,6 +65,8 @@ class Heartbeat {
   Heartbeat& operator=(const Heartbeat&) = delete;
 
  private:
+  ActivityBoard& board_;
+  int rank_;
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stop_ = false;

@@ -104,7 +104,7 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
   // Every rank reads the same data stream.
   model::ParamOptions placeholders = run::paramOptionsFor(c, run::torchDtype(c.model.dtype), /*allocate=*/false);
   auto pipelineModel = [&] {
-    auto model = std::make_shared<model::CausalLM>(run::loadModelConfigFor(c), placeholders);
+    auto model = std::make_shared<model::CausalLM>(run::loadModelConfigFor(c, id.nodeCount), placeholders);
     std::vector<model::NamedTensor> adapters;
     if (c.lora.rank > 0) adapters = model::attachLora(*model, run::loraConfigFor(c));
     return std::make_unique<PipelineModel>(model, adapters);

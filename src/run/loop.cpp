@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -25,9 +26,9 @@ namespace {
 // docs/training.md, "Non-finite steps": a skipped step is named (fp16 overflows are routine and are not);
 // train.max_consecutive_skips of them in a row stop the run. A step that was not skipped yet has a
 // non-finite loss would have poisoned the weights: the run stops at once.
-// `lastCheckpoint`: the newest step saved (or resumed from), 0 when there is none to go back to.
+// `lastCheckpoint()`: the newest checkpoint's step, 0 when there is none to go back to.
 void countSkips(const config::RunConfig& c, const trace::StepMetrics& m, std::int64_t& skippedInRow,
-                std::int64_t lastCheckpoint) {
+                const std::function<std::int64_t()>& lastCheckpoint) {
   if (!m.skipped) {
     if (!std::isfinite(m.loss)) {
       RP_THROW(Error, "step {}: loss is {} (diverged); lower optim.lr or check the data", m.step, m.loss);
@@ -49,8 +50,8 @@ void countSkips(const config::RunConfig& c, const trace::StepMetrics& m, std::in
              skippedInRow == 1 ? "" : "s",
              m.lossScale ? "fp16 overflow at every loss scale" : "non-finite loss or gradients",
              c.train.maxConsecutiveSkips,
-             lastCheckpoint > 0 ? fmt::format("--resume from the checkpoint of step {}", lastCheckpoint)
-                                : std::string("start the run again (no checkpoint was saved to resume from)"));
+             lastCheckpoint() > 0 ? fmt::format("--resume from the checkpoint of step {}", lastCheckpoint())
+                                  : std::string("start the run again (no checkpoint was saved to resume from)"));
   }
 }
 
@@ -125,8 +126,18 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
   std::int64_t emptySteps = 0;           // steps with no target tokens (docs/training.md, "Steps without targets")
   std::string outputFailed;              // metrics.jsonl or the events file could not be written: stop, after saving
   std::map<std::int64_t, double> evals;  // evaluation losses by step, until the step's metrics are written
-  std::int64_t saved = executor.startStep();  // the newest checkpoint: saved by this run, or resumed from
-  std::int64_t evaluated = -1;                // the last step evaluated
+  // For advice: the newest checkpoint on disk (a save that failed, or is still being written, is not there), else
+  // the step the run resumed from; 0 for none.
+  const std::function<std::int64_t()> lastCheckpoint = [&]() -> std::int64_t {
+    try {
+      if (const auto newest = checkpoints.newest()) {
+        return std::stoll(newest->filename().string().substr(std::string("step-").size()));
+      }
+    } catch (const std::exception&) {  // unreadable: the advice falls back to what the run knows
+    }
+    return executor.startStep();
+  };
+  std::int64_t evaluated = -1;  // the last step evaluated
   auto evaluate = [&](std::int64_t steps) {
     evaluated = steps;
     const auto r = executor.evaluate(steps);
@@ -157,7 +168,7 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
       }
       progress->update(m);
       result.metrics.push_back(m);
-      countSkips(c, m, skippedInRow, saver || saved == executor.startStep() ? saved : 0);
+      countSkips(c, m, skippedInRow, lastCheckpoint);
       if (m.targetTokens == 0 && ++emptySteps == 1) {
         RP_LOG_WARN(
             "step {} had no target tokens: every row of its batch was prompt (a prompt longer than "
@@ -172,7 +183,7 @@ RunResult runLoop(const config::RunConfig& c, Executor& executor) {
     if (saver && job) saver->save(std::move(*job));
   };
 
-  std::int64_t steps = executor.startStep();
+  std::int64_t steps = executor.startStep(), saved = steps;
   if (reports && steps >= c.train.maxSteps) {
     RP_LOG_WARN("the run is at step {} and train.max_steps = {}: nothing to train (raise train.max_steps to go on)",
                 steps, c.train.maxSteps);

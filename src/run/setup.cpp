@@ -90,8 +90,9 @@ void initModelFor(const config::RunConfig& c, model::CausalLM& model) {
 // OOM-killed after the model loaded, or an overflow deep in the planner. A lower bound: a run it passes can still
 // need more (the stage slots, the recompute, LibTorch), which the node store's own check (Note [Host memory]) and
 // the device's budget count.
-void checkActivationMemory(const config::RunConfig& c, const model::ModelConfig& model) {
-  const double rows = static_cast<double>(c.train.globalBatch) / static_cast<double>(c.train.microbatches);
+void checkActivationMemory(const config::RunConfig& c, const model::ModelConfig& model, std::int64_t nodes) {
+  const double rows =
+      static_cast<double>(c.train.globalBatch) / static_cast<double>(nodes) / static_cast<double>(c.train.microbatches);
   const double tokens = rows * static_cast<double>(c.train.seqLen);
   const double element = c.model.dtype == config::Dtype::kFloat32 ? 4.0 : 2.0;
   const double perToken =
@@ -108,7 +109,7 @@ void checkActivationMemory(const config::RunConfig& c, const model::ModelConfig&
            static_cast<double>(host.availableBytes) / 1e9);
 }
 
-model::ModelConfig loadModelConfigFor(const config::RunConfig& c) {
+model::ModelConfig loadModelConfigFor(const config::RunConfig& c, std::int64_t nodes) {
   namespace fs = std::filesystem;
   const fs::path dir(c.model.path);
   if (!fs::is_regular_file(fs::is_directory(dir) ? dir / "config.json" : dir)) {
@@ -119,7 +120,7 @@ model::ModelConfig loadModelConfigFor(const config::RunConfig& c) {
              c.values.source({"model.path"}), c.model.path, fs::absolute(dir).lexically_normal().string());
   }
   model::ModelConfig model = model::loadModelConfig(c.model.path);
-  checkActivationMemory(c, model);
+  checkActivationMemory(c, model, nodes);
   return model;
 }
 

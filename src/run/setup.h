@@ -30,10 +30,11 @@ model::ParamOptions paramOptionsFor(const config::RunConfig& config, torch::Scal
 // model.init = pretrained: the checkpoint's weights; random: transformers' initialisation (seeded by the caller).
 // model.path's config.json; a model.path without one is an InputError naming the key, where it was set and the
 // directory it resolved to; so is a run whose microbatch cannot fit the host (checkActivationMemory).
-model::ModelConfig loadModelConfigFor(const config::RunConfig& config);
+// `nodes`: the data-parallel nodes the global batch is split over.
+model::ModelConfig loadModelConfigFor(const config::RunConfig& config, std::int64_t nodes = 1);
 // An InputError naming train.seq_len and the batch keys when one microbatch's activations (a lower bound, Note
 // [Sizes before allocating]) exceed the host's available memory.
-void checkActivationMemory(const config::RunConfig& config, const model::ModelConfig& model);
+void checkActivationMemory(const config::RunConfig& config, const model::ModelConfig& model, std::int64_t nodes = 1);
 std::shared_ptr<model::CausalLM> loadModelFor(const config::RunConfig& config, torch::ScalarType dtype);
 // The same into the parameters of an existing model (bound to memory; the pipeline: the node store).
 void initModelFor(const config::RunConfig& config, model::CausalLM& model);

@@ -78,8 +78,10 @@ mkdir -p "$work/elsewhere" "$work/rel"
 ln -s "$model" "$work/rel/model"
 cp "$a" "$work/rel/data.txt"
 (cd "$work/rel" && "$bin/roundpipe_train" --config /dev/null --set model.path=model --set data.path=data.txt \
-  --set train.seq_len=32 --set train.global_batch=4 --set train.max_steps=1 --set output.dir=out \
+  --set train.seq_len=32 --set train.global_batch=4 --set train.max_steps=1 \
   --set checkpoint.every=0 --set checkpoint.at_end=false >"$work/rel.log" 2>&1) || { cat "$work/rel.log"; fail "the relative run"; }
+grep -q "^output.dir = \"$work/rel/out\"  # default \"out\"$" "$work/rel/out/config.effective.toml" ||
+  fail "the default output.dir is not absolute: $(grep output.dir "$work/rel/out/config.effective.toml")"
 grep -q '^# optim.staleness = 1  # default; this run: 0$' "$work/rel/out/config.effective.toml" ||
   fail "optim.staleness is not a comment with what this run derived: $(grep staleness "$work/rel/out/config.effective.toml")"
 grep -q "^model.path = \"$work/rel/model\"  # --set \"model\"$" "$work/rel/out/config.effective.toml" ||

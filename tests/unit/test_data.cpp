@@ -349,6 +349,10 @@ TEST(Tokenizer, AddedTokensStripWhitespaceAndTokensNameTheirSpans) {
   check("a  <l>b", {0, 7, 1}, {{0, 1}, {1, 6}, {6, 7}});
   check("<r> <l>b", {6, 7, 1}, {{0, 4}, {4, 7}, {7, 8}});  // lstrip takes no whitespace rstrip took
   check("a<w> <w>", {0, 3, 4, 5, 2, 8}, {{0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 5}, {5, 8}});
+  // A character with neither a token nor byte tokens, and no unk_token, is dropped as HF drops it; its bytes go to
+  // the token before it (the one after, at a word's start), so the tokens after it keep their own spans.
+  check("a\u2603b", {0, 1}, {{0, 4}, {4, 5}});
+  check("\u2603b", {1}, {{0, 4}});
 }
 
 // The chat-template subset names what it does not support, with the line (transformers' own rendering is the
@@ -380,6 +384,8 @@ TEST(ChatTemplate, AnUnsupportedConstructIsNamedWithItsLine) {
             std::string::npos);
   EXPECT_NE(error("{% macro f(a) %}{% endmacro %}{{ f(b=1) }}").find("macro 'f' has no parameter 'b'"),
             std::string::npos);
+  EXPECT_NE(error("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}").find("macro calls nested deeper than 64"),
+            std::string::npos);  // not a stack overflow
   // Found by fuzzing (tests/fuzz/regressions/chat_template): an integer literal out of range escaped as
   // std::out_of_range. And a template that loops without end, or builds without bound, fails rather than hangs.
   EXPECT_NE(error("{% set d = {'a': 1} %}{% set d.a = 2 %}").find("'d' is not a namespace"), std::string::npos);
@@ -411,6 +417,8 @@ TEST(ChatTemplate, StringsHoldingTagEndsMacrosAndSelectFilters) {
         .text;
   };
   EXPECT_EQ(render(R"({{ "a}}b" }}|{{ 'c%}d' }}|{% set x = "%}" %}{{ x }}|{{ "q\"}}" }})"), "a}}b|c%}d|%}|q\"}}");
+  EXPECT_EQ(render("{{ {'a': {'b': 1}} | tojson }}|{% set d = {'k': [1, {'v': 2}]} %}{{ d.k[1].v }}"),
+            "{\"a\": {\"b\": 1}}|2");  // "}}" closing dicts, not the tag
   EXPECT_EQ(render("{%- macro wrap(text, left='[', right=']') -%}{{ left }}{{ text }}{{ right }}{%- endmacro -%}"
                    "{{ wrap('x') }}{{ wrap('y', '<') }}{{ wrap('z', right='>') }}{{ wrap(text='w', left='(') }}"),
             "[x]<y][z>(w]");

@@ -198,6 +198,9 @@ TEST(ActivityBoard, ARankThatStopsBeatingIsSilent) {
   const std::string text = board.silentRanks([](int local) { return local + 4; });
   EXPECT_NE(text.find("rank 5 has not run for 2."), std::string::npos) << text;
   EXPECT_EQ(text.find("rank 4 "), std::string::npos) << text;
+  { Heartbeat finished(board, 2); }  // a rank that ended its run is never silent
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  for (const auto& [rank, ago] : board.silent(0.3)) EXPECT_NE(rank, 2) << ago;
 }
 
 // Every read overlapping the writer sees one whole write: 60 a's or 60 b's, never a mix and never nothing
