@@ -172,7 +172,8 @@ def lora_golden(name, seed, out):
 
 def config_to_model(config):
     classes = {"qwen3": transformers.Qwen3ForCausalLM, "qwen3_moe": transformers.Qwen3MoeForCausalLM,
-               "llama": transformers.LlamaForCausalLM, "gpt_oss": transformers.GptOssForCausalLM}
+               "llama": transformers.LlamaForCausalLM, "gpt_oss": transformers.GptOssForCausalLM,
+               "qwen2": transformers.Qwen2ForCausalLM}
     return classes[config.model_type](config).float().eval()
 
 
@@ -612,6 +613,13 @@ def main():
         num_key_value_heads=2, head_dim=32, max_position_embeddings=256, rms_norm_eps=1e-6, rope_theta=1e6,
         tie_word_embeddings=True, attn_implementation="eager")
     generated("qwen3-tiny", qwen3, 1234, args.out, with_docs=True)
+    # Qwen2 (Qwen2.5 and its derivatives): Llama with biases on q/k/v (not o_proj), tied like the small sizes; the
+    # TinyStories vocabulary's size, so that the export test trains it on that tokenizer.
+    qwen2 = transformers.Qwen2Config(
+        vocab_size=2048, hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-6, rope_theta=1e6,
+        tie_word_embeddings=True, use_sliding_window=False, attn_implementation="eager")
+    generated("qwen2-tiny", qwen2, 2222, args.out, with_docs=True)
     llama3 = transformers.LlamaConfig(
         vocab_size=384, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=1, max_position_embeddings=256, rms_norm_eps=1e-5, attention_bias=True, mlp_bias=True,

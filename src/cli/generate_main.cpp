@@ -123,7 +123,7 @@ double meanLoss(CausalLM& model, const std::vector<std::int32_t>& ids) {
 
 int run(int argc, char** argv) {
   rp::cli::CommandLine line{
-      "roundpipe_generate: a continuation (or chat reply) and the loss of a Hugging Face Llama/Qwen3 checkpoint"};
+      "roundpipe_generate: a continuation (or chat reply) and the loss of a Hugging Face model (docs/model.md)"};
   std::string modelDir, checkpoint;
   std::string prompt = "Once upon a time";
   std::string lossText;

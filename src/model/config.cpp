@@ -265,6 +265,8 @@ bool MoeConfig::sparse(std::int64_t layer) const {
 
 const char* architectureName(Architecture arch) {
   switch (arch) {
+    case Architecture::kQwen2:
+      return "qwen2";
     case Architecture::kQwen3:
       return "qwen3";
     case Architecture::kQwen3Moe:
@@ -281,9 +283,11 @@ ModelConfig parseModelConfig(const json& j, const std::string& source) {
   if (!j.is_object()) RP_THROW(InputError, "{}: expected a JSON object", source);
   const Fields f(j, source);
   ModelConfig c;
-  const json& type = f.required("model_type", "\"llama\", \"qwen3\", \"qwen3_moe\" or \"gpt_oss\"");
+  const json& type = f.required("model_type", "\"llama\", \"qwen2\", \"qwen3\", \"qwen3_moe\" or \"gpt_oss\"");
   if (type == "llama") {
     c.arch = Architecture::kLlama;
+  } else if (type == "qwen2") {
+    c.arch = Architecture::kQwen2;
   } else if (type == "qwen3") {
     c.arch = Architecture::kQwen3;
   } else if (type == "qwen3_moe") {
@@ -291,9 +295,10 @@ ModelConfig parseModelConfig(const json& j, const std::string& source) {
   } else if (type == "gpt_oss") {
     c.arch = Architecture::kGptOss;
   } else {
-    RP_THROW(InputError,
-             "{}: model_type {} is not supported (supported: \"llama\", \"qwen3\", \"qwen3_moe\", \"gpt_oss\")", source,
-             type.dump());
+    RP_THROW(
+        InputError,
+        "{}: model_type {} is not supported (supported: \"llama\", \"qwen2\", \"qwen3\", \"qwen3_moe\", \"gpt_oss\")",
+        source, type.dump());
   }
   const bool gptOss = c.arch == Architecture::kGptOss;
   c.vocabSize = f.positiveInt("vocab_size");
@@ -306,7 +311,8 @@ ModelConfig parseModelConfig(const json& j, const std::string& source) {
     RP_THROW(InputError, "{}: num_attention_heads ({}) is not a multiple of num_key_value_heads ({})", source,
              c.numHeads, c.numKvHeads);
   }
-  if (c.arch == Architecture::kLlama && !f.has("head_dim") && c.hiddenSize % c.numHeads != 0) {
+  if ((c.arch == Architecture::kLlama || c.arch == Architecture::kQwen2) && !f.has("head_dim") &&
+      c.hiddenSize % c.numHeads != 0) {
     RP_THROW(InputError, "{}: hidden_size ({}) is not a multiple of num_attention_heads ({}) and head_dim is absent",
              source, c.hiddenSize, c.numHeads);
   }
@@ -326,7 +332,10 @@ ModelConfig parseModelConfig(const json& j, const std::string& source) {
   if (gptOss) rope.theta = 150000.0;
   c.rope = parseRope(j, f, rope);
   c.tieWordEmbeddings = f.boolOr("tie_word_embeddings", false);
-  c.attentionBias = f.boolOr("attention_bias", gptOss);
+  // Qwen2: q/k/v with biases, o_proj without (modeling_qwen2.py has no attention_bias key).
+  const bool qwen2 = c.arch == Architecture::kQwen2;
+  c.attentionBias = qwen2 || f.boolOr("attention_bias", gptOss);
+  c.attentionOutputBias = !qwen2 && c.attentionBias;
   c.mlpBias = f.boolOr("mlp_bias", false);
   c.qkNorm = c.arch == Architecture::kQwen3 || c.arch == Architecture::kQwen3Moe;
   if (c.arch == Architecture::kQwen3Moe) c.moe = parseMoe(j, f);

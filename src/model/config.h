@@ -10,7 +10,7 @@
 
 namespace rp::model {
 
-enum class Architecture { kLlama, kQwen3, kQwen3Moe, kGptOss };
+enum class Architecture { kLlama, kQwen2, kQwen3, kQwen3Moe, kGptOss };
 
 struct RopeConfig {
   double theta = 10000.0;
@@ -63,7 +63,8 @@ struct ModelConfig {
   double rmsNormEps = 1e-6;
   RopeConfig rope;
   bool tieWordEmbeddings = false;
-  bool attentionBias = false;  // q/k/v/o projections carry biases
+  bool attentionBias = false;        // q/k/v projections carry biases
+  bool attentionOutputBias = false;  // so does o_proj (Llama's attention_bias, GPT-OSS; not Qwen2)
   bool mlpBias = false;
   bool qkNorm = false;              // per-head RMSNorm on queries and keys (Qwen3)
   bool attentionSinks = false;      // GPT-OSS: a learned per-head logit each softmax row also normalises over

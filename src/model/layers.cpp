@@ -156,8 +156,8 @@ Attention::Attention(const ModelConfig& c, bool sliding, const ParamOptions& o)
                        std::make_shared<Projection>(c.hiddenSize, c.numKvHeads * c.headDim, c.attentionBias, o));
   v_ = register_module("v_proj",
                        std::make_shared<Projection>(c.hiddenSize, c.numKvHeads * c.headDim, c.attentionBias, o));
-  o_ =
-      register_module("o_proj", std::make_shared<Projection>(c.numHeads * c.headDim, c.hiddenSize, c.attentionBias, o));
+  o_ = register_module("o_proj",
+                       std::make_shared<Projection>(c.numHeads * c.headDim, c.hiddenSize, c.attentionOutputBias, o));
   if (c.qkNorm) {
     qNorm_ = register_module("q_norm", std::make_shared<RmsNorm>(c.headDim, c.rmsNormEps, o));
     kNorm_ = register_module("k_norm", std::make_shared<RmsNorm>(c.headDim, c.rmsNormEps, o));

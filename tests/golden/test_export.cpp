@@ -145,6 +145,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"full", {}}, Case{"lora", {"lora.rank=4", "lora.alpha=8"}},
                       // Experts stacked in training, exported one tensor per expert.
                       Case{"moe_full", {}, "qwen3-moe-tiny"},
+                      // Qwen2: q/k/v biases without o_proj's, tied embeddings; the merged model and the adapter.
+                      Case{"qwen2_lora", {"lora.rank=4", "lora.alpha=8"}, "qwen2-tiny"},
                       // The default targets: attention and the experts (the merged
                       // export adds each expert's delta to its published tensors).
                       Case{"moe_lora", {"lora.rank=4", "lora.alpha=8"}, "qwen3-moe-tiny"},
