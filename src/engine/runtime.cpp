@@ -24,7 +24,6 @@
 #include "run/evaluation.h"
 #include "run/sampling.h"
 #include "run/setup.h"
-#include "run/utilisation.h"
 #include "schedule/plan_search.h"
 #include "schedule/projection.h"
 #include "trace/formats.h"
@@ -492,20 +491,6 @@ std::optional<run::EvalResult> PipelineRuntime::evaluate(std::int64_t steps) {
       run::evaluate(model_->model(), evalRows_, rowsPerMicrobatch_ * id_.nodeCount, c.train.lossChunkTokens);
   model_->unbindAll();
   return r;
-}
-
-double PipelineRuntime::modelFlopsPerStep() const {
-  return run::modelFlopsPerStep(config_, model_->model().config());
-}
-
-// Every node alike: its workers' GPUs (ranks sharing one count it once).
-double PipelineRuntime::peakFlops() const {
-  const int gpus =
-      (workers_ + static_cast<int>(config_.pipeline.ranksPerGpu) - 1) / static_cast<int>(config_.pipeline.ranksPerGpu);
-  if (worker_->modelsCompute() && config_.output.peakTflops <= 0) {  // the profile's peak, not a name's
-    return schedule::loadHardware(emulatedProfilePath(config_)).tensorTflops * 1e12 * gpus * id_.nodeCount;
-  }
-  return run::peakFlops(config_, worker_->placement().name, gpus * id_.nodeCount);
 }
 
 std::vector<trace::StepMetrics> PipelineRuntime::run() {

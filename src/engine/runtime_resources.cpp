@@ -1,6 +1,6 @@
 // The resources a pipeline rank runs with: the device it computes on and the worker memory the partitioner
-// packs stages by (placeWorker), and the host memory the node store and optimizer state need
-// (checkHostMemory). Part of PipelineRuntime (runtime.h).
+// packs stages by (placeWorker), the host memory the node store and optimizer state need (checkHostMemory), and
+// the FLOPs a step takes against what the node's devices give (for MFU). Part of PipelineRuntime (runtime.h).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -14,6 +14,8 @@
 #include "engine/runtime.h"
 #include "engine/stage_slots.h"
 #include "run/setup.h"
+#include "run/utilisation.h"
+#include "schedule/projection.h"
 #include "transport/tensor_channel.h"
 
 namespace rp::engine {
@@ -134,6 +136,20 @@ void PipelineRuntime::checkHostMemory(double storeBytes) {
            "(docs/training.md, \"Host memory\")",
            id_.node, id_.hostname, need / 1e9, storeBytes / 1e9, trainable / 1e6, optimizer / 1e9, host.source,
            static_cast<double>(host.availableBytes) / 1e9, run::smallerModelHint(config_));
+}
+
+double PipelineRuntime::modelFlopsPerStep() const {
+  return run::modelFlopsPerStep(config_, model_->model().config());
+}
+
+// Every node alike: its workers' GPUs (ranks sharing one count it once).
+double PipelineRuntime::peakFlops() const {
+  const int gpus =
+      (workers_ + static_cast<int>(config_.pipeline.ranksPerGpu) - 1) / static_cast<int>(config_.pipeline.ranksPerGpu);
+  if (worker_->modelsCompute() && config_.output.peakTflops <= 0) {  // the profile's peak, not a name's
+    return schedule::loadHardware(emulatedProfilePath(config_)).tensorTflops * 1e12 * gpus * id_.nodeCount;
+  }
+  return run::peakFlops(config_, worker_->placement().name, gpus * id_.nodeCount);
 }
 
 }  // namespace rp::engine
