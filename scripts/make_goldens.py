@@ -173,7 +173,8 @@ def lora_golden(name, seed, out):
 def config_to_model(config):
     classes = {"qwen3": transformers.Qwen3ForCausalLM, "qwen3_moe": transformers.Qwen3MoeForCausalLM,
                "llama": transformers.LlamaForCausalLM, "gpt_oss": transformers.GptOssForCausalLM,
-               "qwen2": transformers.Qwen2ForCausalLM}
+               "qwen2": transformers.Qwen2ForCausalLM, "mistral": transformers.MistralForCausalLM,
+               "granite": transformers.GraniteForCausalLM, "gemma2": transformers.Gemma2ForCausalLM}
     return classes[config.model_type](config).float().eval()
 
 
@@ -620,6 +621,37 @@ def main():
         num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-6, rope_theta=1e6,
         tie_word_embeddings=True, use_sliding_window=False, attn_implementation="eager")
     generated("qwen2-tiny", qwen2, 2222, args.out, with_docs=True)
+    # Qwen2 with use_sliding_window: layers from max_window_layers (1) on attend within 6 positions.
+    qwen2_window = transformers.Qwen2Config(
+        vocab_size=512, hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-6, rope_theta=1e6,
+        tie_word_embeddings=True, use_sliding_window=True, sliding_window=6, max_window_layers=1,
+        attn_implementation="eager")
+    generated("qwen2-window-tiny", qwen2_window, 2323, args.out, with_docs=True)
+    # Mistral: an explicit head_dim that is not hidden / heads (as Nemo's 128 with hidden 5120 and 32 heads), a
+    # window on every layer (as 7B v0.1's 4096), untied; the TinyStories vocabulary's size for the export test.
+    mistral = transformers.MistralConfig(
+        vocab_size=2048, hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=32, max_position_embeddings=256, rms_norm_eps=1e-5, rope_theta=1e6,
+        sliding_window=8, tie_word_embeddings=False, attn_implementation="eager")
+    generated("mistral-tiny", mistral, 3131, args.out, with_docs=True)
+    # Granite 3.x dense: Llama with Granite 3.1-8B's multipliers (the embedding x12, each sublayer's output x0.22,
+    # scores x1/128 in place of 1/sqrt(head_dim), logits / 16), tied; the TinyStories vocabulary's size.
+    granite = transformers.GraniteConfig(
+        vocab_size=2048, hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5, rope_theta=1e7,
+        embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.0078125, logits_scaling=16.0,
+        tie_word_embeddings=True, attn_implementation="eager")
+    generated("granite-tiny", granite, 4141, args.out, with_docs=True)
+    # Gemma 2: head_dim apart from hidden / heads and the score scale from query_pre_attn_scalar apart from both
+    # (as the 27B's 144 against its head_dim 128), layer 0 sliding, layer 1 full, GeGLU, (1 + w) norms, four a
+    # layer; soft-caps low enough to bite on a random model (the released 50 and 30 would barely touch it).
+    gemma2 = transformers.Gemma2Config(
+        vocab_size=2048, hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=32, query_pre_attn_scalar=24, max_position_embeddings=256,
+        rms_norm_eps=1e-6, sliding_window=6, attn_logit_softcapping=2.0, final_logit_softcapping=3.0,
+        tie_word_embeddings=True, attn_implementation="eager")
+    generated("gemma2-tiny", gemma2, 5151, args.out, with_docs=True)
     llama3 = transformers.LlamaConfig(
         vocab_size=384, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=1, max_position_embeddings=256, rms_norm_eps=1e-5, attention_bias=True, mlp_bias=True,

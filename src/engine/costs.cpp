@@ -66,7 +66,7 @@ LayerCosts estimateCosts(const PipelineModel& model, std::int64_t seq, std::int6
     } else if (l == L - 1) {
       forward = schedule::headFlops(shape, s, r);  // LM head (+ loss)
     } else {
-      forward = schedule::decoderLayerFlops(shape, s, r);
+      forward = schedule::decoderLayerFlops(shape, s, r, shape.window(l - 1));
       m.graph = schedule::decoderLayerActivationBytes(shape, tokens, elementBytes, model.sparse(l));
       m.working = schedule::decoderLayerJobWorkingBytes(shape, tokens, elementBytes, model.sparse(l));
     }

@@ -134,11 +134,6 @@ EmulatedCompute::EmulatedCompute(device::Worker& worker, const PipelineModel& mo
       frozen_(model.frozenBase()),
       layers_(model.layerCount()),
       active_(worker.modelsCompute()) {
-  const model::ModelConfig& config = model.model().config();
-  windows_.assign(static_cast<std::size_t>(layers_), 0);
-  for (int l = 1; l < layers_ - 1; ++l) {
-    if (config.sliding(l - 1)) windows_[static_cast<std::size_t>(l)] = config.slidingWindow;
-  }
   if (active_) countMetaFor(&worker_);
 }
 
@@ -150,7 +145,7 @@ double EmulatedCompute::pairs(int l, const model::AttentionContext& context) con
   const std::vector<std::int64_t>& offsets = context.documents.offsets;
   std::vector<std::int64_t> lengths;
   for (std::size_t d = 1; d < offsets.size(); ++d) lengths.push_back(offsets[d] - offsets[d - 1]);
-  return schedule::attentionPairs(lengths, windows_.at(static_cast<std::size_t>(l)));
+  return schedule::attentionPairs(lengths, shape_.window(l - 1));  // pipeline layer l is decoder layer l - 1
 }
 
 void EmulatedCompute::at(int slot, std::string job) {

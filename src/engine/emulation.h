@@ -83,7 +83,6 @@ class EmulatedCompute {
 
   device::Worker& worker_;
   const schedule::ModelShape shape_;
-  std::vector<std::int64_t> windows_;  // per layer of the pipeline: its attention window, 0 = full causal
   bool frozen_;
   int layers_;
   bool active_;

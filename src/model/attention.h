@@ -3,7 +3,10 @@
 // of variable-length causal problems: the documents' offsets, known on the host when the microbatch is built,
 // choose the kernel — batched causal SDPA where every row is one document, ATen's variable-length flash kernel
 // on CUDA in half precision, causal SDPA per document elsewhere (cost and memory sum over the documents'
-// L², not T²), and per-document math attention with an [L, L] mask for GPT-OSS's sinks.
+// L², not T²), per-document math attention with an [L, L] mask for GPT-OSS's sinks and Gemma 2's soft-capped
+// scores on full layers, and on
+// sliding layers (without the flash kernel) math attention in blocks of queries, O(L · window) — a window at
+// least as long as the longest document is no window at all.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +34,7 @@ struct AttendOptions {
   double scale = 1.0;
   std::int64_t window = 0;  // > 0: key j is visible from query i only when i - j < window (sliding layers)
   torch::Tensor sinks;      // GPT-OSS: [heads] logits that join each softmax and attend to nothing
+  double softcap = 0.0;     // > 0: scores become softcap * tanh(scores / softcap) before the mask (Gemma 2)
 };
 
 // Causal attention of q [B, H, T, D] over k, v [B, Hkv, T, D] (H a multiple of Hkv) within each document.

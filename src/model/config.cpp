@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -12,6 +13,12 @@ namespace rp::model {
 namespace {
 
 using nlohmann::json;
+
+// The model_type values we read, in the order the documentation lists them.
+constexpr std::pair<const char*, Architecture> kArchitectures[] = {
+    {"llama", Architecture::kLlama},     {"mistral", Architecture::kMistral},    {"qwen2", Architecture::kQwen2},
+    {"qwen3", Architecture::kQwen3},     {"qwen3_moe", Architecture::kQwen3Moe}, {"gpt_oss", Architecture::kGptOss},
+    {"granite", Architecture::kGranite}, {"gemma2", Architecture::kGemma2}};
 
 class Fields {
  public:
@@ -26,6 +33,14 @@ class Fields {
   }
   std::int64_t positiveIntOr(const char* key, std::int64_t fallback) const {
     return has(key) ? positiveInt(key) : fallback;
+  }
+  std::int64_t nonNegativeIntOr(const char* key, std::int64_t fallback) const {
+    if (!has(key)) return fallback;
+    const json& v = j_.at(key);
+    if (!v.is_number_integer() || v.get<std::int64_t>() < 0) {
+      RP_THROW(InputError, "{}: field '{}' is {}, expected an integer >= 0", source_, key, v.dump());
+    }
+    return v.get<std::int64_t>();
   }
   double positiveNumber(const json& v, const char* key) const {
     if (!v.is_number() || v.get<double>() <= 0) {
@@ -194,17 +209,10 @@ MoeConfig parseGptOssMoe(const json& j, const Fields& f) {
   return m;
 }
 
-// layer_types: "full_attention" everywhere, or (GPT-OSS) also "sliding_attention"; GPT-OSS's default
-// alternates, sliding first.
-std::vector<bool> parseLayerTypes(const json& j, const Fields& f, std::int64_t layers, bool slidingAllowed) {
-  std::vector<bool> sliding(layers, false);
-  if (!f.has("layer_types")) {
-    if (slidingAllowed) {
-      for (std::int64_t i = 0; i < layers; i += 2) sliding[i] = true;
-    }
-    return sliding;
-  }
+// layer_types: a list of "full_attention" and (where the family has windows) "sliding_attention".
+void parseLayerTypes(const json& j, const Fields& f, bool slidingAllowed, std::vector<bool>& sliding) {
   const json& types = j.at("layer_types");
+  const auto layers = static_cast<std::int64_t>(sliding.size());
   if (!types.is_array() || static_cast<std::int64_t>(types.size()) != layers) {
     RP_THROW(InputError, "{}: field 'layer_types' is {}, expected a list of {} layer types", f.source(), types.dump(),
              layers);
@@ -212,12 +220,59 @@ std::vector<bool> parseLayerTypes(const json& j, const Fields& f, std::int64_t l
   for (std::int64_t i = 0; i < layers; ++i) {
     if (types[i] == "sliding_attention" && slidingAllowed) {
       sliding[i] = true;
-    } else if (types[i] != "full_attention") {
+    } else if (types[i] == "full_attention") {
+      sliding[i] = false;
+    } else {
       RP_THROW(InputError, "{}: layer_types[{}] is {}; supported: \"full_attention\"{}", f.source(), i, types[i].dump(),
-               slidingAllowed ? ", \"sliding_attention\"" : "");
+               slidingAllowed ? ", \"sliding_attention\"" : " (\"sliding_attention\" needs a sliding_window)");
     }
   }
-  return sliding;
+}
+
+// sliding_window where the family's config class defaults it to 4096: absent is 4096, null is none (0).
+std::int64_t windowOr4096(const json& j, const Fields& f) {
+  if (!j.contains("sliding_window")) return 4096;
+  return f.has("sliding_window") ? f.positiveInt("sliding_window") : 0;
+}
+
+// Which layers attend within a sliding window, and its width (Note [Sliding windows]).
+void parseWindows(const json& j, const Fields& f, ModelConfig& c) {
+  c.slidingLayers.assign(static_cast<std::size_t>(c.numLayers), false);
+  bool readLayerTypes = true;
+  switch (c.arch) {
+    case Architecture::kGptOss:
+      c.slidingWindow = f.positiveIntOr("sliding_window", 128);
+      for (std::int64_t i = 0; i < c.numLayers; i += 2) c.slidingLayers[i] = true;
+      break;
+    case Architecture::kMistral:
+      c.slidingWindow = windowOr4096(j, f);
+      c.slidingLayers.assign(c.slidingLayers.size(), c.slidingWindow > 0);
+      readLayerTypes = false;  // MistralConfig warns and ignores them
+      break;
+    case Architecture::kQwen2:
+    case Architecture::kQwen3:
+    case Architecture::kQwen3Moe:
+      if (!f.boolOr("use_sliding_window", false)) break;
+      c.slidingWindow = windowOr4096(j, f);
+      if (c.slidingWindow == 0) break;
+      if (c.arch == Architecture::kQwen3Moe) {
+        c.slidingLayers.assign(c.slidingLayers.size(), true);
+        readLayerTypes = false;  // modeling_qwen3_moe.py slides on every layer
+        break;
+      }
+      for (std::int64_t i = f.nonNegativeIntOr("max_window_layers", 28); i < c.numLayers; ++i) {
+        c.slidingLayers[i] = true;
+      }
+      break;
+    case Architecture::kGemma2:  // Gemma2Config: layers 0, 2, 4, ... slide, within 4096 unless given
+      c.slidingWindow = windowOr4096(j, f);
+      for (std::int64_t i = 0; i < c.numLayers; i += 2) c.slidingLayers[i] = c.slidingWindow > 0;
+      break;
+    case Architecture::kLlama:
+    case Architecture::kGranite:
+      break;
+  }
+  if (readLayerTypes && f.has("layer_types")) parseLayerTypes(j, f, c.slidingWindow > 0, c.slidingLayers);
 }
 
 // A quantized checkpoint: GPT-OSS's MXFP4 experts (model/mxfp4.h) or a bitsandbytes 4-bit NF4 checkpoint
@@ -253,6 +308,38 @@ void checkQuantization(const json& j, const Fields& f, Architecture arch) {
   }
 }
 
+// A soft-capping field: GemmaXConfig's default when absent, none (0) when null.
+double softcapOr(const json& j, const Fields& f, const char* key, double fallback) {
+  if (!j.contains(key)) return fallback;
+  return f.has(key) ? f.positiveNumber(j.at(key), key) : 0.0;
+}
+
+// Gemma 2 (Gemma2Config's defaults where a field is absent): GeGLU, (1 + w) norms in float32 and four of them a
+// layer, the embedding times sqrt(hidden) rounded to the model dtype, scores times query_pre_attn_scalar^-0.5,
+// the scores' and the final logits' soft-capping.
+void parseGemma2(const json& j, const Fields& f, ModelConfig& c) {
+  const std::string act = f.stringOr("hidden_activation", f.stringOr("hidden_act", "gelu_pytorch_tanh"));
+  if (act != "gelu_pytorch_tanh") {
+    RP_THROW(InputError, "{}: hidden_activation '{}' is not supported for gemma2 (supported: gelu_pytorch_tanh)",
+             f.source(), act);
+  }
+  c.activation = Activation::kGeluTanh;
+  c.gemmaNorms = c.sandwichNorms = true;
+  c.embeddingMultiplier = std::sqrt(static_cast<double>(c.hiddenSize));
+  c.embeddingMultiplierInModelDtype = true;
+  c.attentionScale = 1.0 / std::sqrt(f.positiveNumberOr("query_pre_attn_scalar", 256.0));
+  c.attentionSoftcap = softcapOr(j, f, "attn_logit_softcapping", 50.0);
+  c.finalLogitSoftcap = softcapOr(j, f, "final_logit_softcapping", 30.0);
+}
+
+Architecture architectureOf(const json& type, const std::string& source) {
+  for (const auto& [name, arch] : kArchitectures) {
+    if (type == name) return arch;
+  }
+  RP_THROW(InputError, "{}: model_type {} is not supported (supported: {})", source, type.dump(),
+           supportedModelTypes());
+}
+
 }  // namespace
 
 bool MoeConfig::sparse(std::int64_t layer) const {
@@ -264,42 +351,24 @@ bool MoeConfig::sparse(std::int64_t layer) const {
 }
 
 const char* architectureName(Architecture arch) {
-  switch (arch) {
-    case Architecture::kQwen2:
-      return "qwen2";
-    case Architecture::kQwen3:
-      return "qwen3";
-    case Architecture::kQwen3Moe:
-      return "qwen3_moe";
-    case Architecture::kGptOss:
-      return "gpt_oss";
-    case Architecture::kLlama:
-      break;
+  for (const auto& [name, a] : kArchitectures) {
+    if (a == arch) return name;
   }
-  return "llama";
+  return "unknown";
+}
+
+std::string supportedModelTypes() {
+  std::string list;
+  for (const auto& [name, arch] : kArchitectures) list += fmt::format("{}\"{}\"", list.empty() ? "" : ", ", name);
+  return list;
 }
 
 ModelConfig parseModelConfig(const json& j, const std::string& source) {
   if (!j.is_object()) RP_THROW(InputError, "{}: expected a JSON object", source);
   const Fields f(j, source);
   ModelConfig c;
-  const json& type = f.required("model_type", "\"llama\", \"qwen2\", \"qwen3\", \"qwen3_moe\" or \"gpt_oss\"");
-  if (type == "llama") {
-    c.arch = Architecture::kLlama;
-  } else if (type == "qwen2") {
-    c.arch = Architecture::kQwen2;
-  } else if (type == "qwen3") {
-    c.arch = Architecture::kQwen3;
-  } else if (type == "qwen3_moe") {
-    c.arch = Architecture::kQwen3Moe;
-  } else if (type == "gpt_oss") {
-    c.arch = Architecture::kGptOss;
-  } else {
-    RP_THROW(
-        InputError,
-        "{}: model_type {} is not supported (supported: \"llama\", \"qwen2\", \"qwen3\", \"qwen3_moe\", \"gpt_oss\")",
-        source, type.dump());
-  }
+  const json& type = f.required("model_type", "a supported model_type (docs/model.md)");
+  c.arch = architectureOf(type, source);
   const bool gptOss = c.arch == Architecture::kGptOss;
   c.vocabSize = f.positiveInt("vocab_size");
   c.hiddenSize = f.positiveInt("hidden_size");
@@ -311,12 +380,13 @@ ModelConfig parseModelConfig(const json& j, const std::string& source) {
     RP_THROW(InputError, "{}: num_attention_heads ({}) is not a multiple of num_key_value_heads ({})", source,
              c.numHeads, c.numKvHeads);
   }
-  if ((c.arch == Architecture::kLlama || c.arch == Architecture::kQwen2) && !f.has("head_dim") &&
-      c.hiddenSize % c.numHeads != 0) {
+  const bool gemma2 = c.arch == Architecture::kGemma2;
+  if (c.arch != Architecture::kGptOss && c.arch != Architecture::kQwen3 && c.arch != Architecture::kQwen3Moe &&
+      !gemma2 && !f.has("head_dim") && c.hiddenSize % c.numHeads != 0) {
     RP_THROW(InputError, "{}: hidden_size ({}) is not a multiple of num_attention_heads ({}) and head_dim is absent",
              source, c.hiddenSize, c.numHeads);
   }
-  c.headDim = f.positiveIntOr("head_dim", gptOss ? 64 : c.hiddenSize / c.numHeads);
+  c.headDim = f.positiveIntOr("head_dim", gptOss ? 64 : gemma2 ? 256 : c.hiddenSize / c.numHeads);
   if (c.headDim % 2 != 0) RP_THROW(InputError, "{}: head_dim ({}) must be even for RoPE", source, c.headDim);
   c.maxPositions = f.positiveIntOr("max_position_embeddings", 4096);
   c.rmsNormEps = f.positiveNumberOr("rms_norm_eps", gptOss ? 1e-5 : 1e-6);
@@ -331,30 +401,36 @@ ModelConfig parseModelConfig(const json& j, const std::string& source) {
   }
   if (gptOss) rope.theta = 150000.0;
   c.rope = parseRope(j, f, rope);
-  c.tieWordEmbeddings = f.boolOr("tie_word_embeddings", false);
-  // Qwen2: q/k/v with biases, o_proj without (modeling_qwen2.py has no attention_bias key).
-  const bool qwen2 = c.arch == Architecture::kQwen2;
-  c.attentionBias = qwen2 || f.boolOr("attention_bias", gptOss);
+  c.tieWordEmbeddings = f.boolOr("tie_word_embeddings", gemma2);
+  // Qwen2: q/k/v with biases, o_proj without (modeling_qwen2.py reads no attention_bias); Mistral: none.
+  const bool qwen2 = c.arch == Architecture::kQwen2, mistral = c.arch == Architecture::kMistral;
+  c.attentionBias = qwen2 || (!mistral && f.boolOr("attention_bias", gptOss));
   c.attentionOutputBias = !qwen2 && c.attentionBias;
-  c.mlpBias = f.boolOr("mlp_bias", false);
+  // Only Llama's and Granite's MLPs read mlp_bias; the other families' have none.
+  c.mlpBias = (c.arch == Architecture::kLlama || c.arch == Architecture::kGranite) && f.boolOr("mlp_bias", false);
   c.qkNorm = c.arch == Architecture::kQwen3 || c.arch == Architecture::kQwen3Moe;
   if (c.arch == Architecture::kQwen3Moe) c.moe = parseMoe(j, f);
   if (gptOss) {
     c.moe = parseGptOssMoe(j, f);
     c.attentionSinks = true;
-    c.slidingWindow = f.positiveIntOr("sliding_window", 128);
   }
-  c.slidingLayers = parseLayerTypes(j, f, c.numLayers, gptOss);
+  parseWindows(j, f, c);
+  if (c.arch == Architecture::kGranite) {  // GraniteConfig's defaults: all 1, the attention scale too
+    c.embeddingMultiplier = f.positiveNumberOr("embedding_multiplier", 1.0);
+    c.residualMultiplier = f.positiveNumberOr("residual_multiplier", 1.0);
+    c.logitsScaling = f.positiveNumberOr("logits_scaling", 1.0);
+    c.attentionScale = f.positiveNumberOr("attention_multiplier", 1.0);
+  }
+  if (gemma2) parseGemma2(j, f, c);
   checkQuantization(j, f, c.arch);
   c.bosTokenId = f.tokenIdOr("bos_token_id");
   c.eosTokenId = f.tokenIdOr("eos_token_id");
   c.initializerRange = f.positiveNumberOr("initializer_range", 0.02);
   c.storedDtype = f.stringOr("torch_dtype", f.stringOr("dtype", "float32"));
 
-  const std::string act = f.stringOr("hidden_act", "silu");
-  if (act != "silu") RP_THROW(InputError, "{}: hidden_act '{}' is not supported (supported: silu)", source, act);
-  if (f.boolOr("use_sliding_window", false)) {
-    RP_THROW(InputError, "{}: use_sliding_window=true is not supported (full causal attention only)", source);
+  if (!gemma2) {
+    const std::string act = f.stringOr("hidden_act", "silu");
+    if (act != "silu") RP_THROW(InputError, "{}: hidden_act '{}' is not supported (supported: silu)", source, act);
   }
   if (f.positiveIntOr("pretraining_tp", 1) != 1) {
     RP_THROW(InputError, "{}: pretraining_tp > 1 is not supported", source);

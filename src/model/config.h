@@ -1,4 +1,4 @@
-// The model architecture as described by a Hugging Face config.json (Llama, Qwen3, Qwen3-MoE, GPT-OSS).
+// The model architecture as described by a Hugging Face config.json (the model_types of docs/model.md).
 // Torch-free.
 #pragma once
 
@@ -10,7 +10,11 @@
 
 namespace rp::model {
 
-enum class Architecture { kLlama, kQwen2, kQwen3, kQwen3Moe, kGptOss };
+enum class Architecture { kLlama, kMistral, kQwen2, kQwen3, kQwen3Moe, kGptOss, kGranite, kGemma2 };
+
+// The MLP's (and a dense layer's) gate activation: SiLU (SwiGLU), or GELU's tanh approximation (Gemma's GeGLU,
+// transformers' gelu_pytorch_tanh).
+enum class Activation { kSilu, kGeluTanh };
 
 struct RopeConfig {
   double theta = 10000.0;
@@ -69,7 +73,23 @@ struct ModelConfig {
   bool qkNorm = false;              // per-head RMSNorm on queries and keys (Qwen3)
   bool attentionSinks = false;      // GPT-OSS: a learned per-head logit each softmax row also normalises over
   std::int64_t slidingWindow = 0;   // keys within this many positions of the query, on the sliding layers
-  std::vector<bool> slidingLayers;  // per layer: sliding-window attention (layer_types), else full causal
+  std::vector<bool> slidingLayers;  // per layer: sliding-window attention, else full causal (Note [Sliding windows])
+  // Granite's scales (1 elsewhere): the embedding's output times embeddingMultiplier, each sublayer's output times
+  // residualMultiplier before its residual add, the logits divided by logitsScaling; attentionScale multiplies the
+  // attention scores (Granite's attention_multiplier; 0: 1 / sqrt(headDim), every other family).
+  double embeddingMultiplier = 1.0, residualMultiplier = 1.0, logitsScaling = 1.0, attentionScale = 0.0;
+  // Gemma: the embedding multiplier (sqrt(hidden)) is rounded to the model dtype before it multiplies, as
+  // transformers' embed_scale.to(weight.dtype).
+  bool embeddingMultiplierInModelDtype = false;
+  Activation activation = Activation::kSilu;
+  // Gemma's RMSNorm: computed in float32 throughout, times (1 + w) (its weights are stored as offsets from one,
+  // zero at init), cast back once; and four norms a layer — post-attention and post-feed-forward norms on the
+  // sublayers' outputs besides the pre-norms.
+  bool gemmaNorms = false;
+  bool sandwichNorms = false;
+  // Soft-capping, x -> cap * tanh(x / cap) (Gemma 2): of the attention scores before the mask, and of the final
+  // logits before the loss; 0 = none.
+  double attentionSoftcap = 0.0, finalLogitSoftcap = 0.0;
   std::int64_t bosTokenId = -1;
   std::int64_t eosTokenId = -1;
   double initializerRange = 0.02;       // std of the normal init for training from scratch
@@ -81,7 +101,21 @@ struct ModelConfig {
   }
 };
 
+// Note [Sliding windows]
+// A sliding layer's query i sees key j of its document when i - j < slidingWindow (transformers'
+// sliding_window_overlay). Which layers slide is each config class's rule, read as transformers reads it:
+//   gpt_oss    every other layer from layer 0 (window 128 unless given), or as layer_types says;
+//   mistral    every layer when sliding_window is set: absent means MistralConfig's 4096, null none
+//              (Mistral 7B v0.1 slides, v0.2 on and Nemo do not); layer_types is ignored, as transformers does;
+//   qwen2/qwen3  only with use_sliding_window: layers from max_window_layers (28 unless given) on, or as
+//              layer_types says; the window as Mistral's;
+//   qwen3_moe  only with use_sliding_window: every layer;
+//   llama      none (a layer_types "sliding_attention" is refused).
+// A window as long as the longest document changes nothing, so attention takes the full-causal kernels then.
+
+// model_type's name for `arch`, and the supported ones as a quoted list for messages.
 const char* architectureName(Architecture arch);
+std::string supportedModelTypes();
 
 // Parses and validates; `source` (a file name) prefixes every error message.
 ModelConfig parseModelConfig(const nlohmann::json& json, const std::string& source);

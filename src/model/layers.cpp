@@ -109,13 +109,14 @@ AttentionContext Rotary::context(const Batch& batch, torch::ScalarType dtype) co
   return ctx;
 }
 
-RmsNorm::RmsNorm(std::int64_t dim, double eps, const ParamOptions& options) : eps_(eps) {
-  weight = register_parameter("weight", newParameter({dim}, options, 1.0));
+RmsNorm::RmsNorm(std::int64_t dim, double eps, const ParamOptions& options, bool gemma) : eps_(eps), gemma_(gemma) {
+  weight = register_parameter("weight", newParameter({dim}, options, gemma ? 0.0 : 1.0));
 }
 
 torch::Tensor RmsNorm::forward(const torch::Tensor& x) const {
   const auto xf = x.to(torch::kFloat);
   const auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  if (gemma_) return (normed * (1.0 + weight.to(torch::kFloat))).to(x.scalar_type());
   return weight * normed.to(x.scalar_type());
 }
 
@@ -149,7 +150,12 @@ void appendProjection(std::vector<NamedTensor>& out, const std::string& name, co
 }  // namespace
 
 Attention::Attention(const ModelConfig& c, bool sliding, const ParamOptions& o)
-    : numHeads_(c.numHeads), numKvHeads_(c.numKvHeads), headDim_(c.headDim), sliding_(sliding) {
+    : numHeads_(c.numHeads),
+      numKvHeads_(c.numKvHeads),
+      headDim_(c.headDim),
+      scale_(c.attentionScale > 0 ? c.attentionScale : 1.0 / std::sqrt(static_cast<double>(c.headDim))),
+      softcap_(c.attentionSoftcap),
+      sliding_(sliding) {
   q_ =
       register_module("q_proj", std::make_shared<Projection>(c.hiddenSize, c.numHeads * c.headDim, c.attentionBias, o));
   k_ = register_module("k_proj",
@@ -181,8 +187,7 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const AttentionContext&
   const auto sin = ctx.sin.unsqueeze(1);
   q = applyRotary(q, cos, sin);
   k = applyRotary(k, cos, sin);
-  AttendOptions options{
-      .scale = 1.0 / std::sqrt(static_cast<double>(headDim_)), .window = sliding_ ? ctx.window : 0, .sinks = sinks_};
+  AttendOptions options{.scale = scale_, .window = sliding_ ? ctx.window : 0, .sinks = sinks_, .softcap = softcap_};
   RP_CHECK(!sliding_ || options.window > 0, "a sliding-window layer needs the context's window");
   return o_->forward(attend(q, k, v, ctx.documents, options).reshape({B, T, numHeads_ * headDim_}));
 }
@@ -209,14 +214,16 @@ std::vector<NamedTensor> Attention::hfParameters(const std::string& prefix) cons
   return out;
 }
 
-Mlp::Mlp(const ModelConfig& c, const ParamOptions& o) {
+Mlp::Mlp(const ModelConfig& c, const ParamOptions& o) : activation_(c.activation) {
   gate_ = register_module("gate_proj", std::make_shared<Projection>(c.hiddenSize, c.intermediateSize, c.mlpBias, o));
   up_ = register_module("up_proj", std::make_shared<Projection>(c.hiddenSize, c.intermediateSize, c.mlpBias, o));
   down_ = register_module("down_proj", std::make_shared<Projection>(c.intermediateSize, c.hiddenSize, c.mlpBias, o));
 }
 
 torch::Tensor Mlp::forward(const torch::Tensor& x) const {
-  return down_->forward(torch::silu(gate_->forward(x)) * up_->forward(x));
+  const auto gate = gate_->forward(x);
+  const auto activated = activation_ == Activation::kSilu ? torch::silu(gate) : torch::gelu(gate, "tanh");
+  return down_->forward(activated * up_->forward(x));
 }
 
 Projection* Mlp::projection(const std::string& name) const {
@@ -362,11 +369,20 @@ std::vector<NamedTensor> SparseMoe::hfParameters(const std::string& prefix) cons
           {prefix + "experts.down_proj", down},      {prefix + "experts.down_proj_bias", downBias}};
 }
 
-DecoderLayer::DecoderLayer(const ModelConfig& c, std::int64_t index, const ParamOptions& o) : index_(index) {
-  inputNorm_ = register_module("input_layernorm", std::make_shared<RmsNorm>(c.hiddenSize, c.rmsNormEps, o));
+DecoderLayer::DecoderLayer(const ModelConfig& c, std::int64_t index, const ParamOptions& o)
+    : index_(index), residualMultiplier_(c.residualMultiplier) {
+  const auto norm = [&](const char* name) {
+    return register_module(name, std::make_shared<RmsNorm>(c.hiddenSize, c.rmsNormEps, o, c.gemmaNorms));
+  };
+  preAttentionNorm_ = norm("input_layernorm");
   attention_ = register_module("self_attn", std::make_shared<Attention>(c, c.sliding(index), o));
-  postAttentionNorm_ =
-      register_module("post_attention_layernorm", std::make_shared<RmsNorm>(c.hiddenSize, c.rmsNormEps, o));
+  if (c.sandwichNorms) {
+    postAttentionNorm_ = norm("post_attention_layernorm");
+    preMlpNorm_ = norm("pre_feedforward_layernorm");
+    postMlpNorm_ = norm("post_feedforward_layernorm");
+  } else {
+    preMlpNorm_ = norm("post_attention_layernorm");  // Llama's name for the MLP's pre-norm
+  }
   if (c.moe.sparse(index)) {
     moe_ = register_module("mlp", std::make_shared<SparseMoe>(c, o));
   } else {
@@ -376,17 +392,31 @@ DecoderLayer::DecoderLayer(const ModelConfig& c, std::int64_t index, const Param
 
 torch::Tensor DecoderLayer::forward(const torch::Tensor& hidden, const AttentionContext& ctx, RouterStats* router,
                                     ExpertChoice* choice) const {
-  const auto h = hidden + attention_->forward(inputNorm_->forward(hidden), ctx);
-  const auto normed = postAttentionNorm_->forward(h);
-  return h + (moe_ ? moe_->forward(normed, router, choice) : mlp_->forward(normed));
+  // Granite scales each sublayer's output before the add (residual + out * multiplier, as transformers does).
+  const auto scaled = [&](const torch::Tensor& out) {
+    return residualMultiplier_ == 1.0 ? out : out * residualMultiplier_;
+  };
+  auto attended = attention_->forward(preAttentionNorm_->forward(hidden), ctx);
+  if (postAttentionNorm_) attended = postAttentionNorm_->forward(attended);
+  const auto h = hidden + scaled(attended);
+  const auto normed = preMlpNorm_->forward(h);
+  auto mlp = moe_ ? moe_->forward(normed, router, choice) : mlp_->forward(normed);
+  if (postMlpNorm_) mlp = postMlpNorm_->forward(mlp);
+  return h + scaled(mlp);
 }
 
 std::vector<NamedTensor> DecoderLayer::hfParameters() const {
   const std::string prefix = fmt::format("model.layers.{}.", index_);
   std::vector<NamedTensor> out;
-  out.emplace_back(prefix + "input_layernorm.weight", inputNorm_->weight);
+  out.emplace_back(prefix + "input_layernorm.weight", preAttentionNorm_->weight);
   for (auto& p : attention_->hfParameters(prefix + "self_attn.")) out.push_back(std::move(p));
-  out.emplace_back(prefix + "post_attention_layernorm.weight", postAttentionNorm_->weight);
+  if (postAttentionNorm_) {
+    out.emplace_back(prefix + "post_attention_layernorm.weight", postAttentionNorm_->weight);
+    out.emplace_back(prefix + "pre_feedforward_layernorm.weight", preMlpNorm_->weight);
+    out.emplace_back(prefix + "post_feedforward_layernorm.weight", postMlpNorm_->weight);
+  } else {
+    out.emplace_back(prefix + "post_attention_layernorm.weight", preMlpNorm_->weight);
+  }
   for (auto& p : moe_ ? moe_->hfParameters(prefix + "mlp.") : mlp_->hfParameters(prefix + "mlp.")) {
     out.push_back(std::move(p));
   }
@@ -403,20 +433,30 @@ std::string DecoderLayer::projectionPath(const std::string& target) const {
   return fmt::format("model.layers.{}.{}.{}_proj", index_, attention ? "self_attn" : "mlp", target);
 }
 
-Embedding::Embedding(const ModelConfig& c, const ParamOptions& o) {
+namespace {
+// transformers' embed_scale.to(weight.dtype): Gemma's sqrt(hidden) as float32, then rounded to the model dtype.
+double embeddingMultiplier(const ModelConfig& c, torch::ScalarType dtype) {
+  if (!c.embeddingMultiplierInModelDtype) return c.embeddingMultiplier;
+  return torch::scalar_tensor(c.embeddingMultiplier, torch::kFloat).to(dtype).item<double>();
+}
+}  // namespace
+
+Embedding::Embedding(const ModelConfig& c, const ParamOptions& o) : multiplier_(embeddingMultiplier(c, o.dtype)) {
   weight = register_parameter("weight", newParameter({c.vocabSize, c.hiddenSize}, o));
 }
 
 torch::Tensor Embedding::forward(const torch::Tensor& inputIds) const {
-  return torch::embedding(weight, inputIds);
+  const auto embedded = torch::embedding(weight, inputIds);
+  return multiplier_ == 1.0 ? embedded : embedded * multiplier_;
 }
 
 std::vector<NamedTensor> Embedding::hfParameters() const {
   return {{"model.embed_tokens.weight", weight}};
 }
 
-Head::Head(const ModelConfig& c, const Embedding& embedding, const ParamOptions& o) : tied_(c.tieWordEmbeddings) {
-  norm_ = register_module("norm", std::make_shared<RmsNorm>(c.hiddenSize, c.rmsNormEps, o));
+Head::Head(const ModelConfig& c, const Embedding& embedding, const ParamOptions& o)
+    : tied_(c.tieWordEmbeddings), logitsScaling_(c.logitsScaling), softcap_(c.finalLogitSoftcap) {
+  norm_ = register_module("norm", std::make_shared<RmsNorm>(c.hiddenSize, c.rmsNormEps, o, c.gemmaNorms));
   if (tied_) {
     weight_ = embedding.weight;  // shared storage and autograd leaf: gradients from both uses add up
   } else {
@@ -425,7 +465,9 @@ Head::Head(const ModelConfig& c, const Embedding& embedding, const ParamOptions&
 }
 
 torch::Tensor Head::logits(const torch::Tensor& hidden) const {
-  return torch::linear(norm_->forward(hidden), weight_);
+  auto logits = torch::linear(norm_->forward(hidden), weight_);
+  if (logitsScaling_ != 1.0) logits = logits / logitsScaling_;
+  return softcap_ > 0 ? torch::tanh(logits / softcap_) * softcap_ : logits;
 }
 
 // Note [Nothing read back per microbatch]
@@ -444,7 +486,8 @@ LossSum Head::loss(const torch::Tensor& hidden, const torch::Tensor& targets, st
   const auto rows = flatHidden.size(0);
   const auto chunk = chunkTokens > 0 ? chunkTokens : autoChunkRows(rows, weight_.size(1), weight_.size(0));
   LossSum out;
-  out.sum = linearCrossEntropy(norm_->forward(flatHidden), weight_, flatTargets, chunk, kIgnoreIndex);
+  out.sum = linearCrossEntropy(norm_->forward(flatHidden), weight_, flatTargets, chunk, kIgnoreIndex,
+                               {.divisor = logitsScaling_, .softcap = softcap_});
   return out;
 }
 

@@ -72,14 +72,17 @@ class Rotary {
   std::int64_t window_;    // sliding window of the sliding layers; 0 = none
 };
 
+// RMSNorm as transformers' Llama computes it (normalised in float32, cast back, times w), or with `gemma` as
+// Gemma's (float32 throughout, times 1 + w, cast back once; w starts at zero).
 class RmsNorm : public torch::nn::Module {
  public:
-  RmsNorm(std::int64_t dim, double eps, const ParamOptions& options);
+  RmsNorm(std::int64_t dim, double eps, const ParamOptions& options, bool gemma = false);
   torch::Tensor forward(const torch::Tensor& x) const;
   torch::Tensor weight;
 
  private:
   double eps_;
+  bool gemma_;
 };
 
 class LoraAdapter;
@@ -120,6 +123,8 @@ class Attention : public torch::nn::Module {
 
  private:
   std::int64_t numHeads_, numKvHeads_, headDim_;
+  double scale_;    // of the scores: 1 / sqrt(headDim), Granite's attention_multiplier, Gemma's scalar^-0.5
+  double softcap_;  // of the scores (Gemma 2); 0 none
   bool sliding_;
   std::shared_ptr<Projection> q_, k_, v_, o_;
   std::shared_ptr<RmsNorm> qNorm_, kNorm_;  // Qwen3 only
@@ -136,6 +141,7 @@ class Mlp : public torch::nn::Module {
 
  private:
   std::shared_ptr<Projection> gate_, up_, down_;
+  Activation activation_;
 };
 
 // What the routers of one forward pass saw, summed over its sparse layers: the inputs of transformers'
@@ -212,7 +218,11 @@ class DecoderLayer : public torch::nn::Module {
 
  private:
   std::int64_t index_;
-  std::shared_ptr<RmsNorm> inputNorm_, postAttentionNorm_;
+  double residualMultiplier_;  // Granite's; 1 elsewhere
+  // Before and after each sublayer (nullptr: none): Llama's input_layernorm and post_attention_layernorm (the
+  // MLP's pre-norm); Gemma's input_layernorm, post_attention_layernorm (on attention's output),
+  // pre_feedforward_layernorm and post_feedforward_layernorm.
+  std::shared_ptr<RmsNorm> preAttentionNorm_, postAttentionNorm_, preMlpNorm_, postMlpNorm_;
   std::shared_ptr<Attention> attention_;
   std::shared_ptr<Mlp> mlp_;        // dense layers
   std::shared_ptr<SparseMoe> moe_;  // sparse layers
@@ -225,6 +235,9 @@ class Embedding : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& inputIds) const;
   std::vector<NamedTensor> hfParameters() const;
   torch::Tensor weight;  // [vocab, hidden]
+
+ private:
+  double multiplier_;  // Granite's embedding_multiplier, Gemma's sqrt(hidden); 1 elsewhere
 };
 
 // Summed token loss, so microbatches accumulate exactly. The tokens it covers are the batch's targets, which the
@@ -249,6 +262,8 @@ class Head : public torch::nn::Module {
 
  private:
   bool tied_;
+  double logitsScaling_;  // the logits are divided by it (Granite's; 1 elsewhere)
+  double softcap_;        // and soft-capped (Gemma 2's final_logit_softcapping; 0 none)
   std::shared_ptr<RmsNorm> norm_;
   torch::Tensor weight_;  // [vocab, hidden]
 };

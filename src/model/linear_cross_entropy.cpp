@@ -20,7 +20,7 @@ torch::Tensor lossGradient(torch::Tensor logits, const torch::Tensor& targets, s
 struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
                                const torch::Tensor& targets, std::int64_t chunk, std::int64_t ignoreIndex,
-                               bool wantHidden, bool wantWeight) {
+                               double divisor, double softcap, bool wantHidden, bool wantWeight) {
     const auto rows = hidden.size(0);
     torch::Tensor loss = torch::zeros({}, hidden.options().dtype(torch::kFloat));  // on the compute's device
     torch::Tensor gradHidden = wantHidden ? torch::empty_like(hidden) : torch::Tensor();
@@ -29,12 +29,21 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
       const auto len = std::min(chunk, rows - start);
       const auto h = hidden.narrow(0, start, len);
       const auto t = targets.narrow(0, start, len);
-      torch::Tensor logits = torch::linear(h, weight).to(torch::kFloat);
+      torch::Tensor raw = torch::linear(h, weight);
+      if (divisor != 1.0) raw.div_(divisor);
+      torch::Tensor capped;  // tanh(raw / softcap), kept for the gradient
+      if (softcap > 0) {
+        capped = torch::tanh(raw / softcap);
+        raw = capped * softcap;
+      }
+      torch::Tensor logits = raw.to(torch::kFloat);
       loss.add_(torch::nn::functional::cross_entropy(
           logits, t,
           torch::nn::functional::CrossEntropyFuncOptions().ignore_index(ignoreIndex).reduction(torch::kSum)));
       if (!wantHidden && !wantWeight) continue;
-      const torch::Tensor g = lossGradient(std::move(logits), t, ignoreIndex).to(hidden.scalar_type());
+      torch::Tensor g = lossGradient(std::move(logits), t, ignoreIndex).to(hidden.scalar_type());
+      if (softcap > 0) g.mul_(1 - capped * capped);  // d(cap tanh(x / cap)) = (1 - tanh^2) dx
+      if (divisor != 1.0) g.div_(divisor);           // d(raw logits) = d(logits) / divisor
       if (wantHidden) gradHidden.narrow(0, start, len).copy_(g.mm(weight));
       if (wantWeight) gradWeight.addmm_(g.t(), h);
     }
@@ -53,6 +62,8 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
             torch::Tensor(),
             torch::Tensor(),
             torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
             torch::Tensor()};
   }
 };
@@ -66,10 +77,11 @@ std::int64_t autoChunkRows(std::int64_t rows, std::int64_t hidden, std::int64_t 
 }
 
 torch::Tensor linearCrossEntropy(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
-                                 std::int64_t chunkRows, std::int64_t ignoreIndex) {
+                                 std::int64_t chunkRows, std::int64_t ignoreIndex, const LogitTransform& transform) {
   const bool grad = torch::GradMode::is_enabled();
   return LinearCrossEntropy::apply(hidden, weight, targets, std::max<std::int64_t>(chunkRows, 1), ignoreIndex,
-                                   grad && hidden.requires_grad(), grad && weight.requires_grad());
+                                   transform.divisor, transform.softcap, grad && hidden.requires_grad(),
+                                   grad && weight.requires_grad());
 }
 
 }  // namespace rp::model

@@ -17,9 +17,18 @@ namespace rp::model {
 inline constexpr std::int64_t kMinAutoChunkRows = 256;
 std::int64_t autoChunkRows(std::int64_t rows, std::int64_t hidden, std::int64_t vocab);
 
-// sum over rows with targets[i] != ignoreIndex of -log softmax(hidden[i] W^T)[targets[i]], in float32.
-// hidden [N, H] and weight [V, H] in the model dtype, targets [N] int64. Differentiable in hidden and weight.
+// What becomes of the logits before the loss, in the model dtype as transformers does it: divided (Granite's
+// logits_scaling), then soft-capped, cap * tanh(x / cap) (Gemma 2's final_logit_softcapping; 0 none).
+struct LogitTransform {
+  double divisor = 1.0;
+  double softcap = 0.0;
+};
+
+// sum over rows with targets[i] != ignoreIndex of -log softmax(f(hidden[i] W^T))[targets[i]], in float32, f the
+// logits' transform. hidden [N, H] and weight [V, H] in the model dtype, targets [N] int64. Differentiable in
+// hidden and weight.
 torch::Tensor linearCrossEntropy(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
-                                 std::int64_t chunkRows, std::int64_t ignoreIndex);
+                                 std::int64_t chunkRows, std::int64_t ignoreIndex,
+                                 const LogitTransform& transform = {});
 
 }  // namespace rp::model

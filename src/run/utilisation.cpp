@@ -8,8 +8,8 @@ namespace rp::run {
 double modelFlopsPerStep(const config::RunConfig& c, const model::ModelConfig& model) {
   const schedule::ModelShape shape = schedule::shapeOf(model);
   const auto seq = static_cast<int>(c.train.seqLen), rows = static_cast<int>(c.train.globalBatch);
-  const double forward =
-      shape.layers * schedule::decoderLayerFlops(shape, seq, rows) + schedule::headFlops(shape, seq, rows);
+  double forward = schedule::headFlops(shape, seq, rows);
+  for (int l = 0; l < shape.layers; ++l) forward += schedule::decoderLayerFlops(shape, seq, rows, shape.window(l));
   return 3.0 * forward;
 }
 

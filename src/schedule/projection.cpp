@@ -68,6 +68,7 @@ ModelShape shapeOf(const model::ModelConfig& c) {
   m.vocab = static_cast<long>(c.vocabSize);
   m.tied = c.tieWordEmbeddings;
   m.qkNorm = c.qkNorm;
+  for (std::int64_t l = 0; l < c.numLayers; ++l) m.windows.push_back(c.sliding(l) ? c.slidingWindow : 0);
   return m;
 }
 
@@ -103,8 +104,9 @@ LayerFlops headWork(const ModelShape& m, double tokens, bool frozen) {
   return {forward, frozen ? forward : 2.0 * forward};
 }
 
-double decoderLayerFlops(const ModelShape& m, int seq, int rows) {
-  return decoderLayerWork(m, static_cast<double>(seq) * rows, packedAttentionPairs(seq, rows), false).forward;
+double decoderLayerFlops(const ModelShape& m, int seq, int rows, std::int64_t window) {
+  return decoderLayerWork(m, static_cast<double>(seq) * rows, packedAttentionPairs(seq, rows, 0, window), false)
+      .forward;
 }
 
 double decoderLayerActivationBytes(const ModelShape& m, double tokens, int elementBytes, bool sparse) {
@@ -207,9 +209,7 @@ SimCosts projectCosts(const ModelShape& m, const Hardware& h, int seq, int rows,
   const double tokens = static_cast<double>(seq) * rows;
   const double flopsPerMs = h.tensorTflops * 1e12 * h.efficiency / 1e3;
   const double hostBytesPerMs = h.pcieGBs * 1e9 / h.gpusPerBridge / 1e3;
-  const LayerFlops layer = decoderLayerWork(m, tokens, packedAttentionPairs(seq, rows, documentTokens), lora);
   const LayerFlops head = headWork(m, tokens, lora);
-  const double layerFwd = layer.forward / flopsPerMs, layerBwd = layer.backward / flopsPerMs;
   const double headFwd = head.forward / flopsPerMs, headBwd = head.backward / flopsPerMs;
   SimCosts c;
   c.weightGradients = !lora;
@@ -217,8 +217,10 @@ SimCosts projectCosts(const ModelShape& m, const Hardware& h, int seq, int rows,
   c.backward.push_back(0.0);
   c.weightTransfer.push_back(2.0 * static_cast<double>(m.vocab) * m.hidden / hostBytesPerMs);
   for (int l = 0; l < m.layers; ++l) {
-    c.forward.push_back(layerFwd);
-    c.backward.push_back(layerBwd);
+    const LayerFlops layer =
+        decoderLayerWork(m, tokens, packedAttentionPairs(seq, rows, documentTokens, m.window(l)), lora);
+    c.forward.push_back(layer.forward / flopsPerMs);
+    c.backward.push_back(layer.backward / flopsPerMs);
     const double quantised = nf4 ? m.layerNf4Params() : 0.0;
     c.weightTransfer.push_back((kBf16Bytes * (m.layerParams() - quantised) + kNf4Bytes * quantised) / hostBytesPerMs);
   }

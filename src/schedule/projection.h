@@ -28,6 +28,11 @@ struct ModelShape {
   double layerNf4Params() const;
   bool tied = false;
   bool qkNorm = false;  // Qwen3's per-head norms on queries and keys
+  // Per decoder layer, the sliding window its attention keeps to (0: full causal; empty: none slides).
+  std::vector<std::int64_t> windows;
+  std::int64_t window(int layer) const {
+    return layer < static_cast<int>(windows.size()) ? windows[static_cast<std::size_t>(layer)] : 0;
+  }
 };
 ModelShape shapeOf(const model::ModelConfig& config);
 // A config.json (or a model directory) read by model::loadModelConfig: errors name the file and the field.
@@ -57,8 +62,9 @@ LayerFlops decoderLayerWork(const ModelShape& model, double tokens, double pairs
 LayerFlops headWork(const ModelShape& model, double tokens, bool frozen);
 
 // Forward FLOPs of one microbatch of `rows` sequences of `seq` tokens (one document each) through a decoder
-// layer and through the head (the planner's proxy costs, the MFU line).
-double decoderLayerFlops(const ModelShape& model, int seq, int rows);
+// layer (of sliding `window`, 0 none: ModelShape::window) and through the head (the planner's proxy costs, the
+// MFU line).
+double decoderLayerFlops(const ModelShape& model, int seq, int rows, std::int64_t window = 0);
 
 // Note [Activation bytes]: what one decoder layer's autograd graph holds after its forward, for `tokens`
 // tokens in a model of `elementBytes` (4 float32, 2 bfloat16/float16), counted from what our layers save

@@ -32,6 +32,11 @@ struct Case {
   // logit differences in transformers too (its float32 vs bfloat16 runs of the same file), so there the
   // weights are checked instead (each the float32 export's, rounded).
   double lowTol = 5e-2;
+  // The float32 export's logits against ours (relative). GPT-OSS trained 3 steps at lr 1e-2 is ill-conditioned:
+  // ours and transformers' float32 logits are each 3-6e-5 (relative) from transformers' float64 run of the same
+  // file (measured), so they agree within that, not 1e-5; attention of sliding layers in blocks of queries
+  // (model/attention.cpp) sums in another order than transformers' one [L, L] matmul.
+  double tol = 1e-5;
 };
 void PrintTo(const Case& c, std::ostream* os) {
   *os << c.name;
@@ -75,9 +80,9 @@ TEST_P(ExportTest, TransformersAndPeftGiveOurLogits) {
 
   const fs::path checkpoint = fs::path(out) / "checkpoints" / "step-00000003";
   exportCheckpoint(checkpoint, out + "/hf", {false, "float32", 1e6, false});  // 1 MB shards: several files
-  std::string command =
-      fmt::format("HF_HUB_OFFLINE=1 {} {}/tests/golden/check_export.py --ours {}/ours.safetensors --model {}/hf",
-                  test::kPython, test::kSourceDir, out, out);
+  std::string command = fmt::format(
+      "HF_HUB_OFFLINE=1 {} {}/tests/golden/check_export.py --ours {}/ours.safetensors --model {}/hf --tol {}",
+      test::kPython, test::kSourceDir, out, out, GetParam().tol);
   if (lora) {
     exportCheckpoint(checkpoint, out + "/peft", {true, "", 5e9, false});
     std::ifstream in(out + "/peft/adapter_config.json");
@@ -147,11 +152,17 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"moe_full", {}, "qwen3-moe-tiny"},
                       // Qwen2: q/k/v biases without o_proj's, tied embeddings; the merged model and the adapter.
                       Case{"qwen2_lora", {"lora.rank=4", "lora.alpha=8"}, "qwen2-tiny"},
+                      // Mistral: head_dim apart from hidden / heads, a window on every layer, untied.
+                      Case{"mistral_lora", {"lora.rank=4", "lora.alpha=8"}, "mistral-tiny"},
+                      // Granite: the multipliers survive the export (config.json is the base's).
+                      Case{"granite_lora", {"lora.rank=4", "lora.alpha=8"}, "granite-tiny"},
+                      // Gemma 2: four (1 + w) norms a layer, GeGLU, soft-capped scores and logits.
+                      Case{"gemma2_lora", {"lora.rank=4", "lora.alpha=8"}, "gemma2-tiny"},
                       // The default targets: attention and the experts (the merged
                       // export adds each expert's delta to its published tensors).
                       Case{"moe_lora", {"lora.rank=4", "lora.alpha=8"}, "qwen3-moe-tiny"},
                       // GPT-OSS from MXFP4 experts; LoRA on attention and experts.
-                      Case{"gpt_oss_full", {}, "gpt-oss-mxfp4", -1},
+                      Case{"gpt_oss_full", {}, "gpt-oss-mxfp4", -1, 1e-4},
                       Case{"gpt_oss_lora", {"lora.rank=4", "lora.alpha=8"}, "gpt-oss-tiny"},
                       // QLoRA: the base stored NF4 from load on; the adapter on the
                       // bitsandbytes 4-bit base in PEFT, the merged model on its own.

@@ -26,7 +26,8 @@ inline torch::Tensor segments(const std::vector<std::vector<std::int64_t>>& leng
   return ids;
 }
 
-// The dense reference: may attend = same segment, causal, inside the window; sinks join each softmax.
+// The dense reference: may attend = same segment, causal, inside the window; scores soft-capped before the mask;
+// sinks join each softmax.
 inline torch::Tensor denseAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                     const torch::Tensor& segmentIds, const model::AttendOptions& o) {
   const auto B = q.size(0), H = q.size(1), T = q.size(2);
@@ -36,8 +37,9 @@ inline torch::Tensor denseAttention(const torch::Tensor& q, const torch::Tensor&
   const auto i = torch::arange(T, on).view({T, 1}), j = torch::arange(T, on).view({1, T});
   auto allowed = (j <= i).unsqueeze(0).logical_and(segmentIds.unsqueeze(2) == segmentIds.unsqueeze(1));
   if (o.window > 0) allowed = allowed.logical_and((i - j < o.window).unsqueeze(0));
-  auto scores =
-      (torch::matmul(q, keys.transpose(2, 3)) * o.scale).masked_fill(allowed.unsqueeze(1).logical_not(), -INFINITY);
+  auto scores = torch::matmul(q, keys.transpose(2, 3)) * o.scale;
+  if (o.softcap > 0) scores = o.softcap * torch::tanh(scores / o.softcap);
+  scores = scores.masked_fill(allowed.unsqueeze(1).logical_not(), -INFINITY);
   if (o.sinks.defined()) {
     auto logits = torch::cat({scores, o.sinks.view({1, H, 1, 1}).expand({B, H, T, 1})}, -1);
     const auto probs = torch::softmax(logits, -1).narrow(-1, 0, T);

@@ -2,6 +2,7 @@
 // mask of "same document and causal" (and the sliding window, and GPT-OSS's sinks, as transformers'
 // eager_attention_forward computes them), built here and nowhere in the library.
 #include <cmath>
+#include <cstdio>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -27,6 +28,8 @@ struct Case {
   std::int64_t window = 0;
   bool sinks = false;
   const char* kernel;  // what attend() takes on the CPU
+  double tolerance = 1e-6;
+  double softcap = 0.0;  // Gemma 2's on the scores
 };
 
 void expectEqualsReference(const Case& c) {
@@ -36,7 +39,7 @@ void expectEqualsReference(const Case& c) {
   auto q = torch::randn({B, H, c.T, D}).requires_grad_();
   auto k = torch::randn({B, Hkv, c.T, D}).requires_grad_();
   auto v = torch::randn({B, Hkv, c.T, D}).requires_grad_();
-  AttendOptions o{.scale = 1.0 / std::sqrt(8.0), .window = c.window, .sinks = {}};
+  AttendOptions o{.scale = 1.0 / std::sqrt(8.0), .window = c.window, .sinks = {}, .softcap = c.softcap};
   if (c.sinks) o.sinks = torch::randn({H}).requires_grad_();
   const auto ids = segments(c.lengths, c.T);
   const auto documents = Documents::of(ids, B, c.T);
@@ -45,7 +48,7 @@ void expectEqualsReference(const Case& c) {
   const auto out = attend(q, k, v, documents, o);
   const auto ref = denseAttention(q, k, v, ids, o);
   ASSERT_EQ(out.sizes(), ref.sizes());
-  EXPECT_LE((out - ref).abs().max().item<double>(), 1e-6);
+  EXPECT_LE((out - ref).abs().max().item<double>(), c.tolerance);
 
   const auto upstream = torch::randn_like(ref);
   std::vector<torch::Tensor> inputs{q, k, v};
@@ -55,7 +58,7 @@ void expectEqualsReference(const Case& c) {
   for (std::size_t n = 0; n < inputs.size(); ++n) {
     // Relative to the gradient's size: a key's gradient sums over every query of its document.
     const double size = std::max(1.0, refGrads[n].abs().max().item<double>());
-    EXPECT_LE((grads[n] - refGrads[n]).abs().max().item<double>() / size, 1e-6)
+    EXPECT_LE((grads[n] - refGrads[n]).abs().max().item<double>() / size, c.tolerance)
         << "gradient of input " << n << " (largest entry " << size << ")";
   }
 }
@@ -81,10 +84,26 @@ TEST(Attention, PerDocumentEqualsTheMaskedReference) {
 }
 
 TEST(Attention, SlidingWindowAndSinksPerDocumentEqualTheReference) {
-  expectEqualsReference({"window, one document", {{20}}, 20, 6, false, "per_document_math"});
-  expectEqualsReference({"window, packed", {{3, 12, 5}, {20}}, 20, 6, false, "per_document_math"});
+  expectEqualsReference({"window, one document", {{20}}, 20, 6, false, "per_document_windowed"});
+  expectEqualsReference({"window, packed", {{3, 12, 5}, {20}}, 20, 6, false, "per_document_windowed"});
   expectEqualsReference({"sinks, packed", {{3, 12, 5}, {1, 19}}, 20, 0, true, "per_document_math"});
   expectEqualsReference({"window and sinks", {{9, 11}, {20}}, 20, 4, true, "per_document_math"});
+  // Windows longer than a block of queries (windowedMath's 256): a block sees keys from before its own start.
+  // (A gradient sums over the ~300 queries that see a key, in another order than the reference's one matmul.)
+  expectEqualsReference({"window longer than a block", {{700}}, 700, 300, false, "per_document_windowed", 4e-6});
+  expectEqualsReference(
+      {"window longer than a block, packed", {{40, 560}}, 600, 257, false, "per_document_windowed", 4e-6});
+  // A window as long as the longest document hides nothing: the full-causal kernels.
+  expectEqualsReference({"window at the longest document", {{3, 12, 5}, {20}}, 20, 20, false, "per_document"});
+  expectEqualsReference({"window past every row", {{20}, {20}}, 20, 64, false, "causal"});
+  expectEqualsReference({"window one short of a document", {{21}}, 21, 20, false, "per_document_windowed"});
+  // Gemma 2: scores soft-capped (cap 2 bites: the inputs' scores reach ~4), full and sliding layers, packed.
+  expectEqualsReference({"soft-capped, packed", {{3, 12, 5}, {20}}, 20, 0, false, "per_document_math", 1e-6, 2.0});
+  expectEqualsReference({"soft-capped, one per row", {{20}, {20}}, 20, 0, false, "per_document_math", 1e-6, 2.0});
+  expectEqualsReference(
+      {"soft-capped window, longer than a block", {{30, 570}}, 600, 260, false, "per_document_math", 4e-6, 2.0});
+  expectEqualsReference(
+      {"window and sinks, longer than a block", {{100, 500}}, 600, 300, true, "per_document_math", 4e-6});
 }
 
 // The emulated device (docs/emulated.md): on meta tensors attention is the flash kernel's shapes — one call over
@@ -148,6 +167,44 @@ TEST(Attention, A32kRowOfFourDocumentsStaysFarBelowOneMask) {
   const std::int64_t oneMask = T * T;  // bytes of one boolean [T, T] mask
   EXPECT_LT(grown, oneMask / 4) << "peak grew by " << grown / 1e6 << " MB; one [T, T] mask is " << oneMask / 1e6
                                 << " MB";
+}
+
+// A sliding layer (window 2048) on a 32768-token row of 4 documents: the windowed blocks keep what the flash
+// kernel keeps and one mask, far below one document's [L, L] float scores (eager blocks would keep their
+// probabilities, L x window a head: 134 MB a document here).
+TEST(Attention, ASlidingLayerHoldsTheWindowNotTheDocument) {
+  if (!resetResidentPeak()) GTEST_SKIP() << "the kernel does not let this process reset its resident peak";
+  if (test::kAddressSanitizer)
+    GTEST_SKIP() << "under ASan, freed memory stays resident (quarantine): no peak to measure";
+  ModelConfig c;
+  c.arch = Architecture::kMistral;
+  c.vocabSize = 64;
+  c.hiddenSize = 32;
+  c.intermediateSize = 64;
+  c.numLayers = 1;
+  c.numHeads = 2;
+  c.numKvHeads = 1;
+  c.headDim = 16;
+  c.maxPositions = 8192;
+  c.slidingWindow = 2048;
+  c.slidingLayers = {true};
+  CausalLM model(c, torch::kFloat);
+  const std::int64_t T = 32768, L = T / 4;
+  Batch batch = causalBatch(torch::randint(64, {1, T}, torch::kInt64));
+  batch.positionIds = torch::arange(L).repeat({4}).unsqueeze(0);
+  batch.segmentIds = torch::arange(4).repeat_interleave(L).unsqueeze(0);
+  const auto before = readResidentMemory().bytes;
+  resetResidentPeak();
+  const auto ctx = model.rotary().context(batch, torch::kFloat);
+  const auto x = torch::randn({1, T, c.hiddenSize}, torch::requires_grad());
+  model.decoderLayer(0).forward(x, ctx).sum().backward();
+  ASSERT_TRUE(x.grad().defined());
+  const std::int64_t grown = readResidentMemory().peakBytes - before;
+  const std::int64_t documentScores = L * L * c.numHeads * 4;  // one document's float [H, L, L] scores
+  EXPECT_LT(grown, documentScores / 2) << "peak grew by " << grown / 1e6 << " MB; one document's scores are "
+                                       << documentScores / 1e6 << " MB";
+  std::printf("a sliding layer (window 2048) on 4 x %ld tokens: the peak grew by %.0f MB\n", static_cast<long>(L),
+              grown / 1e6);
 }
 
 }  // namespace

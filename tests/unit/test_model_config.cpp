@@ -215,8 +215,10 @@ TEST(ModelConfig, Llama3RopeScalingOldForm) {
 
 TEST(ModelConfig, ErrorsNameFileAndField) {
   json j = llama();
-  j["model_type"] = "mistral";
-  EXPECT_NE(errorOf(j).find("cfg.json: model_type \"mistral\" is not supported"), std::string::npos) << errorOf(j);
+  j["model_type"] = "bloom";
+  EXPECT_NE(errorOf(j).find("cfg.json: model_type \"bloom\" is not supported (supported: \"llama\", \"mistral\", "),
+            std::string::npos)
+      << errorOf(j);
 
   j = llama();
   j.erase("hidden_size");
@@ -262,12 +264,133 @@ TEST(ModelConfig, ErrorsNameFileAndField) {
   EXPECT_NE(errorOf(j).find("hidden_act 'gelu'"), std::string::npos) << errorOf(j);
 
   j = llama();
-  j["use_sliding_window"] = true;
-  EXPECT_NE(errorOf(j).find("use_sliding_window"), std::string::npos) << errorOf(j);
-
-  j = llama();
   j.erase("model_type");
   EXPECT_NE(errorOf(j).find("'model_type' is missing"), std::string::npos) << errorOf(j);
+}
+
+// Granite's multipliers, and GraniteConfig's defaults (all 1: the attention scale too, not 1 / sqrt(head_dim)).
+TEST(ModelConfig, GraniteMultipliersAndTheirDefaults) {
+  json j = llama();
+  j["model_type"] = "granite";
+  ModelConfig c = parseModelConfig(j, "cfg.json");
+  EXPECT_EQ(c.arch, Architecture::kGranite);
+  EXPECT_STREQ(architectureName(c.arch), "granite");
+  EXPECT_EQ(c.embeddingMultiplier, 1.0);
+  EXPECT_EQ(c.residualMultiplier, 1.0);
+  EXPECT_EQ(c.logitsScaling, 1.0);
+  EXPECT_EQ(c.attentionScale, 1.0);
+  j.update({{"embedding_multiplier", 12.0},
+            {"residual_multiplier", 0.22},
+            {"attention_multiplier", 0.0078125},
+            {"logits_scaling", 16}});
+  c = parseModelConfig(j, "cfg.json");
+  EXPECT_EQ(c.embeddingMultiplier, 12.0);
+  EXPECT_EQ(c.residualMultiplier, 0.22);
+  EXPECT_EQ(c.logitsScaling, 16.0);
+  EXPECT_EQ(c.attentionScale, 0.0078125);
+  j["logits_scaling"] = 0;
+  EXPECT_NE(errorOf(j).find("cfg.json: field 'logits_scaling' is 0, expected a positive number"), std::string::npos)
+      << errorOf(j);
+  j = llama();
+  j["logits_scaling"] = 16;  // not Granite: transformers' Llama ignores it
+  EXPECT_EQ(parseModelConfig(j, "cfg.json").logitsScaling, 1.0);
+  EXPECT_EQ(parseModelConfig(j, "cfg.json").attentionScale, 0.0);
+}
+
+// Gemma 2 as Gemma2Config reads it (the expectations are its defaults for these fields): head_dim 256, the score
+// scale from query_pre_attn_scalar (256), layers 0, 2, ... sliding within 4096, tied, both soft-caps (50, 30;
+// null: none), GeGLU, Gemma's norms and four of them a layer, the embedding times sqrt(hidden).
+TEST(ModelConfig, Gemma2FieldsAndTransformersDefaults) {
+  json j = llama();
+  j["model_type"] = "gemma2";
+  j["num_hidden_layers"] = 3;
+  j.erase("tie_word_embeddings");
+  ModelConfig c = parseModelConfig(j, "cfg.json");
+  EXPECT_STREQ(architectureName(c.arch), "gemma2");
+  EXPECT_EQ(c.headDim, 256);
+  EXPECT_DOUBLE_EQ(c.attentionScale, 1.0 / 16.0);
+  EXPECT_EQ(c.slidingWindow, 4096);
+  EXPECT_EQ(c.slidingLayers, (std::vector<bool>{true, false, true}));
+  EXPECT_TRUE(c.tieWordEmbeddings);
+  EXPECT_EQ(c.attentionSoftcap, 50.0);
+  EXPECT_EQ(c.finalLogitSoftcap, 30.0);
+  EXPECT_EQ(c.activation, Activation::kGeluTanh);
+  EXPECT_TRUE(c.gemmaNorms && c.sandwichNorms && c.embeddingMultiplierInModelDtype);
+  EXPECT_DOUBLE_EQ(c.embeddingMultiplier, 8.0);  // sqrt(64)
+  j.update({{"head_dim", 128},
+            {"query_pre_attn_scalar", 144},
+            {"final_logit_softcapping", nullptr},
+            {"hidden_act", "silu"},
+            {"hidden_activation", "gelu_pytorch_tanh"}});
+  c = parseModelConfig(j, "cfg.json");
+  EXPECT_EQ(c.headDim, 128);
+  EXPECT_DOUBLE_EQ(c.attentionScale, 1.0 / 12.0);
+  EXPECT_EQ(c.finalLogitSoftcap, 0.0);
+  j["hidden_activation"] = "relu";
+  EXPECT_NE(errorOf(j).find("cfg.json: hidden_activation 'relu' is not supported for gemma2 (supported: "
+                            "gelu_pytorch_tanh)"),
+            std::string::npos)
+      << errorOf(j);
+}
+
+// Which layers slide and how far, as each transformers config class reads its config.json (the expectations
+// are what MistralConfig, Qwen2Config, Qwen3Config and Qwen3MoeConfig give for the same fields).
+TEST(ModelConfig, SlidingWindowsAsEachConfigClassReadsThem) {
+  const auto windows = [](const json& j) {
+    const ModelConfig c = parseModelConfig(j, "cfg.json");
+    std::string layers;
+    for (std::int64_t l = 0; l < c.numLayers; ++l) layers += c.sliding(l) ? 'S' : 'F';
+    return std::to_string(c.slidingWindow) + " " + layers;
+  };
+  json j = llama();
+  j["num_hidden_layers"] = 3;
+  j["model_type"] = "mistral";
+  EXPECT_EQ(windows(j), "4096 SSS") << "MistralConfig's default window";
+  j["sliding_window"] = nullptr;
+  EXPECT_EQ(windows(j), "0 FFF") << "Mistral v0.2 on, Nemo";
+  j["sliding_window"] = 8;
+  j["layer_types"] = {"full_attention", "full_attention", "full_attention"};
+  EXPECT_EQ(windows(j), "8 SSS") << "Mistral ignores layer_types";
+  // Mistral Nemo's explicit head_dim (128 with hidden 5120 and 32 heads); no biases whatever the file says.
+  j["hidden_size"] = 5120, j["num_attention_heads"] = 32, j["num_key_value_heads"] = 8, j["head_dim"] = 128;
+  j["attention_bias"] = true, j["mlp_bias"] = true;
+  const ModelConfig nemo = parseModelConfig(j, "cfg.json");
+  EXPECT_EQ(nemo.headDim, 128);
+  EXPECT_FALSE(nemo.attentionBias || nemo.attentionOutputBias || nemo.mlpBias);
+
+  j = llama();
+  j["num_hidden_layers"] = 3;
+  j["model_type"] = "qwen2";
+  j["sliding_window"] = 8;
+  EXPECT_EQ(windows(j), "0 FFF") << "no use_sliding_window";
+  j["use_sliding_window"] = true;
+  EXPECT_EQ(windows(j), "8 FFF") << "max_window_layers defaults to 28";
+  j["max_window_layers"] = 1;
+  EXPECT_EQ(windows(j), "8 FSS");
+  j["model_type"] = "qwen3";
+  j["max_window_layers"] = 2;
+  EXPECT_EQ(windows(j), "8 FFS");
+  j["layer_types"] = {"sliding_attention", "full_attention", "full_attention"};
+  EXPECT_EQ(windows(j), "8 SFF") << "layer_types over max_window_layers";
+  j.erase("layer_types");
+  j["model_type"] = "qwen3_moe";
+  j["num_experts"] = 4, j["num_experts_per_tok"] = 2, j["moe_intermediate_size"] = 32;
+  EXPECT_EQ(windows(j), "8 SSS") << "Qwen3-MoE slides on every layer";
+
+  j = llama();
+  j["model_type"] = "qwen2";
+  j["use_sliding_window"] = true;
+  j["sliding_window"] = nullptr;
+  j["layer_types"] = {"full_attention", "sliding_attention"};
+  EXPECT_NE(errorOf(j).find("layer_types[1] is \"sliding_attention\"; supported: \"full_attention\" "
+                            "(\"sliding_attention\" needs a sliding_window)"),
+            std::string::npos)
+      << errorOf(j);
+  j.erase("layer_types");
+  j["sliding_window"] = 8;
+  j["max_window_layers"] = -1;
+  EXPECT_NE(errorOf(j).find("cfg.json: field 'max_window_layers' is -1, expected an integer >= 0"), std::string::npos)
+      << errorOf(j);
 }
 
 TEST(ModelConfig, UnreadableAndInvalidFiles) {

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <random>
 #include <set>
+#include <utility>
 
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
@@ -137,10 +138,14 @@ TEST(ModelLayers, TiedHeadGradientIsSumOfBothUses) {
 }
 
 // The streamed loss against plain autograd over the full logits (linear, float32 cross-entropy): the same
-// loss and the same gradients for the hidden states and the head weight, whatever the chunking.
+// loss and the same gradients for the hidden states and the head weight, whatever the chunking; also with the
+// logits divided (Granite's logits_scaling).
 TEST(ModelLayers, StreamedLossEqualsPlainCrossEntropyAndGradients) {
-  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
-    CausalLM model(tinyConfig(Architecture::kQwen3, false), dtype);
+  for (const auto& [dtype, scaling] : {std::pair{torch::kFloat, 1.0}, std::pair{torch::kBFloat16, 1.0},
+                                       std::pair{torch::kFloat, 3.0}, std::pair{torch::kBFloat16, 3.0}}) {
+    ModelConfig config = tinyConfig(Architecture::kQwen3, false);
+    config.logitsScaling = scaling;
+    CausalLM model(config, dtype);
     randomize(model, 5);
     auto batch = causalBatch(torch::randint(97, {2, 15}, torch::kInt64));
     batch.targets.index_put_({0, 3}, kIgnoreIndex);
@@ -162,7 +167,7 @@ TEST(ModelLayers, StreamedLossEqualsPlainCrossEntropyAndGradients) {
     };
     for (const std::int64_t chunk : {0, 1, 7, 30, 1000}) {
       const auto streamed = model.head().loss(hidden, batch.targets, chunk);
-      EXPECT_TRUE(torch::allclose(streamed.sum, plain, 1e-6, 1e-5)) << chunk << " " << dtype;
+      EXPECT_TRUE(torch::allclose(streamed.sum, plain, 1e-6, 1e-5)) << chunk << " " << dtype << " / " << scaling;
       const auto grads = torch::autograd::grad({streamed.sum * 0.37}, {hidden, head});
       EXPECT_LE(relative(grads[0], plainGrads[0]), tol) << "hidden, chunk " << chunk << " " << dtype;
       EXPECT_LE(relative(grads[1], plainGrads[1]), tol) << "head weight, chunk " << chunk << " " << dtype;

@@ -31,10 +31,54 @@ struct Case {
   test::Tolerance tolerance = {};
   bool overflows = false;  // fp16 with a loss scale too large: some step must be skipped
   bool untied = false;     // a randomly initialised untied TinyStories (no tied embedding to sum)
-  bool moe = false;        // ... made Qwen3-MoE: layer 0 sparse (4 experts, top 2), layer 1 dense
-  bool auxLoss = false;    // ... both layers sparse, with the load-balancing loss (coefficient 0.1)
-  bool gptOss = false;     // ... made GPT-OSS instead: sinks, layer 0 sliding (window 8), clamped experts
+  const char* family = "";  // ... made another family (familyPatch)
 };
+
+// The untied TinyStories' config.json made another family, each with what sets it apart:
+//   qwen3_moe      layer 0 sparse (4 experts, top 2), layer 1 dense;
+//   qwen3_moe_aux  both layers sparse, with the load-balancing loss (coefficient 0.1);
+//   gpt_oss        sinks, layer 0 sliding (window 8), clamped experts;
+//   mistral        head_dim 32 (not hidden / heads = 16), a window of 8 on both layers;
+//   qwen2_window   q/k/v biases, layer 1 sliding (window 8: max_window_layers 1);
+//   granite        Granite 3.1's multipliers (embedding x12, sublayers x0.22, scores x1/128, logits / 16);
+//   gemma2         four (1 + w) norms a layer, GeGLU, layer 0 sliding (window 8), scores and logits soft-capped.
+nlohmann::json familyPatch(const std::string& family) {
+  if (family == "qwen3_moe" || family == "qwen3_moe_aux") {
+    const bool aux = family == "qwen3_moe_aux";
+    return {{"model_type", "qwen3_moe"},   {"num_experts", 4},
+            {"num_experts_per_tok", 2},    {"moe_intermediate_size", 64},
+            {"norm_topk_prob", true},      {"mlp_only_layers", aux ? std::vector<int>{} : std::vector<int>{1}},
+            {"output_router_logits", aux}, {"router_aux_loss_coef", 0.1}};
+  }
+  if (family == "gpt_oss") {
+    return {{"model_type", "gpt_oss"},      {"head_dim", 16},
+            {"num_local_experts", 4},       {"num_experts_per_tok", 2},
+            {"intermediate_size", 64},      {"sliding_window", 8},
+            {"swiglu_limit", 0.1},  // random weights: the clamps bite
+            {"output_router_logits", true}, {"router_aux_loss_coef", 0.1}};
+  }
+  if (family == "mistral") return {{"model_type", "mistral"}, {"head_dim", 32}, {"sliding_window", 8}};
+  if (family == "qwen2_window") {
+    return {{"model_type", "qwen2"}, {"use_sliding_window", true}, {"sliding_window", 8}, {"max_window_layers", 1}};
+  }
+  if (family == "granite") {
+    return {{"model_type", "granite"},
+            {"embedding_multiplier", 12.0},
+            {"residual_multiplier", 0.22},
+            {"attention_multiplier", 0.0078125},
+            {"logits_scaling", 16.0}};
+  }
+  if (family == "gemma2") {
+    return {{"model_type", "gemma2"},
+            {"head_dim", 32},
+            {"query_pre_attn_scalar", 24},
+            {"sliding_window", 8},
+            {"attn_logit_softcapping", 2.0},
+            {"final_logit_softcapping", 3.0},
+            {"hidden_activation", "gelu_pytorch_tanh"}};
+  }
+  return nlohmann::json::object();
+}
 
 // bf16/fp16 with tied embeddings: the pipeline sums the tied matrix's two gradients (the embedding's job and
 // the head's) in float32 where the trainer's autograd sums them in the model dtype, one rounding of 2^-9
@@ -73,11 +117,16 @@ const std::vector<Case>& matrixCases() {
       Case{"fp16_overflow", {"model.dtype=float16", kOverflowingScale}, 0, {}, true, true},
       // Mixture of experts: the router's top-k choice recomputed in the backward stages;
       // the load-balancing loss summed over stages (Note [Router statistics]).
-      Case{"moe", {}, 0, {}, false, true, true}, Case{"moe_aux", {}, 0, {}, false, true, true, true},
-      Case{"moe_aux_layer_recompute", {"pipeline.recompute=layer"}, 0, {}, false, true, true, true},
-      Case{"moe_aux_async_lora", {"lora.rank=4"}, 1, {}, false, true, true, true},
-      Case{"gpt_oss", {}, 0, {}, false, true, true, true, true},
-      Case{"gpt_oss_async_lora", {"lora.rank=4"}, 1, {}, false, true, true, true, true}};
+      Case{"moe", {}, 0, {}, false, true, "qwen3_moe"}, Case{"moe_aux", {}, 0, {}, false, true, "qwen3_moe_aux"},
+      Case{"moe_aux_layer_recompute", {"pipeline.recompute=layer"}, 0, {}, false, true, "qwen3_moe_aux"},
+      Case{"moe_aux_async_lora", {"lora.rank=4"}, 1, {}, false, true, "qwen3_moe_aux"},
+      Case{"gpt_oss", {}, 0, {}, false, true, "gpt_oss"},
+      Case{"gpt_oss_async_lora", {"lora.rank=4"}, 1, {}, false, true, "gpt_oss"},
+      // The families of docs/model.md beyond Llama and Qwen3, on what sets their layers apart.
+      Case{"mistral_window", {}, 0, {}, false, true, "mistral"},
+      Case{"qwen2_window_lora", {"lora.rank=4"}, 0, {}, false, true, "qwen2_window"},
+      Case{"granite_async", {}, 1, {}, false, true, "granite"},
+      Case{"gemma2_lora", {"lora.rank=4"}, 0, {}, false, true, "gemma2"}};
   return cases;
 }
 constexpr TensorPlane kPlanes[] = {TensorPlane::kHostStaged, TensorPlane::kInProcess, TensorPlane::kDirect,
@@ -101,27 +150,7 @@ void expectCellsEqualTheTrainer(const Case& c, const std::vector<std::pair<int, 
     std::filesystem::create_directories(model);
     auto json = nlohmann::json::parse(std::ifstream(tokenizer + "/config.json"));
     json["tie_word_embeddings"] = false;
-    if (c.moe) {
-      json.update({{"model_type", "qwen3_moe"},
-                   {"num_experts", 4},
-                   {"num_experts_per_tok", 2},
-                   {"moe_intermediate_size", 64},
-                   {"norm_topk_prob", true},
-                   {"mlp_only_layers", c.auxLoss ? std::vector<int>{} : std::vector<int>{1}},
-                   {"output_router_logits", c.auxLoss},
-                   {"router_aux_loss_coef", 0.1}});
-    }
-    if (c.gptOss) {
-      json.update({{"model_type", "gpt_oss"},
-                   {"head_dim", 16},
-                   {"num_local_experts", 4},
-                   {"num_experts_per_tok", 2},
-                   {"intermediate_size", 64},
-                   {"sliding_window", 8},
-                   {"swiglu_limit", 0.1},  // random weights: the clamps bite
-                   {"output_router_logits", true},
-                   {"router_aux_loss_coef", 0.1}});
-    }
+    json.update(familyPatch(c.family));
     std::ofstream(model + "/config.json") << json.dump();
     init.push_back("model.init=random");
   }

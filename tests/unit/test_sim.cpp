@@ -434,6 +434,14 @@ TEST(Projection, AttentionIsCountedPerDocumentAndAFrozenBaseComputesNoWeightGrad
   const SimCosts packed = projectCosts(m, h, 6, 2, false, false, /*documentTokens=*/2);
   EXPECT_NEAR(packed.forward[1], decoderLayerWork(m, 12, 6 * 2.0, false).forward / 1000.0, 1e-12);
   EXPECT_NEAR(packed.backward[1], 2 * packed.forward[1], 1e-12);
+  // A sliding layer (Mistral's, Qwen2's from max_window_layers, GPT-OSS's alternate ones) counts its window:
+  // decoder 1 of 2 keeps to 2 keys, so a row of 6 attends 2·6 − 2 = 10 pairs there, 18 in decoder 0.
+  ModelShape sliding = m;
+  sliding.windows = {0, 2};
+  EXPECT_DOUBLE_EQ(decoderLayerFlops(sliding, 6, 2, sliding.window(1)), decoderLayerWork(m, 12, 20, false).forward);
+  const SimCosts windowed = projectCosts(sliding, h, 6, 2);
+  EXPECT_NEAR(windowed.forward[1], decoderLayerWork(m, 12, 36, false).forward / 1000.0, 1e-12);
+  EXPECT_NEAR(windowed.forward[2], decoderLayerWork(m, 12, 20, false).forward / 1000.0, 1e-12);
 }
 
 // The cross-node gradient exchange a multi-node profile adds to each step, by hand on the tiny shape of
