@@ -129,6 +129,8 @@ def generated(name, config, seed, out, with_docs=False):
     model.save_pretrained(target, safe_serialization=True)
     g = torch.Generator().manual_seed(seed + 1)
     ids = torch.randint(config.vocab_size, (2, 24), generator=g)
+    if getattr(config, "pad_token_id", None) is not None:
+        ids[0, 3] = config.pad_token_id  # the embedding's padding_idx row: no gradient from the lookup
     tensors = reference(model, ids)
     if with_docs:
         with torch.no_grad():
@@ -174,7 +176,8 @@ def config_to_model(config):
     classes = {"qwen3": transformers.Qwen3ForCausalLM, "qwen3_moe": transformers.Qwen3MoeForCausalLM,
                "llama": transformers.LlamaForCausalLM, "gpt_oss": transformers.GptOssForCausalLM,
                "qwen2": transformers.Qwen2ForCausalLM, "mistral": transformers.MistralForCausalLM,
-               "granite": transformers.GraniteForCausalLM, "gemma2": transformers.Gemma2ForCausalLM}
+               "granite": transformers.GraniteForCausalLM, "gemma2": transformers.Gemma2ForCausalLM,
+               "phi3": transformers.Phi3ForCausalLM}
     return classes[config.model_type](config).float().eval()
 
 
@@ -652,6 +655,17 @@ def main():
         rms_norm_eps=1e-6, sliding_window=6, attn_logit_softcapping=2.0, final_logit_softcapping=3.0,
         tie_word_embeddings=True, attn_implementation="eager")
     generated("gemma2-tiny", gemma2, 5151, args.out, with_docs=True)
+    # Phi-3 (Phi-3.5-mini, Phi-4-mini proportions): fused qkv_proj and gate_up_proj, RoPE on the first 0.75 of each
+    # head, LongRoPE from 16 positions (the golden's 24 take the long factors, its documents of 10 and 14 the short
+    # ones), a window of 10 on every layer, untied, pad_token_id 0 (the embedding's padding_idx).
+    phi3 = transformers.Phi3Config(
+        vocab_size=2048, hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, partial_rotary_factor=0.75, max_position_embeddings=64,
+        original_max_position_embeddings=16, sliding_window=10, tie_word_embeddings=False, pad_token_id=0,
+        bos_token_id=1, eos_token_id=2, attn_implementation="eager",
+        rope_scaling={"type": "longrope", "short_factor": [1.0, 1.1, 1.2, 1.5, 2.0, 3.0],
+                      "long_factor": [1.0, 1.5, 2.5, 4.0, 6.0, 8.0]})
+    generated("phi3-tiny", phi3, 6161, args.out, with_docs=True)
     llama3 = transformers.LlamaConfig(
         vocab_size=384, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=1, max_position_embeddings=256, rms_norm_eps=1e-5, attention_bias=True, mlp_bias=True,

@@ -64,7 +64,7 @@ CausalLM::CausalLM(const ModelConfig& config, const ParamOptions& options)
   }
   head_ = register_module("head", std::make_shared<Head>(config, *embedding_, options));
   for (const auto& layer : layers_) {
-    for (const char* target : {"q", "k", "v", "o", "gate", "up", "down"}) {
+    for (const char* target : {"q", "k", "v", "o", "gate", "up", "down", "qkv", "gate_up"}) {
       const Projection* p = layer->projection(target);
       if (p != nullptr && p->packing()) packed_.emplace(layer->projectionPath(target) + ".weight", *p->packing());
     }

@@ -18,7 +18,7 @@ using nlohmann::json;
 constexpr std::pair<const char*, Architecture> kArchitectures[] = {
     {"llama", Architecture::kLlama},     {"mistral", Architecture::kMistral},    {"qwen2", Architecture::kQwen2},
     {"qwen3", Architecture::kQwen3},     {"qwen3_moe", Architecture::kQwen3Moe}, {"gpt_oss", Architecture::kGptOss},
-    {"granite", Architecture::kGranite}, {"gemma2", Architecture::kGemma2}};
+    {"granite", Architecture::kGranite}, {"gemma2", Architecture::kGemma2},      {"phi3", Architecture::kPhi3}};
 
 class Fields {
  public:
@@ -106,12 +106,41 @@ void parseYarn(const Fields& p, RopeConfig& rope) {
   }
 }
 
+// A longrope factor list: numbers, one per rotary frequency.
+std::vector<double> ropeFactors(const Fields& p, const char* key, std::int64_t count) {
+  const json& v = p.required(key, "a list of numbers");
+  if (!v.is_array() || static_cast<std::int64_t>(v.size()) != count) {
+    RP_THROW(InputError, "{}: field '{}' is {}, expected a list of {} numbers (head_dim x partial_rotary_factor / 2)",
+             p.source(), key, v.dump(), count);
+  }
+  std::vector<double> out;
+  for (const auto& x : v) out.push_back(p.positiveNumber(x, key));
+  return out;
+}
+
+// LongRoPE as transformers' _compute_longrope_parameters reads it for Phi-3 ("su" and "yarn" name it too there):
+// the config's top-level original_max_position_embeddings (4096 unless given) over the dict's, the factor
+// max_position_embeddings / that unless given, the attention factor sqrt(1 + ln(factor) / ln(original)).
+void parseLongrope(const Fields& f, const Fields& p, const ModelConfig& c, RopeConfig& rope) {
+  rope.type = "longrope";
+  rope.originalMaxPositions = f.positiveIntOr("original_max_position_embeddings", 4096);
+  const double original = static_cast<double>(rope.originalMaxPositions);
+  rope.factor = p.positiveNumberOr("factor", static_cast<double>(c.maxPositions) / original);
+  rope.attentionFactor = p.positiveNumberOr(
+      "attention_factor", rope.factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(rope.factor) / std::log(original)));
+  rope.shortFactor = ropeFactors(p, "short_factor", c.rotaryDim() / 2);
+  rope.longFactor = ropeFactors(p, "long_factor", c.rotaryDim() / 2);
+}
+
 // RoPE: the pre-v5 form (rope_theta + rope_scaling) and the v5 form (rope_parameters) are both accepted;
-// `rope` holds the architecture's defaults.
-RopeConfig parseRope(const json& j, const Fields& f, RopeConfig rope) {
+// `rope` holds the architecture's defaults. Phi-3 reads rope_scaling first, and longrope.
+RopeConfig parseRope(const json& j, const Fields& f, RopeConfig rope, const ModelConfig& c) {
+  const bool phi3 = c.arch == Architecture::kPhi3;
   const json* params = nullptr;
   const char* paramsKey = nullptr;
-  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+  const char* keys[] = {"rope_parameters", "rope_scaling"};
+  if (phi3) std::swap(keys[0], keys[1]);
+  for (const char* key : keys) {
     if (f.has(key)) {
       params = &j.at(key);
       paramsKey = key;
@@ -127,6 +156,14 @@ RopeConfig parseRope(const json& j, const Fields& f, RopeConfig rope) {
   rope.theta = p.positiveNumberOr("rope_theta", rope.theta);
   rope.type = p.stringOr("rope_type", p.stringOr("type", "default"));
   if (rope.type == "default") return rope;
+  if (phi3) {
+    if (rope.type != "longrope" && rope.type != "su" && rope.type != "yarn") {
+      RP_THROW(InputError, "{}: {}.rope_type '{}' is not supported for phi3 (supported: default, longrope)", f.source(),
+               paramsKey, rope.type);
+    }
+    parseLongrope(f, p, c, rope);
+    return rope;
+  }
   if (rope.type == "linear") {
     rope.factor = p.positiveNumber(p.required("factor", "a positive number"), "factor");
     return rope;
@@ -268,6 +305,11 @@ void parseWindows(const json& j, const Fields& f, ModelConfig& c) {
       c.slidingWindow = windowOr4096(j, f);
       for (std::int64_t i = 0; i < c.numLayers; i += 2) c.slidingLayers[i] = c.slidingWindow > 0;
       break;
+    case Architecture::kPhi3:  // Phi3Config: a window on every layer when sliding_window is set (none unless)
+      c.slidingWindow = f.positiveIntOr("sliding_window", 0);
+      c.slidingLayers.assign(c.slidingLayers.size(), c.slidingWindow > 0);
+      readLayerTypes = false;
+      break;
     case Architecture::kLlama:
     case Architecture::kGranite:
       break;
@@ -389,7 +431,7 @@ ModelConfig parseModelConfig(const json& j, const std::string& source) {
   c.headDim = f.positiveIntOr("head_dim", gptOss ? 64 : gemma2 ? 256 : c.hiddenSize / c.numHeads);
   if (c.headDim % 2 != 0) RP_THROW(InputError, "{}: head_dim ({}) must be even for RoPE", source, c.headDim);
   c.maxPositions = f.positiveIntOr("max_position_embeddings", 4096);
-  c.rmsNormEps = f.positiveNumberOr("rms_norm_eps", gptOss ? 1e-5 : 1e-6);
+  c.rmsNormEps = f.positiveNumberOr("rms_norm_eps", gptOss || c.arch == Architecture::kPhi3 ? 1e-5 : 1e-6);
   RopeConfig rope;
   if (gptOss && !f.has("rope_parameters") && !f.has("rope_scaling")) {
     // GptOssConfig's default: YaRN from 4096 positions, 32 times.
@@ -400,11 +442,24 @@ ModelConfig parseModelConfig(const json& j, const std::string& source) {
     rope.attentionFactor = yarnMscale(rope.factor, 1.0);
   }
   if (gptOss) rope.theta = 150000.0;
-  c.rope = parseRope(j, f, rope);
+  const bool phi3 = c.arch == Architecture::kPhi3;
+  if (phi3) {
+    c.partialRotaryFactor = f.positiveNumberOr("partial_rotary_factor", 1.0);
+    if (c.partialRotaryFactor > 1.0 || c.rotaryDim() % 2 != 0 || c.rotaryDim() == 0) {
+      RP_THROW(InputError,
+               "{}: partial_rotary_factor {} gives {} rotary dims of head_dim {}; expected an even number "
+               "from 2 to head_dim",
+               source, c.partialRotaryFactor, c.rotaryDim(), c.headDim);
+    }
+  }
+  c.rope = parseRope(j, f, rope, c);
   c.tieWordEmbeddings = f.boolOr("tie_word_embeddings", gemma2);
   // Qwen2: q/k/v with biases, o_proj without (modeling_qwen2.py reads no attention_bias); Mistral: none.
-  const bool qwen2 = c.arch == Architecture::kQwen2, mistral = c.arch == Architecture::kMistral;
-  c.attentionBias = qwen2 || (!mistral && f.boolOr("attention_bias", gptOss));
+  const bool qwen2 = c.arch == Architecture::kQwen2;
+  const bool unbiased =
+      c.arch == Architecture::kMistral || phi3;  // their projections take no bias whatever the file says
+  c.attentionBias = qwen2 || (!unbiased && f.boolOr("attention_bias", gptOss));
+  c.fusedProjections = phi3;
   c.attentionOutputBias = !qwen2 && c.attentionBias;
   // Only Llama's and Granite's MLPs read mlp_bias; the other families' have none.
   c.mlpBias = (c.arch == Architecture::kLlama || c.arch == Architecture::kGranite) && f.boolOr("mlp_bias", false);
@@ -425,6 +480,9 @@ ModelConfig parseModelConfig(const json& j, const std::string& source) {
   checkQuantization(j, f, c.arch);
   c.bosTokenId = f.tokenIdOr("bos_token_id");
   c.eosTokenId = f.tokenIdOr("eos_token_id");
+  // The config classes' defaults where the key is absent: Gemma2Config's 0, Phi3Config's 32000, else none.
+  c.padTokenId = j.contains("pad_token_id") ? f.tokenIdOr("pad_token_id") : gemma2 ? 0 : phi3 ? 32000 : -1;
+  if (c.padTokenId < 0 || c.padTokenId >= c.vocabSize) c.padTokenId = -1;
   c.initializerRange = f.positiveNumberOr("initializer_range", 0.02);
   c.storedDtype = f.stringOr("torch_dtype", f.stringOr("dtype", "float32"));
 

@@ -10,7 +10,7 @@
 
 namespace rp::model {
 
-enum class Architecture { kLlama, kMistral, kQwen2, kQwen3, kQwen3Moe, kGptOss, kGranite, kGemma2 };
+enum class Architecture { kLlama, kMistral, kQwen2, kQwen3, kQwen3Moe, kGptOss, kGranite, kGemma2, kPhi3 };
 
 // The MLP's (and a dense layer's) gate activation: SiLU (SwiGLU), or GELU's tanh approximation (Gemma's GeGLU,
 // transformers' gelu_pytorch_tanh).
@@ -18,15 +18,17 @@ enum class Activation { kSilu, kGeluTanh };
 
 struct RopeConfig {
   double theta = 10000.0;
-  std::string type = "default";              // default | linear | llama3 | yarn
+  std::string type = "default";              // default | linear | llama3 | yarn | longrope
   double factor = 1.0;                       // linear, llama3, yarn
   double lowFreqFactor = 1.0;                // llama3
   double highFreqFactor = 4.0;               // llama3
-  std::int64_t originalMaxPositions = 8192;  // llama3, yarn
+  std::int64_t originalMaxPositions = 8192;  // llama3, yarn, longrope
   double betaFast = 32.0;                    // yarn: the ramp between extrapolated and interpolated frequencies
   double betaSlow = 1.0;                     // yarn
   bool truncate = true;                      // yarn: round the ramp's ends to whole dimensions
-  double attentionFactor = 1.0;              // yarn: cos and sin are scaled by it (from factor unless given)
+  double attentionFactor = 1.0;              // yarn, longrope: cos and sin are scaled by it (from factor unless given)
+  // longrope (Phi-3): per rotary frequency, the divisors of positions up to originalMaxPositions and past them.
+  std::vector<double> shortFactor, longFactor;
 };
 
 // Mixture of experts (docs/moe.md): which decoder layers route each token to `expertsPerToken` of
@@ -90,8 +92,18 @@ struct ModelConfig {
   // Soft-capping, x -> cap * tanh(x / cap) (Gemma 2): of the attention scores before the mask, and of the final
   // logits before the loss; 0 = none.
   double attentionSoftcap = 0.0, finalLogitSoftcap = 0.0;
+  // Phi-3: q, k and v stored and computed as one qkv_proj, gate and up as one gate_up_proj (LoRA adapts the fused
+  // projections, as PEFT's target_modules name them); RoPE on the first rotaryDim() dims of each head.
+  bool fusedProjections = false;
+  double partialRotaryFactor = 1.0;
+  std::int64_t rotaryDim() const {
+    return static_cast<std::int64_t>(static_cast<double>(headDim) * partialRotaryFactor);
+  }
   std::int64_t bosTokenId = -1;
   std::int64_t eosTokenId = -1;
+  // pad_token_id where it names a row of the embedding (-1 none): transformers builds the embedding with it as
+  // nn.Embedding's padding_idx, whose row the lookup gives no gradient (Phi-3's 32000 is <|endoftext|>).
+  std::int64_t padTokenId = -1;
   double initializerRange = 0.02;       // std of the normal init for training from scratch
   std::string storedDtype = "float32";  // torch_dtype / dtype of the checkpoint, informational
   MoeConfig moe;

@@ -18,8 +18,13 @@ torch::Tensor rotateHalf(const torch::Tensor& x) {
   return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
 }
 
+// Rotates the first cos.size(-1) dims of each head (all of them but with Phi-3's partial_rotary_factor); the rest
+// pass through, as transformers' Phi-3 apply_rotary_pos_emb.
 torch::Tensor applyRotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  return x * cos + rotateHalf(x) * sin;
+  const auto rotary = cos.size(-1);
+  if (rotary == x.size(-1)) return x * cos + rotateHalf(x) * sin;
+  const auto part = x.narrow(-1, 0, rotary);
+  return torch::cat({part * cos + rotateHalf(part) * sin, x.narrow(-1, rotary, x.size(-1) - rotary)}, -1);
 }
 
 // YaRN (transformers' _compute_yarn_parameters): frequencies below the correction range are interpolated
@@ -45,11 +50,14 @@ torch::Tensor yarnFrequencies(const torch::Tensor& extrapolated, const ModelConf
   return interpolated * (1 - extrapolationFactor) + extrapolated * extrapolationFactor;
 }
 
-// inv_freq exactly as transformers builds it (float32), then scaled by the configured rope type.
-torch::Tensor inverseFrequencies(const ModelConfig& c) {
-  const auto dim = c.headDim;
+// inv_freq exactly as transformers builds it (float32) over the rotary dims, then scaled by the configured rope
+// type; longrope's with `factors` (short or long) dividing each frequency's base.
+torch::Tensor inverseFrequencies(const ModelConfig& c, const std::vector<double>& factors = {}) {
+  const auto dim = c.rotaryDim();
   auto exponents = torch::arange(0, dim, 2, torch::kInt64).to(torch::kFloat) / static_cast<double>(dim);
-  auto invFreq = 1.0 / torch::pow(torch::scalar_tensor(c.rope.theta, torch::kFloat), exponents);
+  const auto base = torch::pow(torch::scalar_tensor(c.rope.theta, torch::kFloat), exponents);
+  if (!factors.empty()) return 1.0 / (torch::tensor(factors, torch::kDouble).to(torch::kFloat) * base);
+  auto invFreq = 1.0 / base;
   const RopeConfig& r = c.rope;
   if (r.type == "linear") return invFreq / r.factor;
   if (r.type == "yarn") return yarnFrequencies(invFreq, c);
@@ -89,16 +97,24 @@ Batch causalBatch(const torch::Tensor& inputIds) {
 }
 
 Rotary::Rotary(const ModelConfig& config)
-    : invFreq_(inverseFrequencies(config)),
-      scaling_(config.rope.type == "yarn" ? config.rope.attentionFactor : 1.0),
+    : invFreq_(inverseFrequencies(config, config.rope.shortFactor)),
+      longInvFreq_(config.rope.type == "longrope" ? inverseFrequencies(config, config.rope.longFactor)
+                                                  : torch::Tensor()),
+      originalMaxPositions_(config.rope.originalMaxPositions),
+      scaling_(config.rope.type == "yarn" || config.rope.type == "longrope" ? config.rope.attentionFactor : 1.0),
       window_(std::find(config.slidingLayers.begin(), config.slidingLayers.end(), true) != config.slidingLayers.end()
                   ? config.slidingWindow
                   : 0) {}
 
 AttentionContext Rotary::context(const Batch& batch, torch::ScalarType dtype) const {
   AttentionContext ctx;
-  // [B, T, 1] x [1, 1, D/2] in float32, duplicated to [B, T, D] as transformers does.
-  const auto freqs = batch.positionIds.to(torch::kFloat).unsqueeze(-1) * invFreq_.view({1, 1, -1});
+  // [B, T, 1] x [1, 1, D/2] in float32, duplicated to [B, T, D] as transformers does. Longrope takes its long
+  // factors when the batch's largest position reaches past the original context (transformers decides per forward
+  // on max(position_ids) + 1; here read on the host, where the batch is built).
+  const bool longFactors =
+      longInvFreq_.defined() && batch.positionIds.max().item<std::int64_t>() + 1 > originalMaxPositions_;
+  const auto& invFreq = longFactors ? longInvFreq_ : invFreq_;
+  const auto freqs = batch.positionIds.to(torch::kFloat).unsqueeze(-1) * invFreq.view({1, 1, -1});
   const auto emb = torch::cat({freqs, freqs}, -1);
   ctx.cos = scaling_ == 1.0 ? emb.cos().to(dtype) : (emb.cos() * scaling_).to(dtype);
   ctx.sin = scaling_ == 1.0 ? emb.sin().to(dtype) : (emb.sin() * scaling_).to(dtype);
@@ -156,12 +172,17 @@ Attention::Attention(const ModelConfig& c, bool sliding, const ParamOptions& o)
       scale_(c.attentionScale > 0 ? c.attentionScale : 1.0 / std::sqrt(static_cast<double>(c.headDim))),
       softcap_(c.attentionSoftcap),
       sliding_(sliding) {
-  q_ =
-      register_module("q_proj", std::make_shared<Projection>(c.hiddenSize, c.numHeads * c.headDim, c.attentionBias, o));
-  k_ = register_module("k_proj",
-                       std::make_shared<Projection>(c.hiddenSize, c.numKvHeads * c.headDim, c.attentionBias, o));
-  v_ = register_module("v_proj",
-                       std::make_shared<Projection>(c.hiddenSize, c.numKvHeads * c.headDim, c.attentionBias, o));
+  if (c.fusedProjections) {
+    qkv_ = register_module(
+        "qkv_proj", std::make_shared<Projection>(c.hiddenSize, (c.numHeads + 2 * c.numKvHeads) * c.headDim, false, o));
+  } else {
+    q_ = register_module("q_proj",
+                         std::make_shared<Projection>(c.hiddenSize, c.numHeads * c.headDim, c.attentionBias, o));
+    k_ = register_module("k_proj",
+                         std::make_shared<Projection>(c.hiddenSize, c.numKvHeads * c.headDim, c.attentionBias, o));
+    v_ = register_module("v_proj",
+                         std::make_shared<Projection>(c.hiddenSize, c.numKvHeads * c.headDim, c.attentionBias, o));
+  }
   o_ = register_module("o_proj",
                        std::make_shared<Projection>(c.numHeads * c.headDim, c.hiddenSize, c.attentionOutputBias, o));
   if (c.qkNorm) {
@@ -174,9 +195,19 @@ Attention::Attention(const ModelConfig& c, bool sliding, const ParamOptions& o)
 torch::Tensor Attention::forward(const torch::Tensor& x, const AttentionContext& ctx) const {
   const auto B = x.size(0);
   const auto T = x.size(1);
-  auto q = q_->forward(x).view({B, T, numHeads_, headDim_});
-  auto k = k_->forward(x).view({B, T, numKvHeads_, headDim_});
-  auto v = v_->forward(x).view({B, T, numKvHeads_, headDim_}).transpose(1, 2);
+  torch::Tensor q, k, v;
+  if (qkv_) {
+    const auto qkv = qkv_->forward(x);
+    const auto qWidth = numHeads_ * headDim_, kvWidth = numKvHeads_ * headDim_;
+    q = qkv.narrow(-1, 0, qWidth);
+    k = qkv.narrow(-1, qWidth, kvWidth);
+    v = qkv.narrow(-1, qWidth + kvWidth, kvWidth);
+  } else {
+    q = q_->forward(x), k = k_->forward(x), v = v_->forward(x);
+  }
+  q = q.reshape({B, T, numHeads_, headDim_});
+  k = k.reshape({B, T, numKvHeads_, headDim_});
+  v = v.reshape({B, T, numKvHeads_, headDim_}).transpose(1, 2);
   if (qNorm_) {
     q = qNorm_->forward(q);
     k = kNorm_->forward(k);
@@ -193,6 +224,7 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const AttentionContext&
 }
 
 Projection* Attention::projection(const std::string& name) const {
+  if (name == "qkv") return qkv_.get();
   if (name == "q") return q_.get();
   if (name == "k") return k_.get();
   if (name == "v") return v_.get();
@@ -202,9 +234,13 @@ Projection* Attention::projection(const std::string& name) const {
 
 std::vector<NamedTensor> Attention::hfParameters(const std::string& prefix) const {
   std::vector<NamedTensor> out;
-  appendProjection(out, prefix + "q_proj", *q_);
-  appendProjection(out, prefix + "k_proj", *k_);
-  appendProjection(out, prefix + "v_proj", *v_);
+  if (qkv_) {
+    appendProjection(out, prefix + "qkv_proj", *qkv_);
+  } else {
+    appendProjection(out, prefix + "q_proj", *q_);
+    appendProjection(out, prefix + "k_proj", *k_);
+    appendProjection(out, prefix + "v_proj", *v_);
+  }
   appendProjection(out, prefix + "o_proj", *o_);
   if (qNorm_) {
     out.emplace_back(prefix + "q_norm.weight", qNorm_->weight);
@@ -215,18 +251,31 @@ std::vector<NamedTensor> Attention::hfParameters(const std::string& prefix) cons
 }
 
 Mlp::Mlp(const ModelConfig& c, const ParamOptions& o) : activation_(c.activation) {
-  gate_ = register_module("gate_proj", std::make_shared<Projection>(c.hiddenSize, c.intermediateSize, c.mlpBias, o));
-  up_ = register_module("up_proj", std::make_shared<Projection>(c.hiddenSize, c.intermediateSize, c.mlpBias, o));
+  if (c.fusedProjections) {
+    gateUp_ = register_module("gate_up_proj",
+                              std::make_shared<Projection>(c.hiddenSize, 2 * c.intermediateSize, c.mlpBias, o));
+  } else {
+    gate_ = register_module("gate_proj", std::make_shared<Projection>(c.hiddenSize, c.intermediateSize, c.mlpBias, o));
+    up_ = register_module("up_proj", std::make_shared<Projection>(c.hiddenSize, c.intermediateSize, c.mlpBias, o));
+  }
   down_ = register_module("down_proj", std::make_shared<Projection>(c.intermediateSize, c.hiddenSize, c.mlpBias, o));
 }
 
 torch::Tensor Mlp::forward(const torch::Tensor& x) const {
-  const auto gate = gate_->forward(x);
+  torch::Tensor gate, up;
+  if (gateUp_) {
+    const auto both = gateUp_->forward(x);
+    const auto width = both.size(-1) / 2;
+    gate = both.narrow(-1, 0, width), up = both.narrow(-1, width, width);
+  } else {
+    gate = gate_->forward(x), up = up_->forward(x);
+  }
   const auto activated = activation_ == Activation::kSilu ? torch::silu(gate) : torch::gelu(gate, "tanh");
-  return down_->forward(activated * up_->forward(x));
+  return down_->forward(activated * up);
 }
 
 Projection* Mlp::projection(const std::string& name) const {
+  if (name == "gate_up") return gateUp_.get();
   if (name == "gate") return gate_.get();
   if (name == "up") return up_.get();
   if (name == "down") return down_.get();
@@ -235,8 +284,12 @@ Projection* Mlp::projection(const std::string& name) const {
 
 std::vector<NamedTensor> Mlp::hfParameters(const std::string& prefix) const {
   std::vector<NamedTensor> out;
-  appendProjection(out, prefix + "gate_proj", *gate_);
-  appendProjection(out, prefix + "up_proj", *up_);
+  if (gateUp_) {
+    appendProjection(out, prefix + "gate_up_proj", *gateUp_);
+  } else {
+    appendProjection(out, prefix + "gate_proj", *gate_);
+    appendProjection(out, prefix + "up_proj", *up_);
+  }
   appendProjection(out, prefix + "down_proj", *down_);
   return out;
 }
@@ -441,12 +494,13 @@ double embeddingMultiplier(const ModelConfig& c, torch::ScalarType dtype) {
 }
 }  // namespace
 
-Embedding::Embedding(const ModelConfig& c, const ParamOptions& o) : multiplier_(embeddingMultiplier(c, o.dtype)) {
+Embedding::Embedding(const ModelConfig& c, const ParamOptions& o)
+    : multiplier_(embeddingMultiplier(c, o.dtype)), paddingIdx_(c.padTokenId) {
   weight = register_parameter("weight", newParameter({c.vocabSize, c.hiddenSize}, o));
 }
 
 torch::Tensor Embedding::forward(const torch::Tensor& inputIds) const {
-  const auto embedded = torch::embedding(weight, inputIds);
+  const auto embedded = torch::embedding(weight, inputIds, paddingIdx_);
   return multiplier_ == 1.0 ? embedded : embedded * multiplier_;
 }
 

@@ -67,8 +67,10 @@ class Rotary {
   AttentionContext context(const Batch& batch, torch::ScalarType dtype) const;
 
  private:
-  torch::Tensor invFreq_;  // [head_dim / 2] float32
-  double scaling_;         // yarn's attention factor on cos and sin
+  torch::Tensor invFreq_;      // [rotary dims / 2] float32
+  torch::Tensor longInvFreq_;  // longrope: past originalMaxPositions_ (invFreq_ up to it)
+  std::int64_t originalMaxPositions_ = 0;
+  double scaling_;         // yarn's and longrope's attention factor on cos and sin
   std::int64_t window_;    // sliding window of the sliding layers; 0 = none
 };
 
@@ -118,11 +120,12 @@ class Attention : public torch::nn::Module {
   Attention(const ModelConfig& config, bool sliding, const ParamOptions& options);
   torch::Tensor forward(const torch::Tensor& x, const AttentionContext& ctx) const;
   std::vector<NamedTensor> hfParameters(const std::string& prefix) const;
-  // "q", "k", "v", "o"; nullptr for other names.
+  // "q", "k", "v", "o" ("qkv" and "o" where they are fused: Phi-3); nullptr for other names.
   Projection* projection(const std::string& name) const;
 
  private:
   std::int64_t numHeads_, numKvHeads_, headDim_;
+  std::shared_ptr<Projection> qkv_;  // Phi-3: q, k and v as one projection, their rows in that order
   double scale_;    // of the scores: 1 / sqrt(headDim), Granite's attention_multiplier, Gemma's scalar^-0.5
   double softcap_;  // of the scores (Gemma 2); 0 none
   bool sliding_;
@@ -136,11 +139,12 @@ class Mlp : public torch::nn::Module {
   Mlp(const ModelConfig& config, const ParamOptions& options);
   torch::Tensor forward(const torch::Tensor& x) const;
   std::vector<NamedTensor> hfParameters(const std::string& prefix) const;
-  // "gate", "up", "down"; nullptr for other names.
+  // "gate", "up", "down" ("gate_up" and "down" where they are fused: Phi-3); nullptr for other names.
   Projection* projection(const std::string& name) const;
 
  private:
   std::shared_ptr<Projection> gate_, up_, down_;
+  std::shared_ptr<Projection> gateUp_;  // Phi-3: gate's rows then up's
   Activation activation_;
 };
 
@@ -237,7 +241,8 @@ class Embedding : public torch::nn::Module {
   torch::Tensor weight;  // [vocab, hidden]
 
  private:
-  double multiplier_;  // Granite's embedding_multiplier, Gemma's sqrt(hidden); 1 elsewhere
+  double multiplier_;        // Granite's embedding_multiplier, Gemma's sqrt(hidden); 1 elsewhere
+  std::int64_t paddingIdx_;  // ModelConfig::padTokenId: its row gets no gradient from the lookup; -1 none
 };
 
 // Summed token loss, so microbatches accumulate exactly. The tokens it covers are the batch's targets, which the

@@ -39,8 +39,34 @@ struct Targets {
   ExpertTargets experts;
 };
 
+// Phi-3's fused projections: any of q, k, v adapts qkv_proj and any of gate, up adapts gate_up_proj (PEFT's
+// target_modules for Phi-3 name them so); a subset is widened to the whole, said once.
+std::vector<std::string> fusedTargets(const std::vector<std::string>& targets, bool say) {
+  std::vector<std::string> out;
+  const auto fuse = [&](std::initializer_list<const char*> parts, const char* fused) {
+    int present = 0;
+    for (const char* p : parts) present += has(targets, p) ? 1 : 0;
+    if (present == 0) return;
+    out.push_back(fused);
+    static std::once_flag widened;
+    if (say && present < static_cast<int>(parts.size())) {
+      std::call_once(widened, [&] {
+        RP_LOG_WARN("lora.targets: this model fuses {} into {}_proj; the adapter covers all of them, as PEFT's {}_proj",
+                    fmt::join(parts, ", "), fused, fused);
+      });
+    }
+  };
+  fuse({"q", "k", "v"}, "qkv");
+  fuse({"gate", "up"}, "gate_up");
+  for (const auto& t : targets) {
+    if (t == "o" || t == "down") out.push_back(t);
+  }
+  return out;
+}
+
 Targets adaptedTargets(const CausalLM& model, const LoraConfig& config, bool say) {
   const ModelConfig& c = model.config();
+  if (c.fusedProjections) return {fusedTargets(config.targets, say), {}};
   if (c.moe.numExperts == 0) return {config.targets, {}};
   Targets out;
   for (const auto& t : config.targets) {

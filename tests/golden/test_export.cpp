@@ -95,6 +95,10 @@ TEST_P(ExportTest, TransformersAndPeftGiveOurLogits) {
     } else {
       EXPECT_FALSE(config.contains("target_parameters"));
     }
+    if (std::string(GetParam().golden) == "phi3-tiny") {  // PEFT's Phi-3 modules: the fused projections
+      EXPECT_EQ(config.at("target_modules"),
+                nlohmann::json::array({"down_proj", "gate_up_proj", "o_proj", "qkv_proj"}));
+    }
     // A QLoRA run's adapter goes on the bitsandbytes 4-bit base, as PEFT users load it.
     const bool nf4 =
         std::find(GetParam().sets.begin(), GetParam().sets.end(), "lora.base_dtype=nf4") != GetParam().sets.end();
@@ -158,6 +162,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"granite_lora", {"lora.rank=4", "lora.alpha=8"}, "granite-tiny"},
                       // Gemma 2: four (1 + w) norms a layer, GeGLU, soft-capped scores and logits.
                       Case{"gemma2_lora", {"lora.rank=4", "lora.alpha=8"}, "gemma2-tiny"},
+                      // Phi-3: LoRA on the fused qkv_proj and gate_up_proj, as PEFT names them.
+                      Case{"phi3_lora", {"lora.rank=4", "lora.alpha=8"}, "phi3-tiny"},
                       // The default targets: attention and the experts (the merged
                       // export adds each expert's delta to its published tensors).
                       Case{"moe_lora", {"lora.rank=4", "lora.alpha=8"}, "qwen3-moe-tiny"},

@@ -135,6 +135,35 @@ TEST(Lora, MoeModelsAdaptAttentionAndExperts) {
   EXPECT_EQ(errorOf([&] { attachLora(*tinyMoe({}), config); }), "no error");
 }
 
+// Phi-3's fused projections: any of q, k, v adapts qkv_proj, any of gate, up adapts gate_up_proj (PEFT's
+// target_modules for Phi-3), with the fused widths; a fresh adapter changes nothing.
+TEST(Lora, FusedProjectionsAdaptAsPeftNamesThem) {
+  ModelConfig c = tinyConfig();
+  c.arch = Architecture::kPhi3;
+  c.fusedProjections = true;
+  auto model = std::make_shared<CausalLM>(c, torch::kFloat);
+  torch::manual_seed(2);
+  {
+    torch::NoGradGuard noGrad;
+    for (auto& [n, p] : model->hfParameters()) p.copy_(torch::randn(p.sizes()) * 0.3);
+  }
+  const Batch batch = causalBatch(torch::randint(40, {1, 6}, torch::kInt64));
+  const auto before = model->logits(batch).detach();
+  LoraConfig config;
+  config.rank = 2;
+  config.targets = {"v", "up", "o"};
+  const auto adapters = attachLora(*model, config);
+  const std::string l1 = "base_model.model.model.layers.1.";
+  EXPECT_EQ(namesOf(adapters)[6], l1 + "self_attn.qkv_proj.lora_A.weight");
+  EXPECT_EQ(namesOf(adapters)[8], l1 + "mlp.gate_up_proj.lora_A.weight");
+  EXPECT_EQ(namesOf(adapters)[10], l1 + "self_attn.o_proj.lora_A.weight");
+  EXPECT_EQ(adapters.size(), 12u);
+  // B of qkv: [(H + 2 Hkv) D, r]; B of gate_up: [2 I, r].
+  EXPECT_EQ(adapters[7].second.sizes(), (std::vector<std::int64_t>{(2 + 2 * 1) * 8, 2}));
+  EXPECT_EQ(adapters[9].second.sizes(), (std::vector<std::int64_t>{2 * 24, 2}));
+  EXPECT_TRUE(torch::equal(model->logits(batch), before));
+}
+
 // The export's merged delta is the forward's: x (W + delta_e)^T = x W^T + delta(e, x), in both layouts.
 TEST(Lora, ExpertDeltaWeightIsTheForwardsDelta) {
   torch::manual_seed(3);

@@ -333,6 +333,60 @@ TEST(ModelConfig, Gemma2FieldsAndTransformersDefaults) {
       << errorOf(j);
 }
 
+// Phi-3 as Phi3Config reads it: fused projections, no biases whatever the file says, rms_norm_eps 1e-5,
+// pad_token_id 32000 (the embedding's padding_idx where it is a row), partial rotary, longrope from rope_scaling
+// ("su" and "yarn" name it too) with the factor and attention factor from the context lengths; the window on
+// every layer. Expected values: Phi-4-mini's config.json fields, and transformers' formula
+// sqrt(1 + ln(32) / ln(4096)) = 1.1902380714.
+TEST(ModelConfig, Phi3FieldsLongRopeAndTransformersDefaults) {
+  json j = llama();
+  j.update({{"model_type", "phi3"},
+            {"num_attention_heads", 4},
+            {"num_key_value_heads", 2},
+            {"hidden_size", 64},
+            {"vocab_size", 40000},
+            {"attention_bias", true},
+            {"partial_rotary_factor", 0.75},
+            {"max_position_embeddings", 131072},
+            {"original_max_position_embeddings", 4096},
+            {"sliding_window", 2047}});
+  j.erase("rms_norm_eps");
+  const std::vector<double> shortFactor{1.0, 1.0, 1.0, 1.0, 1.0, 1.0}, longFactor{1.0, 1.5, 2.0, 4.0, 8.0, 16.0};
+  j["rope_scaling"] = {{"type", "su"}, {"short_factor", shortFactor}, {"long_factor", longFactor}};
+  ModelConfig c = parseModelConfig(j, "cfg.json");
+  EXPECT_STREQ(architectureName(c.arch), "phi3");
+  EXPECT_TRUE(c.fusedProjections);
+  EXPECT_FALSE(c.attentionBias || c.attentionOutputBias || c.mlpBias);
+  EXPECT_EQ(c.rmsNormEps, 1e-5);
+  EXPECT_EQ(c.padTokenId, 32000);
+  EXPECT_EQ(c.rotaryDim(), 12);
+  EXPECT_EQ(c.rope.type, "longrope");
+  EXPECT_EQ(c.rope.originalMaxPositions, 4096);
+  EXPECT_DOUBLE_EQ(c.rope.factor, 32.0);
+  EXPECT_NEAR(c.rope.attentionFactor, 1.1902380714, 1e-9);
+  EXPECT_EQ(c.rope.longFactor, longFactor);
+  EXPECT_EQ(c.slidingWindow, 2047);
+  EXPECT_EQ(c.slidingLayers, (std::vector<bool>{true, true}));
+  j["rope_scaling"]["long_factor"] = std::vector<double>{1.0, 2.0};
+  EXPECT_NE(errorOf(j).find("cfg.json: field 'long_factor' is [1.0,2.0], expected a list of 6 numbers"),
+            std::string::npos)
+      << errorOf(j);
+  j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
+  EXPECT_NE(
+      errorOf(j).find("rope_scaling.rope_type 'dynamic' is not supported for phi3 (supported: default, longrope)"),
+      std::string::npos)
+      << errorOf(j);
+  j.erase("rope_scaling");
+  j["partial_rotary_factor"] = 0.3;  // 4.8 dims: 4, fine; 0.1: 1.6 -> 1, odd
+  EXPECT_EQ(parseModelConfig(j, "cfg.json").rotaryDim(), 4);
+  j["partial_rotary_factor"] = 0.1;
+  EXPECT_NE(errorOf(j).find("partial_rotary_factor 0.1 gives 1 rotary dims of head_dim 16"), std::string::npos)
+      << errorOf(j);
+  j["partial_rotary_factor"] = 1.0;
+  j["vocab_size"] = 100;  // the default pad 32000 is no row of it
+  EXPECT_EQ(parseModelConfig(j, "cfg.json").padTokenId, -1);
+}
+
 // Which layers slide and how far, as each transformers config class reads its config.json (the expectations
 // are what MistralConfig, Qwen2Config, Qwen3Config and Qwen3MoeConfig give for the same fields).
 TEST(ModelConfig, SlidingWindowsAsEachConfigClassReadsThem) {

@@ -41,7 +41,9 @@ struct Case {
 //   mistral        head_dim 32 (not hidden / heads = 16), a window of 8 on both layers;
 //   qwen2_window   q/k/v biases, layer 1 sliding (window 8: max_window_layers 1);
 //   granite        Granite 3.1's multipliers (embedding x12, sublayers x0.22, scores x1/128, logits / 16);
-//   gemma2         four (1 + w) norms a layer, GeGLU, layer 0 sliding (window 8), scores and logits soft-capped.
+//   gemma2         four (1 + w) norms a layer, GeGLU, layer 0 sliding (window 8), scores and logits soft-capped;
+//   phi3           fused qkv_proj and gate_up_proj, RoPE on half of each head, LongRoPE past 16 positions (the
+//                  rows' 32 take the long factors), a window of 12.
 nlohmann::json familyPatch(const std::string& family) {
   if (family == "qwen3_moe" || family == "qwen3_moe_aux") {
     const bool aux = family == "qwen3_moe_aux";
@@ -76,6 +78,15 @@ nlohmann::json familyPatch(const std::string& family) {
             {"attn_logit_softcapping", 2.0},
             {"final_logit_softcapping", 3.0},
             {"hidden_activation", "gelu_pytorch_tanh"}};
+  }
+  if (family == "phi3") {
+    const std::vector<double> shortFactor{1.0, 1.2, 1.5, 2.0}, longFactor{1.0, 2.0, 4.0, 8.0};
+    return {{"model_type", "phi3"},
+            {"partial_rotary_factor", 0.5},
+            {"original_max_position_embeddings", 16},
+            {"max_position_embeddings", 64},
+            {"sliding_window", 12},
+            {"rope_scaling", {{"type", "longrope"}, {"short_factor", shortFactor}, {"long_factor", longFactor}}}};
   }
   return nlohmann::json::object();
 }
@@ -126,7 +137,8 @@ const std::vector<Case>& matrixCases() {
       Case{"mistral_window", {}, 0, {}, false, true, "mistral"},
       Case{"qwen2_window_lora", {"lora.rank=4"}, 0, {}, false, true, "qwen2_window"},
       Case{"granite_async", {}, 1, {}, false, true, "granite"},
-      Case{"gemma2_lora", {"lora.rank=4"}, 0, {}, false, true, "gemma2"}};
+      Case{"gemma2_lora", {"lora.rank=4"}, 0, {}, false, true, "gemma2"},
+      Case{"phi3_qlora", {"lora.rank=4", "lora.base_dtype=nf4"}, 0, {}, false, true, "phi3"}};
   return cases;
 }
 constexpr TensorPlane kPlanes[] = {TensorPlane::kHostStaged, TensorPlane::kInProcess, TensorPlane::kDirect,
