@@ -177,7 +177,7 @@ def config_to_model(config):
                "llama": transformers.LlamaForCausalLM, "gpt_oss": transformers.GptOssForCausalLM,
                "qwen2": transformers.Qwen2ForCausalLM, "mistral": transformers.MistralForCausalLM,
                "granite": transformers.GraniteForCausalLM, "gemma2": transformers.Gemma2ForCausalLM,
-               "phi3": transformers.Phi3ForCausalLM}
+               "phi3": transformers.Phi3ForCausalLM, "olmo2": transformers.Olmo2ForCausalLM}
     return classes[config.model_type](config).float().eval()
 
 
@@ -666,6 +666,13 @@ def main():
         rope_scaling={"type": "longrope", "short_factor": [1.0, 1.1, 1.2, 1.5, 2.0, 3.0],
                       "long_factor": [1.0, 1.5, 2.5, 4.0, 6.0, 8.0]})
     generated("phi3-tiny", phi3, 6161, args.out, with_docs=True)
+    # OLMo 2: no pre-norms (norms on the sublayers' outputs), q/k norms over the whole projections, RoPE in
+    # float32, untied, Olmo2Config's pad_token_id 1 (the embedding's padding_idx).
+    olmo2 = transformers.Olmo2Config(
+        vocab_size=2048, hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-6, rope_theta=5e5,
+        tie_word_embeddings=False, pad_token_id=1, bos_token_id=None, eos_token_id=2, attn_implementation="eager")
+    generated("olmo2-tiny", olmo2, 7171, args.out, with_docs=True)
     llama3 = transformers.LlamaConfig(
         vocab_size=384, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=1, max_position_embeddings=256, rms_norm_eps=1e-5, attention_bias=True, mlp_bias=True,

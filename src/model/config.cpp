@@ -18,7 +18,8 @@ using nlohmann::json;
 constexpr std::pair<const char*, Architecture> kArchitectures[] = {
     {"llama", Architecture::kLlama},     {"mistral", Architecture::kMistral},    {"qwen2", Architecture::kQwen2},
     {"qwen3", Architecture::kQwen3},     {"qwen3_moe", Architecture::kQwen3Moe}, {"gpt_oss", Architecture::kGptOss},
-    {"granite", Architecture::kGranite}, {"gemma2", Architecture::kGemma2},      {"phi3", Architecture::kPhi3}};
+    {"granite", Architecture::kGranite}, {"gemma2", Architecture::kGemma2},      {"phi3", Architecture::kPhi3},
+    {"olmo2", Architecture::kOlmo2}};
 
 class Fields {
  public:
@@ -312,6 +313,7 @@ void parseWindows(const json& j, const Fields& f, ModelConfig& c) {
       break;
     case Architecture::kLlama:
     case Architecture::kGranite:
+    case Architecture::kOlmo2:
       break;
   }
   if (readLayerTypes && f.has("layer_types")) parseLayerTypes(j, f, c.slidingWindow > 0, c.slidingLayers);
@@ -366,7 +368,8 @@ void parseGemma2(const json& j, const Fields& f, ModelConfig& c) {
              f.source(), act);
   }
   c.activation = Activation::kGeluTanh;
-  c.gemmaNorms = c.sandwichNorms = true;
+  c.normStyle = NormStyle::kGemma;
+  c.normPlacement = NormPlacement::kSandwich;
   c.embeddingMultiplier = std::sqrt(static_cast<double>(c.hiddenSize));
   c.embeddingMultiplierInModelDtype = true;
   c.attentionScale = 1.0 / std::sqrt(f.positiveNumberOr("query_pre_attn_scalar", 256.0));
@@ -431,7 +434,8 @@ ModelConfig parseModelConfig(const json& j, const std::string& source) {
   c.headDim = f.positiveIntOr("head_dim", gptOss ? 64 : gemma2 ? 256 : c.hiddenSize / c.numHeads);
   if (c.headDim % 2 != 0) RP_THROW(InputError, "{}: head_dim ({}) must be even for RoPE", source, c.headDim);
   c.maxPositions = f.positiveIntOr("max_position_embeddings", 4096);
-  c.rmsNormEps = f.positiveNumberOr("rms_norm_eps", gptOss || c.arch == Architecture::kPhi3 ? 1e-5 : 1e-6);
+  const bool olmo2 = c.arch == Architecture::kOlmo2;
+  c.rmsNormEps = f.positiveNumberOr("rms_norm_eps", gptOss || olmo2 || c.arch == Architecture::kPhi3 ? 1e-5 : 1e-6);
   RopeConfig rope;
   if (gptOss && !f.has("rope_parameters") && !f.has("rope_scaling")) {
     // GptOssConfig's default: YaRN from 4096 positions, 32 times.
@@ -460,6 +464,11 @@ ModelConfig parseModelConfig(const json& j, const std::string& source) {
       c.arch == Architecture::kMistral || phi3;  // their projections take no bias whatever the file says
   c.attentionBias = qwen2 || (!unbiased && f.boolOr("attention_bias", gptOss));
   c.fusedProjections = phi3;
+  if (olmo2) {  // Olmo2Config: post-norms only, q/k norms over the whole projections, RoPE in float32
+    c.normStyle = NormStyle::kOlmo2;
+    c.normPlacement = NormPlacement::kPost;
+    c.qkNormFullWidth = c.rotaryInFloat32 = true;
+  }
   c.attentionOutputBias = !qwen2 && c.attentionBias;
   // Only Llama's and Granite's MLPs read mlp_bias; the other families' have none.
   c.mlpBias = (c.arch == Architecture::kLlama || c.arch == Architecture::kGranite) && f.boolOr("mlp_bias", false);
@@ -480,8 +489,9 @@ ModelConfig parseModelConfig(const json& j, const std::string& source) {
   checkQuantization(j, f, c.arch);
   c.bosTokenId = f.tokenIdOr("bos_token_id");
   c.eosTokenId = f.tokenIdOr("eos_token_id");
-  // The config classes' defaults where the key is absent: Gemma2Config's 0, Phi3Config's 32000, else none.
-  c.padTokenId = j.contains("pad_token_id") ? f.tokenIdOr("pad_token_id") : gemma2 ? 0 : phi3 ? 32000 : -1;
+  // The config classes' defaults where the key is absent: Gemma2Config's 0, Phi3Config's 32000, Olmo2Config's 1,
+  // else none.
+  c.padTokenId = j.contains("pad_token_id") ? f.tokenIdOr("pad_token_id") : gemma2 ? 0 : phi3 ? 32000 : olmo2 ? 1 : -1;
   if (c.padTokenId < 0 || c.padTokenId >= c.vocabSize) c.padTokenId = -1;
   c.initializerRange = f.positiveNumberOr("initializer_range", 0.02);
   c.storedDtype = f.stringOr("torch_dtype", f.stringOr("dtype", "float32"));

@@ -10,7 +10,15 @@
 
 namespace rp::model {
 
-enum class Architecture { kLlama, kMistral, kQwen2, kQwen3, kQwen3Moe, kGptOss, kGranite, kGemma2, kPhi3 };
+enum class Architecture { kLlama, kMistral, kQwen2, kQwen3, kQwen3Moe, kGptOss, kGranite, kGemma2, kPhi3, kOlmo2 };
+
+// How an RMSNorm applies its weight to the float32-normalised input: Llama's w * x.to(dtype); Gemma's
+// (x * (1 + w)) in float32, cast once (w stored as an offset from one, zero at init); OLMo 2's (w * x) in float32,
+// cast once.
+enum class NormStyle { kLlama, kGemma, kOlmo2 };
+// Where a decoder layer's norms sit: before each sublayer (Llama); before and after (Gemma: post-attention and
+// post-feed-forward norms on the sublayers' outputs); after only (OLMo 2: no pre-norms).
+enum class NormPlacement { kPre, kSandwich, kPost };
 
 // The MLP's (and a dense layer's) gate activation: SiLU (SwiGLU), or GELU's tanh approximation (Gemma's GeGLU,
 // transformers' gelu_pytorch_tanh).
@@ -84,11 +92,12 @@ struct ModelConfig {
   // transformers' embed_scale.to(weight.dtype).
   bool embeddingMultiplierInModelDtype = false;
   Activation activation = Activation::kSilu;
-  // Gemma's RMSNorm: computed in float32 throughout, times (1 + w) (its weights are stored as offsets from one,
-  // zero at init), cast back once; and four norms a layer — post-attention and post-feed-forward norms on the
-  // sublayers' outputs besides the pre-norms.
-  bool gemmaNorms = false;
-  bool sandwichNorms = false;
+  NormStyle normStyle = NormStyle::kLlama;
+  NormPlacement normPlacement = NormPlacement::kPre;
+  // OLMo 2: RMSNorm on the whole q and k projections (widths heads x head_dim and kv heads x head_dim) before
+  // they split into heads; RoPE computed in float32 and cast back.
+  bool qkNormFullWidth = false;
+  bool rotaryInFloat32 = false;
   // Soft-capping, x -> cap * tanh(x / cap) (Gemma 2): of the attention scores before the mask, and of the final
   // logits before the loss; 0 = none.
   double attentionSoftcap = 0.0, finalLogitSoftcap = 0.0;

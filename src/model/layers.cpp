@@ -22,9 +22,12 @@ torch::Tensor rotateHalf(const torch::Tensor& x) {
 // pass through, as transformers' Phi-3 apply_rotary_pos_emb.
 torch::Tensor applyRotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
   const auto rotary = cos.size(-1);
-  if (rotary == x.size(-1)) return x * cos + rotateHalf(x) * sin;
-  const auto part = x.narrow(-1, 0, rotary);
-  return torch::cat({part * cos + rotateHalf(part) * sin, x.narrow(-1, rotary, x.size(-1) - rotary)}, -1);
+  const auto part = rotary == x.size(-1) ? x : x.narrow(-1, 0, rotary);
+  auto rotated = part * cos + rotateHalf(part) * sin;
+  // cos and sin in float32 (OLMo 2) rotate in float32; the result goes back to x's dtype, as transformers does.
+  if (rotated.scalar_type() != x.scalar_type()) rotated = rotated.to(x.scalar_type());
+  if (rotary == x.size(-1)) return rotated;
+  return torch::cat({rotated, x.narrow(-1, rotary, x.size(-1) - rotary)}, -1);
 }
 
 // YaRN (transformers' _compute_yarn_parameters): frequencies below the correction range are interpolated
@@ -97,7 +100,8 @@ Batch causalBatch(const torch::Tensor& inputIds) {
 }
 
 Rotary::Rotary(const ModelConfig& config)
-    : invFreq_(inverseFrequencies(config, config.rope.shortFactor)),
+    : float32_(config.rotaryInFloat32),
+      invFreq_(inverseFrequencies(config, config.rope.shortFactor)),
       longInvFreq_(config.rope.type == "longrope" ? inverseFrequencies(config, config.rope.longFactor)
                                                   : torch::Tensor()),
       originalMaxPositions_(config.rope.originalMaxPositions),
@@ -116,8 +120,9 @@ AttentionContext Rotary::context(const Batch& batch, torch::ScalarType dtype) co
   const auto& invFreq = longFactors ? longInvFreq_ : invFreq_;
   const auto freqs = batch.positionIds.to(torch::kFloat).unsqueeze(-1) * invFreq.view({1, 1, -1});
   const auto emb = torch::cat({freqs, freqs}, -1);
-  ctx.cos = scaling_ == 1.0 ? emb.cos().to(dtype) : (emb.cos() * scaling_).to(dtype);
-  ctx.sin = scaling_ == 1.0 ? emb.sin().to(dtype) : (emb.sin() * scaling_).to(dtype);
+  const auto as = float32_ ? torch::kFloat : dtype;
+  ctx.cos = scaling_ == 1.0 ? emb.cos().to(as) : (emb.cos() * scaling_).to(as);
+  ctx.sin = scaling_ == 1.0 ? emb.sin().to(as) : (emb.sin() * scaling_).to(as);
   ctx.documents = Documents::of(batch.segmentIds, batch.inputIds.size(0), batch.inputIds.size(1));
   // A batch already on a GPU (a single-process run there): the varlen kernel reads the offsets on it.
   if (!batch.inputIds.is_cpu()) ctx.documents.cumulative = ctx.documents.cumulative.to(batch.inputIds.device());
@@ -125,14 +130,22 @@ AttentionContext Rotary::context(const Batch& batch, torch::ScalarType dtype) co
   return ctx;
 }
 
-RmsNorm::RmsNorm(std::int64_t dim, double eps, const ParamOptions& options, bool gemma) : eps_(eps), gemma_(gemma) {
-  weight = register_parameter("weight", newParameter({dim}, options, gemma ? 0.0 : 1.0));
+RmsNorm::RmsNorm(std::int64_t dim, double eps, const ParamOptions& options, NormStyle style)
+    : eps_(eps), style_(style) {
+  weight = register_parameter("weight", newParameter({dim}, options, style == NormStyle::kGemma ? 0.0 : 1.0));
 }
 
 torch::Tensor RmsNorm::forward(const torch::Tensor& x) const {
   const auto xf = x.to(torch::kFloat);
   const auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
-  if (gemma_) return (normed * (1.0 + weight.to(torch::kFloat))).to(x.scalar_type());
+  switch (style_) {
+    case NormStyle::kGemma:
+      return (normed * (1.0 + weight.to(torch::kFloat))).to(x.scalar_type());
+    case NormStyle::kOlmo2:
+      return (weight * normed).to(x.scalar_type());
+    case NormStyle::kLlama:
+      break;
+  }
   return weight * normed.to(x.scalar_type());
 }
 
@@ -171,7 +184,8 @@ Attention::Attention(const ModelConfig& c, bool sliding, const ParamOptions& o)
       headDim_(c.headDim),
       scale_(c.attentionScale > 0 ? c.attentionScale : 1.0 / std::sqrt(static_cast<double>(c.headDim))),
       softcap_(c.attentionSoftcap),
-      sliding_(sliding) {
+      sliding_(sliding),
+      qkNormFullWidth_(c.qkNormFullWidth) {
   if (c.fusedProjections) {
     qkv_ = register_module(
         "qkv_proj", std::make_shared<Projection>(c.hiddenSize, (c.numHeads + 2 * c.numKvHeads) * c.headDim, false, o));
@@ -188,6 +202,10 @@ Attention::Attention(const ModelConfig& c, bool sliding, const ParamOptions& o)
   if (c.qkNorm) {
     qNorm_ = register_module("q_norm", std::make_shared<RmsNorm>(c.headDim, c.rmsNormEps, o));
     kNorm_ = register_module("k_norm", std::make_shared<RmsNorm>(c.headDim, c.rmsNormEps, o));
+  } else if (c.qkNormFullWidth) {
+    qNorm_ = register_module("q_norm", std::make_shared<RmsNorm>(c.numHeads * c.headDim, c.rmsNormEps, o, c.normStyle));
+    kNorm_ =
+        register_module("k_norm", std::make_shared<RmsNorm>(c.numKvHeads * c.headDim, c.rmsNormEps, o, c.normStyle));
   }
   if (c.attentionSinks) sinks_ = register_parameter("sinks", newParameter({c.numHeads}, o, 0.0));
 }
@@ -205,10 +223,14 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const AttentionContext&
   } else {
     q = q_->forward(x), k = k_->forward(x), v = v_->forward(x);
   }
+  if (qkNormFullWidth_) {  // OLMo 2: over the whole projections, before the heads split
+    q = qNorm_->forward(q);
+    k = kNorm_->forward(k);
+  }
   q = q.reshape({B, T, numHeads_, headDim_});
   k = k.reshape({B, T, numKvHeads_, headDim_});
   v = v.reshape({B, T, numKvHeads_, headDim_}).transpose(1, 2);
-  if (qNorm_) {
+  if (qNorm_ && !qkNormFullWidth_) {
     q = qNorm_->forward(q);
     k = kNorm_->forward(k);
   }
@@ -425,16 +447,23 @@ std::vector<NamedTensor> SparseMoe::hfParameters(const std::string& prefix) cons
 DecoderLayer::DecoderLayer(const ModelConfig& c, std::int64_t index, const ParamOptions& o)
     : index_(index), residualMultiplier_(c.residualMultiplier) {
   const auto norm = [&](const char* name) {
-    return register_module(name, std::make_shared<RmsNorm>(c.hiddenSize, c.rmsNormEps, o, c.gemmaNorms));
+    return register_module(name, std::make_shared<RmsNorm>(c.hiddenSize, c.rmsNormEps, o, c.normStyle));
   };
-  preAttentionNorm_ = norm("input_layernorm");
+  if (c.normPlacement != NormPlacement::kPost) preAttentionNorm_ = norm("input_layernorm");
   attention_ = register_module("self_attn", std::make_shared<Attention>(c, c.sliding(index), o));
-  if (c.sandwichNorms) {
-    postAttentionNorm_ = norm("post_attention_layernorm");
-    preMlpNorm_ = norm("pre_feedforward_layernorm");
-    postMlpNorm_ = norm("post_feedforward_layernorm");
-  } else {
-    preMlpNorm_ = norm("post_attention_layernorm");  // Llama's name for the MLP's pre-norm
+  switch (c.normPlacement) {
+    case NormPlacement::kPre:
+      preMlpNorm_ = norm("post_attention_layernorm");  // Llama's name for the MLP's pre-norm
+      break;
+    case NormPlacement::kSandwich:
+      postAttentionNorm_ = norm("post_attention_layernorm");
+      preMlpNorm_ = norm("pre_feedforward_layernorm");
+      postMlpNorm_ = norm("post_feedforward_layernorm");
+      break;
+    case NormPlacement::kPost:
+      postAttentionNorm_ = norm("post_attention_layernorm");
+      postMlpNorm_ = norm("post_feedforward_layernorm");
+      break;
   }
   if (c.moe.sparse(index)) {
     moe_ = register_module("mlp", std::make_shared<SparseMoe>(c, o));
@@ -449,10 +478,10 @@ torch::Tensor DecoderLayer::forward(const torch::Tensor& hidden, const Attention
   const auto scaled = [&](const torch::Tensor& out) {
     return residualMultiplier_ == 1.0 ? out : out * residualMultiplier_;
   };
-  auto attended = attention_->forward(preAttentionNorm_->forward(hidden), ctx);
+  auto attended = attention_->forward(preAttentionNorm_ ? preAttentionNorm_->forward(hidden) : hidden, ctx);
   if (postAttentionNorm_) attended = postAttentionNorm_->forward(attended);
   const auto h = hidden + scaled(attended);
-  const auto normed = preMlpNorm_->forward(h);
+  const auto normed = preMlpNorm_ ? preMlpNorm_->forward(h) : h;
   auto mlp = moe_ ? moe_->forward(normed, router, choice) : mlp_->forward(normed);
   if (postMlpNorm_) mlp = postMlpNorm_->forward(mlp);
   return h + scaled(mlp);
@@ -461,11 +490,11 @@ torch::Tensor DecoderLayer::forward(const torch::Tensor& hidden, const Attention
 std::vector<NamedTensor> DecoderLayer::hfParameters() const {
   const std::string prefix = fmt::format("model.layers.{}.", index_);
   std::vector<NamedTensor> out;
-  out.emplace_back(prefix + "input_layernorm.weight", preAttentionNorm_->weight);
+  if (preAttentionNorm_) out.emplace_back(prefix + "input_layernorm.weight", preAttentionNorm_->weight);
   for (auto& p : attention_->hfParameters(prefix + "self_attn.")) out.push_back(std::move(p));
   if (postAttentionNorm_) {
     out.emplace_back(prefix + "post_attention_layernorm.weight", postAttentionNorm_->weight);
-    out.emplace_back(prefix + "pre_feedforward_layernorm.weight", preMlpNorm_->weight);
+    if (preMlpNorm_) out.emplace_back(prefix + "pre_feedforward_layernorm.weight", preMlpNorm_->weight);
     out.emplace_back(prefix + "post_feedforward_layernorm.weight", postMlpNorm_->weight);
   } else {
     out.emplace_back(prefix + "post_attention_layernorm.weight", preMlpNorm_->weight);
@@ -510,7 +539,7 @@ std::vector<NamedTensor> Embedding::hfParameters() const {
 
 Head::Head(const ModelConfig& c, const Embedding& embedding, const ParamOptions& o)
     : tied_(c.tieWordEmbeddings), logitsScaling_(c.logitsScaling), softcap_(c.finalLogitSoftcap) {
-  norm_ = register_module("norm", std::make_shared<RmsNorm>(c.hiddenSize, c.rmsNormEps, o, c.gemmaNorms));
+  norm_ = register_module("norm", std::make_shared<RmsNorm>(c.hiddenSize, c.rmsNormEps, o, c.normStyle));
   if (tied_) {
     weight_ = embedding.weight;  // shared storage and autograd leaf: gradients from both uses add up
   } else {

@@ -67,6 +67,7 @@ class Rotary {
   AttentionContext context(const Batch& batch, torch::ScalarType dtype) const;
 
  private:
+  bool float32_;               // cos and sin kept in float32 (OLMo 2), else in the model dtype
   torch::Tensor invFreq_;      // [rotary dims / 2] float32
   torch::Tensor longInvFreq_;  // longrope: past originalMaxPositions_ (invFreq_ up to it)
   std::int64_t originalMaxPositions_ = 0;
@@ -74,17 +75,16 @@ class Rotary {
   std::int64_t window_;    // sliding window of the sliding layers; 0 = none
 };
 
-// RMSNorm as transformers' Llama computes it (normalised in float32, cast back, times w), or with `gemma` as
-// Gemma's (float32 throughout, times 1 + w, cast back once; w starts at zero).
+// RMSNorm as transformers computes it in each NormStyle (model/config.h).
 class RmsNorm : public torch::nn::Module {
  public:
-  RmsNorm(std::int64_t dim, double eps, const ParamOptions& options, bool gemma = false);
+  RmsNorm(std::int64_t dim, double eps, const ParamOptions& options, NormStyle style = NormStyle::kLlama);
   torch::Tensor forward(const torch::Tensor& x) const;
   torch::Tensor weight;
 
  private:
   double eps_;
-  bool gemma_;
+  NormStyle style_;
 };
 
 class LoraAdapter;
@@ -130,7 +130,8 @@ class Attention : public torch::nn::Module {
   double softcap_;  // of the scores (Gemma 2); 0 none
   bool sliding_;
   std::shared_ptr<Projection> q_, k_, v_, o_;
-  std::shared_ptr<RmsNorm> qNorm_, kNorm_;  // Qwen3 only
+  std::shared_ptr<RmsNorm> qNorm_, kNorm_;  // Qwen3: per head; OLMo 2: over the whole projections
+  bool qkNormFullWidth_;
   torch::Tensor sinks_;                     // GPT-OSS: [heads]
 };
 

@@ -67,7 +67,7 @@ ModelShape shapeOf(const model::ModelConfig& c) {
   m.headDim = static_cast<int>(c.headDim);
   m.vocab = static_cast<long>(c.vocabSize);
   m.tied = c.tieWordEmbeddings;
-  m.qkNorm = c.qkNorm;
+  m.qkNorm = c.qkNorm || c.qkNormFullWidth;
   for (std::int64_t l = 0; l < c.numLayers; ++l) m.windows.push_back(c.sliding(l) ? c.slidingWindow : 0);
   return m;
 }

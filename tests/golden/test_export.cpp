@@ -164,6 +164,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"gemma2_lora", {"lora.rank=4", "lora.alpha=8"}, "gemma2-tiny"},
                       // Phi-3: LoRA on the fused qkv_proj and gate_up_proj, as PEFT names them.
                       Case{"phi3_lora", {"lora.rank=4", "lora.alpha=8"}, "phi3-tiny"},
+                      // OLMo 2: post-norms only, whole-width q/k norms.
+                      Case{"olmo2_full", {}, "olmo2-tiny"},
                       // The default targets: attention and the experts (the merged
                       // export adds each expert's delta to its published tensors).
                       Case{"moe_lora", {"lora.rank=4", "lora.alpha=8"}, "qwen3-moe-tiny"},

@@ -315,7 +315,9 @@ TEST(ModelConfig, Gemma2FieldsAndTransformersDefaults) {
   EXPECT_EQ(c.attentionSoftcap, 50.0);
   EXPECT_EQ(c.finalLogitSoftcap, 30.0);
   EXPECT_EQ(c.activation, Activation::kGeluTanh);
-  EXPECT_TRUE(c.gemmaNorms && c.sandwichNorms && c.embeddingMultiplierInModelDtype);
+  EXPECT_EQ(c.normStyle, NormStyle::kGemma);
+  EXPECT_EQ(c.normPlacement, NormPlacement::kSandwich);
+  EXPECT_TRUE(c.embeddingMultiplierInModelDtype);
   EXPECT_DOUBLE_EQ(c.embeddingMultiplier, 8.0);  // sqrt(64)
   j.update({{"head_dim", 128},
             {"query_pre_attn_scalar", 144},
@@ -385,6 +387,22 @@ TEST(ModelConfig, Phi3FieldsLongRopeAndTransformersDefaults) {
   j["partial_rotary_factor"] = 1.0;
   j["vocab_size"] = 100;  // the default pad 32000 is no row of it
   EXPECT_EQ(parseModelConfig(j, "cfg.json").padTokenId, -1);
+}
+
+// OLMo 2 as Olmo2Config reads it: norms after the sublayers only, in its style, q/k norms over the whole
+// projections, RoPE in float32, rms_norm_eps 1e-5, pad_token_id 1.
+TEST(ModelConfig, Olmo2NormsAndTransformersDefaults) {
+  json j = llama();
+  j["model_type"] = "olmo2";
+  j.erase("rms_norm_eps");
+  const ModelConfig c = parseModelConfig(j, "cfg.json");
+  EXPECT_STREQ(architectureName(c.arch), "olmo2");
+  EXPECT_EQ(c.normStyle, NormStyle::kOlmo2);
+  EXPECT_EQ(c.normPlacement, NormPlacement::kPost);
+  EXPECT_TRUE(c.qkNormFullWidth && c.rotaryInFloat32);
+  EXPECT_FALSE(c.qkNorm);
+  EXPECT_EQ(c.rmsNormEps, 1e-5);
+  EXPECT_EQ(c.padTokenId, 1);
 }
 
 // Which layers slide and how far, as each transformers config class reads its config.json (the expectations

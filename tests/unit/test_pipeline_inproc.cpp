@@ -43,7 +43,8 @@ struct Case {
 //   granite        Granite 3.1's multipliers (embedding x12, sublayers x0.22, scores x1/128, logits / 16);
 //   gemma2         four (1 + w) norms a layer, GeGLU, layer 0 sliding (window 8), scores and logits soft-capped;
 //   phi3           fused qkv_proj and gate_up_proj, RoPE on half of each head, LongRoPE past 16 positions (the
-//                  rows' 32 take the long factors), a window of 12.
+//                  rows' 32 take the long factors), a window of 12;
+//   olmo2          norms on the sublayers' outputs only, q/k norms over the whole projections, RoPE in float32.
 nlohmann::json familyPatch(const std::string& family) {
   if (family == "qwen3_moe" || family == "qwen3_moe_aux") {
     const bool aux = family == "qwen3_moe_aux";
@@ -88,6 +89,7 @@ nlohmann::json familyPatch(const std::string& family) {
             {"sliding_window", 12},
             {"rope_scaling", {{"type", "longrope"}, {"short_factor", shortFactor}, {"long_factor", longFactor}}}};
   }
+  if (family == "olmo2") return {{"model_type", "olmo2"}};
   return nlohmann::json::object();
 }
 
@@ -138,7 +140,8 @@ const std::vector<Case>& matrixCases() {
       Case{"qwen2_window_lora", {"lora.rank=4"}, 0, {}, false, true, "qwen2_window"},
       Case{"granite_async", {}, 1, {}, false, true, "granite"},
       Case{"gemma2_lora", {"lora.rank=4"}, 0, {}, false, true, "gemma2"},
-      Case{"phi3_qlora", {"lora.rank=4", "lora.base_dtype=nf4"}, 0, {}, false, true, "phi3"}};
+      Case{"phi3_qlora", {"lora.rank=4", "lora.base_dtype=nf4"}, 0, {}, false, true, "phi3"},
+      Case{"olmo2_bf16", {"model.dtype=bfloat16"}, 0, {}, false, true, "olmo2"}};
   return cases;
 }
 constexpr TensorPlane kPlanes[] = {TensorPlane::kHostStaged, TensorPlane::kInProcess, TensorPlane::kDirect,
