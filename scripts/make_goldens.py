@@ -177,7 +177,8 @@ def config_to_model(config):
                "llama": transformers.LlamaForCausalLM, "gpt_oss": transformers.GptOssForCausalLM,
                "qwen2": transformers.Qwen2ForCausalLM, "mistral": transformers.MistralForCausalLM,
                "granite": transformers.GraniteForCausalLM, "gemma2": transformers.Gemma2ForCausalLM,
-               "phi3": transformers.Phi3ForCausalLM, "olmo2": transformers.Olmo2ForCausalLM}
+               "phi3": transformers.Phi3ForCausalLM, "olmo2": transformers.Olmo2ForCausalLM,
+               "glm4": transformers.Glm4ForCausalLM}
     return classes[config.model_type](config).float().eval()
 
 
@@ -673,6 +674,13 @@ def main():
         num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-6, rope_theta=5e5,
         tie_word_embeddings=False, pad_token_id=1, bos_token_id=None, eos_token_id=2, attn_implementation="eager")
     generated("olmo2-tiny", olmo2, 7171, args.out, with_docs=True)
+    # GLM-4 (0414): norms on the sublayers' outputs besides the pre-norms, fused gate_up_proj, q/k/v biases and
+    # none on o_proj, RoPE on interleaved pairs of the first half of each head; pad_token_id 0 (its padding_idx).
+    glm4 = transformers.Glm4Config(
+        vocab_size=2048, hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=256, rms_norm_eps=1e-5, attention_bias=True,
+        tie_word_embeddings=False, pad_token_id=0, eos_token_id=2, attn_implementation="eager")
+    generated("glm4-tiny", glm4, 8181, args.out, with_docs=True)
     llama3 = transformers.LlamaConfig(
         vocab_size=384, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=1, max_position_embeddings=256, rms_norm_eps=1e-5, attention_bias=True, mlp_bias=True,

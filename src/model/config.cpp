@@ -19,7 +19,7 @@ constexpr std::pair<const char*, Architecture> kArchitectures[] = {
     {"llama", Architecture::kLlama},     {"mistral", Architecture::kMistral},    {"qwen2", Architecture::kQwen2},
     {"qwen3", Architecture::kQwen3},     {"qwen3_moe", Architecture::kQwen3Moe}, {"gpt_oss", Architecture::kGptOss},
     {"granite", Architecture::kGranite}, {"gemma2", Architecture::kGemma2},      {"phi3", Architecture::kPhi3},
-    {"olmo2", Architecture::kOlmo2}};
+    {"olmo2", Architecture::kOlmo2},     {"glm4", Architecture::kGlm4}};
 
 class Fields {
  public:
@@ -314,6 +314,7 @@ void parseWindows(const json& j, const Fields& f, ModelConfig& c) {
     case Architecture::kLlama:
     case Architecture::kGranite:
     case Architecture::kOlmo2:
+    case Architecture::kGlm4:
       break;
   }
   if (readLayerTypes && f.has("layer_types")) parseLayerTypes(j, f, c.slidingWindow > 0, c.slidingLayers);
@@ -425,17 +426,19 @@ ModelConfig parseModelConfig(const json& j, const std::string& source) {
     RP_THROW(InputError, "{}: num_attention_heads ({}) is not a multiple of num_key_value_heads ({})", source,
              c.numHeads, c.numKvHeads);
   }
-  const bool gemma2 = c.arch == Architecture::kGemma2;
+  const bool gemma2 = c.arch == Architecture::kGemma2, glm4 = c.arch == Architecture::kGlm4;
   if (c.arch != Architecture::kGptOss && c.arch != Architecture::kQwen3 && c.arch != Architecture::kQwen3Moe &&
       !gemma2 && !f.has("head_dim") && c.hiddenSize % c.numHeads != 0) {
     RP_THROW(InputError, "{}: hidden_size ({}) is not a multiple of num_attention_heads ({}) and head_dim is absent",
              source, c.hiddenSize, c.numHeads);
   }
-  c.headDim = f.positiveIntOr("head_dim", gptOss ? 64 : gemma2 ? 256 : c.hiddenSize / c.numHeads);
+  c.headDim = f.positiveIntOr("head_dim", gptOss ? 64 : gemma2 ? 256 : glm4 ? 128 : c.hiddenSize / c.numHeads);
   if (c.headDim % 2 != 0) RP_THROW(InputError, "{}: head_dim ({}) must be even for RoPE", source, c.headDim);
   c.maxPositions = f.positiveIntOr("max_position_embeddings", 4096);
   const bool olmo2 = c.arch == Architecture::kOlmo2;
-  c.rmsNormEps = f.positiveNumberOr("rms_norm_eps", gptOss || olmo2 || c.arch == Architecture::kPhi3 ? 1e-5 : 1e-6);
+  c.rmsNormEps = f.positiveNumberOr("rms_norm_eps", gptOss || olmo2 || c.arch == Architecture::kPhi3 ? 1e-5
+                                                    : glm4                                           ? 1.5625e-7
+                                                                                                     : 1e-6);
   RopeConfig rope;
   if (gptOss && !f.has("rope_parameters") && !f.has("rope_scaling")) {
     // GptOssConfig's default: YaRN from 4096 positions, 32 times.
@@ -447,8 +450,15 @@ ModelConfig parseModelConfig(const json& j, const std::string& source) {
   }
   if (gptOss) rope.theta = 150000.0;
   const bool phi3 = c.arch == Architecture::kPhi3;
-  if (phi3) {
-    c.partialRotaryFactor = f.positiveNumberOr("partial_rotary_factor", 1.0);
+  if (phi3 || glm4) {
+    // GLM-4: Glm4Config's 0.5 unless given, at the top level or in rope_parameters.
+    const json* params =
+        f.has("rope_parameters") && j.at("rope_parameters").is_object() ? &j.at("rope_parameters") : nullptr;
+    c.partialRotaryFactor =
+        params != nullptr && params->contains("partial_rotary_factor")
+            ? f.positiveNumber(params->at("partial_rotary_factor"), "rope_parameters.partial_rotary_factor")
+            : f.positiveNumberOr("partial_rotary_factor", glm4 ? 0.5 : 1.0);
+    c.interleavedRotary = glm4;
     if (c.partialRotaryFactor > 1.0 || c.rotaryDim() % 2 != 0 || c.rotaryDim() == 0) {
       RP_THROW(InputError,
                "{}: partial_rotary_factor {} gives {} rotary dims of head_dim {}; expected an even number "
@@ -458,12 +468,15 @@ ModelConfig parseModelConfig(const json& j, const std::string& source) {
   }
   c.rope = parseRope(j, f, rope, c);
   c.tieWordEmbeddings = f.boolOr("tie_word_embeddings", gemma2);
-  // Qwen2: q/k/v with biases, o_proj without (modeling_qwen2.py reads no attention_bias); Mistral: none.
-  const bool qwen2 = c.arch == Architecture::kQwen2;
+  // Qwen2: q/k/v with biases, o_proj without (modeling_qwen2.py reads no attention_bias); GLM-4 the same unless
+  // attention_bias is false; Mistral and Phi-3: none.
+  const bool qwen2 = c.arch == Architecture::kQwen2 || (glm4 && f.boolOr("attention_bias", true));
   const bool unbiased =
       c.arch == Architecture::kMistral || phi3;  // their projections take no bias whatever the file says
-  c.attentionBias = qwen2 || (!unbiased && f.boolOr("attention_bias", gptOss));
-  c.fusedProjections = phi3;
+  c.attentionBias = qwen2 || (!unbiased && !glm4 && f.boolOr("attention_bias", gptOss));
+  c.fusedQkv = phi3;
+  c.fusedGateUp = phi3 || glm4;
+  if (glm4) c.normPlacement = NormPlacement::kSandwich;  // GLM-4's names: model/layers.cpp
   if (olmo2) {  // Olmo2Config: post-norms only, q/k norms over the whole projections, RoPE in float32
     c.normStyle = NormStyle::kOlmo2;
     c.normPlacement = NormPlacement::kPost;
@@ -490,8 +503,13 @@ ModelConfig parseModelConfig(const json& j, const std::string& source) {
   c.bosTokenId = f.tokenIdOr("bos_token_id");
   c.eosTokenId = f.tokenIdOr("eos_token_id");
   // The config classes' defaults where the key is absent: Gemma2Config's 0, Phi3Config's 32000, Olmo2Config's 1,
-  // else none.
-  c.padTokenId = j.contains("pad_token_id") ? f.tokenIdOr("pad_token_id") : gemma2 ? 0 : phi3 ? 32000 : olmo2 ? 1 : -1;
+  // Glm4Config's 151329, else none.
+  c.padTokenId = j.contains("pad_token_id") ? f.tokenIdOr("pad_token_id")
+                 : gemma2                   ? 0
+                 : phi3                     ? 32000
+                 : olmo2                    ? 1
+                 : glm4                     ? 151329
+                                            : -1;
   if (c.padTokenId < 0 || c.padTokenId >= c.vocabSize) c.padTokenId = -1;
   c.initializerRange = f.positiveNumberOr("initializer_range", 0.02);
   c.storedDtype = f.stringOr("torch_dtype", f.stringOr("dtype", "float32"));

@@ -10,14 +10,26 @@
 
 namespace rp::model {
 
-enum class Architecture { kLlama, kMistral, kQwen2, kQwen3, kQwen3Moe, kGptOss, kGranite, kGemma2, kPhi3, kOlmo2 };
+enum class Architecture {
+  kLlama,
+  kMistral,
+  kQwen2,
+  kQwen3,
+  kQwen3Moe,
+  kGptOss,
+  kGranite,
+  kGemma2,
+  kPhi3,
+  kOlmo2,
+  kGlm4
+};
 
 // How an RMSNorm applies its weight to the float32-normalised input: Llama's w * x.to(dtype); Gemma's
 // (x * (1 + w)) in float32, cast once (w stored as an offset from one, zero at init); OLMo 2's (w * x) in float32,
 // cast once.
 enum class NormStyle { kLlama, kGemma, kOlmo2 };
-// Where a decoder layer's norms sit: before each sublayer (Llama); before and after (Gemma: post-attention and
-// post-feed-forward norms on the sublayers' outputs); after only (OLMo 2: no pre-norms).
+// Where a decoder layer's norms sit: before each sublayer (Llama); before and after (Gemma, GLM-4: norms on the
+// sublayers' outputs too); after only (OLMo 2: no pre-norms).
 enum class NormPlacement { kPre, kSandwich, kPost };
 
 // The MLP's (and a dense layer's) gate activation: SiLU (SwiGLU), or GELU's tanh approximation (Gemma's GeGLU,
@@ -101,10 +113,12 @@ struct ModelConfig {
   // Soft-capping, x -> cap * tanh(x / cap) (Gemma 2): of the attention scores before the mask, and of the final
   // logits before the loss; 0 = none.
   double attentionSoftcap = 0.0, finalLogitSoftcap = 0.0;
-  // Phi-3: q, k and v stored and computed as one qkv_proj, gate and up as one gate_up_proj (LoRA adapts the fused
-  // projections, as PEFT's target_modules name them); RoPE on the first rotaryDim() dims of each head.
-  bool fusedProjections = false;
+  // Phi-3: q, k and v stored and computed as one qkv_proj; Phi-3 and GLM-4: gate and up as one gate_up_proj
+  // (LoRA adapts the fused projections, as PEFT's target_modules name them). RoPE on the first rotaryDim() dims of
+  // each head (Phi-3, GLM-4), GLM-4's on interleaved pairs (x0, x1), (x2, x3), ... rather than the two halves.
+  bool fusedQkv = false, fusedGateUp = false;
   double partialRotaryFactor = 1.0;
+  bool interleavedRotary = false;
   std::int64_t rotaryDim() const {
     return static_cast<std::int64_t>(static_cast<double>(headDim) * partialRotaryFactor);
   }

@@ -18,12 +18,20 @@ torch::Tensor rotateHalf(const torch::Tensor& x) {
   return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
 }
 
-// Rotates the first cos.size(-1) dims of each head (all of them but with Phi-3's partial_rotary_factor); the rest
-// pass through, as transformers' Phi-3 apply_rotary_pos_emb.
-torch::Tensor applyRotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+// GLM-4's rotate_half: each pair (x0, x1) -> (-x1, x0).
+torch::Tensor rotatePairs(const torch::Tensor& x) {
+  const auto pairs = x.unflatten(-1, {-1, 2});
+  return torch::stack({-pairs.select(-1, 1), pairs.select(-1, 0)}, -1).flatten(-2);
+}
+
+// Rotates the first cos.size(-1) dims of each head (all of them but with a partial_rotary_factor); the rest pass
+// through, as transformers' Phi-3 and GLM-4 apply_rotary_pos_emb. `interleaved`: GLM-4's pairs, cos and sin
+// built interleaved too (Rotary::context).
+torch::Tensor applyRotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                          bool interleaved) {
   const auto rotary = cos.size(-1);
   const auto part = rotary == x.size(-1) ? x : x.narrow(-1, 0, rotary);
-  auto rotated = part * cos + rotateHalf(part) * sin;
+  auto rotated = part * cos + (interleaved ? rotatePairs(part) : rotateHalf(part)) * sin;
   // cos and sin in float32 (OLMo 2) rotate in float32; the result goes back to x's dtype, as transformers does.
   if (rotated.scalar_type() != x.scalar_type()) rotated = rotated.to(x.scalar_type());
   if (rotary == x.size(-1)) return rotated;
@@ -101,6 +109,7 @@ Batch causalBatch(const torch::Tensor& inputIds) {
 
 Rotary::Rotary(const ModelConfig& config)
     : float32_(config.rotaryInFloat32),
+      interleaved_(config.interleavedRotary),
       invFreq_(inverseFrequencies(config, config.rope.shortFactor)),
       longInvFreq_(config.rope.type == "longrope" ? inverseFrequencies(config, config.rope.longFactor)
                                                   : torch::Tensor()),
@@ -119,7 +128,8 @@ AttentionContext Rotary::context(const Batch& batch, torch::ScalarType dtype) co
       longInvFreq_.defined() && batch.positionIds.max().item<std::int64_t>() + 1 > originalMaxPositions_;
   const auto& invFreq = longFactors ? longInvFreq_ : invFreq_;
   const auto freqs = batch.positionIds.to(torch::kFloat).unsqueeze(-1) * invFreq.view({1, 1, -1});
-  const auto emb = torch::cat({freqs, freqs}, -1);
+  // GLM-4 takes the first half of cat(freqs, freqs) and repeats each entry twice: freqs interleaved with itself.
+  const auto emb = interleaved_ ? freqs.repeat_interleave(2, -1) : torch::cat({freqs, freqs}, -1);
   const auto as = float32_ ? torch::kFloat : dtype;
   ctx.cos = scaling_ == 1.0 ? emb.cos().to(as) : (emb.cos() * scaling_).to(as);
   ctx.sin = scaling_ == 1.0 ? emb.sin().to(as) : (emb.sin() * scaling_).to(as);
@@ -185,8 +195,9 @@ Attention::Attention(const ModelConfig& c, bool sliding, const ParamOptions& o)
       scale_(c.attentionScale > 0 ? c.attentionScale : 1.0 / std::sqrt(static_cast<double>(c.headDim))),
       softcap_(c.attentionSoftcap),
       sliding_(sliding),
-      qkNormFullWidth_(c.qkNormFullWidth) {
-  if (c.fusedProjections) {
+      qkNormFullWidth_(c.qkNormFullWidth),
+      interleaved_(c.interleavedRotary) {
+  if (c.fusedQkv) {
     qkv_ = register_module(
         "qkv_proj", std::make_shared<Projection>(c.hiddenSize, (c.numHeads + 2 * c.numKvHeads) * c.headDim, false, o));
   } else {
@@ -238,8 +249,8 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const AttentionContext&
   k = k.transpose(1, 2);
   const auto cos = ctx.cos.unsqueeze(1);
   const auto sin = ctx.sin.unsqueeze(1);
-  q = applyRotary(q, cos, sin);
-  k = applyRotary(k, cos, sin);
+  q = applyRotary(q, cos, sin, interleaved_);
+  k = applyRotary(k, cos, sin, interleaved_);
   AttendOptions options{.scale = scale_, .window = sliding_ ? ctx.window : 0, .sinks = sinks_, .softcap = softcap_};
   RP_CHECK(!sliding_ || options.window > 0, "a sliding-window layer needs the context's window");
   return o_->forward(attend(q, k, v, ctx.documents, options).reshape({B, T, numHeads_ * headDim_}));
@@ -273,7 +284,7 @@ std::vector<NamedTensor> Attention::hfParameters(const std::string& prefix) cons
 }
 
 Mlp::Mlp(const ModelConfig& c, const ParamOptions& o) : activation_(c.activation) {
-  if (c.fusedProjections) {
+  if (c.fusedGateUp) {
     gateUp_ = register_module("gate_up_proj",
                               std::make_shared<Projection>(c.hiddenSize, 2 * c.intermediateSize, c.mlpBias, o));
   } else {
@@ -455,14 +466,21 @@ DecoderLayer::DecoderLayer(const ModelConfig& c, std::int64_t index, const Param
     case NormPlacement::kPre:
       preMlpNorm_ = norm("post_attention_layernorm");  // Llama's name for the MLP's pre-norm
       break;
-    case NormPlacement::kSandwich:
-      postAttentionNorm_ = norm("post_attention_layernorm");
-      preMlpNorm_ = norm("pre_feedforward_layernorm");
-      postMlpNorm_ = norm("post_feedforward_layernorm");
+    case NormPlacement::kSandwich: {
+      const bool glm = c.arch == Architecture::kGlm4;
+      postAttentionName_ = glm ? "post_self_attn_layernorm" : "post_attention_layernorm";
+      preMlpName_ = glm ? "post_attention_layernorm" : "pre_feedforward_layernorm";
+      postMlpName_ = glm ? "post_mlp_layernorm" : "post_feedforward_layernorm";
+      postAttentionNorm_ = norm(postAttentionName_.c_str());
+      preMlpNorm_ = norm(preMlpName_.c_str());
+      postMlpNorm_ = norm(postMlpName_.c_str());
       break;
+    }
     case NormPlacement::kPost:
-      postAttentionNorm_ = norm("post_attention_layernorm");
-      postMlpNorm_ = norm("post_feedforward_layernorm");
+      postAttentionName_ = "post_attention_layernorm";
+      postMlpName_ = "post_feedforward_layernorm";
+      postAttentionNorm_ = norm(postAttentionName_.c_str());
+      postMlpNorm_ = norm(postMlpName_.c_str());
       break;
   }
   if (c.moe.sparse(index)) {
@@ -493,9 +511,9 @@ std::vector<NamedTensor> DecoderLayer::hfParameters() const {
   if (preAttentionNorm_) out.emplace_back(prefix + "input_layernorm.weight", preAttentionNorm_->weight);
   for (auto& p : attention_->hfParameters(prefix + "self_attn.")) out.push_back(std::move(p));
   if (postAttentionNorm_) {
-    out.emplace_back(prefix + "post_attention_layernorm.weight", postAttentionNorm_->weight);
-    if (preMlpNorm_) out.emplace_back(prefix + "pre_feedforward_layernorm.weight", preMlpNorm_->weight);
-    out.emplace_back(prefix + "post_feedforward_layernorm.weight", postMlpNorm_->weight);
+    out.emplace_back(prefix + postAttentionName_ + ".weight", postAttentionNorm_->weight);
+    if (preMlpNorm_) out.emplace_back(prefix + preMlpName_ + ".weight", preMlpNorm_->weight);
+    out.emplace_back(prefix + postMlpName_ + ".weight", postMlpNorm_->weight);
   } else {
     out.emplace_back(prefix + "post_attention_layernorm.weight", preMlpNorm_->weight);
   }

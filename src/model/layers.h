@@ -68,6 +68,7 @@ class Rotary {
 
  private:
   bool float32_;               // cos and sin kept in float32 (OLMo 2), else in the model dtype
+  bool interleaved_;           // GLM-4: cos and sin for interleaved pairs
   torch::Tensor invFreq_;      // [rotary dims / 2] float32
   torch::Tensor longInvFreq_;  // longrope: past originalMaxPositions_ (invFreq_ up to it)
   std::int64_t originalMaxPositions_ = 0;
@@ -132,6 +133,7 @@ class Attention : public torch::nn::Module {
   std::shared_ptr<Projection> q_, k_, v_, o_;
   std::shared_ptr<RmsNorm> qNorm_, kNorm_;  // Qwen3: per head; OLMo 2: over the whole projections
   bool qkNormFullWidth_;
+  bool interleaved_;                        // GLM-4's RoPE on interleaved pairs
   torch::Tensor sinks_;                     // GPT-OSS: [heads]
 };
 
@@ -228,6 +230,7 @@ class DecoderLayer : public torch::nn::Module {
   // MLP's pre-norm); Gemma's input_layernorm, post_attention_layernorm (on attention's output),
   // pre_feedforward_layernorm and post_feedforward_layernorm.
   std::shared_ptr<RmsNorm> preAttentionNorm_, postAttentionNorm_, preMlpNorm_, postMlpNorm_;
+  std::string postAttentionName_, preMlpName_, postMlpName_;  // their HF names (GLM-4's differ from Gemma's)
   std::shared_ptr<Attention> attention_;
   std::shared_ptr<Mlp> mlp_;        // dense layers
   std::shared_ptr<SparseMoe> moe_;  // sparse layers

@@ -39,9 +39,10 @@ struct Targets {
   ExpertTargets experts;
 };
 
-// Phi-3's fused projections: any of q, k, v adapts qkv_proj and any of gate, up adapts gate_up_proj (PEFT's
-// target_modules for Phi-3 name them so); a subset is widened to the whole, said once.
-std::vector<std::string> fusedTargets(const std::vector<std::string>& targets, bool say) {
+// Fused projections (Phi-3's qkv_proj, Phi-3's and GLM-4's gate_up_proj): any of q, k, v adapts qkv_proj and any
+// of gate, up adapts gate_up_proj (PEFT's target_modules for these models name them so); a subset is widened to
+// the whole, said once.
+std::vector<std::string> fusedTargets(const std::vector<std::string>& targets, bool qkv, bool say) {
   std::vector<std::string> out;
   const auto fuse = [&](std::initializer_list<const char*> parts, const char* fused) {
     int present = 0;
@@ -56,17 +57,17 @@ std::vector<std::string> fusedTargets(const std::vector<std::string>& targets, b
       });
     }
   };
-  fuse({"q", "k", "v"}, "qkv");
+  if (qkv) fuse({"q", "k", "v"}, "qkv");
   fuse({"gate", "up"}, "gate_up");
   for (const auto& t : targets) {
-    if (t == "o" || t == "down") out.push_back(t);
+    if (t == "o" || t == "down" || (!qkv && (t == "q" || t == "k" || t == "v"))) out.push_back(t);
   }
   return out;
 }
 
 Targets adaptedTargets(const CausalLM& model, const LoraConfig& config, bool say) {
   const ModelConfig& c = model.config();
-  if (c.fusedProjections) return {fusedTargets(config.targets, say), {}};
+  if (c.fusedQkv || c.fusedGateUp) return {fusedTargets(config.targets, c.fusedQkv, say), {}};
   if (c.moe.numExperts == 0) return {config.targets, {}};
   Targets out;
   for (const auto& t : config.targets) {

@@ -166,6 +166,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"phi3_lora", {"lora.rank=4", "lora.alpha=8"}, "phi3-tiny"},
                       // OLMo 2: post-norms only, whole-width q/k norms.
                       Case{"olmo2_full", {}, "olmo2-tiny"},
+                      // GLM-4: LoRA on q/k/v/o and the fused gate_up_proj.
+                      Case{"glm4_lora", {"lora.rank=4", "lora.alpha=8"}, "glm4-tiny"},
                       // The default targets: attention and the experts (the merged
                       // export adds each expert's delta to its published tensors).
                       Case{"moe_lora", {"lora.rank=4", "lora.alpha=8"}, "qwen3-moe-tiny"},

@@ -146,8 +146,9 @@ INSTANTIATE_TEST_SUITE_P(Models, GoldenModel,
                                            ModelCase{"qwen2-tiny", false}, ModelCase{"qwen2-window-tiny", false},
                                            ModelCase{"mistral-tiny", false}, ModelCase{"granite-tiny", false},
                                            ModelCase{"gemma2-tiny", false}, ModelCase{"phi3-tiny", false},
-                                           ModelCase{"olmo2-tiny", false}, ModelCase{"llama3-tiny", false},
-                                           ModelCase{"qwen3-moe-tiny", false}, ModelCase{"gpt-oss-tiny", false}),
+                                           ModelCase{"olmo2-tiny", false}, ModelCase{"glm4-tiny", false},
+                                           ModelCase{"llama3-tiny", false}, ModelCase{"qwen3-moe-tiny", false},
+                                           ModelCase{"gpt-oss-tiny", false}),
                          [](const auto& info) {
                            std::string n = info.param.name;
                            for (auto& c : n) {

@@ -140,7 +140,7 @@ TEST(Lora, MoeModelsAdaptAttentionAndExperts) {
 TEST(Lora, FusedProjectionsAdaptAsPeftNamesThem) {
   ModelConfig c = tinyConfig();
   c.arch = Architecture::kPhi3;
-  c.fusedProjections = true;
+  c.fusedQkv = c.fusedGateUp = true;
   auto model = std::make_shared<CausalLM>(c, torch::kFloat);
   torch::manual_seed(2);
   {

@@ -357,7 +357,7 @@ TEST(ModelConfig, Phi3FieldsLongRopeAndTransformersDefaults) {
   j["rope_scaling"] = {{"type", "su"}, {"short_factor", shortFactor}, {"long_factor", longFactor}};
   ModelConfig c = parseModelConfig(j, "cfg.json");
   EXPECT_STREQ(architectureName(c.arch), "phi3");
-  EXPECT_TRUE(c.fusedProjections);
+  EXPECT_TRUE(c.fusedQkv && c.fusedGateUp);
   EXPECT_FALSE(c.attentionBias || c.attentionOutputBias || c.mlpBias);
   EXPECT_EQ(c.rmsNormEps, 1e-5);
   EXPECT_EQ(c.padTokenId, 32000);
@@ -403,6 +403,33 @@ TEST(ModelConfig, Olmo2NormsAndTransformersDefaults) {
   EXPECT_FALSE(c.qkNorm);
   EXPECT_EQ(c.rmsNormEps, 1e-5);
   EXPECT_EQ(c.padTokenId, 1);
+}
+
+// GLM-4 as Glm4Config reads it: head_dim 128, partial rotary 0.5 (top level or in rope_parameters) on
+// interleaved pairs, q/k/v biases without o_proj's, fused gate_up_proj only, norms before and after each sublayer,
+// rms_norm_eps 1.5625e-7, pad_token_id 151329.
+TEST(ModelConfig, Glm4FieldsAndTransformersDefaults) {
+  json j = llama();
+  j["model_type"] = "glm4";
+  j["vocab_size"] = 151552;
+  j.erase("rms_norm_eps");
+  ModelConfig c = parseModelConfig(j, "cfg.json");
+  EXPECT_STREQ(architectureName(c.arch), "glm4");
+  EXPECT_EQ(c.headDim, 128);
+  EXPECT_EQ(c.rotaryDim(), 64);
+  EXPECT_TRUE(c.interleavedRotary);
+  EXPECT_TRUE(c.attentionBias);
+  EXPECT_FALSE(c.attentionOutputBias || c.mlpBias || c.fusedQkv);
+  EXPECT_TRUE(c.fusedGateUp);
+  EXPECT_EQ(c.normPlacement, NormPlacement::kSandwich);
+  EXPECT_EQ(c.normStyle, NormStyle::kLlama);
+  EXPECT_EQ(c.rmsNormEps, 1.5625e-7);
+  EXPECT_EQ(c.padTokenId, 151329);
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 10000.0}, {"partial_rotary_factor", 0.25}};
+  j["attention_bias"] = false;
+  c = parseModelConfig(j, "cfg.json");
+  EXPECT_EQ(c.rotaryDim(), 32);
+  EXPECT_FALSE(c.attentionBias);
 }
 
 // Which layers slide and how far, as each transformers config class reads its config.json (the expectations

@@ -44,7 +44,9 @@ struct Case {
 //   gemma2         four (1 + w) norms a layer, GeGLU, layer 0 sliding (window 8), scores and logits soft-capped;
 //   phi3           fused qkv_proj and gate_up_proj, RoPE on half of each head, LongRoPE past 16 positions (the
 //                  rows' 32 take the long factors), a window of 12;
-//   olmo2          norms on the sublayers' outputs only, q/k norms over the whole projections, RoPE in float32.
+//   olmo2          norms on the sublayers' outputs only, q/k norms over the whole projections, RoPE in float32;
+//   glm4           pre- and post-sublayer norms, fused gate_up_proj, q/k/v biases, RoPE on interleaved pairs of
+//                  half of each head.
 nlohmann::json familyPatch(const std::string& family) {
   if (family == "qwen3_moe" || family == "qwen3_moe_aux") {
     const bool aux = family == "qwen3_moe_aux";
@@ -90,6 +92,7 @@ nlohmann::json familyPatch(const std::string& family) {
             {"rope_scaling", {{"type", "longrope"}, {"short_factor", shortFactor}, {"long_factor", longFactor}}}};
   }
   if (family == "olmo2") return {{"model_type", "olmo2"}};
+  if (family == "glm4") return {{"model_type", "glm4"}, {"head_dim", 16}, {"pad_token_id", 0}};
   return nlohmann::json::object();
 }
 
@@ -141,7 +144,8 @@ const std::vector<Case>& matrixCases() {
       Case{"granite_async", {}, 1, {}, false, true, "granite"},
       Case{"gemma2_lora", {"lora.rank=4"}, 0, {}, false, true, "gemma2"},
       Case{"phi3_qlora", {"lora.rank=4", "lora.base_dtype=nf4"}, 0, {}, false, true, "phi3"},
-      Case{"olmo2_bf16", {"model.dtype=bfloat16"}, 0, {}, false, true, "olmo2"}};
+      Case{"olmo2_bf16", {"model.dtype=bfloat16"}, 0, {}, false, true, "olmo2"},
+      Case{"glm4_async_lora", {"lora.rank=4"}, 1, {}, false, true, "glm4"}};
   return cases;
 }
 constexpr TensorPlane kPlanes[] = {TensorPlane::kHostStaged, TensorPlane::kInProcess, TensorPlane::kDirect,
