@@ -33,7 +33,7 @@ json.dump({"format": "roundpipe-tokenized", "version": 1, "documents": n, "token
 PY
 source "$src/tests/support/slow_gpu.sh"
 slow_gpu_profile "$work/slow.toml" 0.25 400.0
-steps=8  # six steady-state steps after the two that set up and plan
+steps=10  # eight steady-state steps after the two that set up and plan
 run=(--config "$src/configs/builtin-fortunes.toml" --set model.path="$work/model" --set pipeline.backend=emulated
      --set pipeline.emulated_profile="$work/slow.toml" --set train.max_steps=$steps --set optim.threads=1
      --set optim.mode=async --set train.seq_len=512 --set train.global_batch=4 --set train.microbatches=2
@@ -65,8 +65,10 @@ busy, makespan = s["per_worker"][0]["busy"], s["makespan"]
 device = statistics.median(r["device_busy_ms"] for r in rows[2:])
 # Steps end where the host sees them end: in async mode one step can end early by what its neighbour absorbed (a
 # median of 327 ms against a device busy 353 ms a step, under a loaded CI). Their mean is the steady state's time
-# from the first one's end to the last one's, which no such shift changes but at its two ends.
-step = statistics.fmean(r["step_time_s"] * 1e3 for r in rows[2:])
+# from the first one's end to the last one's, which no such shift changes but at its two ends. The run's last step
+# is left out: with no next iteration queued behind it, it can end before the device drains (a mean over steps 3-8
+# of 334 ms against 353 ms busy, on a quiet CI machine).
+step = statistics.fmean(r["step_time_s"] * 1e3 for r in rows[2:-1])
 print(f"{name}: device busy {device:.1f} ms vs simulator {busy:.1f} ms; step {step:.1f} ms vs makespan {makespan:.1f} ms")
 assert abs(device / busy - 1) < 0.02, (device, busy)
 # The makespan is a lower bound: a host late on a loaded machine only lengthens the step.
