@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numbers>
 
 #include "common/error.h"
 #include "model/libtorch.h"
@@ -38,52 +37,6 @@ torch::Tensor applyRotary(const torch::Tensor& x, const torch::Tensor& cos, cons
   return torch::cat({rotated, x.narrow(-1, rotary, x.size(-1) - rotary)}, -1);
 }
 
-// YaRN (transformers' _compute_yarn_parameters): frequencies below the correction range are interpolated
-// (divided by the factor), those above it kept, with a linear ramp between.
-torch::Tensor yarnFrequencies(const torch::Tensor& extrapolated, const ModelConfig& c) {
-  const RopeConfig& r = c.rope;
-  const double dim = static_cast<double>(c.headDim);
-  auto correctionDim = [&](double rotations) {
-    return dim * std::log(static_cast<double>(r.originalMaxPositions) / (rotations * 2.0 * std::numbers::pi)) /
-           (2.0 * std::log(r.theta));
-  };
-  double low = correctionDim(r.betaFast), high = correctionDim(r.betaSlow);
-  if (r.truncate) {
-    low = std::floor(low);
-    high = std::ceil(high);
-  }
-  low = std::max(low, 0.0);
-  high = std::min(high, dim - 1);
-  if (low == high) high += 0.001;
-  const auto ramp = ((torch::arange(c.headDim / 2, torch::kFloat) - low) / (high - low)).clamp(0, 1);
-  const auto extrapolationFactor = 1 - ramp;
-  const auto interpolated = extrapolated / r.factor;
-  return interpolated * (1 - extrapolationFactor) + extrapolated * extrapolationFactor;
-}
-
-// inv_freq exactly as transformers builds it (float32) over the rotary dims, then scaled by the configured rope
-// type; longrope's with `factors` (short or long) dividing each frequency's base.
-torch::Tensor inverseFrequencies(const ModelConfig& c, const std::vector<double>& factors = {}) {
-  const auto dim = c.rotaryDim();
-  auto exponents = torch::arange(0, dim, 2, torch::kInt64).to(torch::kFloat) / static_cast<double>(dim);
-  const auto base = torch::pow(torch::scalar_tensor(c.rope.theta, torch::kFloat), exponents);
-  if (!factors.empty()) return 1.0 / (torch::tensor(factors, torch::kDouble).to(torch::kFloat) * base);
-  auto invFreq = 1.0 / base;
-  const RopeConfig& r = c.rope;
-  if (r.type == "linear") return invFreq / r.factor;
-  if (r.type == "yarn") return yarnFrequencies(invFreq, c);
-  if (r.type != "llama3") return invFreq;
-  const double lowFreqWavelen = static_cast<double>(r.originalMaxPositions) / r.lowFreqFactor;
-  const double highFreqWavelen = static_cast<double>(r.originalMaxPositions) / r.highFreqFactor;
-  const auto wavelen = 2.0 * std::numbers::pi / invFreq;
-  auto scaled = torch::where(wavelen > lowFreqWavelen, invFreq / r.factor, invFreq);
-  const auto smooth =
-      (static_cast<double>(r.originalMaxPositions) / wavelen - r.lowFreqFactor) / (r.highFreqFactor - r.lowFreqFactor);
-  const auto smoothed = (1.0 - smooth) * scaled / r.factor + smooth * scaled;
-  const auto isMedium = (wavelen >= highFreqWavelen).logical_and(wavelen <= lowFreqWavelen);
-  return torch::where(isMedium, smoothed, scaled);
-}
-
 }  // namespace
 
 torch::Tensor newParameter(at::IntArrayRef sizes, const ParamOptions& options, std::optional<double> fill) {
@@ -105,39 +58,6 @@ Batch causalBatch(const torch::Tensor& inputIds) {
   batch.targets = torch::full_like(batch.inputIds, kIgnoreIndex);
   if (T > 1) batch.targets.narrow(1, 0, T - 1).copy_(batch.inputIds.narrow(1, 1, T - 1));
   return batch;
-}
-
-Rotary::Rotary(const ModelConfig& config)
-    : float32_(config.rotaryInFloat32),
-      interleaved_(config.interleavedRotary),
-      invFreq_(inverseFrequencies(config, config.rope.shortFactor)),
-      longInvFreq_(config.rope.type == "longrope" ? inverseFrequencies(config, config.rope.longFactor)
-                                                  : torch::Tensor()),
-      originalMaxPositions_(config.rope.originalMaxPositions),
-      scaling_(config.rope.type == "yarn" || config.rope.type == "longrope" ? config.rope.attentionFactor : 1.0),
-      window_(std::find(config.slidingLayers.begin(), config.slidingLayers.end(), true) != config.slidingLayers.end()
-                  ? config.slidingWindow
-                  : 0) {}
-
-AttentionContext Rotary::context(const Batch& batch, torch::ScalarType dtype) const {
-  AttentionContext ctx;
-  // [B, T, 1] x [1, 1, D/2] in float32, duplicated to [B, T, D] as transformers does. Longrope takes its long
-  // factors when the batch's largest position reaches past the original context (transformers decides per forward
-  // on max(position_ids) + 1; here read on the host, where the batch is built).
-  const bool longFactors =
-      longInvFreq_.defined() && batch.positionIds.max().item<std::int64_t>() + 1 > originalMaxPositions_;
-  const auto& invFreq = longFactors ? longInvFreq_ : invFreq_;
-  const auto freqs = batch.positionIds.to(torch::kFloat).unsqueeze(-1) * invFreq.view({1, 1, -1});
-  // GLM-4 takes the first half of cat(freqs, freqs) and repeats each entry twice: freqs interleaved with itself.
-  const auto emb = interleaved_ ? freqs.repeat_interleave(2, -1) : torch::cat({freqs, freqs}, -1);
-  const auto as = float32_ ? torch::kFloat : dtype;
-  ctx.cos = scaling_ == 1.0 ? emb.cos().to(as) : (emb.cos() * scaling_).to(as);
-  ctx.sin = scaling_ == 1.0 ? emb.sin().to(as) : (emb.sin() * scaling_).to(as);
-  ctx.documents = Documents::of(batch.segmentIds, batch.inputIds.size(0), batch.inputIds.size(1));
-  // A batch already on a GPU (a single-process run there): the varlen kernel reads the offsets on it.
-  if (!batch.inputIds.is_cpu()) ctx.documents.cumulative = ctx.documents.cumulative.to(batch.inputIds.device());
-  ctx.window = window_;
-  return ctx;
 }
 
 RmsNorm::RmsNorm(std::int64_t dim, double eps, const ParamOptions& options, NormStyle style)
