@@ -84,8 +84,17 @@ def reference(model, input_ids):
         coef = model.config.router_aux_loss_coef
         tensors["aux_loss"] = (coef * out.aux_loss.detach().float()).reshape(())
     for name, p in model.named_parameters():
-        tensors["grad." + name] = p.grad.detach().float().contiguous()
+        if text_name(name) is not None:
+            tensors["grad." + text_name(name)] = p.grad.detach().float().contiguous()
     return tensors
+
+
+def text_name(name):
+    """A parameter's name in the text model: a multimodal Gemma 3's language model as Gemma3ForCausalLM names it
+    (model.language_model.X -> model.X), None for its vision tower and projector; any other name as it is."""
+    if name.startswith(("model.vision_tower.", "model.multi_modal_projector.")):
+        return None
+    return name.replace("model.language_model.", "model.", 1)
 
 
 def write(out_dir, tensors, model=None):
@@ -98,7 +107,8 @@ def write(out_dir, tensors, model=None):
 
 def decay_names(model):
     """The parameters Hugging Face Trainer applies weight decay to (its own function; `self` is unused)."""
-    return sorted(transformers.Trainer.get_decay_parameter_names(None, model))
+    names = (text_name(n) for n in transformers.Trainer.get_decay_parameter_names(None, model))
+    return sorted(n for n in names if n is not None)
 
 
 def tinystories(fixtures, out):
@@ -128,14 +138,15 @@ def generated(name, config, seed, out, with_docs=False):
     target = os.path.join(out, name)
     model.save_pretrained(target, safe_serialization=True)
     g = torch.Generator().manual_seed(seed + 1)
-    ids = torch.randint(config.vocab_size, (2, 24), generator=g)
-    if getattr(config, "pad_token_id", None) is not None:
-        ids[0, 3] = config.pad_token_id  # the embedding's padding_idx row: no gradient from the lookup
+    text = config.get_text_config()
+    ids = torch.randint(text.vocab_size, (2, 24), generator=g)
+    if getattr(text, "pad_token_id", None) is not None:
+        ids[0, 3] = text.pad_token_id  # the embedding's padding_idx row: no gradient from the lookup
     tensors = reference(model, ids)
     if with_docs:
         with torch.no_grad():
-            doc_a = torch.randint(config.vocab_size, (1, 10), generator=g)
-            doc_b = torch.randint(config.vocab_size, (1, 14), generator=g)
+            doc_a = torch.randint(text.vocab_size, (1, 10), generator=g)
+            doc_b = torch.randint(text.vocab_size, (1, 14), generator=g)
             tensors["doc_a_ids"] = doc_a
             tensors["doc_b_ids"] = doc_b
             tensors["doc_a_logits"] = model(input_ids=doc_a).logits.float().contiguous()
@@ -178,7 +189,8 @@ def config_to_model(config):
                "qwen2": transformers.Qwen2ForCausalLM, "mistral": transformers.MistralForCausalLM,
                "granite": transformers.GraniteForCausalLM, "gemma2": transformers.Gemma2ForCausalLM,
                "phi3": transformers.Phi3ForCausalLM, "olmo2": transformers.Olmo2ForCausalLM,
-               "glm4": transformers.Glm4ForCausalLM}
+               "glm4": transformers.Glm4ForCausalLM, "gemma3_text": transformers.Gemma3ForCausalLM,
+               "gemma3": transformers.Gemma3ForConditionalGeneration}
     return classes[config.model_type](config).float().eval()
 
 
@@ -656,6 +668,23 @@ def main():
         rms_norm_eps=1e-6, sliding_window=6, attn_logit_softcapping=2.0, final_logit_softcapping=3.0,
         tie_word_embeddings=True, attn_implementation="eager")
     generated("gemma2-tiny", gemma2, 5151, args.out, with_docs=True)
+    # Gemma 3 (1B proportions): Gemma 2 without soft-capping, with (1 + w) q/k norms per head and two RoPE contexts:
+    # the sliding layers' base 1e4, the full layers' 1e6 scaled linearly x8 (as the 4B and up); two local layers to
+    # one global here (the released pattern is five to one), each local within 6 positions.
+    gemma3 = transformers.Gemma3TextConfig(
+        vocab_size=2048, hidden_size=64, intermediate_size=160, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=32, query_pre_attn_scalar=24, max_position_embeddings=256,
+        rms_norm_eps=1e-6, sliding_window=6, sliding_window_pattern=3, rope_theta=1e6, rope_local_base_freq=1e4,
+        rope_scaling={"rope_type": "linear", "factor": 8.0}, tie_word_embeddings=True, attn_implementation="eager")
+    generated("gemma3-tiny", gemma3, 5252, args.out, with_docs=True)
+    # A multimodal Gemma 3 checkpoint (Gemma3ForConditionalGeneration, as the 4B and up are published): the same text
+    # model under text_config and language_model.model.*, beside a tiny SigLIP tower the runtime leaves alone.
+    vision = transformers.SiglipVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                             num_attention_heads=2, image_size=28, patch_size=14)
+    gemma3_multimodal = transformers.Gemma3Config(
+        text_config=gemma3.to_dict(), vision_config=vision.to_dict(), mm_tokens_per_image=1,
+        boi_token_index=2045, eoi_token_index=2046, image_token_index=2047, attn_implementation="eager")
+    generated("gemma3-multimodal-tiny", gemma3_multimodal, 5353, args.out, with_docs=True)
     # Phi-3 (Phi-3.5-mini, Phi-4-mini proportions): fused qkv_proj and gate_up_proj, RoPE on the first 0.75 of each
     # head, LongRoPE from 16 positions (the golden's 24 take the long factors, its documents of 10 and 14 the short
     # ones), a window of 10 on every layer, untied, pad_token_id 0 (the embedding's padding_idx).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -10,6 +11,8 @@
 #include "checkpoint/manifest.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "model/causal_lm.h"
+#include "model/config.h"
 #include "model/expert_layout.h"
 #include "model/libtorch.h"
 #include "model/lora.h"
@@ -128,6 +131,23 @@ Adapted adaptedTargets(const std::map<std::string, torch::Tensor>& masters, cons
   return {{modules.begin(), modules.end()}, {parameters.begin(), parameters.end()}};
 }
 
+// A Gemma 3 multimodal base (model/config.h): PEFT names the text model's modules as Gemma3ForConditionalGeneration
+// holds them, under model.language_model.
+std::map<std::string, torch::Tensor> underLanguageModel(const std::map<std::string, torch::Tensor>& masters) {
+  const std::string text = std::string(kPeftPrefix) + "model.";
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& [name, t] : masters) {
+    out[name.rfind(text, 0) == 0 ? text + "language_model." + name.substr(text.size()) : name] = t;
+  }
+  return out;
+}
+
+// target_modules as one pattern PEFT matches whole against module names: the adapted modules of the language
+// model alone (a list would adapt the vision tower's projections of the same names too, with no weights saved).
+std::string languageModelPattern(const std::vector<std::string>& modules) {
+  return fmt::format(R"(model\.language_model\..*\.({}))", fmt::join(modules, "|"));
+}
+
 // Adds an expert adapter's stacked delta to the parameter `name`, or, where the base stores its experts one
 // tensor each (published Qwen3-MoE; model/expert_layout.h), to each expert's tensors.
 void mergeExperts(std::map<std::string, torch::Tensor>& weights, const std::string& name, const torch::Tensor& delta,
@@ -244,13 +264,15 @@ void exportCheckpoint(const fs::path& dir, const fs::path& out, const ExportOpti
     if (m.lora.is_null())
       RP_THROW(InputError, "{}: --adapter needs a LoRA run; this checkpoint is a full fine-tune", where);
     const Adapted adapted = adaptedTargets(masters, experts);
+    const bool multimodal = m.model.at("config").value("model_type", "") == "gemma3";
+    if (multimodal) masters = underLanguageModel(masters);
     json config = {{"peft_type", "LORA"},
                    {"task_type", "CAUSAL_LM"},
                    {"base_model_name_or_path", base.string()},
                    {"r", m.lora.at("rank")},
                    {"lora_alpha", m.lora.at("alpha")},
                    {"lora_dropout", m.lora.at("dropout")},
-                   {"target_modules", adapted.modules},
+                   {"target_modules", multimodal ? json(languageModelPattern(adapted.modules)) : json(adapted.modules)},
                    {"bias", "none"},
                    {"fan_in_fan_out", false},
                    {"inference_mode", true},
@@ -267,12 +289,15 @@ void exportCheckpoint(const fs::path& dir, const fs::path& out, const ExportOpti
 
   // The model: the base's tensors (pretrained runs), the trained masters over them, LoRA merged in.
   std::map<std::string, torch::Tensor> weights;
+  std::unique_ptr<safetensors::CheckpointReader> reader;
   if (m.model.value("init", "pretrained") == "pretrained") {
-    const safetensors::CheckpointReader reader(base.string());
-    for (const auto& name : reader.names()) {
-      if (!dequantizedInto(weights, reader, name)) weights[name] = model::toTorch(reader.get(name)).to(torch::kFloat);
+    reader = std::make_unique<safetensors::CheckpointReader>(base.string());
+    for (const auto& name : reader->names()) {
+      if (!dequantizedInto(weights, *reader, name)) weights[name] = model::toTorch(reader->get(name)).to(torch::kFloat);
     }
   }
+  // The text model's tensors under the base's own names (a multimodal base's language-model prefix).
+  auto stored = [&](const std::string& name) { return reader ? model::storedName(*reader, name) : name; };
   // A QLoRA run's base (lora.base_dtype = "nf4"): the NF4 round trip the run computed with, as PEFT's
   // merge_and_unload on the dequantized bitsandbytes base would merge into.
   if (!m.lora.is_null() && m.lora.value("base_dtype", "model") == "nf4") {
@@ -284,7 +309,7 @@ void exportCheckpoint(const fs::path& dir, const fs::path& out, const ExportOpti
   const double scale = m.lora.is_null() ? 0.0 : m.lora.at("alpha").get<double>() / m.lora.at("rank").get<double>();
   for (auto& [name, t] : masters) {
     if (name.rfind(kPeftPrefix, 0) != 0) {
-      weights[name] = t;
+      weights[stored(name)] = t;
       continue;
     }
     const auto a = name.find(".lora_A.weight");
@@ -299,7 +324,7 @@ void exportCheckpoint(const fs::path& dir, const fs::path& out, const ExportOpti
                    model::expertDeltaWeight(t, b->second, rank, scale, transposed), where);
       continue;
     }
-    const auto w = weights.find(module + ".weight");
+    const auto w = weights.find(stored(module + ".weight"));
     if (w == weights.end()) {
       RP_THROW(InputError, "{}: LoRA tensor {} has no base weight {}.weight in {}", where, name, module, base.string());
     }
@@ -312,8 +337,9 @@ void exportCheckpoint(const fs::path& dir, const fs::path& out, const ExportOpti
   config.erase("quantization_config");  // MXFP4 experts are written dequantized
   // Tied embeddings are stored once, as the embedding (what save_pretrained writes); a base checkpoint that
   // stored them as lm_head.weight would otherwise shadow the trained embedding.
-  if (m.model.at("config").value("tie_word_embeddings", false) && weights.count("model.embed_tokens.weight")) {
-    weights.erase("lm_head.weight");
+  if (model::parseModelConfig(config, where + ": model.config").tieWordEmbeddings &&
+      weights.count(stored("model.embed_tokens.weight"))) {
+    weights.erase(stored("lm_head.weight"));
   }
   // transformers 5.x reads "dtype" (and loads in it by default); 4.x reads "torch_dtype". The base's values
   // would otherwise load the exported weights upcast.

@@ -48,6 +48,8 @@ AttentionContext toDevice(const AttentionContext& c, torch::Device device) {
   AttentionContext out = c;
   out.cos = onDevice(c.cos, device);
   out.sin = onDevice(c.sin, device);
+  out.slidingCos = onDevice(c.slidingCos, device);
+  out.slidingSin = onDevice(c.slidingSin, device);
   out.documents.cumulative = onDevice(c.documents.cumulative, device);
   return out;
 }

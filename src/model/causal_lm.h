@@ -11,6 +11,10 @@
 #include "model/config.h"
 #include "model/layers.h"
 
+namespace rp::safetensors {
+class CheckpointReader;
+}
+
 namespace rp::model {
 
 class CausalLM : public torch::nn::Module {
@@ -60,7 +64,17 @@ class CausalLM : public torch::nn::Module {
 // F32/BF16/F16 to the model dtype; a packed NF4 weight is quantised from those values, or taken as stored from
 // a bitsandbytes 4-bit checkpoint of the same kind. Missing tensors, shape mismatches and unsupported dtypes
 // are InputErrors naming the file and tensor. Returns the names of stored tensors the model did not use.
+// A multimodal checkpoint's text model (Gemma 3's, model/config.h) is read from under its language model's
+// prefix; the vision tower and projector are left out, with one notice.
 std::vector<std::string> loadHfWeights(CausalLM& model, const std::string& directory);
+
+// The name under which `reader`'s checkpoint stores the text model's tensor `name` (model.*, lm_head.*): `name`
+// itself, or a multimodal checkpoint's language model's (language_model.model.*, language_model.lm_head.*, as
+// Gemma 3's are published and saved; transformers 5's model.language_model.*). `name` where none is stored.
+std::string storedName(const safetensors::CheckpointReader& reader, const std::string& name);
+// Whether a stored tensor is a multimodal checkpoint's vision side (vision tower, projector), which fine-tuning
+// the text model leaves as it is.
+bool visionTensor(const std::string& stored);
 
 // Initialises every parameter as transformers does for a new model: normal(0, initializer_range) for
 // embeddings and projections (a packed NF4 weight: those values, quantised), ones for norms. Uses LibTorch's

@@ -8,9 +8,15 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "model/config_fields.h"
 
 namespace rp::model {
 namespace {
+
+using config_detail::Fields;
+using config_detail::parseGemma3Rope;
+using config_detail::parseRope;
+using config_detail::yarnMscale;
 
 using nlohmann::json;
 
@@ -18,175 +24,8 @@ using nlohmann::json;
 constexpr std::pair<const char*, Architecture> kArchitectures[] = {
     {"llama", Architecture::kLlama},     {"mistral", Architecture::kMistral},    {"qwen2", Architecture::kQwen2},
     {"qwen3", Architecture::kQwen3},     {"qwen3_moe", Architecture::kQwen3Moe}, {"gpt_oss", Architecture::kGptOss},
-    {"granite", Architecture::kGranite}, {"gemma2", Architecture::kGemma2},      {"phi3", Architecture::kPhi3},
-    {"olmo2", Architecture::kOlmo2},     {"glm4", Architecture::kGlm4}};
-
-class Fields {
- public:
-  Fields(const json& j, const std::string& source) : j_(j), source_(source) {}
-
-  std::int64_t positiveInt(const char* key) const {
-    const json& v = required(key, "a positive integer");
-    if (!v.is_number_integer() || v.get<std::int64_t>() <= 0) {
-      RP_THROW(InputError, "{}: field '{}' is {}, expected a positive integer", source_, key, v.dump());
-    }
-    return v.get<std::int64_t>();
-  }
-  std::int64_t positiveIntOr(const char* key, std::int64_t fallback) const {
-    return has(key) ? positiveInt(key) : fallback;
-  }
-  std::int64_t nonNegativeIntOr(const char* key, std::int64_t fallback) const {
-    if (!has(key)) return fallback;
-    const json& v = j_.at(key);
-    if (!v.is_number_integer() || v.get<std::int64_t>() < 0) {
-      RP_THROW(InputError, "{}: field '{}' is {}, expected an integer >= 0", source_, key, v.dump());
-    }
-    return v.get<std::int64_t>();
-  }
-  double positiveNumber(const json& v, const char* key) const {
-    if (!v.is_number() || v.get<double>() <= 0) {
-      RP_THROW(InputError, "{}: field '{}' is {}, expected a positive number", source_, key, v.dump());
-    }
-    return v.get<double>();
-  }
-  double positiveNumberOr(const char* key, double fallback) const {
-    return has(key) ? positiveNumber(j_.at(key), key) : fallback;
-  }
-  bool boolOr(const char* key, bool fallback) const {
-    if (!has(key)) return fallback;
-    const json& v = j_.at(key);
-    if (!v.is_boolean()) RP_THROW(InputError, "{}: field '{}' is {}, expected true or false", source_, key, v.dump());
-    return v.get<bool>();
-  }
-  std::string stringOr(const char* key, const std::string& fallback) const {
-    if (!has(key)) return fallback;
-    const json& v = j_.at(key);
-    if (!v.is_string()) RP_THROW(InputError, "{}: field '{}' is {}, expected a string", source_, key, v.dump());
-    return v.get<std::string>();
-  }
-  // A token id, or the first of a list of ids (eos_token_id may be a list); -1 when absent or null.
-  std::int64_t tokenIdOr(const char* key) const {
-    if (!has(key)) return -1;
-    const json& v = j_.at(key);
-    if (v.is_array() && !v.empty() && v[0].is_number_integer()) return v[0].get<std::int64_t>();
-    if (v.is_number_integer()) return v.get<std::int64_t>();
-    RP_THROW(InputError, "{}: field '{}' is {}, expected a token id or a list of ids", source_, key, v.dump());
-  }
-  bool has(const char* key) const { return j_.contains(key) && !j_.at(key).is_null(); }
-  const json& required(const char* key, const char* expected) const {
-    if (!has(key)) RP_THROW(InputError, "{}: field '{}' is missing (expected {})", source_, key, expected);
-    return j_.at(key);
-  }
-  const std::string& source() const { return source_; }
-
- private:
-  const json& j_;
-  const std::string& source_;
-};
-
-// transformers' get_mscale: the YaRN attention factor for a context extended `scale` times.
-double yarnMscale(double scale, double mscale) {
-  return scale <= 1.0 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
-}
-
-// YaRN as transformers' _compute_yarn_parameters reads it; the frequencies themselves are computed in
-// model/layers.cpp.
-void parseYarn(const Fields& p, RopeConfig& rope) {
-  rope.factor = p.positiveNumber(p.required("factor", "a positive number"), "factor");
-  rope.originalMaxPositions = p.positiveInt("original_max_position_embeddings");
-  rope.betaFast = p.positiveNumberOr("beta_fast", 32.0);
-  rope.betaSlow = p.positiveNumberOr("beta_slow", 1.0);
-  rope.truncate = p.boolOr("truncate", true);
-  const double mscale = p.positiveNumberOr("mscale", 0.0), mscaleAllDim = p.positiveNumberOr("mscale_all_dim", 0.0);
-  if (p.has("attention_factor")) {
-    rope.attentionFactor = p.positiveNumberOr("attention_factor", 1.0);
-  } else if (mscale > 0 && mscaleAllDim > 0) {
-    rope.attentionFactor = yarnMscale(rope.factor, mscale) / yarnMscale(rope.factor, mscaleAllDim);
-  } else {
-    rope.attentionFactor = yarnMscale(rope.factor, 1.0);
-  }
-}
-
-// A longrope factor list: numbers, one per rotary frequency.
-std::vector<double> ropeFactors(const Fields& p, const char* key, std::int64_t count) {
-  const json& v = p.required(key, "a list of numbers");
-  if (!v.is_array() || static_cast<std::int64_t>(v.size()) != count) {
-    RP_THROW(InputError, "{}: field '{}' is {}, expected a list of {} numbers (head_dim x partial_rotary_factor / 2)",
-             p.source(), key, v.dump(), count);
-  }
-  std::vector<double> out;
-  for (const auto& x : v) out.push_back(p.positiveNumber(x, key));
-  return out;
-}
-
-// LongRoPE as transformers' _compute_longrope_parameters reads it for Phi-3 ("su" and "yarn" name it too there):
-// the config's top-level original_max_position_embeddings (4096 unless given) over the dict's, the factor
-// max_position_embeddings / that unless given, the attention factor sqrt(1 + ln(factor) / ln(original)).
-void parseLongrope(const Fields& f, const Fields& p, const ModelConfig& c, RopeConfig& rope) {
-  rope.type = "longrope";
-  rope.originalMaxPositions = f.positiveIntOr("original_max_position_embeddings", 4096);
-  const double original = static_cast<double>(rope.originalMaxPositions);
-  rope.factor = p.positiveNumberOr("factor", static_cast<double>(c.maxPositions) / original);
-  rope.attentionFactor = p.positiveNumberOr(
-      "attention_factor", rope.factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(rope.factor) / std::log(original)));
-  rope.shortFactor = ropeFactors(p, "short_factor", c.rotaryDim() / 2);
-  rope.longFactor = ropeFactors(p, "long_factor", c.rotaryDim() / 2);
-}
-
-// RoPE: the pre-v5 form (rope_theta + rope_scaling) and the v5 form (rope_parameters) are both accepted;
-// `rope` holds the architecture's defaults. Phi-3 reads rope_scaling first, and longrope.
-RopeConfig parseRope(const json& j, const Fields& f, RopeConfig rope, const ModelConfig& c) {
-  const bool phi3 = c.arch == Architecture::kPhi3;
-  const json* params = nullptr;
-  const char* paramsKey = nullptr;
-  const char* keys[] = {"rope_parameters", "rope_scaling"};
-  if (phi3) std::swap(keys[0], keys[1]);
-  for (const char* key : keys) {
-    if (f.has(key)) {
-      params = &j.at(key);
-      paramsKey = key;
-      break;
-    }
-  }
-  rope.theta = f.positiveNumberOr("rope_theta", rope.theta);
-  if (params == nullptr) return rope;
-  if (!params->is_object()) {
-    RP_THROW(InputError, "{}: field '{}' is {}, expected an object", f.source(), paramsKey, params->dump());
-  }
-  const Fields p(*params, f.source());
-  rope.theta = p.positiveNumberOr("rope_theta", rope.theta);
-  rope.type = p.stringOr("rope_type", p.stringOr("type", "default"));
-  if (rope.type == "default") return rope;
-  if (phi3) {
-    if (rope.type != "longrope" && rope.type != "su" && rope.type != "yarn") {
-      RP_THROW(InputError, "{}: {}.rope_type '{}' is not supported for phi3 (supported: default, longrope)", f.source(),
-               paramsKey, rope.type);
-    }
-    parseLongrope(f, p, c, rope);
-    return rope;
-  }
-  if (rope.type == "linear") {
-    rope.factor = p.positiveNumber(p.required("factor", "a positive number"), "factor");
-    return rope;
-  }
-  if (rope.type == "llama3") {
-    rope.factor = p.positiveNumber(p.required("factor", "a positive number"), "factor");
-    rope.lowFreqFactor = p.positiveNumber(p.required("low_freq_factor", "a positive number"), "low_freq_factor");
-    rope.highFreqFactor = p.positiveNumber(p.required("high_freq_factor", "a positive number"), "high_freq_factor");
-    rope.originalMaxPositions = p.positiveInt("original_max_position_embeddings");
-    if (rope.highFreqFactor <= rope.lowFreqFactor) {
-      RP_THROW(InputError, "{}: {}.high_freq_factor ({}) must exceed low_freq_factor ({})", f.source(), paramsKey,
-               rope.highFreqFactor, rope.lowFreqFactor);
-    }
-    return rope;
-  }
-  if (rope.type == "yarn") {
-    parseYarn(p, rope);
-    return rope;
-  }
-  RP_THROW(InputError, "{}: {}.rope_type '{}' is not supported (supported: default, linear, llama3, yarn)", f.source(),
-           paramsKey, rope.type);
-}
+    {"granite", Architecture::kGranite}, {"gemma2", Architecture::kGemma2},      {"gemma3_text", Architecture::kGemma3},
+    {"phi3", Architecture::kPhi3},       {"olmo2", Architecture::kOlmo2},        {"glm4", Architecture::kGlm4}};
 
 // The load-balancing loss's fields, with the transformers defaults of both MoE configs.
 void parseAuxLoss(const json& j, const Fields& f, MoeConfig& m) {
@@ -306,6 +145,12 @@ void parseWindows(const json& j, const Fields& f, ModelConfig& c) {
       c.slidingWindow = windowOr4096(j, f);
       for (std::int64_t i = 0; i < c.numLayers; i += 2) c.slidingLayers[i] = c.slidingWindow > 0;
       break;
+    case Architecture::kGemma3: {  // Gemma3TextConfig: five local layers to one global, within 4096 unless given
+      c.slidingWindow = windowOr4096(j, f);
+      const std::int64_t pattern = f.positiveIntOr("sliding_window_pattern", 6);
+      for (std::int64_t i = 0; i < c.numLayers; ++i) c.slidingLayers[i] = c.slidingWindow > 0 && (i + 1) % pattern != 0;
+      break;
+    }
     case Architecture::kPhi3:  // Phi3Config: a window on every layer when sliding_window is set (none unless)
       c.slidingWindow = f.positiveIntOr("sliding_window", 0);
       c.slidingLayers.assign(c.slidingLayers.size(), c.slidingWindow > 0);
@@ -359,23 +204,70 @@ double softcapOr(const json& j, const Fields& f, const char* key, double fallbac
   return f.has(key) ? f.positiveNumber(j.at(key), key) : 0.0;
 }
 
-// Gemma 2 (Gemma2Config's defaults where a field is absent): GeGLU, (1 + w) norms in float32 and four of them a
-// layer, the embedding times sqrt(hidden) rounded to the model dtype, scores times query_pre_attn_scalar^-0.5,
-// the scores' and the final logits' soft-capping.
-void parseGemma2(const json& j, const Fields& f, ModelConfig& c) {
+// Gemma 2 and 3 (their config classes' defaults where a field is absent): GeGLU, (1 + w) norms in float32 and four
+// of them a layer, the embedding times sqrt(hidden) rounded to the model dtype, scores times
+// query_pre_attn_scalar^-0.5; Gemma 2 soft-caps the scores and the final logits (Gemma 3 only where the config says),
+// Gemma 3 normalises q and k per head and rotates its sliding layers with their own RoPE.
+void parseGemma(const json& j, const Fields& f, ModelConfig& c) {
   const std::string act = f.stringOr("hidden_activation", f.stringOr("hidden_act", "gelu_pytorch_tanh"));
   if (act != "gelu_pytorch_tanh") {
-    RP_THROW(InputError, "{}: hidden_activation '{}' is not supported for gemma2 (supported: gelu_pytorch_tanh)",
-             f.source(), act);
+    RP_THROW(InputError, "{}: hidden_activation '{}' is not supported for {} (supported: gelu_pytorch_tanh)",
+             f.source(), act, architectureName(c.arch));
   }
+  const bool gemma2 = c.arch == Architecture::kGemma2;
   c.activation = Activation::kGeluTanh;
   c.normStyle = NormStyle::kGemma;
   c.normPlacement = NormPlacement::kSandwich;
   c.embeddingMultiplier = std::sqrt(static_cast<double>(c.hiddenSize));
   c.embeddingMultiplierInModelDtype = true;
   c.attentionScale = 1.0 / std::sqrt(f.positiveNumberOr("query_pre_attn_scalar", 256.0));
-  c.attentionSoftcap = softcapOr(j, f, "attn_logit_softcapping", 50.0);
-  c.finalLogitSoftcap = softcapOr(j, f, "final_logit_softcapping", 30.0);
+  c.attentionSoftcap = softcapOr(j, f, "attn_logit_softcapping", gemma2 ? 50.0 : 0.0);
+  c.finalLogitSoftcap = softcapOr(j, f, "final_logit_softcapping", gemma2 ? 30.0 : 0.0);
+  if (gemma2) return;
+  c.qkNorm = true;
+  if (f.boolOr("use_bidirectional_attention", false)) {
+    RP_THROW(InputError,
+             "{}: use_bidirectional_attention is true (an embedding model such as EmbeddingGemma); supported: "
+             "causal language models",
+             f.source());
+  }
+}
+
+// Gemma3TextConfig's defaults for the fields a released config may leave out (the multimodal checkpoints'
+// text_config names only those that differ).
+json withGemma3TextDefaults(json j) {
+  const json defaults = {{"vocab_size", 262208},
+                         {"hidden_size", 2304},
+                         {"intermediate_size", 9216},
+                         {"num_hidden_layers", 26},
+                         {"num_attention_heads", 8},
+                         {"num_key_value_heads", 4},
+                         {"head_dim", 256},
+                         {"max_position_embeddings", 131072},
+                         {"rms_norm_eps", 1e-6},
+                         {"pad_token_id", 0},
+                         {"eos_token_id", 1},
+                         {"bos_token_id", 2},
+                         {"tie_word_embeddings", true}};
+  for (const auto& [key, value] : defaults.items()) {
+    if (!j.contains(key)) j[key] = value;
+  }
+  return j;
+}
+
+// A `gemma3` checkpoint (Gemma3ForConditionalGeneration): its text model, whose fields are text_config's, the
+// checkpoint-wide ones (dtype, quantization, tying) from the top level.
+json gemma3TextConfig(const json& j, const std::string& source) {
+  json text = j.contains("text_config") && !j.at("text_config").is_null() ? j.at("text_config") : json::object();
+  if (!text.is_object()) {
+    RP_THROW(InputError, "{}: field 'text_config' is {}, expected an object (a gemma3 model's text model)", source,
+             text.dump());
+  }
+  for (const char* key : {"torch_dtype", "dtype", "quantization_config", "tie_word_embeddings"}) {
+    if (j.contains(key)) text[key] = j.at(key);
+  }
+  text["model_type"] = "gemma3_text";
+  return text;
 }
 
 Architecture architectureOf(const json& type, const std::string& source) {
@@ -405,12 +297,22 @@ const char* architectureName(Architecture arch) {
 
 std::string supportedModelTypes() {
   std::string list;
-  for (const auto& [name, arch] : kArchitectures) list += fmt::format("{}\"{}\"", list.empty() ? "" : ", ", name);
+  for (const auto& [name, arch] : kArchitectures) {
+    list += fmt::format("{}\"{}\"", list.empty() ? "" : ", ", name);
+    if (arch == Architecture::kGemma3) list += ", \"gemma3\" (its text model)";
+  }
   return list;
 }
 
-ModelConfig parseModelConfig(const json& j, const std::string& source) {
-  if (!j.is_object()) RP_THROW(InputError, "{}: expected a JSON object", source);
+ModelConfig parseModelConfig(const json& given, const std::string& source) {
+  if (!given.is_object()) RP_THROW(InputError, "{}: expected a JSON object", source);
+  if (given.value("model_type", json()) == "gemma3") {
+    ModelConfig c = parseModelConfig(gemma3TextConfig(given, source), source + ": text_config");
+    c.finalLogitSoftcap = 0.0;  // Gemma3ForConditionalGeneration caps no logits, whatever text_config says
+    return c;
+  }
+  json filled;
+  const json& j = given.value("model_type", json()) == "gemma3_text" ? (filled = withGemma3TextDefaults(given)) : given;
   const Fields f(j, source);
   ModelConfig c;
   const json& type = f.required("model_type", "a supported model_type (docs/model.md)");
@@ -427,8 +329,9 @@ ModelConfig parseModelConfig(const json& j, const std::string& source) {
              c.numHeads, c.numKvHeads);
   }
   const bool gemma2 = c.arch == Architecture::kGemma2, glm4 = c.arch == Architecture::kGlm4;
+  const bool gemma = gemma2 || c.arch == Architecture::kGemma3;
   if (c.arch != Architecture::kGptOss && c.arch != Architecture::kQwen3 && c.arch != Architecture::kQwen3Moe &&
-      !gemma2 && !f.has("head_dim") && c.hiddenSize % c.numHeads != 0) {
+      !gemma && !f.has("head_dim") && c.hiddenSize % c.numHeads != 0) {
     RP_THROW(InputError, "{}: hidden_size ({}) is not a multiple of num_attention_heads ({}) and head_dim is absent",
              source, c.hiddenSize, c.numHeads);
   }
@@ -467,7 +370,8 @@ ModelConfig parseModelConfig(const json& j, const std::string& source) {
     }
   }
   c.rope = parseRope(j, f, rope, c);
-  c.tieWordEmbeddings = f.boolOr("tie_word_embeddings", gemma2);
+  if (c.arch == Architecture::kGemma3) parseGemma3Rope(j, f, c);
+  c.tieWordEmbeddings = f.boolOr("tie_word_embeddings", gemma);
   // Qwen2: q/k/v with biases, o_proj without (modeling_qwen2.py reads no attention_bias); GLM-4 the same unless
   // attention_bias is false; Mistral and Phi-3: none.
   const bool qwen2 = c.arch == Architecture::kQwen2 || (glm4 && f.boolOr("attention_bias", true));
@@ -498,14 +402,14 @@ ModelConfig parseModelConfig(const json& j, const std::string& source) {
     c.logitsScaling = f.positiveNumberOr("logits_scaling", 1.0);
     c.attentionScale = f.positiveNumberOr("attention_multiplier", 1.0);
   }
-  if (gemma2) parseGemma2(j, f, c);
+  if (gemma) parseGemma(j, f, c);
   checkQuantization(j, f, c.arch);
   c.bosTokenId = f.tokenIdOr("bos_token_id");
   c.eosTokenId = f.tokenIdOr("eos_token_id");
-  // The config classes' defaults where the key is absent: Gemma2Config's 0, Phi3Config's 32000, Olmo2Config's 1,
-  // Glm4Config's 151329, else none.
+  // The config classes' defaults where the key is absent: Gemma2Config's (and Gemma3TextConfig's) 0, Phi3Config's
+  // 32000, Olmo2Config's 1, Glm4Config's 151329, else none.
   c.padTokenId = j.contains("pad_token_id") ? f.tokenIdOr("pad_token_id")
-                 : gemma2                   ? 0
+                 : gemma                    ? 0
                  : phi3                     ? 32000
                  : olmo2                    ? 1
                  : glm4                     ? 151329
@@ -514,7 +418,7 @@ ModelConfig parseModelConfig(const json& j, const std::string& source) {
   c.initializerRange = f.positiveNumberOr("initializer_range", 0.02);
   c.storedDtype = f.stringOr("torch_dtype", f.stringOr("dtype", "float32"));
 
-  if (!gemma2) {
+  if (!gemma) {
     const std::string act = f.stringOr("hidden_act", "silu");
     if (act != "silu") RP_THROW(InputError, "{}: hidden_act '{}' is not supported (supported: silu)", source, act);
   }

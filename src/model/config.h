@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@ enum class Architecture {
   kGptOss,
   kGranite,
   kGemma2,
+  kGemma3,
   kPhi3,
   kOlmo2,
   kGlm4
@@ -88,11 +90,13 @@ struct ModelConfig {
   std::int64_t maxPositions = 0;
   double rmsNormEps = 1e-6;
   RopeConfig rope;
+  // Gemma 3: the sliding layers' own RoPE (local base, unscaled); `rope` is then the full layers' (global).
+  std::optional<RopeConfig> slidingRope;
   bool tieWordEmbeddings = false;
   bool attentionBias = false;        // q/k/v projections carry biases
   bool attentionOutputBias = false;  // so does o_proj (Llama's attention_bias, GPT-OSS; not Qwen2)
   bool mlpBias = false;
-  bool qkNorm = false;              // per-head RMSNorm on queries and keys (Qwen3)
+  bool qkNorm = false;              // per-head RMSNorm on queries and keys (Qwen3; Gemma 3's in its NormStyle)
   bool attentionSinks = false;      // GPT-OSS: a learned per-head logit each softmax row also normalises over
   std::int64_t slidingWindow = 0;   // keys within this many positions of the query, on the sliding layers
   std::vector<bool> slidingLayers;  // per layer: sliding-window attention, else full causal (Note [Sliding windows])
@@ -145,6 +149,9 @@ struct ModelConfig {
 //   qwen2/qwen3  only with use_sliding_window: layers from max_window_layers (28 unless given) on, or as
 //              layer_types says; the window as Mistral's;
 //   qwen3_moe  only with use_sliding_window: every layer;
+//   gemma2     layers 0, 2, 4, ... (window 4096 unless given);
+//   gemma3_text  five local layers to one global: layer i slides unless (i + 1) % sliding_window_pattern == 0
+//              (6 unless given), or as layer_types says (window 4096 unless given);
 //   llama      none (a layer_types "sliding_attention" is refused).
 // A window as long as the longest document changes nothing, so attention takes the full-causal kernels then.
 

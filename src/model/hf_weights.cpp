@@ -63,6 +63,28 @@ void loadPacked(const safetensors::CheckpointReader& reader, const safetensors::
 
 }  // namespace
 
+std::string storedName(const safetensors::CheckpointReader& reader, const std::string& name) {
+  if (reader.find(name) != nullptr) return name;
+  std::vector<std::string> candidates;
+  if (name.rfind("model.", 0) == 0) {
+    candidates = {"language_model." + name, "model.language_model." + name.substr(6)};
+  } else if (name.rfind("lm_head.", 0) == 0) {
+    candidates = {"language_model." + name};
+  }
+  for (const auto& candidate : candidates) {
+    if (reader.find(candidate) != nullptr) return candidate;
+  }
+  return name;
+}
+
+bool visionTensor(const std::string& stored) {
+  for (const char* prefix :
+       {"vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector."}) {
+    if (stored.rfind(prefix, 0) == 0) return true;
+  }
+  return false;
+}
+
 std::vector<std::string> loadHfWeights(CausalLM& model, const std::string& directory) {
   const safetensors::CheckpointReader reader(directory);
   const bool tied = model.config().tieWordEmbeddings;
@@ -74,9 +96,11 @@ std::vector<std::string> loadHfWeights(CausalLM& model, const std::string& direc
              directory, name, model.config().numLayers, tied);
   };
   for (auto& [name, param] : model.hfParameters()) {
-    const safetensors::TensorView* view = reader.find(name);
+    const safetensors::TensorView* view = reader.find(storedName(reader, name));
     // Tied embeddings may be stored under either name (TinyStories stores only lm_head.weight).
-    if (view == nullptr && tied && name == "model.embed_tokens.weight") view = reader.find("lm_head.weight");
+    if (view == nullptr && tied && name == "model.embed_tokens.weight") {
+      view = reader.find(storedName(reader, "lm_head.weight"));
+    }
     const Architecture arch = model.config().arch;
     if (view == nullptr && arch == Architecture::kGptOss && isStackedExperts(name)) {
       // Published GPT-OSS checkpoints store the experts MXFP4-quantized (model/mxfp4.h).
@@ -127,10 +151,22 @@ std::vector<std::string> loadHfWeights(CausalLM& model, const std::string& direc
     used.insert(view->name);
   }
   std::vector<std::string> unused;
+  std::size_t vision = 0;
+  const std::string storedHead = storedName(reader, "lm_head.weight");
+  const std::string storedEmbedding = storedName(reader, "model.embed_tokens.weight");
   for (const auto& name : reader.names()) {
     // With tied embeddings a checkpoint may store the head copy too; it is the same tensor.
-    const bool tiedCopy = tied && (name == "lm_head.weight" || name == "model.embed_tokens.weight");
-    if (!used.count(name) && !tiedCopy) unused.push_back(name);
+    const bool tiedCopy = tied && (name == storedHead || name == storedEmbedding);
+    if (used.count(name) || tiedCopy) continue;
+    if (visionTensor(name)) {
+      ++vision;
+    } else {
+      unused.push_back(name);
+    }
+  }
+  if (vision > 0) {
+    RP_LOG_INFO("{}: the text model is loaded; {} tensor(s) of the vision tower and projector are left as they are",
+                directory, vision);
   }
   if (!unused.empty()) {
     RP_LOG_WARN("{}: {} stored tensor(s) not used by the model, first: '{}'", directory, unused.size(), unused[0]);

@@ -131,8 +131,8 @@ Attention::Attention(const ModelConfig& c, bool sliding, const ParamOptions& o)
   o_ = register_module("o_proj",
                        std::make_shared<Projection>(c.numHeads * c.headDim, c.hiddenSize, c.attentionOutputBias, o));
   if (c.qkNorm) {
-    qNorm_ = register_module("q_norm", std::make_shared<RmsNorm>(c.headDim, c.rmsNormEps, o));
-    kNorm_ = register_module("k_norm", std::make_shared<RmsNorm>(c.headDim, c.rmsNormEps, o));
+    qNorm_ = register_module("q_norm", std::make_shared<RmsNorm>(c.headDim, c.rmsNormEps, o, c.normStyle));
+    kNorm_ = register_module("k_norm", std::make_shared<RmsNorm>(c.headDim, c.rmsNormEps, o, c.normStyle));
   } else if (c.qkNormFullWidth) {
     qNorm_ = register_module("q_norm", std::make_shared<RmsNorm>(c.numHeads * c.headDim, c.rmsNormEps, o, c.normStyle));
     kNorm_ =
@@ -167,8 +167,9 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const AttentionContext&
   }
   q = q.transpose(1, 2);  // [B, H, T, D]
   k = k.transpose(1, 2);
-  const auto cos = ctx.cos.unsqueeze(1);
-  const auto sin = ctx.sin.unsqueeze(1);
+  const bool ownRope = sliding_ && ctx.slidingCos.defined();
+  const auto cos = (ownRope ? ctx.slidingCos : ctx.cos).unsqueeze(1);
+  const auto sin = (ownRope ? ctx.slidingSin : ctx.sin).unsqueeze(1);
   q = applyRotary(q, cos, sin, interleaved_);
   k = applyRotary(k, cos, sin, interleaved_);
   AttendOptions options{.scale = scale_, .window = sliding_ ? ctx.window : 0, .sinks = sinks_, .softcap = softcap_};

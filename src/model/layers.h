@@ -37,6 +37,7 @@ Batch causalBatch(const torch::Tensor& inputIds);
 struct AttentionContext {
   torch::Tensor cos;        // [B, T, head_dim]
   torch::Tensor sin;        // [B, T, head_dim]
+  torch::Tensor slidingCos, slidingSin;  // the sliding layers' where their RoPE differs (Gemma 3), else undefined
   Documents documents;      // where the packed documents lie: attention stays inside each (no [T, T] mask)
   std::int64_t window = 0;  // models with sliding-window layers: their window; 0 = none
 };
@@ -67,12 +68,17 @@ class Rotary {
   AttentionContext context(const Batch& batch, torch::ScalarType dtype) const;
 
  private:
-  bool float32_;               // cos and sin kept in float32 (OLMo 2), else in the model dtype
-  bool interleaved_;           // GLM-4: cos and sin for interleaved pairs
-  torch::Tensor invFreq_;      // [rotary dims / 2] float32
-  torch::Tensor longInvFreq_;  // longrope: past originalMaxPositions_ (invFreq_ up to it)
+  std::pair<torch::Tensor, torch::Tensor> cosSin(const torch::Tensor& positions, const torch::Tensor& invFreq,
+                                                 double scaling, torch::ScalarType dtype) const;
+
+  bool float32_;                  // cos and sin kept in float32 (OLMo 2), else in the model dtype
+  bool interleaved_;              // GLM-4: cos and sin for interleaved pairs
+  torch::Tensor invFreq_;         // [rotary dims / 2] float32
+  torch::Tensor longInvFreq_;     // longrope: past originalMaxPositions_ (invFreq_ up to it)
+  torch::Tensor slidingInvFreq_;  // Gemma 3: the sliding layers' (ModelConfig::slidingRope)
   std::int64_t originalMaxPositions_ = 0;
   double scaling_;         // yarn's and longrope's attention factor on cos and sin
+  double slidingScaling_;  // the same for slidingInvFreq_
   std::int64_t window_;    // sliding window of the sliding layers; 0 = none
 };
 

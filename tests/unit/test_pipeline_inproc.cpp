@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "family_patch.h"
 #include "support/fixtures.h"
 #include "support/pipeline_reference.h"
 #include "support/thread_ranks.h"
@@ -33,68 +34,6 @@ struct Case {
   bool untied = false;     // a randomly initialised untied TinyStories (no tied embedding to sum)
   const char* family = "";  // ... made another family (familyPatch)
 };
-
-// The untied TinyStories' config.json made another family, each with what sets it apart:
-//   qwen3_moe      layer 0 sparse (4 experts, top 2), layer 1 dense;
-//   qwen3_moe_aux  both layers sparse, with the load-balancing loss (coefficient 0.1);
-//   gpt_oss        sinks, layer 0 sliding (window 8), clamped experts;
-//   mistral        head_dim 32 (not hidden / heads = 16), a window of 8 on both layers;
-//   qwen2_window   q/k/v biases, layer 1 sliding (window 8: max_window_layers 1);
-//   granite        Granite 3.1's multipliers (embedding x12, sublayers x0.22, scores x1/128, logits / 16);
-//   gemma2         four (1 + w) norms a layer, GeGLU, layer 0 sliding (window 8), scores and logits soft-capped;
-//   phi3           fused qkv_proj and gate_up_proj, RoPE on half of each head, LongRoPE past 16 positions (the
-//                  rows' 32 take the long factors), a window of 12;
-//   olmo2          norms on the sublayers' outputs only, q/k norms over the whole projections, RoPE in float32;
-//   glm4           pre- and post-sublayer norms, fused gate_up_proj, q/k/v biases, RoPE on interleaved pairs of
-//                  half of each head.
-nlohmann::json familyPatch(const std::string& family) {
-  if (family == "qwen3_moe" || family == "qwen3_moe_aux") {
-    const bool aux = family == "qwen3_moe_aux";
-    return {{"model_type", "qwen3_moe"},   {"num_experts", 4},
-            {"num_experts_per_tok", 2},    {"moe_intermediate_size", 64},
-            {"norm_topk_prob", true},      {"mlp_only_layers", aux ? std::vector<int>{} : std::vector<int>{1}},
-            {"output_router_logits", aux}, {"router_aux_loss_coef", 0.1}};
-  }
-  if (family == "gpt_oss") {
-    return {{"model_type", "gpt_oss"},      {"head_dim", 16},
-            {"num_local_experts", 4},       {"num_experts_per_tok", 2},
-            {"intermediate_size", 64},      {"sliding_window", 8},
-            {"swiglu_limit", 0.1},  // random weights: the clamps bite
-            {"output_router_logits", true}, {"router_aux_loss_coef", 0.1}};
-  }
-  if (family == "mistral") return {{"model_type", "mistral"}, {"head_dim", 32}, {"sliding_window", 8}};
-  if (family == "qwen2_window") {
-    return {{"model_type", "qwen2"}, {"use_sliding_window", true}, {"sliding_window", 8}, {"max_window_layers", 1}};
-  }
-  if (family == "granite") {
-    return {{"model_type", "granite"},
-            {"embedding_multiplier", 12.0},
-            {"residual_multiplier", 0.22},
-            {"attention_multiplier", 0.0078125},
-            {"logits_scaling", 16.0}};
-  }
-  if (family == "gemma2") {
-    return {{"model_type", "gemma2"},
-            {"head_dim", 32},
-            {"query_pre_attn_scalar", 24},
-            {"sliding_window", 8},
-            {"attn_logit_softcapping", 2.0},
-            {"final_logit_softcapping", 3.0},
-            {"hidden_activation", "gelu_pytorch_tanh"}};
-  }
-  if (family == "phi3") {
-    const std::vector<double> shortFactor{1.0, 1.2, 1.5, 2.0}, longFactor{1.0, 2.0, 4.0, 8.0};
-    return {{"model_type", "phi3"},
-            {"partial_rotary_factor", 0.5},
-            {"original_max_position_embeddings", 16},
-            {"max_position_embeddings", 64},
-            {"sliding_window", 12},
-            {"rope_scaling", {{"type", "longrope"}, {"short_factor", shortFactor}, {"long_factor", longFactor}}}};
-  }
-  if (family == "olmo2") return {{"model_type", "olmo2"}};
-  if (family == "glm4") return {{"model_type", "glm4"}, {"head_dim", 16}, {"pad_token_id", 0}};
-  return nlohmann::json::object();
-}
 
 // bf16/fp16 with tied embeddings: the pipeline sums the tied matrix's two gradients (the embedding's job and
 // the head's) in float32 where the trainer's autograd sums them in the model dtype, one rounding of 2^-9
@@ -143,6 +82,7 @@ const std::vector<Case>& matrixCases() {
       Case{"qwen2_window_lora", {"lora.rank=4"}, 0, {}, false, true, "qwen2_window"},
       Case{"granite_async", {}, 1, {}, false, true, "granite"},
       Case{"gemma2_lora", {"lora.rank=4"}, 0, {}, false, true, "gemma2"},
+      Case{"gemma3_qlora", {"lora.rank=4", "lora.base_dtype=nf4"}, 0, {}, false, true, "gemma3"},
       Case{"phi3_qlora", {"lora.rank=4", "lora.base_dtype=nf4"}, 0, {}, false, true, "phi3"},
       Case{"olmo2_bf16", {"model.dtype=bfloat16"}, 0, {}, false, true, "olmo2"},
       Case{"glm4_async_lora", {"lora.rank=4"}, 1, {}, false, true, "glm4"}};
@@ -169,7 +109,7 @@ void expectCellsEqualTheTrainer(const Case& c, const std::vector<std::pair<int, 
     std::filesystem::create_directories(model);
     auto json = nlohmann::json::parse(std::ifstream(tokenizer + "/config.json"));
     json["tie_word_embeddings"] = false;
-    json.update(familyPatch(c.family));
+    json.update(test::familyPatch(c.family));
     std::ofstream(model + "/config.json") << json.dump();
     init.push_back("model.init=random");
   }
