@@ -56,11 +56,17 @@ import bnb_reference
 
 
 def perturb(model, seed):
-    """Random weights everywhere, norms included (all-ones norms would hide bugs in their use)."""
+    """Random weights everywhere, norms included (all-ones norms would hide bugs in their use). Linear attention's
+    decays slow, as trained models have them (per token exp(-A * softplus(a + dt_bias)), A from 0.01 to 4 over the
+    heads, dt_bias near -2): the state then carries from chunk to chunk, which the default draws would erase."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.dim() == 1:
+            if name.endswith("A_log"):
+                p.copy_(torch.linspace(0.01, 4.0, p.numel()).log())
+            elif name.endswith("dt_bias"):
+                p.copy_(-2.0 + 0.2 * torch.randn(p.shape, generator=g))
+            elif p.dim() == 1:
                 p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g))
             else:
                 p.copy_(0.08 * torch.randn(p.shape, generator=g))
@@ -90,9 +96,9 @@ def reference(model, input_ids):
 
 
 def text_name(name):
-    """A parameter's name in the text model: a multimodal Gemma 3's language model as Gemma3ForCausalLM names it
-    (model.language_model.X -> model.X), None for its vision tower and projector; any other name as it is."""
-    if name.startswith(("model.vision_tower.", "model.multi_modal_projector.")):
+    """A parameter's name in the text model: a multimodal Gemma 3's or Qwen3.5's language model as their ForCausalLM
+    classes name it (model.language_model.X -> model.X), None for the vision side; any other name as it is."""
+    if name.startswith(("model.vision_tower.", "model.multi_modal_projector.", "model.visual.")):
         return None
     return name.replace("model.language_model.", "model.", 1)
 
@@ -151,6 +157,11 @@ def generated(name, config, seed, out, with_docs=False):
             tensors["doc_b_ids"] = doc_b
             tensors["doc_a_logits"] = model(input_ids=doc_a).logits.float().contiguous()
             tensors["doc_b_logits"] = model(input_ids=doc_b).logits.float().contiguous()
+    if "linear_attention" in (getattr(text, "layer_types", None) or []):
+        # Linear attention carries its state from chunk to chunk of 64 tokens: a row of three chunks and a bit.
+        long_ids = torch.randint(text.vocab_size, (1, 200), generator=g)
+        long = reference(model, long_ids)
+        tensors.update({"long." + k: t for k, t in long.items()})
     write(target, tensors, model)
 
 
@@ -190,7 +201,9 @@ def config_to_model(config):
                "granite": transformers.GraniteForCausalLM, "gemma2": transformers.Gemma2ForCausalLM,
                "phi3": transformers.Phi3ForCausalLM, "olmo2": transformers.Olmo2ForCausalLM,
                "glm4": transformers.Glm4ForCausalLM, "gemma3_text": transformers.Gemma3ForCausalLM,
-               "gemma3": transformers.Gemma3ForConditionalGeneration}
+               "gemma3": transformers.Gemma3ForConditionalGeneration,
+               "qwen3_5_text": transformers.Qwen3_5ForCausalLM,
+               "qwen3_5": transformers.Qwen3_5ForConditionalGeneration}
     return classes[config.model_type](config).float().eval()
 
 
@@ -685,6 +698,25 @@ def main():
         text_config=gemma3.to_dict(), vision_config=vision.to_dict(), mm_tokens_per_image=1,
         boi_token_index=2045, eoi_token_index=2046, image_token_index=2047, attn_implementation="eager")
     generated("gemma3-multimodal-tiny", gemma3_multimodal, 5353, args.out, with_docs=True)
+    # Qwen3.5 (dense): three Gated DeltaNet layers to one full-attention layer (as released), the full layer's
+    # q_proj with an output gate, (1 + w) norms, RoPE on a quarter of each head; two value heads to each q/k head.
+    qwen35 = transformers.Qwen3_5TextConfig(
+        vocab_size=2048, hidden_size=64, intermediate_size=160, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=32, max_position_embeddings=512, rms_norm_eps=1e-6,
+        linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=2,
+        linear_num_value_heads=4, tie_word_embeddings=False, attn_implementation="eager",
+        rope_parameters={"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25,
+                         "mrope_section": [1, 1, 2], "mrope_interleaved": True})
+    generated("qwen3_5-tiny", qwen35, 3535, args.out, with_docs=True)
+    # As Qwen3.5 is published (Qwen3_5ForConditionalGeneration): the text model under model.language_model.*, beside
+    # a tiny vision tower (model.visual.*) the runtime leaves alone.
+    qwen35_vision = transformers.Qwen3_5VisionConfig(
+        depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=64, patch_size=2,
+        spatial_merge_size=1, temporal_patch_size=1, num_position_embeddings=16)
+    qwen35_multimodal = transformers.Qwen3_5Config(
+        text_config=qwen35.to_dict(), vision_config=qwen35_vision.to_dict(), image_token_id=2047,
+        video_token_id=2046, vision_start_token_id=2045, vision_end_token_id=2044, attn_implementation="eager")
+    generated("qwen3_5-multimodal-tiny", qwen35_multimodal, 3636, args.out, with_docs=True)
     # Phi-3 (Phi-3.5-mini, Phi-4-mini proportions): fused qkv_proj and gate_up_proj, RoPE on the first 0.75 of each
     # head, LongRoPE from 16 positions (the golden's 24 take the long factors, its documents of 10 and 14 the short
     # ones), a window of 10 on every layer, untied, pad_token_id 0 (the embedding's padding_idx).

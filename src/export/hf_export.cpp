@@ -131,8 +131,8 @@ Adapted adaptedTargets(const std::map<std::string, torch::Tensor>& masters, cons
   return {{modules.begin(), modules.end()}, {parameters.begin(), parameters.end()}};
 }
 
-// A Gemma 3 multimodal base (model/config.h): PEFT names the text model's modules as Gemma3ForConditionalGeneration
-// holds them, under model.language_model.
+// A Gemma 3 multimodal base (model/config.h): PEFT names the text model's modules as
+// Gemma3ForConditionalGeneration holds them, under model.language_model.
 std::map<std::string, torch::Tensor> underLanguageModel(const std::map<std::string, torch::Tensor>& masters) {
   const std::string text = std::string(kPeftPrefix) + "model.";
   std::map<std::string, torch::Tensor> out;
@@ -264,6 +264,8 @@ void exportCheckpoint(const fs::path& dir, const fs::path& out, const ExportOpti
     if (m.lora.is_null())
       RP_THROW(InputError, "{}: --adapter needs a LoRA run; this checkpoint is a full fine-tune", where);
     const Adapted adapted = adaptedTargets(masters, experts);
+    // transformers' AutoModelForCausalLM builds a gemma3 base as Gemma3ForConditionalGeneration (and a qwen3_5 one
+    // as Qwen3_5ForCausalLM, whose modules are the text model's own names).
     const bool multimodal = m.model.at("config").value("model_type", "") == "gemma3";
     if (multimodal) masters = underLanguageModel(masters);
     json config = {{"peft_type", "LORA"},

@@ -118,8 +118,14 @@ void initRandom(CausalLM& model) {
       const auto values = torch::empty(packing->shape, model.dtype());
       drawNormal(values, deviation, base, drawnTensors++);
       packNf4(quantizeNf4(values, packing->doubleQuant), *packing, param);
-    } else if (param.dim() == 1 && name.find("norm") != std::string::npos) {
+    } else if (name.ends_with("A_log")) {  // Qwen3.5: log of a uniform draw in [0.01, 16], as transformers
+      param.copy_(torch::empty(param.sizes(), torch::kFloat).uniform_(0.01, 16.0).log_());
+    } else if (name.ends_with("dt_bias")) {
       param.fill_(1.0);
+    } else if (param.dim() == 1 && name.find("norm") != std::string::npos) {
+      // Ones, or zeros where the norm multiplies by (1 + w) (NormStyle::kGemma; Qwen3.5's gated norm is plain).
+      const bool offset = model.config().normStyle == NormStyle::kGemma && !name.ends_with("linear_attn.norm.weight");
+      param.fill_(offset ? 0.0 : 1.0);
     } else if (!drawn && (param.dim() == 1 || name.ends_with("bias"))) {
       param.zero_();  // biases
     } else {

@@ -72,13 +72,15 @@ std::vector<std::string> loadHfWeights(CausalLM& model, const std::string& direc
 // itself, or a multimodal checkpoint's language model's (language_model.model.*, language_model.lm_head.*, as
 // Gemma 3's are published and saved; transformers 5's model.language_model.*). `name` where none is stored.
 std::string storedName(const safetensors::CheckpointReader& reader, const std::string& name);
-// Whether a stored tensor is a multimodal checkpoint's vision side (vision tower, projector), which fine-tuning
-// the text model leaves as it is.
+// Whether a stored tensor is outside a multimodal checkpoint's text model (its vision tower and projector; Qwen3.5's
+// multi-token-prediction head `mtp.*`, which transformers does not load either), which fine-tuning the text model
+// leaves as it is.
 bool visionTensor(const std::string& stored);
 
 // Initialises every parameter as transformers does for a new model: normal(0, initializer_range) for
-// embeddings and projections (a packed NF4 weight: those values, quantised), ones for norms. Uses LibTorch's
-// RNG (the caller seeds it).
+// embeddings and projections (a packed NF4 weight: those values, quantised), ones for norms (zeros for the
+// (1 + w) norms of NormStyle::kGemma), Qwen3.5's decays as its _init_weights draws them. Uses LibTorch's RNG (the
+// caller seeds it).
 void initRandom(CausalLM& model);
 
 // Config + weights in one call.

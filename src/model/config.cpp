@@ -22,10 +22,13 @@ using nlohmann::json;
 
 // The model_type values we read, in the order the documentation lists them.
 constexpr std::pair<const char*, Architecture> kArchitectures[] = {
-    {"llama", Architecture::kLlama},     {"mistral", Architecture::kMistral},    {"qwen2", Architecture::kQwen2},
-    {"qwen3", Architecture::kQwen3},     {"qwen3_moe", Architecture::kQwen3Moe}, {"gpt_oss", Architecture::kGptOss},
-    {"granite", Architecture::kGranite}, {"gemma2", Architecture::kGemma2},      {"gemma3_text", Architecture::kGemma3},
-    {"phi3", Architecture::kPhi3},       {"olmo2", Architecture::kOlmo2},        {"glm4", Architecture::kGlm4}};
+    {"llama", Architecture::kLlama},        {"mistral", Architecture::kMistral},
+    {"qwen2", Architecture::kQwen2},        {"qwen3", Architecture::kQwen3},
+    {"qwen3_moe", Architecture::kQwen3Moe}, {"gpt_oss", Architecture::kGptOss},
+    {"granite", Architecture::kGranite},    {"gemma2", Architecture::kGemma2},
+    {"gemma3_text", Architecture::kGemma3}, {"qwen3_5_text", Architecture::kQwen35},
+    {"phi3", Architecture::kPhi3},          {"olmo2", Architecture::kOlmo2},
+    {"glm4", Architecture::kGlm4}};
 
 // The load-balancing loss's fields, with the transformers defaults of both MoE configs.
 void parseAuxLoss(const json& j, const Fields& f, MoeConfig& m) {
@@ -156,6 +159,9 @@ void parseWindows(const json& j, const Fields& f, ModelConfig& c) {
       c.slidingLayers.assign(c.slidingLayers.size(), c.slidingWindow > 0);
       readLayerTypes = false;
       break;
+    case Architecture::kQwen35:  // layer_types names its linear-attention layers (parseQwen35)
+      readLayerTypes = false;
+      break;
     case Architecture::kLlama:
     case Architecture::kGranite:
     case Architecture::kOlmo2:
@@ -255,19 +261,57 @@ json withGemma3TextDefaults(json j) {
   return j;
 }
 
-// A `gemma3` checkpoint (Gemma3ForConditionalGeneration): its text model, whose fields are text_config's, the
-// checkpoint-wide ones (dtype, quantization, tying) from the top level.
-json gemma3TextConfig(const json& j, const std::string& source) {
+// A multimodal checkpoint (Gemma 3's Gemma3ForConditionalGeneration, Qwen3.5's Qwen3_5ForConditionalGeneration):
+// its text model, `textType`, whose fields are text_config's, the checkpoint-wide ones (dtype, quantization, tying)
+// from the top level.
+json multimodalTextConfig(const json& j, const std::string& source, const char* textType) {
   json text = j.contains("text_config") && !j.at("text_config").is_null() ? j.at("text_config") : json::object();
   if (!text.is_object()) {
-    RP_THROW(InputError, "{}: field 'text_config' is {}, expected an object (a gemma3 model's text model)", source,
+    RP_THROW(InputError, "{}: field 'text_config' is {}, expected an object (the model's text model)", source,
              text.dump());
   }
   for (const char* key : {"torch_dtype", "dtype", "quantization_config", "tie_word_embeddings"}) {
     if (j.contains(key)) text[key] = j.at(key);
   }
-  text["model_type"] = "gemma3_text";
+  text["model_type"] = textType;
   return text;
+}
+
+// Qwen3.5 (Qwen3_5TextConfig's defaults where a field is absent): Gated DeltaNet layers, three to each full-attention
+// layer (full_attention_interval 4, or layer_types), whose q_proj also yields an output gate; (1 + w) norms, q/k
+// norms per head; RoPE on the first quarter of each head (the text's positions on all three mRoPE sections, which
+// makes mrope_section and mrope_interleaved change nothing).
+void parseQwen35(const json& j, const Fields& f, ModelConfig& c) {
+  c.normStyle = NormStyle::kGemma;
+  c.qkNorm = c.gatedAttention = true;
+  LinearAttentionConfig& l = c.linearAttention;
+  l.convKernel = f.positiveIntOr("linear_conv_kernel_dim", l.convKernel);
+  l.keyHeadDim = f.positiveIntOr("linear_key_head_dim", l.keyHeadDim);
+  l.valueHeadDim = f.positiveIntOr("linear_value_head_dim", l.valueHeadDim);
+  l.numKeyHeads = f.positiveIntOr("linear_num_key_heads", l.numKeyHeads);
+  l.numValueHeads = f.positiveIntOr("linear_num_value_heads", l.numValueHeads);
+  if (l.numValueHeads % l.numKeyHeads != 0) {
+    RP_THROW(InputError, "{}: linear_num_value_heads ({}) is not a multiple of linear_num_key_heads ({})", f.source(),
+             l.numValueHeads, l.numKeyHeads);
+  }
+  c.linearLayers.assign(static_cast<std::size_t>(c.numLayers), false);
+  if (f.has("layer_types")) {
+    const json& types = j.at("layer_types");
+    if (!types.is_array() || static_cast<std::int64_t>(types.size()) != c.numLayers) {
+      RP_THROW(InputError, "{}: field 'layer_types' is {}, expected a list of {} layer types", f.source(), types.dump(),
+               c.numLayers);
+    }
+    for (std::int64_t i = 0; i < c.numLayers; ++i) {
+      if (types[i] != "linear_attention" && types[i] != "full_attention") {
+        RP_THROW(InputError, "{}: layer_types[{}] is {}; supported: \"linear_attention\", \"full_attention\"",
+                 f.source(), i, types[i].dump());
+      }
+      c.linearLayers[i] = types[i] == "linear_attention";
+    }
+    return;
+  }
+  const std::int64_t interval = f.positiveIntOr("full_attention_interval", 4);
+  for (std::int64_t i = 0; i < c.numLayers; ++i) c.linearLayers[i] = (i + 1) % interval != 0;
 }
 
 Architecture architectureOf(const json& type, const std::string& source) {
@@ -300,6 +344,7 @@ std::string supportedModelTypes() {
   for (const auto& [name, arch] : kArchitectures) {
     list += fmt::format("{}\"{}\"", list.empty() ? "" : ", ", name);
     if (arch == Architecture::kGemma3) list += ", \"gemma3\" (its text model)";
+    if (arch == Architecture::kQwen35) list += ", \"qwen3_5\" (its text model)";
   }
   return list;
 }
@@ -307,9 +352,12 @@ std::string supportedModelTypes() {
 ModelConfig parseModelConfig(const json& given, const std::string& source) {
   if (!given.is_object()) RP_THROW(InputError, "{}: expected a JSON object", source);
   if (given.value("model_type", json()) == "gemma3") {
-    ModelConfig c = parseModelConfig(gemma3TextConfig(given, source), source + ": text_config");
+    ModelConfig c = parseModelConfig(multimodalTextConfig(given, source, "gemma3_text"), source + ": text_config");
     c.finalLogitSoftcap = 0.0;  // Gemma3ForConditionalGeneration caps no logits, whatever text_config says
     return c;
+  }
+  if (given.value("model_type", json()) == "qwen3_5") {
+    return parseModelConfig(multimodalTextConfig(given, source, "qwen3_5_text"), source + ": text_config");
   }
   json filled;
   const json& j = given.value("model_type", json()) == "gemma3_text" ? (filled = withGemma3TextDefaults(given)) : given;
@@ -329,13 +377,16 @@ ModelConfig parseModelConfig(const json& given, const std::string& source) {
              c.numHeads, c.numKvHeads);
   }
   const bool gemma2 = c.arch == Architecture::kGemma2, glm4 = c.arch == Architecture::kGlm4;
-  const bool gemma = gemma2 || c.arch == Architecture::kGemma3;
+  const bool gemma = gemma2 || c.arch == Architecture::kGemma3, qwen35 = c.arch == Architecture::kQwen35;
   if (c.arch != Architecture::kGptOss && c.arch != Architecture::kQwen3 && c.arch != Architecture::kQwen3Moe &&
-      !gemma && !f.has("head_dim") && c.hiddenSize % c.numHeads != 0) {
+      !gemma && !qwen35 && !f.has("head_dim") && c.hiddenSize % c.numHeads != 0) {
     RP_THROW(InputError, "{}: hidden_size ({}) is not a multiple of num_attention_heads ({}) and head_dim is absent",
              source, c.hiddenSize, c.numHeads);
   }
-  c.headDim = f.positiveIntOr("head_dim", gptOss ? 64 : gemma2 ? 256 : glm4 ? 128 : c.hiddenSize / c.numHeads);
+  c.headDim = f.positiveIntOr("head_dim", gptOss             ? 64
+                                          : gemma2 || qwen35 ? 256
+                                          : glm4             ? 128
+                                                             : c.hiddenSize / c.numHeads);
   if (c.headDim % 2 != 0) RP_THROW(InputError, "{}: head_dim ({}) must be even for RoPE", source, c.headDim);
   c.maxPositions = f.positiveIntOr("max_position_embeddings", 4096);
   const bool olmo2 = c.arch == Architecture::kOlmo2;
@@ -353,14 +404,16 @@ ModelConfig parseModelConfig(const json& given, const std::string& source) {
   }
   if (gptOss) rope.theta = 150000.0;
   const bool phi3 = c.arch == Architecture::kPhi3;
-  if (phi3 || glm4) {
-    // GLM-4: Glm4Config's 0.5 unless given, at the top level or in rope_parameters.
+  if (phi3 || glm4 || qwen35) {
+    // GLM-4: Glm4Config's 0.5 unless given, at the top level or in rope_parameters; Qwen3.5: 0.25.
     const json* params =
         f.has("rope_parameters") && j.at("rope_parameters").is_object() ? &j.at("rope_parameters") : nullptr;
     c.partialRotaryFactor =
         params != nullptr && params->contains("partial_rotary_factor")
             ? f.positiveNumber(params->at("partial_rotary_factor"), "rope_parameters.partial_rotary_factor")
-            : f.positiveNumberOr("partial_rotary_factor", glm4 ? 0.5 : 1.0);
+            : f.positiveNumberOr("partial_rotary_factor", glm4     ? 0.5
+                                                          : qwen35 ? 0.25
+                                                                   : 1.0);
     c.interleavedRotary = glm4;
     if (c.partialRotaryFactor > 1.0 || c.rotaryDim() % 2 != 0 || c.rotaryDim() == 0) {
       RP_THROW(InputError,
@@ -403,6 +456,7 @@ ModelConfig parseModelConfig(const json& given, const std::string& source) {
     c.attentionScale = f.positiveNumberOr("attention_multiplier", 1.0);
   }
   if (gemma) parseGemma(j, f, c);
+  if (qwen35) parseQwen35(j, f, c);
   checkQuantization(j, f, c.arch);
   c.bosTokenId = f.tokenIdOr("bos_token_id");
   c.eosTokenId = f.tokenIdOr("eos_token_id");

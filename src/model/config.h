@@ -21,6 +21,7 @@ enum class Architecture {
   kGranite,
   kGemma2,
   kGemma3,
+  kQwen35,
   kPhi3,
   kOlmo2,
   kGlm4
@@ -78,6 +79,13 @@ struct MoeConfig {
   bool auxLoss() const { return numExperts > 0 && outputRouterLogits && routerAuxLossCoef != 0.0; }
 };
 
+// Qwen3.5's linear-attention layers (Gated DeltaNet, model/linear_attention.h): a causal depthwise convolution of
+// `convKernel` taps over q, k and v, then the gated delta rule over `numValueHeads` heads (each q/k head serving
+// numValueHeads / numKeyHeads of them). Qwen3_5TextConfig's defaults.
+struct LinearAttentionConfig {
+  std::int64_t convKernel = 4, keyHeadDim = 128, valueHeadDim = 128, numKeyHeads = 16, numValueHeads = 32;
+};
+
 struct ModelConfig {
   Architecture arch = Architecture::kLlama;
   std::int64_t vocabSize = 0;
@@ -125,6 +133,14 @@ struct ModelConfig {
   bool interleavedRotary = false;
   std::int64_t rotaryDim() const {
     return static_cast<std::int64_t>(static_cast<double>(headDim) * partialRotaryFactor);
+  }
+  // Qwen3.5: per layer, Gated DeltaNet in place of attention (layer_types "linear_attention"); its full-attention
+  // layers' q_proj yields a gate per head beside the query, attention's output times sigmoid(gate).
+  std::vector<bool> linearLayers;
+  LinearAttentionConfig linearAttention;
+  bool gatedAttention = false;
+  bool linear(std::int64_t layer) const {
+    return layer < static_cast<std::int64_t>(linearLayers.size()) && linearLayers[layer];
   }
   std::int64_t bosTokenId = -1;
   std::int64_t eosTokenId = -1;

@@ -78,8 +78,8 @@ std::string storedName(const safetensors::CheckpointReader& reader, const std::s
 }
 
 bool visionTensor(const std::string& stored) {
-  for (const char* prefix :
-       {"vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector."}) {
+  for (const char* prefix : {"vision_tower.", "multi_modal_projector.", "model.vision_tower.",
+                             "model.multi_modal_projector.", "model.visual.", "mtp."}) {
     if (stored.rfind(prefix, 0) == 0) return true;
   }
   return false;
@@ -165,8 +165,10 @@ std::vector<std::string> loadHfWeights(CausalLM& model, const std::string& direc
     }
   }
   if (vision > 0) {
-    RP_LOG_INFO("{}: the text model is loaded; {} tensor(s) of the vision tower and projector are left as they are",
-                directory, vision);
+    RP_LOG_INFO(
+        "{}: the text model is loaded; {} tensor(s) outside it (vision tower, projector, multi-token prediction) are "
+        "left as they are",
+        directory, vision);
   }
   if (!unused.empty()) {
     RP_LOG_WARN("{}: {} stored tensor(s) not used by the model, first: '{}'", directory, unused.size(), unused[0]);

@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "model/libtorch.h"
+#include "model/linear_attention.h"
 #include "model/linear_cross_entropy.h"
 #include "model/lora.h"
 
@@ -115,14 +116,15 @@ Attention::Attention(const ModelConfig& c, bool sliding, const ParamOptions& o)
       scale_(c.attentionScale > 0 ? c.attentionScale : 1.0 / std::sqrt(static_cast<double>(c.headDim))),
       softcap_(c.attentionSoftcap),
       sliding_(sliding),
+      gated_(c.gatedAttention),
       qkNormFullWidth_(c.qkNormFullWidth),
       interleaved_(c.interleavedRotary) {
   if (c.fusedQkv) {
     qkv_ = register_module(
         "qkv_proj", std::make_shared<Projection>(c.hiddenSize, (c.numHeads + 2 * c.numKvHeads) * c.headDim, false, o));
   } else {
-    q_ = register_module("q_proj",
-                         std::make_shared<Projection>(c.hiddenSize, c.numHeads * c.headDim, c.attentionBias, o));
+    q_ = register_module("q_proj", std::make_shared<Projection>(c.hiddenSize, (gated_ ? 2 : 1) * c.numHeads * c.headDim,
+                                                                c.attentionBias, o));
     k_ = register_module("k_proj",
                          std::make_shared<Projection>(c.hiddenSize, c.numKvHeads * c.headDim, c.attentionBias, o));
     v_ = register_module("v_proj",
@@ -154,6 +156,12 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const AttentionContext&
   } else {
     q = q_->forward(x), k = k_->forward(x), v = v_->forward(x);
   }
+  torch::Tensor gate;
+  if (gated_) {  // per head: the query's head_dim, then the gate's
+    const auto both = q.view({B, T, numHeads_, 2 * headDim_});
+    q = both.narrow(-1, 0, headDim_);
+    gate = both.narrow(-1, headDim_, headDim_).reshape({B, T, numHeads_ * headDim_});
+  }
   if (qkNormFullWidth_) {  // OLMo 2: over the whole projections, before the heads split
     q = qNorm_->forward(q);
     k = kNorm_->forward(k);
@@ -174,7 +182,8 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const AttentionContext&
   k = applyRotary(k, cos, sin, interleaved_);
   AttendOptions options{.scale = scale_, .window = sliding_ ? ctx.window : 0, .sinks = sinks_, .softcap = softcap_};
   RP_CHECK(!sliding_ || options.window > 0, "a sliding-window layer needs the context's window");
-  return o_->forward(attend(q, k, v, ctx.documents, options).reshape({B, T, numHeads_ * headDim_}));
+  const auto attended = attend(q, k, v, ctx.documents, options).reshape({B, T, numHeads_ * headDim_});
+  return o_->forward(gated_ ? attended * torch::sigmoid(gate) : attended);
 }
 
 Projection* Attention::projection(const std::string& name) const {
@@ -382,7 +391,11 @@ DecoderLayer::DecoderLayer(const ModelConfig& c, std::int64_t index, const Param
     return register_module(name, std::make_shared<RmsNorm>(c.hiddenSize, c.rmsNormEps, o, c.normStyle));
   };
   if (c.normPlacement != NormPlacement::kPost) preAttentionNorm_ = norm("input_layernorm");
-  attention_ = register_module("self_attn", std::make_shared<Attention>(c, c.sliding(index), o));
+  if (c.linear(index)) {
+    linear_ = register_module("linear_attn", std::make_shared<GatedDeltaNet>(c, o));
+  } else {
+    attention_ = register_module("self_attn", std::make_shared<Attention>(c, c.sliding(index), o));
+  }
   switch (c.normPlacement) {
     case NormPlacement::kPre:
       preMlpNorm_ = norm("post_attention_layernorm");  // Llama's name for the MLP's pre-norm
@@ -417,7 +430,8 @@ torch::Tensor DecoderLayer::forward(const torch::Tensor& hidden, const Attention
   const auto scaled = [&](const torch::Tensor& out) {
     return residualMultiplier_ == 1.0 ? out : out * residualMultiplier_;
   };
-  auto attended = attention_->forward(preAttentionNorm_ ? preAttentionNorm_->forward(hidden) : hidden, ctx);
+  const auto normedIn = preAttentionNorm_ ? preAttentionNorm_->forward(hidden) : hidden;
+  auto attended = linear_ ? linear_->forward(normedIn, ctx.documents) : attention_->forward(normedIn, ctx);
   if (postAttentionNorm_) attended = postAttentionNorm_->forward(attended);
   const auto h = hidden + scaled(attended);
   const auto normed = preMlpNorm_ ? preMlpNorm_->forward(h) : h;
@@ -430,7 +444,10 @@ std::vector<NamedTensor> DecoderLayer::hfParameters() const {
   const std::string prefix = fmt::format("model.layers.{}.", index_);
   std::vector<NamedTensor> out;
   if (preAttentionNorm_) out.emplace_back(prefix + "input_layernorm.weight", preAttentionNorm_->weight);
-  for (auto& p : attention_->hfParameters(prefix + "self_attn.")) out.push_back(std::move(p));
+  for (auto& p :
+       linear_ ? linear_->hfParameters(prefix + "linear_attn.") : attention_->hfParameters(prefix + "self_attn.")) {
+    out.push_back(std::move(p));
+  }
   if (postAttentionNorm_) {
     out.emplace_back(prefix + postAttentionName_ + ".weight", postAttentionNorm_->weight);
     if (preMlpNorm_) out.emplace_back(prefix + preMlpName_ + ".weight", preMlpNorm_->weight);
@@ -445,12 +462,12 @@ std::vector<NamedTensor> DecoderLayer::hfParameters() const {
 }
 
 Projection* DecoderLayer::projection(const std::string& target) const {
-  if (auto* p = attention_->projection(target)) return p;
+  if (auto* p = attention_ ? attention_->projection(target) : nullptr) return p;
   return mlp_ ? mlp_->projection(target) : nullptr;
 }
 
 std::string DecoderLayer::projectionPath(const std::string& target) const {
-  const bool attention = attention_->projection(target) != nullptr;
+  const bool attention = attention_ && attention_->projection(target) != nullptr;
   return fmt::format("model.layers.{}.{}.{}_proj", index_, attention ? "self_attn" : "mlp", target);
 }
 

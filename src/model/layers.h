@@ -96,6 +96,7 @@ class RmsNorm : public torch::nn::Module {
 
 class LoraAdapter;
 class ExpertLoraAdapter;
+class GatedDeltaNet;
 
 // y = x W^T (+ b) (+ LoRA delta); weights stored as [out, in] like nn.Linear, or, with options.nf4Base,
 // `weight` is the packed NF4 buffer (uint8, a buffer rather than a parameter: it never trains) of `packing`.
@@ -136,6 +137,7 @@ class Attention : public torch::nn::Module {
   double scale_;    // of the scores: 1 / sqrt(headDim), Granite's attention_multiplier, Gemma's scalar^-0.5
   double softcap_;  // of the scores (Gemma 2); 0 none
   bool sliding_;
+  bool gated_;  // Qwen3.5: q_proj yields [query, gate] per head; the output times sigmoid(gate)
   std::shared_ptr<Projection> q_, k_, v_, o_;
   std::shared_ptr<RmsNorm> qNorm_, kNorm_;  // Qwen3: per head; OLMo 2: over the whole projections
   bool qkNormFullWidth_;
@@ -225,7 +227,9 @@ class DecoderLayer : public torch::nn::Module {
   std::vector<NamedTensor> hfParameters() const;
   std::int64_t index() const { return index_; }
   // The projection a LoRA target names ("q", "k", "v", "o", "gate", "up", "down") and its HF module path
-  // ("model.layers.3.self_attn.q_proj"); nullptr for unknown names and for the MLP targets of a sparse layer.
+  // ("model.layers.3.self_attn.q_proj"); nullptr for unknown names, for the MLP targets of a sparse layer and for
+  // the attention targets of a linear-attention layer (hasAttention() false), which has none.
+  bool hasAttention() const { return attention_ != nullptr; }
   Projection* projection(const std::string& target) const;
   std::string projectionPath(const std::string& target) const;
 
@@ -237,7 +241,8 @@ class DecoderLayer : public torch::nn::Module {
   // pre_feedforward_layernorm and post_feedforward_layernorm.
   std::shared_ptr<RmsNorm> preAttentionNorm_, postAttentionNorm_, preMlpNorm_, postMlpNorm_;
   std::string postAttentionName_, preMlpName_, postMlpName_;  // their HF names (GLM-4's differ from Gemma's)
-  std::shared_ptr<Attention> attention_;
+  std::shared_ptr<Attention> attention_;                      // or, on Qwen3.5's linear-attention layers:
+  std::shared_ptr<GatedDeltaNet> linear_;                     // model/linear_attention.h
   std::shared_ptr<Mlp> mlp_;        // dense layers
   std::shared_ptr<SparseMoe> moe_;  // sparse layers
 };

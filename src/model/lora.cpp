@@ -24,6 +24,12 @@ void resetFactors(torch::Tensor& a, torch::Tensor& b) {
   b.zero_();
 }
 
+// A linear-attention layer (Qwen3.5) has no q/k/v/o: those targets adapt the full-attention layers alone, as
+// PEFT's target_modules q_proj ... o_proj match only those.
+bool linearAttentionSkips(const DecoderLayer& layer, const std::string& target) {
+  return !layer.hasAttention() && (target == "q" || target == "k" || target == "v" || target == "o");
+}
+
 bool has(const std::vector<std::string>& targets, const char* name) {
   return std::find(targets.begin(), targets.end(), name) != targets.end();
 }
@@ -184,6 +190,7 @@ std::vector<NamedTensor> attachLora(CausalLM& model, const LoraConfig& config) {
     DecoderLayer& layer = model.decoderLayer(i);
     for (const auto& target : targets.projections) {
       Projection* projection = layer.projection(target);
+      if (projection == nullptr && linearAttentionSkips(layer, target)) continue;
       if (projection == nullptr) RP_THROW(InputError, "lora.targets: unknown projection \"{}\"", target);
       auto adapter =
           std::make_shared<LoraAdapter>(projection->inFeatures(), projection->outFeatures(), config, options);
@@ -210,6 +217,7 @@ void resetLora(CausalLM& model, const LoraConfig& config) {
     DecoderLayer& layer = model.decoderLayer(i);
     for (const auto& target : targets.projections) {
       Projection* projection = layer.projection(target);
+      if (projection == nullptr && linearAttentionSkips(layer, target)) continue;
       RP_CHECK(projection != nullptr && projection->adapter(), "no LoRA adapter on layer {} {}", i, target);
       projection->adapter()->reset();
     }

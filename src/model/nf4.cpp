@@ -286,7 +286,8 @@ torch::Tensor dequantizeNf4(const Nf4Tensor& q) {
 }
 
 bool nf4Linear(const std::string& name) {
-  static const std::regex kLinear(R"(model\.layers\.\d+\.(self_attn|mlp)\.[a-z_]+_proj\.weight)");
+  static const std::regex kLinear(
+      R"(model\.layers\.\d+\.((self_attn|mlp)\.[a-z_]+_proj|linear_attn\.(in_proj_[a-z]+|out_proj))\.weight)");
   return std::regex_match(name, kLinear);
 }
 

@@ -66,8 +66,8 @@ torch::Tensor linearNf4(const torch::Tensor& x, const torch::Tensor& packed, con
                         const torch::Tensor& bias);
 
 // Whether the Hugging Face tensor `name` is one an NF4 base stores quantised: every linear weight of the
-// decoder layers — the attention and dense MLP projections, the modules transformers' bitsandbytes
-// integration converts; not the embedding, the LM head, the norms, biases, a MoE router or the stacked
+// decoder layers — the attention (Qwen3.5's Gated DeltaNet's too) and dense MLP projections, the modules transformers'
+// bitsandbytes integration converts; not the embedding, the LM head, the norms, biases, a MoE router or the stacked
 // experts (parameters, not Linear modules, in transformers 5).
 bool nf4Linear(const std::string& name);
 

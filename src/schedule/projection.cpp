@@ -1,6 +1,7 @@
 #include "schedule/projection.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 
 #include <toml++/toml.h>
@@ -11,9 +12,12 @@ namespace rp::schedule {
 
 namespace {
 
+// A layer's token mixer: attention (a gated q_proj twice as wide), or the mean with Gated DeltaNet's.
 double attentionParams(const ModelShape& m) {
   const double attn = static_cast<double>(m.heads) * m.headDim, kv = static_cast<double>(m.kvHeads) * m.headDim;
-  return m.hidden * attn + 2.0 * m.hidden * kv + attn * m.hidden;
+  const double full = m.hidden * attn * (m.gatedAttention ? 2.0 : 1.0) + 2.0 * m.hidden * kv + attn * m.hidden;
+  const double linear = m.layers > 0 ? static_cast<double>(m.linearLayers) / m.layers : 0.0;
+  return (1.0 - linear) * full + linear * m.linearParams;
 }
 
 double sparseFraction(const ModelShape& m) {
@@ -68,8 +72,23 @@ ModelShape shapeOf(const model::ModelConfig& c) {
   m.vocab = static_cast<long>(c.vocabSize);
   m.tied = c.tieWordEmbeddings;
   m.qkNorm = c.qkNorm || c.qkNormFullWidth;
-  for (std::int64_t l = 0; l < c.numLayers; ++l) m.windows.push_back(c.sliding(l) ? c.slidingWindow : 0);
+  m.gatedAttention = c.gatedAttention;
+  const model::LinearAttentionConfig& a = c.linearAttention;
+  const double keys = static_cast<double>(a.numKeyHeads * a.keyHeadDim),
+               values = static_cast<double>(a.numValueHeads * a.valueHeadDim);
+  m.linearParams = static_cast<double>(c.hiddenSize) * (2.0 * keys + 3.0 * values + 2.0 * a.numValueHeads);
+  for (std::int64_t l = 0; l < c.numLayers; ++l) {
+    m.linearLayers += c.linear(l) ? 1 : 0;
+    m.windows.push_back(c.linear(l) ? linearAttentionWindow(c) : c.sliding(l) ? c.slidingWindow : 0);
+  }
   return m;
+}
+
+std::int64_t linearAttentionWindow(const model::ModelConfig& c) {
+  const model::LinearAttentionConfig& a = c.linearAttention;
+  const double chunk = 64.0, dk = static_cast<double>(a.keyHeadDim), dv = static_cast<double>(a.valueHeadDim);
+  const double perToken = static_cast<double>(a.numValueHeads) * (3.0 * chunk * (dk + dv) + 6.0 * dk * dv);
+  return std::max<std::int64_t>(1, std::llround(perToken / (4.0 * static_cast<double>(c.numHeads * c.headDim))));
 }
 
 ModelShape loadModelShape(const std::string& path) {

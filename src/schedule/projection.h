@@ -28,6 +28,12 @@ struct ModelShape {
   double layerNf4Params() const;
   bool tied = false;
   bool qkNorm = false;  // Qwen3's per-head norms on queries and keys
+  // Qwen3.5: `linearLayers` of the layers are Gated DeltaNet of `linearParams` matmul parameters in place of
+  // attention (whose q_proj, with `gatedAttention`, is twice as wide). Their FLOPs are counted as attention with
+  // the window (in `windows`) that gives the same FLOPs a token: linearAttentionWindow.
+  int linearLayers = 0;
+  double linearParams = 0.0;
+  bool gatedAttention = false;
   // Per decoder layer, the sliding window its attention keeps to (0: full causal; empty: none slides).
   std::vector<std::int64_t> windows;
   std::int64_t window(int layer) const {
@@ -35,6 +41,10 @@ struct ModelShape {
   }
 };
 ModelShape shapeOf(const model::ModelConfig& config);
+// The window whose attention FLOPs a token (4 x heads x head_dim a pair) equal a Gated DeltaNet layer's (model/
+// linear_attention.h, chunks of C = 64): per value head and token, the chunk's two products with its keys and
+// their triangular solves, 3·C·(dk + dv), and the state's read, correction and update, 6·dk·dv.
+std::int64_t linearAttentionWindow(const model::ModelConfig& config);
 // A config.json (or a model directory) read by model::loadModelConfig: errors name the file and the field.
 ModelShape loadModelShape(const std::string& configJson);
 

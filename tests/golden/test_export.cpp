@@ -138,11 +138,12 @@ TEST_P(ExportTest, TransformersAndPeftGiveOurLogits) {
     EXPECT_NE(exported.find("model.layers.2.mlp.experts.7.up_proj.weight"), nullptr);
     EXPECT_EQ(exported.find("model.layers.2.mlp.experts.gate_up_proj"), nullptr);
   }
-  if (golden == "gemma3-multimodal-tiny") {
+  if (golden == "gemma3-multimodal-tiny" || golden == "qwen3_5-multimodal-tiny") {
     // The text model trained in place: the base's names and its vision tower, as transformers and vLLM load it.
     const safetensors::CheckpointReader exported(out + "/hf"), base(model);
-    EXPECT_NE(exported.find("language_model.model.layers.0.self_attn.q_norm.weight"), nullptr);
-    EXPECT_EQ(exported.find("model.layers.0.self_attn.q_norm.weight"), nullptr);
+    EXPECT_NE(exported.find(model::storedName(base, "model.layers.0.mlp.up_proj.weight")), nullptr);
+    EXPECT_NE(model::storedName(base, "model.layers.0.mlp.up_proj.weight"), "model.layers.0.mlp.up_proj.weight");
+    EXPECT_EQ(exported.find("model.layers.0.mlp.up_proj.weight"), nullptr);
     std::size_t vision = 0;
     for (const auto& name : base.names()) {
       if (!model::visionTensor(name)) continue;
@@ -204,6 +205,10 @@ INSTANTIATE_TEST_SUITE_P(
         // export is checked as the float32 one rounded (lowTol -1): transformers' own bfloat16 run of the float32
         // export is 6.6% from its float32 run (measured), as far as the rounded file's.
         Case{"gemma3_full", {}, "gemma3-tiny", -1},
+        // Qwen3.5: LoRA on the full-attention layers' q/k/v/o and every MLP (the Gated DeltaNet layers have none).
+        Case{"qwen3_5_lora", {"lora.rank=4", "lora.alpha=8"}, "qwen3_5-tiny"},
+        // Qwen3.5 as published (multimodal): the merged checkpoint whole, the adapter on its language model.
+        Case{"qwen3_5_multimodal_lora", {"lora.rank=4", "lora.alpha=8"}, "qwen3_5-multimodal-tiny"},
         // OLMo 2: post-norms only, whole-width q/k norms.
         Case{"olmo2_full", {}, "olmo2-tiny"},
         // GLM-4: LoRA on q/k/v/o and the fused gate_up_proj.

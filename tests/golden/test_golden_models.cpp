@@ -125,6 +125,21 @@ TEST_P(GoldenModel, WeightDecayFollowsHuggingFaceTrainer) {
   EXPECT_GE(exempt, 2u) << "every model has norm weights";
 }
 
+// Linear attention (Qwen3.5) carries a state from one 64-token chunk to the next: a row of 200 tokens, its logits,
+// loss and every gradient.
+TEST_P(GoldenModel, ALongRowMatchesTransformersAcrossChunks) {
+  if (goldens_->find("long.input_ids") == nullptr) GTEST_SKIP() << "no linear-attention layers";
+  const auto batch = causalBatch(golden("long.input_ids"));
+  const auto loss = model_->loss(batch);
+  expectClose(objective(loss, batch).detach(), golden("long.loss"), 1e-5, "mean loss");
+  objective(loss, batch).backward();
+  for (const auto& [name, param] : model_->hfParameters()) {
+    expectClose(param.grad(), golden("long.grad." + name), 1e-4, "gradient of " + name);
+  }
+  torch::NoGradGuard noGrad;
+  expectClose(model_->logits(batch), golden("long.logits"), 1e-5, "logits");
+}
+
 // The fixture's goldens come from its own text (one row); every generated model has two documents.
 TEST_P(GoldenModel, PackedDocumentsMatchSeparateTransformersRuns) {
   if (GetParam().fromFixtures) GTEST_SKIP() << "the fixture's goldens are one row of its sample text, not documents";
@@ -146,7 +161,8 @@ INSTANTIATE_TEST_SUITE_P(Models, GoldenModel,
                                            ModelCase{"qwen2-tiny", false}, ModelCase{"qwen2-window-tiny", false},
                                            ModelCase{"mistral-tiny", false}, ModelCase{"granite-tiny", false},
                                            ModelCase{"gemma2-tiny", false}, ModelCase{"gemma3-tiny", false},
-                                           ModelCase{"gemma3-multimodal-tiny", false}, ModelCase{"phi3-tiny", false},
+                                           ModelCase{"gemma3-multimodal-tiny", false}, ModelCase{"qwen3_5-tiny", false},
+                                           ModelCase{"qwen3_5-multimodal-tiny", false}, ModelCase{"phi3-tiny", false},
                                            ModelCase{"olmo2-tiny", false}, ModelCase{"glm4-tiny", false},
                                            ModelCase{"llama3-tiny", false}, ModelCase{"qwen3-moe-tiny", false},
                                            ModelCase{"gpt-oss-tiny", false}),

@@ -49,6 +49,13 @@ nlohmann::json familyPatch(const std::string& family) {
             {"hidden_activation", "gelu_pytorch_tanh"},
             {"rope_scaling", {{"rope_type", "linear"}, {"factor", 4.0}}}};
   }
+  if (family == "qwen3_5") {
+    return {
+        {"model_type", "qwen3_5_text"}, {"head_dim", 32},
+        {"full_attention_interval", 2}, {"linear_key_head_dim", 16},
+        {"linear_value_head_dim", 16},  {"linear_num_key_heads", 2},
+        {"linear_num_value_heads", 4},  {"rope_parameters", {{"rope_theta", 1e7}, {"partial_rotary_factor", 0.25}}}};
+  }
   if (family == "phi3") {
     const std::vector<double> shortFactor{1.0, 1.2, 1.5, 2.0}, longFactor{1.0, 2.0, 4.0, 8.0};
     return {{"model_type", "phi3"},

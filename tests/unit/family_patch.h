@@ -18,6 +18,8 @@ namespace rp::test {
 //   gemma2         four (1 + w) norms a layer, GeGLU, layer 0 sliding (window 8), scores and logits soft-capped;
 //   gemma3         Gemma 2's layers without soft-caps, (1 + w) q/k norms per head, layer 0 sliding (window 8) with
 //                  its own RoPE base, layer 1 full with linear scaling;
+//   qwen3_5        layer 0 Gated DeltaNet (two q/k heads, four value heads), layer 1 full attention with its output
+//                  gate, RoPE on a quarter of each head;
 //   phi3           fused qkv_proj and gate_up_proj, RoPE on half of each head, LongRoPE past 16 positions (the
 //                  rows' 32 take the long factors), a window of 12;
 //   olmo2          norms on the sublayers' outputs only, q/k norms over the whole projections, RoPE in float32;

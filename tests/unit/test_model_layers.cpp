@@ -11,6 +11,7 @@
 #include <ATen/record_function.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "common/resident_memory.h"
 #include "model/causal_lm.h"
@@ -18,6 +19,8 @@
 #include "model/libtorch.h"
 #include "model/linear_cross_entropy.h"
 #include "model/lora.h"
+#include "model/nf4.h"
+#include "schedule/projection.h"
 #include "support/sanitizers.h"
 
 namespace rp::model {
@@ -102,6 +105,43 @@ TEST(ModelLayers, RandomInitIsTheSameOnAnyThreadCountAndDrawsFreshValuesPerChunk
   auto other = std::make_shared<CausalLM>(c, torch::kFloat);
   initRandom(*other);
   EXPECT_FALSE(torch::equal(other->hfParameters().front().second, a.front().second));  // the seed decides
+}
+
+// Qwen3.5 (three Gated DeltaNet layers to one full) as transformers' _init_weights starts it: (1 + w) norms at zero,
+// the gated norm inside linear attention at one, dt_bias at one, A_log the log of a draw in [0.01, 16]. Its
+// ModelShape counts exactly the matmul parameters the layers hold (the simulator's and planner's weights).
+TEST(ModelLayers, Qwen35StartsAsTransformersAndItsShapeCountsItsParameters) {
+  const ModelConfig c = parseModelConfig({{"model_type", "qwen3_5_text"},
+                                          {"vocab_size", 97},
+                                          {"hidden_size", 32},
+                                          {"intermediate_size", 48},
+                                          {"num_hidden_layers", 4},
+                                          {"num_attention_heads", 4},
+                                          {"num_key_value_heads", 2},
+                                          {"head_dim", 8},
+                                          {"linear_key_head_dim", 8},
+                                          {"linear_value_head_dim", 8},
+                                          {"linear_num_key_heads", 2},
+                                          {"linear_num_value_heads", 4}},
+                                         "cfg.json");
+  torch::manual_seed(3);
+  CausalLM model(c, torch::kFloat);
+  initRandom(model);
+  double matmul = 0.0;
+  for (const auto& [name, p] : model.hfParameters()) {
+    if (name.ends_with("linear_attn.norm.weight") || name.ends_with("dt_bias")) {
+      EXPECT_TRUE(torch::equal(p, torch::ones_like(p))) << name;
+    } else if (name.ends_with("A_log")) {
+      EXPECT_GE(p.min().item<double>(), std::log(0.01)) << name;
+      EXPECT_LE(p.max().item<double>(), std::log(16.0)) << name;
+    } else if (name.find("norm") != std::string::npos) {
+      EXPECT_TRUE(torch::equal(p, torch::zeros_like(p))) << name << ": (1 + w) starts at w = 0";
+    }
+    if (nf4Linear(name) || name.ends_with("embed_tokens.weight") || name == "lm_head.weight") {
+      matmul += static_cast<double>(p.numel());
+    }
+  }
+  EXPECT_EQ(schedule::shapeOf(c).params(), matmul);
 }
 
 // A tied head must use the embedding matrix and send it the gradient of both uses: exactly the sum of

@@ -83,6 +83,7 @@ const std::vector<Case>& matrixCases() {
       Case{"granite_async", {}, 1, {}, false, true, "granite"},
       Case{"gemma2_lora", {"lora.rank=4"}, 0, {}, false, true, "gemma2"},
       Case{"gemma3_qlora", {"lora.rank=4", "lora.base_dtype=nf4"}, 0, {}, false, true, "gemma3"},
+      Case{"qwen3_5_lora", {"lora.rank=4"}, 0, {}, false, true, "qwen3_5"},
       Case{"phi3_qlora", {"lora.rank=4", "lora.base_dtype=nf4"}, 0, {}, false, true, "phi3"},
       Case{"olmo2_bf16", {"model.dtype=bfloat16"}, 0, {}, false, true, "olmo2"},
       Case{"glm4_async_lora", {"lora.rank=4"}, 1, {}, false, true, "glm4"}};
