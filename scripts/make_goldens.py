@@ -162,6 +162,10 @@ def generated(name, config, seed, out, with_docs=False):
         long_ids = torch.randint(text.vocab_size, (1, 200), generator=g)
         long = reference(model, long_ids)
         tensors.update({"long." + k: t for k, t in long.items()})
+    # transformers in bfloat16, the model loaded as a user loads it in that dtype (its default attention, SDPA where
+    # the family has it): the same ids' logits, loss and gradients, against which ours in bfloat16 are held.
+    low = transformers.AutoModelForCausalLM.from_pretrained(target, dtype=torch.bfloat16).eval()
+    tensors.update({"bf16." + k: t for k, t in reference(low, ids).items() if k != "input_ids"})
     write(target, tensors, model)
 
 
