@@ -75,7 +75,7 @@ std::string storedName(const safetensors::CheckpointReader& reader, const std::s
 // Whether a stored tensor is outside a multimodal checkpoint's text model (its vision tower and projector; Qwen3.5's
 // multi-token-prediction head `mtp.*`, which transformers does not load either), which fine-tuning the text model
 // leaves as it is.
-bool visionTensor(const std::string& stored);
+bool outsideTextModel(const std::string& stored);
 
 // Initialises every parameter as transformers does for a new model: normal(0, initializer_range) for
 // embeddings and projections (a packed NF4 weight: those values, quantised), ones for norms (zeros for the

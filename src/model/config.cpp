@@ -89,22 +89,23 @@ MoeConfig parseGptOssMoe(const json& j, const Fields& f) {
   return m;
 }
 
-// layer_types: a list of "full_attention" and (where the family has windows) "sliding_attention".
-void parseLayerTypes(const json& j, const Fields& f, bool slidingAllowed, std::vector<bool>& sliding) {
+// layer_types: a list of "full_attention" and the family's other kind, `other` ("sliding_attention" where it has
+// windows, Qwen3.5's "linear_attention"), whose layers are marked true.
+void parseLayerTypes(const json& j, const Fields& f, const char* other, bool otherAllowed, std::vector<bool>& marked) {
   const json& types = j.at("layer_types");
-  const auto layers = static_cast<std::int64_t>(sliding.size());
+  const auto layers = static_cast<std::int64_t>(marked.size());
   if (!types.is_array() || static_cast<std::int64_t>(types.size()) != layers) {
     RP_THROW(InputError, "{}: field 'layer_types' is {}, expected a list of {} layer types", f.source(), types.dump(),
              layers);
   }
   for (std::int64_t i = 0; i < layers; ++i) {
-    if (types[i] == "sliding_attention" && slidingAllowed) {
-      sliding[i] = true;
+    if (types[i] == other && otherAllowed) {
+      marked[i] = true;
     } else if (types[i] == "full_attention") {
-      sliding[i] = false;
+      marked[i] = false;
     } else {
       RP_THROW(InputError, "{}: layer_types[{}] is {}; supported: \"full_attention\"{}", f.source(), i, types[i].dump(),
-               slidingAllowed ? ", \"sliding_attention\"" : " (\"sliding_attention\" needs a sliding_window)");
+               otherAllowed ? fmt::format(", \"{}\"", other) : fmt::format(" (\"{}\" needs a sliding_window)", other));
     }
   }
 }
@@ -168,7 +169,9 @@ void parseWindows(const json& j, const Fields& f, ModelConfig& c) {
     case Architecture::kGlm4:
       break;
   }
-  if (readLayerTypes && f.has("layer_types")) parseLayerTypes(j, f, c.slidingWindow > 0, c.slidingLayers);
+  if (readLayerTypes && f.has("layer_types")) {
+    parseLayerTypes(j, f, "sliding_attention", c.slidingWindow > 0, c.slidingLayers);
+  }
 }
 
 // A quantized checkpoint: GPT-OSS's MXFP4 experts (model/mxfp4.h) or a bitsandbytes 4-bit NF4 checkpoint
@@ -296,18 +299,7 @@ void parseQwen35(const json& j, const Fields& f, ModelConfig& c) {
   }
   c.linearLayers.assign(static_cast<std::size_t>(c.numLayers), false);
   if (f.has("layer_types")) {
-    const json& types = j.at("layer_types");
-    if (!types.is_array() || static_cast<std::int64_t>(types.size()) != c.numLayers) {
-      RP_THROW(InputError, "{}: field 'layer_types' is {}, expected a list of {} layer types", f.source(), types.dump(),
-               c.numLayers);
-    }
-    for (std::int64_t i = 0; i < c.numLayers; ++i) {
-      if (types[i] != "linear_attention" && types[i] != "full_attention") {
-        RP_THROW(InputError, "{}: layer_types[{}] is {}; supported: \"linear_attention\", \"full_attention\"",
-                 f.source(), i, types[i].dump());
-      }
-      c.linearLayers[i] = types[i] == "linear_attention";
-    }
+    parseLayerTypes(j, f, "linear_attention", true, c.linearLayers);
     return;
   }
   const std::int64_t interval = f.positiveIntOr("full_attention_interval", 4);

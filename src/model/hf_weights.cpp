@@ -77,7 +77,7 @@ std::string storedName(const safetensors::CheckpointReader& reader, const std::s
   return name;
 }
 
-bool visionTensor(const std::string& stored) {
+bool outsideTextModel(const std::string& stored) {
   for (const char* prefix : {"vision_tower.", "multi_modal_projector.", "model.vision_tower.",
                              "model.multi_modal_projector.", "model.visual.", "mtp."}) {
     if (stored.rfind(prefix, 0) == 0) return true;
@@ -151,24 +151,24 @@ std::vector<std::string> loadHfWeights(CausalLM& model, const std::string& direc
     used.insert(view->name);
   }
   std::vector<std::string> unused;
-  std::size_t vision = 0;
+  std::size_t outside = 0;
   const std::string storedHead = storedName(reader, "lm_head.weight");
   const std::string storedEmbedding = storedName(reader, "model.embed_tokens.weight");
   for (const auto& name : reader.names()) {
     // With tied embeddings a checkpoint may store the head copy too; it is the same tensor.
     const bool tiedCopy = tied && (name == storedHead || name == storedEmbedding);
     if (used.count(name) || tiedCopy) continue;
-    if (visionTensor(name)) {
-      ++vision;
+    if (outsideTextModel(name)) {
+      ++outside;
     } else {
       unused.push_back(name);
     }
   }
-  if (vision > 0) {
+  if (outside > 0) {
     RP_LOG_INFO(
         "{}: the text model is loaded; {} tensor(s) outside it (vision tower, projector, multi-token prediction) are "
         "left as they are",
-        directory, vision);
+        directory, outside);
   }
   if (!unused.empty()) {
     RP_LOG_WARN("{}: {} stored tensor(s) not used by the model, first: '{}'", directory, unused.size(), unused[0]);

@@ -135,8 +135,8 @@ TEST(ModelConfig, Qwen35LinearLayersAndTheMultimodalTextConfig) {
                       "linear_attention", "linear_attention", "full_attention"};
   EXPECT_EQ(parseModelConfig(j, "cfg.json").linearLayers, (std::vector<bool>{false, true, false, true, true, false}));
   j["layer_types"][2] = "sliding_attention";
-  EXPECT_NE(errorOf(j).find("cfg.json: layer_types[2] is \"sliding_attention\"; supported: \"linear_attention\", "
-                            "\"full_attention\""),
+  EXPECT_NE(errorOf(j).find("cfg.json: layer_types[2] is \"sliding_attention\"; supported: \"full_attention\", "
+                            "\"linear_attention\""),
             std::string::npos)
       << errorOf(j);
   j.erase("layer_types");
