@@ -1,5 +1,5 @@
 // AdamW on the host: our kernels (scalar, AVX2, AVX-512; 1 and 2 threads; with and without the fused bf16
-// model copy) in parameters/s and GB/s, beside this machine's memory bandwidth measured in the same binary
+// model copy, and on split masters: optim/adamw.h, Note [Split master]) in parameters/s and GB/s, beside this machine's memory bandwidth measured in the same binary
 // (a STREAM triad) and LibTorch's torch::optim::AdamW on the same sizes; then the passes of one sync bf16
 // optimizer step over the same parameters (engine/optimizer_worker.cpp: widen the bf16 gradient slots to
 // float32, sum of squares, both at once (Note [Norm while widening]), AdamW with the clip and the bf16 copy fused:
@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
   torch::set_num_threads(1);
   const double triad1 = triadGBs(n, 1), triad2 = triadGBs(n, 2);
   std::vector<float> param(n, 0.5f), grad(n), copy32(n);
-  std::vector<std::uint16_t> copy(n);
+  std::vector<std::uint16_t> copy(n), low(n);
   for (std::size_t i = 0; i < n; ++i) grad[i] = 1e-3f * static_cast<float>(i % 1000) - 0.5f;
 
   std::printf(
@@ -100,15 +100,26 @@ int main(int argc, char** argv) {
   if (rp::optim::cpuRunsAvx512()) kernels.push_back({"roundpipe avx512", &rp::optim::adamwAvx512});
   for (const K& k : kernels) {
     for (int threads : {1, 2}) {
-      for (bool withCopy : {false, true}) {
-        if (withCopy && k.kernel == &rp::optim::adamwScalar) continue;
+      struct Variant {
+        const char* name;
+        bool withCopy, split;
+      };
+      for (const Variant& v : {Variant{"", false, false}, Variant{" + bf16 copy", true, false},
+                               Variant{" split master", false, true}}) {
+        const bool withCopy = v.withCopy, split = v.split;
+        if ((withCopy || split) && k.kernel == &rp::optim::adamwScalar) continue;
         rp::optim::AdamW adamw({1e-3, 0.9, 0.999, 1e-8, 0.01, false, {}}, k.kernel);
         adamw.setThreads(threads);
-        adamw.add("p", param.data(), grad.data(), n, withCopy ? copy.data() : nullptr,
-                  withCopy ? rp::optim::ModelCopy::kBFloat16 : rp::optim::ModelCopy::kNone);
+        if (split) {  // Note [Split master]: the bf16 weights and low words are the master
+          adamw.addSplit("p", copy.data(), low.data(), grad.data(), n);
+        } else {
+          adamw.add("p", param.data(), grad.data(), n, withCopy ? copy.data() : nullptr,
+                    withCopy ? rp::optim::ModelCopy::kBFloat16 : rp::optim::ModelCopy::kNone);
+        }
         const double s = timeIt(5, [&] { adamw.step(1e-3); });
-        // Reads param, grad, m, v; writes param, m, v (28 bytes); the bf16 copy writes 2 more.
-        row(withCopy ? (std::string(k.name) + " + bf16 copy").c_str() : k.name, threads, s, withCopy ? 30 : 28);
+        // Reads param, grad, m, v; writes param, m, v (28 bytes); the bf16 copy writes 2 more. Split: reads the
+        // weight, low word, grad, m, v; writes the weight, low word, m, v (28).
+        row((std::string(k.name) + v.name).c_str(), threads, s, withCopy ? 30 : 28);
       }
     }
   }

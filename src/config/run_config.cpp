@@ -207,6 +207,7 @@ RunConfig buildRunConfig(Values v) {
   c.optim.staleness = staleness(v, c.notices);
   c.optim.threads = atLeast(v, "optim.threads", 0);
   c.optim.shardAcrossNodes = v.getBool("optim.shard_across_nodes");
+  c.optim.splitMaster = v.getBool("optim.split_master");
 
   c.pipeline.schedule = parseEnum<PipelineSchedule>(v, "pipeline.schedule",
                                                     {{"roundpipe", PipelineSchedule::kRoundPipe},

@@ -61,6 +61,7 @@ struct RunConfig {
     bool async() const { return staleness > 0; }
     std::int64_t threads;   // optimizer threads per rank (0: its share of the cores; common/parallel.h)
     bool shardAcrossNodes;  // several nodes: each holds 1/N of the moments (docs/optimizer.md, "Across nodes")
+    bool splitMaster;       // bfloat16 sync: masters as weight + low word (optim/adamw.h, Note [Split master])
   } optim;
   struct Pipeline {
     PipelineSchedule schedule;

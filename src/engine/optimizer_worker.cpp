@@ -132,6 +132,8 @@ OptimizerWorker::OptimizerWorker(std::vector<OptimTensor> tensors, Fences& fence
   // update, so it cannot; sharded, the masters are gathered whole before the copy).
   const optim::ModelCopy copy = run::modelCopyFor(options_.dtype);
   fusedCopy_ = options_.staleness == 0 && copy != optim::ModelCopy::kNone && !sharded_;
+  RP_CHECK(!options_.splitMaster || (fusedCopy_ && copy == optim::ModelCopy::kBFloat16),
+           "split masters need a bfloat16 sync run on unsharded slices");
   byLayer_ = options_.staleness == 0 && !sharded_;  // Note [Update by layer]
   layerGroups_.resize(static_cast<std::size_t>(options_.layers));
   for (std::size_t i = 0; i < tensors_.size(); ++i) {
@@ -152,8 +154,12 @@ OptimizerWorker::OptimizerWorker(std::vector<OptimTensor> tensors, Fences& fence
     if (!t.trainable) continue;
     const auto [offset, count] = shards_.back();
     auto* weights = reinterpret_cast<std::uint16_t*>(t.weights.front()) + begin;
-    const std::size_t param = adamw_.add(t.name, t.master + begin + offset, grads_.back().data(), count,
-                                         fusedCopy_ ? weights : nullptr, fusedCopy_ ? copy : optim::ModelCopy::kNone);
+    RP_CHECK((t.masterLow != nullptr) == options_.splitMaster, "{}: a split master in a run without them", t.name);
+    const std::size_t param =
+        t.masterLow != nullptr
+            ? adamw_.addSplit(t.name, weights, t.masterLow + begin, grads_.back().data(), count)
+            : adamw_.add(t.name, t.master + begin + offset, grads_.back().data(), count, fusedCopy_ ? weights : nullptr,
+                         fusedCopy_ ? copy : optim::ModelCopy::kNone);
     // copied (and, by layer, updated) with the shallowest layer that uses it
     auto& group = layerGroups_[static_cast<std::size_t>(*std::min_element(t.layers.begin(), t.layers.end()))];
     group.params.push_back(param);
@@ -294,6 +300,7 @@ void OptimizerWorker::copyMasters(std::int64_t t, const std::vector<std::int64_t
 
 void OptimizerWorker::copyMaster(std::size_t i, int version) {
   const auto& tensor = tensors_[i];
+  if (tensor.masterLow != nullptr) return;  // its weights are the master's high halves (Note [Split master])
   const auto [begin, end] = slices_[i];
   const std::size_t size = c10::elementSize(options_.dtype);
   const int parts = parallel::partsFor(end - begin, threads_);
@@ -506,7 +513,7 @@ OptimizerResult OptimizerWorker::runStep(std::int64_t t) {
 
 std::vector<checkpoint::Slice> OptimizerWorker::stateSlices(std::int64_t steps, bool withWeights, Purpose purpose) {
   std::vector<checkpoint::Slice> out;
-  stagedWeights_.clear();
+  releaseStagedWeights();
   std::size_t a = 0;  // the tensor's index in adamw_ (trainable tensors, in order)
   for (std::size_t i = 0; i < tensors_.size(); ++i) {
     const auto& t = tensors_[i];
@@ -518,7 +525,16 @@ std::vector<checkpoint::Slice> OptimizerWorker::stateSlices(std::int64_t steps, 
     auto add = [&](checkpoint::Kind kind, const std::string& name, std::size_t from, std::size_t to, float* data) {
       out.push_back({kind, name, t.shape, static_cast<std::int64_t>(from), static_cast<std::int64_t>(to - from), data});
     };
-    add(checkpoint::Kind::kMaster, t.name, begin, end, t.master + begin);
+    if (t.masterLow != nullptr) {  // Note [Split master]: float32 staging (one version, unsharded: begin..end)
+      auto& staged = stagedMasters_.emplace_back(a, std::vector<float>(end - begin));
+      if (purpose == Purpose::kSave) {
+        adamw_.readMaster(a, staged.second.data());
+        takenTies_.emplace_back(a, adamw_.takeTieBits(a));  // v alone is saved; the release puts them back
+      }
+      add(checkpoint::Kind::kMaster, t.name, begin, end, staged.second.data());
+    } else {
+      add(checkpoint::Kind::kMaster, t.name, begin, end, t.master + begin);
+    }
     // What iteration steps + ahead uploads: version (steps + ahead) mod V.
     for (int ahead = 0; withWeights && ahead < versions_; ++ahead) {
       const int version = static_cast<int>((steps + ahead) % versions_);
@@ -544,6 +560,16 @@ std::vector<checkpoint::Slice> OptimizerWorker::stateSlices(std::int64_t steps, 
   return out;
 }
 
+std::vector<std::pair<std::uint64_t, std::uint64_t>> OptimizerWorker::tieBits() const {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
+  std::size_t a = 0;  // the tensor's index in adamw_
+  for (std::size_t i = 0; i < tensors_.size(); ++i) {
+    if (!tensors_[i].trainable) continue;
+    for (const std::size_t k : adamw_.tieBits(a++)) out.emplace_back(i, slices_[i].first + k);
+  }
+  return out;
+}
+
 std::size_t OptimizerWorker::stateBytes() const {
   std::size_t floats = 0;
   for (const auto& g : grads_) floats += g.size();
@@ -560,6 +586,15 @@ void OptimizerWorker::restoreStagedWeights() {
                staged.values.data(), staged.values.size(), options_.dtype);
   }
   stagedWeights_.clear();
+  for (const auto& [param, values] : stagedMasters_) adamw_.writeMaster(param, values.data());
+  stagedMasters_.clear();
+}
+
+void OptimizerWorker::releaseStagedWeights() {
+  stagedWeights_.clear();
+  stagedMasters_.clear();
+  for (const auto& [param, at] : takenTies_) adamw_.setTieBits(param, at);
+  takenTies_.clear();
 }
 
 void OptimizerWorker::publishMasters() {

@@ -48,12 +48,13 @@ struct OptimTensor {
   std::string name;
   std::vector<int> layers;             // layers that use it
   std::vector<std::uint8_t*> weights;  // what uploads read, in the model dtype: one per version (frozen: one)
-  float* master;                       // fp32 master (trainable only)
+  float* master;                       // fp32 master (trainable, not split)
   // Per version, one gradient slot per layer in `layers`, model dtype (trainable only).
   std::vector<std::vector<std::uint8_t*>> slots;
   std::size_t numel;
   bool trainable;
   std::vector<std::int64_t> shape;  // for checkpoints
+  std::uint16_t* masterLow = nullptr;  // a split master's low words (Note [Split master]): weights[0] is its rest
 };
 
 struct OptimizerOptions {
@@ -72,6 +73,8 @@ struct OptimizerOptions {
   control::ControlChannel* crossNode = nullptr;  // multi-node: sums gradients and losses over the nodes
   // Multi-node: this rank keeps the AdamW moments of 1/N of its slice (its shard; Note [Sharded optimizer]).
   bool shardAcrossNodes = false;
+  // bfloat16, sync, unsharded: the trainable tensors' masters are split (OptimTensor::masterLow).
+  bool splitMaster = false;
 };
 
 struct OptimizerResult {
@@ -120,13 +123,17 @@ class OptimizerWorker {
   // checkpoint::weightsAhead) of its slice of every trainable tensor — as float32 slices pointing into the
   // store and the optimizer (bf16/fp16 weights: into a float32 staging copy; after reading a checkpoint into
   // them, restoreStagedWeights() writes them back; once a save has copied them, releaseStagedWeights() frees
-  // them). Only while the thread is idle (every enqueued step waited for). Sharded across nodes, a save takes
+  // them; split masters, too, go through float32 staging, and a save takes their tie bits out of the moments until
+  // the release). Only while the thread is idle (every enqueued step waited for). Sharded across nodes, a save takes
   // the shard of everything (the nodes together write each element once) and a restore the whole slice of the
   // masters and weights (every node holds them whole) and the shard of the moments.
   enum class Purpose { kSave, kRestore };
   std::vector<checkpoint::Slice> stateSlices(std::int64_t steps, bool withWeights, Purpose purpose);
   void restoreStagedWeights();
-  void releaseStagedWeights() { stagedWeights_.clear(); }
+  void releaseStagedWeights();
+  // Split masters (Note [Split master]): where this rank's slices have their tie bits set, as (tensor index,
+  // element of the tensor). Only while the thread is idle.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> tieBits() const;
   // This rank's optimizer state in its own memory: the float32 gradient slices and the AdamW moments.
   std::size_t stateBytes() const;
   std::int64_t stepCount() const { return adamw_.stepCount(); }
@@ -189,6 +196,10 @@ class OptimizerWorker {
     std::vector<float> values;
   };
   std::deque<StagedWeights> stagedWeights_;  // a deque: slices point into its elements
+  // Split masters (Note [Split master]) as float32 for a checkpoint, by AdamW parameter index; and, while a save
+  // copies the moments, the tie bits taken out of v.
+  std::deque<std::pair<std::size_t, std::vector<float>>> stagedMasters_;
+  std::vector<std::pair<std::size_t, std::vector<std::size_t>>> takenTies_;
   optim::AdamW adamw_;
   int threads_ = 1;         // of every pass over the slices (Note [Optimizer threads])
   bool sharded_ = false;    // options.shardAcrossNodes over more than one node

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <thread>
@@ -20,6 +21,7 @@
 #include "model/batch.h"
 #include "model/libtorch.h"
 #include "model/lora.h"
+#include "optim/adamw.h"
 #include "run/checkpointing.h"
 #include "run/evaluation.h"
 #include "run/sampling.h"
@@ -238,12 +240,14 @@ std::unique_ptr<transport::TensorChannel> PipelineRuntime::buildStore() {
       worldRank_, trace::Timeline::Clock::time_point(trace::Timeline::Clock::duration(origin)));
   if (worker_->modelsCompute()) timeline_->setDeviceLabel(deviceLabel_);  // the emulated device's track
   memory::StoreLayout layout;
-  // Weights and gradient slots in the model dtype (trainable ones in `versions_` versions); masters in float32.
+  // Weights and gradient slots in the model dtype (trainable ones in `versions_` versions); masters in float32, or
+  // split: their low words (the weights hold the rest; Note [Split master]).
+  const std::size_t masterBytes = splitMasters() ? sizeof(std::uint16_t) : sizeof(float);
   for (int i = 0; i < static_cast<int>(model_->tensors().size()); ++i) {
     const auto& t = model_->tensors()[static_cast<std::size_t>(i)];
     layout.add(weightRegion(t.name), model_->bytes(i));
     if (t.trainable) {
-      layout.add(masterRegion(t.name), static_cast<std::size_t>(t.local.numel()) * sizeof(float));
+      layout.add(masterRegion(t.name), static_cast<std::size_t>(t.local.numel()) * masterBytes);
       for (int v = 0; v < versions_; ++v) {
         if (v > 0) layout.add(weightRegion(t.name, v), model_->bytes(i));
         for (int l : t.layers) layout.add(gradRegion(t.name, l, v), model_->bytes(i));
@@ -309,7 +313,11 @@ std::unique_ptr<transport::TensorChannel> PipelineRuntime::buildStore() {
                   t.trainable,
                   t.local.sizes().vec()};
     if (t.trainable) {
-      o.master = store_->floats(masterRegion(t.name));
+      if (splitMasters()) {
+        o.masterLow = reinterpret_cast<std::uint16_t*>(store_->bytes(masterRegion(t.name)));
+      } else {
+        o.master = store_->floats(masterRegion(t.name));
+      }
       for (int v = 0; v < versions_; ++v) {
         if (v > 0) o.weights.push_back(store_->bytes(weightRegion(t.name, v)));
         o.slots.emplace_back();
@@ -336,6 +344,7 @@ std::unique_ptr<transport::TensorChannel> PipelineRuntime::buildStore() {
   options.activity = activity_.get();
   options.crossNode = crossNode_.get();
   options.shardAcrossNodes = shardedAcrossNodes();
+  options.splitMaster = splitMasters();
   optimizer_ = std::make_unique<OptimizerWorker>(std::move(optimTensors), *fences_, std::move(options), *channel_);
   return tensors;
 }
@@ -343,13 +352,14 @@ std::unique_ptr<transport::TensorChannel> PipelineRuntime::buildStore() {
 // Local rank 0 writes the initial weights straight into the store — the model's tensors bound to their
 // regions, drawing random numbers (model.init = random, LoRA) in the single-process trainer's order — then
 // the float32 masters and the other versions of the trainable weights (the first k iterations all read W_0).
+// Split masters start as the weights, bfloat16 values: low words and tie bits zero, as the store is.
 void PipelineRuntime::publishInitialWeights() {
   torch::NoGradGuard noGrad;
   bindToStore();
   run::initModelFor(config_, model_->model());
   if (config_.lora.rank > 0) model::resetLora(model_->model(), run::loraConfigFor(config_));
   for (const auto& t : model_->tensors()) {
-    if (!t.trainable) continue;
+    if (!t.trainable || splitMasters()) continue;
     storeTensor(masterRegion(t.name), t.local.sizes(), torch::kFloat).copy_(t.local);
     for (int v = 1; v < versions_; ++v)
       storeTensor(weightRegion(t.name, v), t.local.sizes(), t.local.scalar_type()).copy_(t.local);
@@ -371,6 +381,18 @@ torch::Tensor PipelineRuntime::storeTensor(const std::string& region, at::IntArr
 torch::Tensor PipelineRuntime::storeWeight(const std::string& name) const {
   for (const auto& t : model_->tensors()) {
     if (t.name != name) continue;
+    if (t.trainable && splitMasters()) {  // Note [Split master], with the tie bits finish() gathered
+      const auto* weight = reinterpret_cast<const std::uint16_t*>(store_->bytes(weightRegion(name)));
+      const auto* low = reinterpret_cast<const std::uint16_t*>(store_->bytes(masterRegion(name)));
+      const auto found = finalTies_.find(static_cast<std::size_t>(&t - model_->tensors().data()));
+      const std::set<std::uint64_t> none, &ties = found != finalTies_.end() ? found->second : none;
+      torch::Tensor out = torch::empty(t.local.sizes(), torch::kFloat);
+      float* data = out.data_ptr<float>();
+      for (std::int64_t k = 0; k < out.numel(); ++k) {
+        data[k] = optim::joinMaster(weight[k], low[k], ties.count(static_cast<std::uint64_t>(k)) != 0);
+      }
+      return out;
+    }
     if (t.trainable) return storeTensor(masterRegion(name), t.local.sizes(), torch::kFloat).clone();
     const torch::Tensor stored = storeTensor(weightRegion(name), t.local.sizes(), t.local.scalar_type());
     if (const model::Nf4Packing* packing = model_->model().packing(name))
@@ -478,7 +500,7 @@ std::optional<run::EvalResult> PipelineRuntime::evaluate(std::int64_t steps) {
   std::vector<torch::Tensor> cast;  // the masters in the model dtype, alive while bound
   for (int i = 0; i < static_cast<int>(model_->tensors().size()); ++i) {
     const auto& t = model_->tensors()[static_cast<std::size_t>(i)];
-    if (!t.trainable) {
+    if (!t.trainable || splitMasters()) {  // split: the weights are the masters rounded (Note [Split master])
       model_->bind(i, store_->bytes(weightRegion(t.name)));
       continue;
     }
@@ -578,6 +600,15 @@ void PipelineRuntime::finish() {
   // Every rank's optimizer is done: publish the final masters (each rank its slices) for sampling and export.
   channel_->barrier();  // every optimizer is done
   optimizer_->publishMasters();
+  if (splitMasters()) {               // storeWeight joins the split masters exactly with every rank's tie bits
+    std::vector<std::uint64_t> ties;  // (tensor, element) pairs
+    for (const auto& [tensor, element] : optimizer_->tieBits()) ties.insert(ties.end(), {tensor, element});
+    for (const auto& bytes : channel_->gather(ties.data(), ties.size() * sizeof(std::uint64_t), 0)) {
+      std::vector<std::uint64_t> theirs(bytes.size() / sizeof(std::uint64_t));
+      std::memcpy(theirs.data(), bytes.data(), bytes.size());
+      for (std::size_t k = 0; k + 1 < theirs.size(); k += 2) finalTies_[theirs[k]].insert(theirs[k + 1]);
+    }
+  }
   channel_->barrier();  // the final weights are published
   finishTrace();
   if (leader_) writeProfile();

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -83,7 +84,8 @@ class PipelineRuntime : public run::Executor {
   const schedule::Plan& plan() const { return plan_; }
   // How many times rank 0's directives changed the plan during the run (re-planning, pipeline.replan_every).
   int planChanges() const { return planChanges_; }
-  // A tensor's current weights in the store (a copy), by HF/PEFT name.
+  // A tensor's current weights in the store (a copy), by HF/PEFT name: a trainable one's float32 master. Split
+  // masters (Note [Split master]) only on local rank 0 after finish(), which gathers the ranks' tie bits.
   torch::Tensor storeWeight(const std::string& name) const;
 
  private:
@@ -107,6 +109,11 @@ class PipelineRuntime : public run::Executor {
   void checkHostMemory(double storeBytes);
   // optim.shard_across_nodes over more than one node (Note [Sharded optimizer]).
   bool shardedAcrossNodes() const { return config_.optim.shardAcrossNodes && id_.nodeCount > 1; }
+  // optim.split_master where it applies: bfloat16, sync, unsharded (optim/adamw.h, Note [Split master]).
+  bool splitMasters() const {
+    return config_.optim.splitMaster && model_->dtype() == torch::kBFloat16 && !config_.optim.async() &&
+           !shardedAcrossNodes();
+  }
   void runStep(std::int64_t step, const coordinator::Directive& directive);
   void publishInitialWeights();
   void bindToStore();               // every tensor of the model onto its weights in the store
@@ -146,6 +153,8 @@ class PipelineRuntime : public run::Executor {
   LayerCosts proxyCosts_;              // FLOP-proxy costs: split a backward stage's measured time over its layers
   // Versions of the trainable weights and gradient slots (Note [Layer fences]): max(1, optim.staleness).
   int versions_ = 1;
+  // Split masters, on local rank 0 after finish(): the elements whose tie bit is set, by tensor index.
+  std::map<std::size_t, std::set<std::uint64_t>> finalTies_;
   // Per version: the uploads of each layer from it, up to the current iteration.
   std::vector<std::vector<std::int64_t>> uploadsAfter_;
   std::int64_t rowsPerMicrobatch_ = 0;

@@ -54,13 +54,17 @@ AdamWStepScalars stepScalars(const AdamWConfig& c, double lr, std::int64_t step)
 //   vmax = max(vmax, v)                 (amsgrad)
 //   denom = sqrt(v or vmax) / sqrt(1 - beta2^t) + eps
 //   param += -(lr / (1 - beta1^t)) * m / denom
+// A split master (Note [Split master]) is joined from its halves and v's tie bit as it is read, and split
+// again as it is written.
 void adamwScalar(const AdamWStepScalars& s, bool amsgrad, const AdamWSlice& x) {
+  const bool split = x.masterLow != nullptr;
   for (std::size_t i = 0; i < x.n; ++i) {
     const float g = x.grad[i] * s.gradScale;
-    float p = x.param[i] * s.decay;
+    const float stored = x.expAvgSq[i];
+    float p = (split ? joinMaster(x.modelCopy[i], x.masterLow[i], tieBit(stored)) : x.param[i]) * s.decay;
     float m = x.expAvg[i];
     m = s.oneMinusBeta1 < 0.5f ? m + s.oneMinusBeta1 * (g - m) : g - (g - m) * (1.0f - s.oneMinusBeta1);
-    float v = x.expAvgSq[i] * s.beta2;
+    float v = (split ? withTieBit(stored, false) : stored) * s.beta2;
     v = v + s.oneMinusBeta2 * g * g;
     float second = v;
     if (amsgrad) {
@@ -69,8 +73,12 @@ void adamwScalar(const AdamWStepScalars& s, bool amsgrad, const AdamWSlice& x) {
     }
     const float denom = std::sqrt(second) / s.biasCorrection2Sqrt + s.eps;
     p = p + (-s.stepSize) * (m / denom);
-    x.param[i] = p;
     x.expAvg[i] = m;
+    if (split) {
+      x.expAvgSq[i] = withTieBit(v, splitMaster(p, x.modelCopy[i], x.masterLow[i]));
+      continue;
+    }
+    x.param[i] = p;
     x.expAvgSq[i] = v;
     if (x.copy == ModelCopy::kBFloat16) x.modelCopy[i] = toBFloat16(p);
     if (x.copy == ModelCopy::kFloat16) x.modelCopy[i] = toHalf(p);
@@ -146,15 +154,67 @@ std::size_t AdamW::add(std::string name, float* param, const float* grad, std::s
   return params_.size() - 1;
 }
 
+std::size_t AdamW::addSplit(std::string name, std::uint16_t* weights, std::uint16_t* low, const float* grad,
+                            std::size_t n) {
+  RP_CHECK(weights != nullptr && low != nullptr, "AdamW::addSplit: a split master needs its weights and low words");
+  const std::size_t i = add(std::move(name), nullptr, grad, n, weights, ModelCopy::kBFloat16);
+  params_[i].masterLow = low;
+  return i;
+}
+
+void AdamW::readMaster(std::size_t i, float* out) const {
+  const Param& p = params_[i];
+  RP_CHECK(p.masterLow != nullptr, "AdamW::readMaster: {} is not a split master", p.name);
+  const float* v = p.expAvgSq.data();
+  for (std::size_t k = 0; k < p.n; ++k) out[k] = joinMaster(p.modelCopy[k], p.masterLow[k], tieBit(v[k]));
+}
+
+void AdamW::writeMaster(std::size_t i, const float* in) {
+  Param& p = params_[i];
+  RP_CHECK(p.masterLow != nullptr, "AdamW::writeMaster: {} is not a split master", p.name);
+  float* v = p.expAvgSq.data();
+  for (std::size_t k = 0; k < p.n; ++k) v[k] = withTieBit(v[k], splitMaster(in[k], p.modelCopy[k], p.masterLow[k]));
+}
+
+std::vector<std::size_t> AdamW::takeTieBits(std::size_t i) {
+  std::vector<std::size_t> at;
+  Param& p = params_[i];
+  if (p.masterLow == nullptr) return at;
+  float* v = p.expAvgSq.data();
+  for (std::size_t k = 0; k < p.n; ++k) {
+    if (!tieBit(v[k])) continue;
+    at.push_back(k);
+    v[k] = withTieBit(v[k], false);
+  }
+  return at;
+}
+
+std::vector<std::size_t> AdamW::tieBits(std::size_t i) const {
+  std::vector<std::size_t> at;
+  const Param& p = params_[i];
+  if (p.masterLow == nullptr) return at;
+  const float* v = p.expAvgSq.data();
+  for (std::size_t k = 0; k < p.n; ++k) {
+    if (tieBit(v[k])) at.push_back(k);
+  }
+  return at;
+}
+
+void AdamW::setTieBits(std::size_t i, const std::vector<std::size_t>& at) {
+  float* v = params_[i].expAvgSq.data();
+  for (const std::size_t k : at) v[k] = withTieBit(v[k], true);
+}
+
 AdamWSlice AdamW::slice(Param& p, std::size_t begin, std::size_t end) {
-  return AdamWSlice{p.param + begin,
+  return AdamWSlice{p.param != nullptr ? p.param + begin : nullptr,
                     p.grad + begin,
                     p.expAvg.data() + begin,
                     p.expAvgSq.data() + begin,
                     config_.amsgrad ? p.maxExpAvgSq.data() + begin : nullptr,
                     end - begin,
                     p.modelCopy != nullptr ? p.modelCopy + begin : nullptr,
-                    p.copy};
+                    p.copy,
+                    p.masterLow != nullptr ? p.masterLow + begin : nullptr};
 }
 
 void AdamW::setThreads(int threads) {

@@ -56,6 +56,8 @@ AdamWStepScalars stepScalars(const AdamWConfig& config, double lr, std::int64_t 
 enum class ModelCopy { kNone, kBFloat16, kFloat16 };
 
 // One element range of one tensor. maxExpAvgSq is null unless amsgrad; modelCopy is null unless copy != kNone.
+// A split master (masterLow set; Note [Split master]): param is null, copy is kBFloat16, the master is
+// joinMaster(modelCopy[i], masterLow[i], the sign bit of expAvgSq[i]) and the kernel writes it back split.
 struct AdamWSlice {
   float* param;
   const float* grad;
@@ -65,6 +67,7 @@ struct AdamWSlice {
   std::size_t n;
   std::uint16_t* modelCopy = nullptr;
   ModelCopy copy = ModelCopy::kNone;
+  std::uint16_t* masterLow = nullptr;
 };
 
 using AdamWKernel = void (*)(const AdamWStepScalars& s, bool amsgrad, const AdamWSlice& slice);
@@ -90,6 +93,50 @@ inline float fromBFloat16(std::uint16_t bits) {
 }
 float fromHalf(std::uint16_t bits);
 
+// Note [Split master]
+// A bfloat16 run's float32 master x is kept as the bfloat16 weight the workers upload, w = toBFloat16(x),
+// plus x's low 16 bits: 2 bytes a parameter instead of 4, and x restored bit for bit. Rounding to nearest even
+// moves x's high half h by at most one: w = h + 1 exactly when the low half l is above 0x8000, or equal to it
+// with h odd (a tie, rounded up to the even neighbour), else w = h; a carry into the exponent (up to infinity
+// included) is the same integer step. So h = w - 1 for l > 0x8000 and h = w for l < 0x8000. At l = 0x8000 the
+// low word cannot tell: an even w is reached from both h = w (down) and h = w - 1 (up) — 65,537 floats round to
+// an even bfloat16, one more than 16 bits name — so one bit more says which: the tie bit, set for a tie
+// rounded up. It lives in the sign bit of the element's AdamW second moment v, which is never negative
+// (v = v·β2 + (1 − β2)·g² from +0), so the kernels carry it for free and clear it before using v. Infinities,
+// subnormals and zeros of either sign go through unchanged; a NaN master (toBFloat16 gives 0x7FC0) comes back
+// as a NaN, its sign and payload not kept, and a NaN v's sign is not kept either — a step that would make
+// them is skipped as diverged before it updates (optim.mode docs). Tested over every high half with the low
+// halves at and around each boundary, and kernel by kernel against the float32 master (tests/unit/
+// test_adamw_split.cpp).
+inline float joinMaster(std::uint16_t weight, std::uint16_t low, bool tieUp) {
+  const bool up = low > 0x8000u || (low == 0x8000u && tieUp);
+  const std::uint32_t bits = static_cast<std::uint32_t>(static_cast<std::uint16_t>(weight - (up ? 1 : 0))) << 16 | low;
+  float out;
+  std::memcpy(&out, &bits, 4);
+  return out;
+}
+// The inverse: `weight` is toBFloat16(master); returns the tie bit.
+inline bool splitMaster(float master, std::uint16_t& weight, std::uint16_t& low) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &master, 4);
+  weight = toBFloat16(master);
+  low = static_cast<std::uint16_t>(bits);
+  return low == 0x8000u && weight != static_cast<std::uint16_t>(bits >> 16);
+}
+// v's sign bit as the tie bit (Note [Split master]).
+inline bool tieBit(float v) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  return (bits >> 31) != 0;
+}
+inline float withTieBit(float v, bool tie) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  bits = (bits & 0x7FFFFFFFu) | (tie ? 0x80000000u : 0u);
+  std::memcpy(&v, &bits, 4);
+  return v;
+}
+
 // AdamW over registered fp32 tensors. Owns the moments; parameters and gradients stay where they are.
 class AdamW {
  public:
@@ -100,6 +147,19 @@ class AdamW {
   // dtype.
   std::size_t add(std::string name, float* param, const float* grad, std::size_t n, std::uint16_t* modelCopy = nullptr,
                   ModelCopy copy = ModelCopy::kNone);
+  // Registers a split master (Note [Split master]): its bfloat16 weights and low words, which must hold
+  // splitMaster of the starting master (a bfloat16 value: low words 0). Every step writes both.
+  std::size_t addSplit(std::string name, std::uint16_t* weights, std::uint16_t* low, const float* grad, std::size_t n);
+  bool split(std::size_t i) const { return params_[i].masterLow != nullptr; }
+  // Split masters, for checkpoints, while no step runs: the float32 masters of parameter i into `out`; and from
+  // `in`, into its weights, low words and tie bits.
+  void readMaster(std::size_t i, float* out) const;
+  void writeMaster(std::size_t i, const float* in);
+  // Clears parameter i's tie bits, so that expAvgSq(i) holds v alone (a checkpoint saves it), and returns where
+  // they were set (about one element in 131,072); setTieBits puts them back.
+  std::vector<std::size_t> takeTieBits(std::size_t i);
+  std::vector<std::size_t> tieBits(std::size_t i) const;  // where they are set, leaving them
+  void setTieBits(std::size_t i, const std::vector<std::size_t>& at);
   // Splits every step over `threads` threads (contiguous chunks of every parameter); 1 = the calling thread. Set it
   // before `add`: the moments of a parameter are zeroed on these threads (Note [Parallel first touch]).
   void setThreads(int threads);
@@ -122,7 +182,8 @@ class AdamW {
   bool decays(std::size_t i) const { return params_[i].decay; }
   const parallel::ZeroedFloats& expAvg(std::size_t i) const { return params_[i].expAvg; }
   const parallel::ZeroedFloats& expAvgSq(std::size_t i) const { return params_[i].expAvgSq; }
-  // For checkpoints: the moments of parameter i (maxExpAvgSq is empty unless amsgrad), and the step count.
+  // For checkpoints: the moments of parameter i (maxExpAvgSq is empty unless amsgrad; a split master's expAvgSq
+  // carries its tie bits), and the step count.
   parallel::ZeroedFloats& expAvg(std::size_t i) { return params_[i].expAvg; }
   parallel::ZeroedFloats& expAvgSq(std::size_t i) { return params_[i].expAvgSq; }
   parallel::ZeroedFloats& maxExpAvgSq(std::size_t i) { return params_[i].maxExpAvgSq; }
@@ -139,6 +200,7 @@ class AdamW {
     std::uint16_t* modelCopy;
     ModelCopy copy;
     bool decay;
+    std::uint16_t* masterLow = nullptr;  // a split master (param null)
   };
   AdamWSlice slice(Param& p, std::size_t begin, std::size_t end);
   AdamWConfig config_;

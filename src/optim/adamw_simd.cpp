@@ -13,14 +13,15 @@ namespace {
 
 // The element range [from, n) of a slice, for the scalar tail.
 AdamWSlice tail(const AdamWSlice& x, std::size_t from) {
-  return AdamWSlice{x.param + from,
+  return AdamWSlice{x.param != nullptr ? x.param + from : nullptr,
                     x.grad + from,
                     x.expAvg + from,
                     x.expAvgSq + from,
                     x.maxExpAvgSq != nullptr ? x.maxExpAvgSq + from : nullptr,
                     x.n - from,
                     x.modelCopy != nullptr ? x.modelCopy + from : nullptr,
-                    x.copy};
+                    x.copy,
+                    x.masterLow != nullptr ? x.masterLow + from : nullptr};
 }
 
 }  // namespace
@@ -32,17 +33,33 @@ __attribute__((target("avx512f,avx512bw,avx2,f16c"))) void adamwAvx512(const Ada
                omb2 = _mm512_set1_ps(s.oneMinusBeta2), step = _mm512_set1_ps(-s.stepSize),
                bc2 = _mm512_set1_ps(s.biasCorrection2Sqrt), eps = _mm512_set1_ps(s.eps),
                gradScale = _mm512_set1_ps(s.gradScale);
-  const bool lerpFromM = s.oneMinusBeta1 < 0.5f;
-  const __m512i roundBias = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1), bf16Nan = _mm512_set1_epi32(0x7FC0);
+  const bool lerpFromM = s.oneMinusBeta1 < 0.5f, split = x.masterLow != nullptr;
+  const __m512i roundBias = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1), bf16Nan = _mm512_set1_epi32(0x7FC0),
+                half = _mm512_set1_epi32(0x8000), lowMask = _mm512_set1_epi32(0xFFFF),
+                signBit = _mm512_set1_epi32(static_cast<int>(0x80000000u));
   std::size_t i = 0;
   for (; i + 16 <= x.n; i += 16) {
     const __m512 g = _mm512_mul_ps(_mm512_loadu_ps(x.grad + i), gradScale);
-    __m512 p = _mm512_mul_ps(_mm512_loadu_ps(x.param + i), decay);
+    __m512i storedV = _mm512_loadu_si512(x.expAvgSq + i);
+    __m512 p;
+    if (split) {  // Note [Split master]: h = w - 1 where l > 0x8000, or l = 0x8000 with the tie bit
+      const __m512i weight =
+          _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.modelCopy + i)));
+      const __m512i low = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.masterLow + i)));
+      const __mmask16 up = _mm512_cmpgt_epu32_mask(low, half) |
+                           (_mm512_cmpeq_epi32_mask(low, half) & _mm512_test_epi32_mask(storedV, signBit));
+      const __m512i high = _mm512_mask_sub_epi32(weight, up, weight, one);
+      p = _mm512_castsi512_ps(_mm512_or_si512(_mm512_slli_epi32(high, 16), low));
+      storedV = _mm512_andnot_si512(signBit, storedV);
+    } else {
+      p = _mm512_loadu_ps(x.param + i);
+    }
+    p = _mm512_mul_ps(p, decay);
     __m512 m = _mm512_loadu_ps(x.expAvg + i);
     const __m512 diff = _mm512_sub_ps(g, m);
     m = lerpFromM ? _mm512_add_ps(m, _mm512_mul_ps(w, diff)) : _mm512_sub_ps(g, _mm512_mul_ps(diff, w2));
-    const __m512 v =
-        _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(x.expAvgSq + i), beta2), _mm512_mul_ps(_mm512_mul_ps(omb2, g), g));
+    __m512 v =
+        _mm512_add_ps(_mm512_mul_ps(_mm512_castsi512_ps(storedV), beta2), _mm512_mul_ps(_mm512_mul_ps(omb2, g), g));
     __m512 second = v;
     if (amsgrad) {
       second = _mm512_max_ps(v, _mm512_loadu_ps(x.maxExpAvgSq + i));  // std::max(vmax, v), NaNs included
@@ -50,32 +67,45 @@ __attribute__((target("avx512f,avx512bw,avx2,f16c"))) void adamwAvx512(const Ada
     }
     const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(second), bc2), eps);
     p = _mm512_add_ps(p, _mm512_mul_ps(step, _mm512_div_ps(m, denom)));
-    _mm512_storeu_ps(x.param + i, p);
+    if (!split) _mm512_storeu_ps(x.param + i, p);
     _mm512_storeu_ps(x.expAvg + i, m);
-    _mm512_storeu_ps(x.expAvgSq + i, v);
     if (x.copy == ModelCopy::kBFloat16) {
       const __m512i bits = _mm512_castps_si512(p);
       const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), one);
       __m512i r = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(roundBias, lsb)), 16);
       r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(p, p, _CMP_UNORD_Q), bf16Nan);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(x.modelCopy + i), _mm512_cvtepi32_epi16(r));
+      if (split) {  // the low half, and the tie bit where a tie was rounded up (r != h)
+        const __m512i low = _mm512_and_si512(bits, lowMask);
+        const __mmask16 tie =
+            _mm512_cmpeq_epi32_mask(low, half) & _mm512_cmpneq_epi32_mask(r, _mm512_srli_epi32(bits, 16));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(x.masterLow + i), _mm512_cvtepi32_epi16(low));
+        v = _mm512_castsi512_ps(_mm512_mask_or_epi32(_mm512_andnot_si512(signBit, _mm512_castps_si512(v)), tie,
+                                                     _mm512_andnot_si512(signBit, _mm512_castps_si512(v)), signBit));
+      }
     } else if (x.copy == ModelCopy::kFloat16) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(x.modelCopy + i),
                           _mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     }
+    _mm512_storeu_ps(x.expAvgSq + i, v);
   }
   if (i < x.n) adamwScalar(s, amsgrad, tail(x, i));
 }
 
 // 8 floats to bfloat16 as toBFloat16 rounds them (to nearest even; NaN -> 0x7FC0), narrowed to 8 x u16: the
 // AVX2 kernel's model copy and the async copy's pass (narrowFloats).
-__attribute__((target("avx2,f16c"))) inline __m128i bfloat16Avx2(__m256 p) {
+__attribute__((target("avx2,f16c"))) inline __m256i bfloat16BitsAvx2(__m256 p) {
   const __m256i bits = _mm256_castps_si256(p);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
   __m256i r = _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), lsb)), 16);
-  r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC0), _mm256_castps_si256(_mm256_cmp_ps(p, p, _CMP_UNORD_Q)));
-  // Narrow 8 x u32 (each <= 0xFFFF) to 8 x u16: pack within lanes, then gather the two lanes' halves.
+  return _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC0), _mm256_castps_si256(_mm256_cmp_ps(p, p, _CMP_UNORD_Q)));
+}
+// 8 x u32 (each <= 0xFFFF) narrowed to 8 x u16: pack within lanes, then gather the two lanes' halves.
+__attribute__((target("avx2,f16c"))) inline __m128i narrow16Avx2(__m256i r) {
   return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08));
+}
+__attribute__((target("avx2,f16c"))) inline __m128i bfloat16Avx2(__m256 p) {
+  return narrow16Avx2(bfloat16BitsAvx2(p));
 }
 
 __attribute__((target("avx2,f16c"))) void adamwAvx2(const AdamWStepScalars& s, bool amsgrad, const AdamWSlice& x) {
@@ -84,16 +114,31 @@ __attribute__((target("avx2,f16c"))) void adamwAvx2(const AdamWStepScalars& s, b
                omb2 = _mm256_set1_ps(s.oneMinusBeta2), step = _mm256_set1_ps(-s.stepSize),
                bc2 = _mm256_set1_ps(s.biasCorrection2Sqrt), eps = _mm256_set1_ps(s.eps),
                gradScale = _mm256_set1_ps(s.gradScale);
-  const bool lerpFromM = s.oneMinusBeta1 < 0.5f;
+  const bool lerpFromM = s.oneMinusBeta1 < 0.5f, split = x.masterLow != nullptr;
+  const __m256i half = _mm256_set1_epi32(0x8000), lowMask = _mm256_set1_epi32(0xFFFF),
+                signBit = _mm256_set1_epi32(static_cast<int>(0x80000000u));
   std::size_t i = 0;
   for (; i + 8 <= x.n; i += 8) {
     const __m256 g = _mm256_mul_ps(_mm256_loadu_ps(x.grad + i), gradScale);
-    __m256 p = _mm256_mul_ps(_mm256_loadu_ps(x.param + i), decay);
+    __m256i storedV = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.expAvgSq + i));
+    __m256 p;
+    if (split) {  // Note [Split master]: h = w - 1 where l > 0x8000, or l = 0x8000 with the tie bit
+      const __m256i weight = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.modelCopy + i)));
+      const __m256i low = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.masterLow + i)));
+      const __m256i up =
+          _mm256_or_si256(_mm256_cmpgt_epi32(low, half),  // -1 where h = w - 1
+                          _mm256_and_si256(_mm256_cmpeq_epi32(low, half), _mm256_srai_epi32(storedV, 31)));
+      p = _mm256_castsi256_ps(_mm256_or_si256(_mm256_slli_epi32(_mm256_add_epi32(weight, up), 16), low));
+      storedV = _mm256_andnot_si256(signBit, storedV);
+    } else {
+      p = _mm256_loadu_ps(x.param + i);
+    }
+    p = _mm256_mul_ps(p, decay);
     __m256 m = _mm256_loadu_ps(x.expAvg + i);
     const __m256 diff = _mm256_sub_ps(g, m);
     m = lerpFromM ? _mm256_add_ps(m, _mm256_mul_ps(w, diff)) : _mm256_sub_ps(g, _mm256_mul_ps(diff, w2));
-    const __m256 v =
-        _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(x.expAvgSq + i), beta2), _mm256_mul_ps(_mm256_mul_ps(omb2, g), g));
+    __m256 v =
+        _mm256_add_ps(_mm256_mul_ps(_mm256_castsi256_ps(storedV), beta2), _mm256_mul_ps(_mm256_mul_ps(omb2, g), g));
     __m256 second = v;
     if (amsgrad) {
       second = _mm256_max_ps(v, _mm256_loadu_ps(x.maxExpAvgSq + i));
@@ -101,15 +146,24 @@ __attribute__((target("avx2,f16c"))) void adamwAvx2(const AdamWStepScalars& s, b
     }
     const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(second), bc2), eps);
     p = _mm256_add_ps(p, _mm256_mul_ps(step, _mm256_div_ps(m, denom)));
-    _mm256_storeu_ps(x.param + i, p);
+    if (!split) _mm256_storeu_ps(x.param + i, p);
     _mm256_storeu_ps(x.expAvg + i, m);
-    _mm256_storeu_ps(x.expAvgSq + i, v);
     if (x.copy == ModelCopy::kBFloat16) {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(x.modelCopy + i), bfloat16Avx2(p));
+      const __m256i r = bfloat16BitsAvx2(p);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(x.modelCopy + i), narrow16Avx2(r));
+      if (split) {  // the low half, and the tie bit where a tie was rounded up (r != h)
+        const __m256i bits = _mm256_castps_si256(p), low = _mm256_and_si256(bits, lowMask);
+        const __m256i tie =
+            _mm256_andnot_si256(_mm256_cmpeq_epi32(r, _mm256_srli_epi32(bits, 16)), _mm256_cmpeq_epi32(low, half));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(x.masterLow + i), narrow16Avx2(low));
+        v = _mm256_castsi256_ps(
+            _mm256_or_si256(_mm256_andnot_si256(signBit, _mm256_castps_si256(v)), _mm256_and_si256(tie, signBit)));
+      }
     } else if (x.copy == ModelCopy::kFloat16) {
       _mm_storeu_si128(reinterpret_cast<__m128i*>(x.modelCopy + i),
                        _mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     }
+    _mm256_storeu_ps(x.expAvgSq + i, v);
   }
   if (i < x.n) adamwScalar(s, amsgrad, tail(x, i));
 }

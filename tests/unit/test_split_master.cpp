@@ -1,0 +1,96 @@
+// Split masters in the pipeline (optim.split_master; optim/adamw.h, Note [Split master]): a bfloat16 sync run
+// whose masters are its weights plus 16-bit low words trains bitwise as the run with float32 masters — losses,
+// grad norms, and every master and moment its checkpoints hold — at W = 1..3 workers, with a node store 2 bytes
+// a trainable parameter smaller; and a checkpoint of either layout resumes in the other and ends where the
+// uninterrupted run does, bit for bit.
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/manifest.h"
+#include "support/fixtures.h"
+#include "support/pipeline_reference.h"
+#include "support/thread_ranks.h"
+
+namespace rp::engine {
+namespace {
+
+using test::TensorPlane;
+
+// Every float of the checkpoint's masters and moments, by kind and tensor, as raw bits.
+std::map<std::string, std::vector<std::uint32_t>> stateOf(const std::string& dir) {
+  const checkpoint::Manifest manifest = checkpoint::readManifest(dir);
+  std::map<std::string, std::vector<std::uint32_t>> out;
+  std::vector<checkpoint::Slice> wanted;
+  for (const auto& r : manifest.slices) {
+    const std::string key = std::string(checkpoint::kindName(r.kind)) + "/" + r.tensor;
+    if (out.count(key) != 0) continue;
+    auto& bits = out[key];
+    bits.resize(static_cast<std::size_t>(checkpoint::numel(r.shape)));
+    wanted.push_back({r.kind, r.tensor, r.shape, 0, checkpoint::numel(r.shape), reinterpret_cast<float*>(bits.data())});
+  }
+  checkpoint::readSlices(dir, manifest, wanted);
+  return out;
+}
+
+double nodeStoreMb(const std::string& out) {
+  return nlohmann::json::parse(std::ifstream(out + "/memory.json")).at("node_store_mb").get<double>();
+}
+
+class SplitMaster : public ::testing::TestWithParam<int> {};
+
+TEST_P(SplitMaster, TrainsResumesAndCheckpointsBitwiseAsFloat32Masters) {
+  const auto fixtures = test::fixturesDir();
+  RP_SKIP_UNLESS(fixtures, "shared fixtures");
+  const int workers = GetParam();
+  const std::string model = *fixtures + "/models/tinystories-656k", scratch = test::scratchDir();
+  auto configFor = [&](const std::string& out, bool split, std::vector<std::string> extra) {
+    std::vector<std::string> sets = test::equivalenceSettings(model, model, *fixtures, scratch + "/" + out);
+    sets.insert(sets.end(), {"model.dtype=bfloat16", "train.max_steps=20", "checkpoint.every=10", "checkpoint.keep=0",
+                             fmt::format("optim.split_master={}", split)});
+    sets.insert(sets.end(), extra.begin(), extra.end());
+    return config::loadRunConfig("", sets);
+  };
+  const auto run = [&](const std::string& out, bool split, std::vector<std::string> extra = {}) {
+    return test::runOnThreads(configFor(out, split, std::move(extra)), workers, TensorPlane::kHostStaged, {});
+  };
+  const test::ThreadRun full = run("float32", false), split = run("split", true);
+  ASSERT_EQ(full.metrics.size(), 20u);
+  ASSERT_EQ(split.metrics.size(), 20u);
+  for (std::size_t i = 0; i < 20; ++i) {
+    EXPECT_EQ(split.metrics[i].loss, full.metrics[i].loss) << "step " << i + 1;
+    EXPECT_EQ(split.metrics[i].gradNorm, full.metrics[i].gradNorm) << "step " << i + 1;
+  }
+  EXPECT_NE(full.metrics.front().loss, full.metrics.back().loss) << "the run did not train";
+  for (const char* step : {"step-00000010", "step-00000020"}) {
+    const auto a = stateOf(scratch + "/float32/checkpoints/" + step),
+               b = stateOf(scratch + "/split/checkpoints/" + step);
+    ASSERT_EQ(a.size(), b.size()) << step;
+    for (const auto& [key, bits] : a) EXPECT_TRUE(b.at(key) == bits) << step << ": " << key << " differs";
+  }
+  // The node store holds 2 bytes less per trainable parameter (TinyStories-656K trains all of its 0.66M).
+  const double saved = nodeStoreMb(scratch + "/float32") - nodeStoreMb(scratch + "/split");
+  EXPECT_NEAR(saved, 2 * 0.656, 0.05) << "MB";
+
+  // Resumed across layouts at step 10: the last ten steps and the step-20 checkpoint are the uninterrupted run's.
+  for (const bool toSplit : {true, false}) {
+    const std::string from = toSplit ? "float32" : "split", out = toSplit ? "float32-to-split" : "split-to-float32";
+    const test::ThreadRun resumed =
+        run(out, toSplit, {"checkpoint.resume=" + scratch + "/" + from + "/checkpoints/step-00000010"});
+    ASSERT_EQ(resumed.metrics.size(), 10u) << out;
+    for (std::size_t i = 0; i < 10; ++i) EXPECT_EQ(resumed.metrics[i].loss, full.metrics[10 + i].loss) << out;
+    const auto a = stateOf(scratch + "/float32/checkpoints/step-00000020"),
+               b = stateOf(scratch + "/" + out + "/checkpoints/step-00000020");
+    for (const auto& [key, bits] : a) EXPECT_TRUE(b.at(key) == bits) << out << ": " << key << " differs";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, SplitMaster, ::testing::Values(1, 2, 3),
+                         [](const auto& info) { return fmt::format("W{}", info.param); });
+
+}  // namespace
+}  // namespace rp::engine
