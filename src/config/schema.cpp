@@ -70,8 +70,9 @@ const std::vector<KeySpec>& runSchema() {
        "several nodes: each node keeps 1/N of the AdamW moments (reduce-scatter the gradients, update its shard, "
        "all-gather the masters); same results"},
       {"optim.split_master", Type::kBool, true,
-       "bfloat16, sync, one node or unsharded: keep each float32 master as its bfloat16 weight plus a 16-bit low word "
-       "(bit-exact, 2 bytes a parameter less); false: a float32 master"},
+       "sync, unsharded: the masters share the weights' memory, bit-exact: bfloat16 keeps each as its weight plus a "
+       "16-bit low word (2 bytes a parameter less), float32 as its weight (4 less); false: a float32 master of its "
+       "own"},
 
       {"pipeline.schedule", Type::kString, S("roundpipe"),
        "roundpipe | gpipe | 1f1b (baselines: weights bound to workers)"},

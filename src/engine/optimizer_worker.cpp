@@ -300,7 +300,10 @@ void OptimizerWorker::copyMasters(std::int64_t t, const std::vector<std::int64_t
 
 void OptimizerWorker::copyMaster(std::size_t i, int version) {
   const auto& tensor = tensors_[i];
-  if (tensor.masterLow != nullptr) return;  // its weights are the master's high halves (Note [Split master])
+  // Its weights are the master's high halves (Note [Split master]), or the float32 master itself.
+  if (tensor.masterLow != nullptr ||
+      tensor.weights[static_cast<std::size_t>(version)] == reinterpret_cast<std::uint8_t*>(tensor.master))
+    return;
   const auto [begin, end] = slices_[i];
   const std::size_t size = c10::elementSize(options_.dtype);
   const int parts = parallel::partsFor(end - begin, threads_);

@@ -48,7 +48,7 @@ struct OptimTensor {
   std::string name;
   std::vector<int> layers;             // layers that use it
   std::vector<std::uint8_t*> weights;  // what uploads read, in the model dtype: one per version (frozen: one)
-  float* master;                       // fp32 master (trainable, not split)
+  float* master;                       // fp32 master (trainable, not split): weights[0] itself in float32 sync runs
   // Per version, one gradient slot per layer in `layers`, model dtype (trainable only).
   std::vector<std::vector<std::uint8_t*>> slots;
   std::size_t numel;

@@ -240,14 +240,17 @@ std::unique_ptr<transport::TensorChannel> PipelineRuntime::buildStore() {
       worldRank_, trace::Timeline::Clock::time_point(trace::Timeline::Clock::duration(origin)));
   if (worker_->modelsCompute()) timeline_->setDeviceLabel(deviceLabel_);  // the emulated device's track
   memory::StoreLayout layout;
-  // Weights and gradient slots in the model dtype (trainable ones in `versions_` versions); masters in float32, or
-  // split: their low words (the weights hold the rest; Note [Split master]).
-  const std::size_t masterBytes = splitMasters() ? sizeof(std::uint16_t) : sizeof(float);
+  // Weights and gradient slots in the model dtype (trainable ones in `versions_` versions); masters in float32,
+  // split (their low words: the weights hold the rest; Note [Split master]) or none (the float32 weights are them).
+  const Masters masters = this->masters();
+  const std::size_t masterBytes = masters == Masters::kSplit ? sizeof(std::uint16_t) : sizeof(float);
   for (int i = 0; i < static_cast<int>(model_->tensors().size()); ++i) {
     const auto& t = model_->tensors()[static_cast<std::size_t>(i)];
     layout.add(weightRegion(t.name), model_->bytes(i));
     if (t.trainable) {
-      layout.add(masterRegion(t.name), static_cast<std::size_t>(t.local.numel()) * masterBytes);
+      if (masters != Masters::kWeights) {
+        layout.add(masterRegion(t.name), static_cast<std::size_t>(t.local.numel()) * masterBytes);
+      }
       for (int v = 0; v < versions_; ++v) {
         if (v > 0) layout.add(weightRegion(t.name, v), model_->bytes(i));
         for (int l : t.layers) layout.add(gradRegion(t.name, l, v), model_->bytes(i));
@@ -313,10 +316,10 @@ std::unique_ptr<transport::TensorChannel> PipelineRuntime::buildStore() {
                   t.trainable,
                   t.local.sizes().vec()};
     if (t.trainable) {
-      if (splitMasters()) {
+      if (masters == Masters::kSplit) {
         o.masterLow = reinterpret_cast<std::uint16_t*>(store_->bytes(masterRegion(t.name)));
       } else {
-        o.master = store_->floats(masterRegion(t.name));
+        o.master = store_->floats(masters == Masters::kWeights ? weightRegion(t.name) : masterRegion(t.name));
       }
       for (int v = 0; v < versions_; ++v) {
         if (v > 0) o.weights.push_back(store_->bytes(weightRegion(t.name, v)));
@@ -352,14 +355,15 @@ std::unique_ptr<transport::TensorChannel> PipelineRuntime::buildStore() {
 // Local rank 0 writes the initial weights straight into the store — the model's tensors bound to their
 // regions, drawing random numbers (model.init = random, LoRA) in the single-process trainer's order — then
 // the float32 masters and the other versions of the trainable weights (the first k iterations all read W_0).
-// Split masters start as the weights, bfloat16 values: low words and tie bits zero, as the store is.
+// Split masters start as the weights, bfloat16 values: low words and tie bits zero, as the store is; masters that
+// are the weights are there already.
 void PipelineRuntime::publishInitialWeights() {
   torch::NoGradGuard noGrad;
   bindToStore();
   run::initModelFor(config_, model_->model());
   if (config_.lora.rank > 0) model::resetLora(model_->model(), run::loraConfigFor(config_));
   for (const auto& t : model_->tensors()) {
-    if (!t.trainable || splitMasters()) continue;
+    if (!t.trainable || masters() != Masters::kOwn) continue;
     storeTensor(masterRegion(t.name), t.local.sizes(), torch::kFloat).copy_(t.local);
     for (int v = 1; v < versions_; ++v)
       storeTensor(weightRegion(t.name, v), t.local.sizes(), t.local.scalar_type()).copy_(t.local);
@@ -393,7 +397,10 @@ torch::Tensor PipelineRuntime::storeWeight(const std::string& name) const {
       }
       return out;
     }
-    if (t.trainable) return storeTensor(masterRegion(name), t.local.sizes(), torch::kFloat).clone();
+    if (t.trainable) {
+      const bool own = masters() == Masters::kOwn;
+      return storeTensor(own ? masterRegion(name) : weightRegion(name), t.local.sizes(), torch::kFloat).clone();
+    }
     const torch::Tensor stored = storeTensor(weightRegion(name), t.local.sizes(), t.local.scalar_type());
     if (const model::Nf4Packing* packing = model_->model().packing(name))
       return model::dequantizePacked(stored, *packing);
@@ -500,7 +507,7 @@ std::optional<run::EvalResult> PipelineRuntime::evaluate(std::int64_t steps) {
   std::vector<torch::Tensor> cast;  // the masters in the model dtype, alive while bound
   for (int i = 0; i < static_cast<int>(model_->tensors().size()); ++i) {
     const auto& t = model_->tensors()[static_cast<std::size_t>(i)];
-    if (!t.trainable || splitMasters()) {  // split: the weights are the masters rounded (Note [Split master])
+    if (!t.trainable || masters() != Masters::kOwn) {  // the weights are the masters (split: rounded)
       model_->bind(i, store_->bytes(weightRegion(t.name)));
       continue;
     }

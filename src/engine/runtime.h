@@ -109,11 +109,17 @@ class PipelineRuntime : public run::Executor {
   void checkHostMemory(double storeBytes);
   // optim.shard_across_nodes over more than one node (Note [Sharded optimizer]).
   bool shardedAcrossNodes() const { return config_.optim.shardAcrossNodes && id_.nodeCount > 1; }
-  // optim.split_master where it applies: bfloat16, sync, unsharded (optim/adamw.h, Note [Split master]).
-  bool splitMasters() const {
-    return config_.optim.splitMaster && model_->dtype() == torch::kBFloat16 && !config_.optim.async() &&
-           !shardedAcrossNodes();
+  // Where the trainable tensors' masters live (docs/optimizer.md, "Split masters"). With optim.split_master in a
+  // sync, unsharded run, whose update writes the weights the next iteration uploads: bfloat16, split into the
+  // weights and a low word (optim/adamw.h, Note [Split master]); float32, the weights themselves. Otherwise a
+  // float32 master of their own.
+  enum class Masters { kOwn, kSplit, kWeights };
+  Masters masters() const {
+    if (!config_.optim.splitMaster || config_.optim.async() || shardedAcrossNodes()) return Masters::kOwn;
+    if (model_->dtype() == torch::kBFloat16) return Masters::kSplit;
+    return model_->dtype() == torch::kFloat ? Masters::kWeights : Masters::kOwn;
   }
+  bool splitMasters() const { return masters() == Masters::kSplit; }
   void runStep(std::int64_t step, const coordinator::Directive& directive);
   void publishInitialWeights();
   void bindToStore();               // every tensor of the model onto its weights in the store

@@ -1,11 +1,14 @@
-// Split masters in the pipeline (optim.split_master; optim/adamw.h, Note [Split master]): a bfloat16 sync run
-// whose masters are its weights plus 16-bit low words trains bitwise as the run with float32 masters — losses,
-// grad norms, and every master and moment its checkpoints hold — at W = 1..3 workers, with a node store 2 bytes
-// a trainable parameter smaller; and a checkpoint of either layout resumes in the other and ends where the
-// uninterrupted run does, bit for bit.
+// Masters in the weights' memory (optim.split_master; docs/optimizer.md, "Split masters"): a bfloat16 sync run
+// whose masters are its weights plus 16-bit low words (optim/adamw.h, Note [Split master]), and a float32 sync
+// run whose masters are its weights, train bitwise as the runs with masters of their own — losses, grad norms,
+// and every master and moment their checkpoints hold — at W = 1..3 workers, with a node store
+// 2 (4) bytes a trainable parameter smaller; and a checkpoint of either layout resumes in the other and ends where
+// the uninterrupted run does, bit for bit.
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <string>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -41,17 +44,18 @@ double nodeStoreMb(const std::string& out) {
   return nlohmann::json::parse(std::ifstream(out + "/memory.json")).at("node_store_mb").get<double>();
 }
 
-class SplitMaster : public ::testing::TestWithParam<int> {};
+class SplitMaster : public ::testing::TestWithParam<std::tuple<const char*, int>> {};
 
-TEST_P(SplitMaster, TrainsResumesAndCheckpointsBitwiseAsFloat32Masters) {
+TEST_P(SplitMaster, TrainsResumesAndCheckpointsBitwiseAsMastersOfTheirOwn) {
   const auto fixtures = test::fixturesDir();
   RP_SKIP_UNLESS(fixtures, "shared fixtures");
-  const int workers = GetParam();
+  const auto [dtype, workers] = GetParam();
+  const bool bf16 = std::string(dtype) == "bfloat16";
   const std::string model = *fixtures + "/models/tinystories-656k", scratch = test::scratchDir();
   auto configFor = [&](const std::string& out, bool split, std::vector<std::string> extra) {
     std::vector<std::string> sets = test::equivalenceSettings(model, model, *fixtures, scratch + "/" + out);
-    sets.insert(sets.end(), {"model.dtype=bfloat16", "train.max_steps=20", "checkpoint.every=10", "checkpoint.keep=0",
-                             fmt::format("optim.split_master={}", split)});
+    sets.insert(sets.end(), {std::string("model.dtype=") + dtype, "train.max_steps=20", "checkpoint.every=10",
+                             "checkpoint.keep=0", fmt::format("optim.split_master={}", split)});
     sets.insert(sets.end(), extra.begin(), extra.end());
     return config::loadRunConfig("", sets);
   };
@@ -72,9 +76,9 @@ TEST_P(SplitMaster, TrainsResumesAndCheckpointsBitwiseAsFloat32Masters) {
     ASSERT_EQ(a.size(), b.size()) << step;
     for (const auto& [key, bits] : a) EXPECT_TRUE(b.at(key) == bits) << step << ": " << key << " differs";
   }
-  // The node store holds 2 bytes less per trainable parameter (TinyStories-656K trains all of its 0.66M).
+  // The node store holds 2 (float32: 4) bytes less per trainable parameter (TinyStories-656K trains all 0.66M).
   const double saved = nodeStoreMb(scratch + "/float32") - nodeStoreMb(scratch + "/split");
-  EXPECT_NEAR(saved, 2 * 0.656, 0.05) << "MB";
+  EXPECT_NEAR(saved, (bf16 ? 2 : 4) * 0.656, 0.05) << "MB";
 
   // Resumed across layouts at step 10: the last ten steps and the step-20 checkpoint are the uninterrupted run's.
   for (const bool toSplit : {true, false}) {
@@ -89,8 +93,13 @@ TEST_P(SplitMaster, TrainsResumesAndCheckpointsBitwiseAsFloat32Masters) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Workers, SplitMaster, ::testing::Values(1, 2, 3),
-                         [](const auto& info) { return fmt::format("W{}", info.param); });
+// bfloat16's split at W = 1..3; float32's masters-as-weights once, at W = 2 (the same fences).
+INSTANTIATE_TEST_SUITE_P(Workers, SplitMaster,
+                         ::testing::Values(std::make_tuple("bfloat16", 1), std::make_tuple("bfloat16", 2),
+                                           std::make_tuple("bfloat16", 3), std::make_tuple("float32", 2)),
+                         [](const auto& info) {
+                           return fmt::format("{}_W{}", std::get<0>(info.param), std::get<1>(info.param));
+                         });
 
 }  // namespace
 }  // namespace rp::engine
