@@ -262,10 +262,13 @@ RunConfig buildRunConfig(Values v) {
   c.lora.alpha = inRange(v, "lora.alpha", 0.0, 1e30, false);
   c.lora.dropout = inRange(v, "lora.dropout", 0.0, 1.0, true);
   c.lora.targets = v.getStringList("lora.targets");
-  static const std::vector<std::string> kTargets{"q", "k", "v", "o", "gate", "up", "down"};
+  static const std::vector<std::string> kTargets{
+      "q", "k", "v", "o", "gate", "up", "down", "in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"};
   for (const auto& t : c.lora.targets) {
     if (std::find(kTargets.begin(), kTargets.end(), t) == kTargets.end()) {
-      RP_THROW(InputError, "{}: lora.targets contains \"{}\": expected any of q, k, v, o, gate, up, down",
+      RP_THROW(InputError,
+               "{}: lora.targets contains \"{}\": expected any of q, k, v, o, gate, up, down (and, on Qwen3.5's "
+               "linear-attention layers, in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj)",
                v.source({"lora.targets"}), t);
     }
   }

@@ -128,7 +128,8 @@ const std::vector<KeySpec>& runSchema() {
       {"lora.alpha", Type::kFloat, 16.0, "LoRA alpha (scaling = alpha / rank)"},
       {"lora.dropout", Type::kFloat, 0.0, "dropout on the LoRA input"},
       {"lora.targets", Type::kStringList, L{"q", "k", "v", "o", "gate", "up", "down"},
-       "projections with adapters (MoE: gate+up and down adapt the experts, docs/moe.md)"},
+       "projections with adapters (MoE: gate+up and down adapt the experts, docs/moe.md; Qwen3.5's "
+       "linear-attention layers: in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj, docs/model.md)"},
       {"lora.base_dtype", Type::kString, S("model"),
        "the frozen base's linear weights: \"model\" (the model dtype) or \"nf4\" (QLoRA: stored 4-bit NF4 as "
        "bitsandbytes stores them, dequantized per product, docs/model.md)"},

@@ -64,7 +64,8 @@ CausalLM::CausalLM(const ModelConfig& config, const ParamOptions& options)
   }
   head_ = register_module("head", std::make_shared<Head>(config, *embedding_, options));
   for (const auto& layer : layers_) {
-    for (const char* target : {"q", "k", "v", "o", "gate", "up", "down", "qkv", "gate_up"}) {
+    for (const char* target : {"q", "k", "v", "o", "gate", "up", "down", "qkv", "gate_up", "in_proj_qkv", "in_proj_z",
+                               "in_proj_b", "in_proj_a", "out_proj"}) {
       const Projection* p = layer->projection(target);
       if (p != nullptr && p->packing()) packed_.emplace(layer->projectionPath(target) + ".weight", *p->packing());
     }

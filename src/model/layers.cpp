@@ -463,10 +463,13 @@ std::vector<NamedTensor> DecoderLayer::hfParameters() const {
 
 Projection* DecoderLayer::projection(const std::string& target) const {
   if (auto* p = attention_ ? attention_->projection(target) : nullptr) return p;
+  if (auto* p = linear_ ? linear_->projection(target) : nullptr) return p;
   return mlp_ ? mlp_->projection(target) : nullptr;
 }
 
 std::string DecoderLayer::projectionPath(const std::string& target) const {
+  if (linear_ && linear_->projection(target) != nullptr)
+    return fmt::format("model.layers.{}.linear_attn.{}", index_, target);
   const bool attention = attention_ && attention_->projection(target) != nullptr;
   return fmt::format("model.layers.{}.{}.{}_proj", index_, attention ? "self_attn" : "mlp", target);
 }

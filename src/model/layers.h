@@ -226,9 +226,11 @@ class DecoderLayer : public torch::nn::Module {
   SparseMoe* experts() const { return moe_.get(); }
   std::vector<NamedTensor> hfParameters() const;
   std::int64_t index() const { return index_; }
-  // The projection a LoRA target names ("q", "k", "v", "o", "gate", "up", "down") and its HF module path
-  // ("model.layers.3.self_attn.q_proj"); nullptr for unknown names, for the MLP targets of a sparse layer and for
-  // the attention targets of a linear-attention layer (hasAttention() false), which has none.
+  // The projection a LoRA target names ("q", "k", "v", "o", "gate", "up", "down"; on Qwen3.5's linear-attention
+  // layers "in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj") and its HF module path
+  // ("model.layers.3.self_attn.q_proj", "model.layers.0.linear_attn.in_proj_qkv"); nullptr for unknown names,
+  // for the MLP targets of a sparse layer, for the attention targets of a linear-attention layer (hasAttention()
+  // false), which has none, and for the linear-attention targets elsewhere.
   bool hasAttention() const { return attention_ != nullptr; }
   Projection* projection(const std::string& target) const;
   std::string projectionPath(const std::string& target) const;

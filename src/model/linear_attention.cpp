@@ -129,6 +129,15 @@ torch::Tensor GatedDeltaNet::forward(const torch::Tensor& x, const Documents& do
   return out_->forward(gated.reshape({B, T, c_.numValueHeads * c_.valueHeadDim}));
 }
 
+Projection* GatedDeltaNet::projection(const std::string& name) const {
+  if (name == "in_proj_qkv") return inQkv_.get();
+  if (name == "in_proj_z") return inZ_.get();
+  if (name == "in_proj_b") return inB_.get();
+  if (name == "in_proj_a") return inA_.get();
+  if (name == "out_proj") return out_.get();
+  return nullptr;
+}
+
 std::vector<NamedTensor> GatedDeltaNet::hfParameters(const std::string& prefix) const {
   return {{prefix + "A_log", aLog},
           {prefix + "conv1d.weight", convWeight},

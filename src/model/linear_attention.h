@@ -23,6 +23,9 @@ class GatedDeltaNet : public torch::nn::Module {
   GatedDeltaNet(const ModelConfig& config, const ParamOptions& options);
   torch::Tensor forward(const torch::Tensor& x, const Documents& documents) const;
   std::vector<NamedTensor> hfParameters(const std::string& prefix) const;
+  // The projection a LoRA target names by its module ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a",
+  // "out_proj"); nullptr for other names.
+  Projection* projection(const std::string& name) const;
 
   torch::Tensor convWeight;  // conv1d.weight [2 * keyDim + valueDim, 1, convKernel]
   torch::Tensor dtBias;      // dt_bias [value heads]

@@ -25,9 +25,11 @@ void resetFactors(torch::Tensor& a, torch::Tensor& b) {
 }
 
 // A linear-attention layer (Qwen3.5) has no q/k/v/o: those targets adapt the full-attention layers alone, as
-// PEFT's target_modules q_proj ... o_proj match only those.
+// PEFT's target_modules q_proj ... o_proj match only those; and the linear-attention targets (its modules'
+// names, as PEFT's target_modules name them) adapt the linear-attention layers alone.
 bool linearAttentionSkips(const DecoderLayer& layer, const std::string& target) {
-  return !layer.hasAttention() && (target == "q" || target == "k" || target == "v" || target == "o");
+  if (layer.hasAttention()) return isLinearAttentionTarget(target);
+  return target == "q" || target == "k" || target == "v" || target == "o";
 }
 
 bool has(const std::vector<std::string>& targets, const char* name) {
@@ -73,6 +75,15 @@ std::vector<std::string> fusedTargets(const std::vector<std::string>& targets, b
 
 Targets adaptedTargets(const CausalLM& model, const LoraConfig& config, bool say) {
   const ModelConfig& c = model.config();
+  const bool linear = std::find(c.linearLayers.begin(), c.linearLayers.end(), true) != c.linearLayers.end();
+  for (const auto& t : config.targets) {
+    if (isLinearAttentionTarget(t) && !linear) {
+      RP_THROW(InputError,
+               "lora.targets contains \"{}\", a module of Qwen3.5's linear-attention layers, but this model has no "
+               "linear-attention layer (docs/model.md)",
+               t);
+    }
+  }
   if (c.fusedQkv || c.fusedGateUp) return {fusedTargets(config.targets, c.fusedQkv, say), {}};
   if (c.moe.numExperts == 0) return {config.targets, {}};
   Targets out;
@@ -104,6 +115,11 @@ Targets adaptedTargets(const CausalLM& model, const LoraConfig& config, bool say
 }
 
 }  // namespace
+
+bool isLinearAttentionTarget(const std::string& target) {
+  return target == "in_proj_qkv" || target == "in_proj_z" || target == "in_proj_b" || target == "in_proj_a" ||
+         target == "out_proj";
+}
 
 LoraAdapter::LoraAdapter(std::int64_t in, std::int64_t out, const LoraConfig& config, const ParamOptions& options)
     : scaling_(config.alpha / static_cast<double>(config.rank)), dropout_(config.dropout) {

@@ -14,6 +14,10 @@
 
 namespace rp::model {
 
+// Qwen3.5's linear-attention modules, which lora.targets names as they are ("in_proj_qkv", "in_proj_z",
+// "in_proj_b", "in_proj_a", "out_proj").
+bool isLinearAttentionTarget(const std::string& target);
+
 struct LoraConfig {
   std::int64_t rank = 8;
   double alpha = 16.0;

@@ -205,8 +205,12 @@ INSTANTIATE_TEST_SUITE_P(
         // export is checked as the float32 one rounded (lowTol -1): transformers' own bfloat16 run of the float32
         // export is 6.6% from its float32 run (measured), as far as the rounded file's.
         Case{"gemma3_full", {}, "gemma3-tiny", -1},
-        // Qwen3.5: LoRA on the full-attention layers' q/k/v/o and every MLP (the Gated DeltaNet layers have none).
-        Case{"qwen3_5_lora", {"lora.rank=4", "lora.alpha=8"}, "qwen3_5-tiny"},
+        // Qwen3.5: LoRA on the full-attention layers' q/k/v/o, every MLP and the Gated DeltaNet layers' projections.
+        Case{"qwen3_5_lora",
+             {"lora.rank=4", "lora.alpha=8",
+              "lora.targets=q,k,v,o,gate,up,down,in_proj_qkv,in_proj_z,in_proj_b,"
+              "in_proj_a,out_proj"},
+             "qwen3_5-tiny"},
         // Qwen3.5 as published (multimodal): the merged checkpoint whole, the adapter on its language model.
         Case{"qwen3_5_multimodal_lora", {"lora.rank=4", "lora.alpha=8"}, "qwen3_5-multimodal-tiny"},
         // OLMo 2: post-norms only, whole-width q/k norms.

@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "model/causal_lm.h"
+#include "model/config.h"
 #include "model/libtorch.h"
 #include "model/lora.h"
 
@@ -162,6 +163,51 @@ TEST(Lora, FusedProjectionsAdaptAsPeftNamesThem) {
   EXPECT_EQ(adapters[7].second.sizes(), (std::vector<std::int64_t>{(2 + 2 * 1) * 8, 2}));
   EXPECT_EQ(adapters[9].second.sizes(), (std::vector<std::int64_t>{2 * 24, 2}));
   EXPECT_TRUE(torch::equal(model->logits(batch), before));
+}
+
+// Qwen3.5's linear-attention projections are targets by their module names (PEFT's target_modules): they adapt
+// the linear-attention layers alone, q/k/v/o the full-attention ones; a model without linear attention refuses
+// them, naming the target.
+TEST(Lora, LinearAttentionProjectionsAreTargetsOnQwen35Alone) {
+  const ModelConfig c = parseModelConfig({{"model_type", "qwen3_5_text"},
+                                          {"vocab_size", 40},
+                                          {"hidden_size", 16},
+                                          {"intermediate_size", 24},
+                                          {"num_hidden_layers", 4},
+                                          {"num_attention_heads", 2},
+                                          {"num_key_value_heads", 1},
+                                          {"head_dim", 8},
+                                          {"linear_key_head_dim", 8},
+                                          {"linear_value_head_dim", 8},
+                                          {"linear_num_key_heads", 1},
+                                          {"linear_num_value_heads", 2}},
+                                         "cfg.json");
+  CausalLM model(c, torch::kFloat);
+  LoraConfig config;
+  config.rank = 2;
+  config.targets = {"q", "in_proj_qkv", "out_proj"};
+  const auto adapters = attachLora(model, config);
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < adapters.size(); i += 2) names.push_back(adapters[i].first);
+  const std::string p = "base_model.model.model.layers.";
+  // Layers 0-2 linear, 3 full (full_attention_interval 4).
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       p + "0.linear_attn.in_proj_qkv.lora_A.weight", p + "0.linear_attn.out_proj.lora_A.weight",
+                       p + "1.linear_attn.in_proj_qkv.lora_A.weight", p + "1.linear_attn.out_proj.lora_A.weight",
+                       p + "2.linear_attn.in_proj_qkv.lora_A.weight", p + "2.linear_attn.out_proj.lora_A.weight",
+                       p + "3.self_attn.q_proj.lora_A.weight"}));
+  // in_proj_qkv's B: [2 keyDim + valueDim, r]; out_proj's A: [r, valueDim].
+  EXPECT_EQ(adapters[1].second.sizes(), (std::vector<std::int64_t>{2 * 8 + 2 * 8, 2}));
+  EXPECT_EQ(adapters[2].second.sizes(), (std::vector<std::int64_t>{2, 2 * 8}));
+
+  CausalLM llama(tinyConfig(), torch::kFloat);
+  config.targets = {"q", "in_proj_z"};
+  try {
+    attachLora(llama, config);
+    FAIL() << "a linear-attention target on a model without linear attention was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("lora.targets contains \"in_proj_z\""), std::string::npos) << e.what();
+  }
 }
 
 // The export's merged delta is the forward's: x (W + delta_e)^T = x W^T + delta(e, x), in both layouts.
