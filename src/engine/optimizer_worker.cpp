@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "common/parallel.h"
 #include "common/resident_memory.h"
+#include "engine/dtype_copy.h"
 #include "optim/adamw_simd.h"
 #include "optim/grad_clip.h"
 #include "run/setup.h"
@@ -29,8 +30,8 @@ void widenHalves(float* dst, const std::uint8_t* src, std::size_t n, bool add, F
   }
 }
 
-// `n` elements of the model dtype at `src` widened into `dst` (or added to it), one loop per dtype (the bfloat16
-// one inlined: the largest pass of a bf16 step).
+}  // namespace
+
 void widen(float* dst, const std::uint8_t* src, std::size_t n, c10::ScalarType dtype, bool add) {
   if (dtype == c10::ScalarType::Float) {
     if (!add) {
@@ -49,7 +50,6 @@ void widen(float* dst, const std::uint8_t* src, std::size_t n, c10::ScalarType d
   }
 }
 
-// `n` floats rounded to the model dtype into `dst` (LibTorch's rounding: optim/adamw.h).
 void narrowInto(std::uint8_t* dst, const float* src, std::size_t n, c10::ScalarType dtype) {
   if (dtype == c10::ScalarType::Float) {
     std::memcpy(dst, src, n * sizeof(float));
@@ -60,6 +60,8 @@ void narrowInto(std::uint8_t* dst, const float* src, std::size_t n, c10::ScalarT
   optim::narrowFloats(reinterpret_cast<std::uint16_t*>(dst), src, n,
                       dtype == c10::ScalarType::Half ? optim::ModelCopy::kFloat16 : optim::ModelCopy::kBFloat16);
 }
+
+namespace {
 
 // One widening of a gradient slot's slice into its float32 buffer.
 struct Widening {
@@ -512,92 +514,6 @@ OptimizerResult OptimizerWorker::runStep(std::int64_t t) {
   result.hostCpu = cpu::hostCpu();
   result.rankPeakMb = gatherPeaks();
   return result;
-}
-
-std::vector<checkpoint::Slice> OptimizerWorker::stateSlices(std::int64_t steps, bool withWeights, Purpose purpose) {
-  std::vector<checkpoint::Slice> out;
-  releaseStagedWeights();
-  std::size_t a = 0;  // the tensor's index in adamw_ (trainable tensors, in order)
-  for (std::size_t i = 0; i < tensors_.size(); ++i) {
-    const auto& t = tensors_[i];
-    if (!t.trainable) continue;
-    // The shard of the moments; of the masters and weights too when saving (Note [Sharded optimizer]).
-    const std::size_t shardBegin = slices_[i].first + shards_[i].first, shardEnd = shardBegin + shards_[i].second;
-    const std::size_t begin = purpose == Purpose::kSave ? shardBegin : slices_[i].first;
-    const std::size_t end = purpose == Purpose::kSave ? shardEnd : slices_[i].second;
-    auto add = [&](checkpoint::Kind kind, const std::string& name, std::size_t from, std::size_t to, float* data) {
-      out.push_back({kind, name, t.shape, static_cast<std::int64_t>(from), static_cast<std::int64_t>(to - from), data});
-    };
-    if (t.masterLow != nullptr) {  // Note [Split master]: float32 staging (one version, unsharded: begin..end)
-      auto& staged = stagedMasters_.emplace_back(a, std::vector<float>(end - begin));
-      if (purpose == Purpose::kSave) {
-        adamw_.readMaster(a, staged.second.data());
-        takenTies_.emplace_back(a, adamw_.takeTieBits(a));  // v alone is saved; the release puts them back
-      }
-      add(checkpoint::Kind::kMaster, t.name, begin, end, staged.second.data());
-    } else {
-      add(checkpoint::Kind::kMaster, t.name, begin, end, t.master + begin);
-    }
-    // What iteration steps + ahead uploads: version (steps + ahead) mod V.
-    for (int ahead = 0; withWeights && ahead < versions_; ++ahead) {
-      const int version = static_cast<int>((steps + ahead) % versions_);
-      std::uint8_t* weights = t.weights[static_cast<std::size_t>(version)];
-      float* data;
-      if (options_.dtype == c10::ScalarType::Float) {
-        data = reinterpret_cast<float*>(weights) + begin;
-      } else {
-        auto& staged = stagedWeights_.emplace_back(StagedWeights{i, version, begin, std::vector<float>(end - begin)});
-        widen(staged.values.data(), weights + begin * c10::elementSize(options_.dtype), end - begin, options_.dtype,
-              false);
-        data = staged.values.data();
-      }
-      add(checkpoint::Kind::kWeights, checkpoint::weightsAhead(t.name, ahead), begin, end, data);
-    }
-    add(checkpoint::Kind::kExpAvg, t.name, shardBegin, shardEnd, adamw_.expAvg(a).data());
-    add(checkpoint::Kind::kExpAvgSq, t.name, shardBegin, shardEnd, adamw_.expAvgSq(a).data());
-    if (options_.adamw.amsgrad) {
-      add(checkpoint::Kind::kMaxExpAvgSq, t.name, shardBegin, shardEnd, adamw_.maxExpAvgSq(a).data());
-    }
-    ++a;
-  }
-  return out;
-}
-
-std::vector<std::pair<std::uint64_t, std::uint64_t>> OptimizerWorker::tieBits() const {
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
-  std::size_t a = 0;  // the tensor's index in adamw_
-  for (std::size_t i = 0; i < tensors_.size(); ++i) {
-    if (!tensors_[i].trainable) continue;
-    for (const std::size_t k : adamw_.tieBits(a++)) out.emplace_back(i, slices_[i].first + k);
-  }
-  return out;
-}
-
-std::size_t OptimizerWorker::stateBytes() const {
-  std::size_t floats = 0;
-  for (const auto& g : grads_) floats += g.size();
-  for (std::size_t a = 0; a < adamw_.size(); ++a) {
-    floats += adamw_.expAvg(a).size() + adamw_.expAvgSq(a).size() + adamw_.maxExpAvgSq(a).size();
-  }
-  return floats * sizeof(float);
-}
-
-void OptimizerWorker::restoreStagedWeights() {
-  for (const auto& staged : stagedWeights_) {
-    narrowInto(tensors_[staged.tensor].weights[static_cast<std::size_t>(staged.version)] +
-                   staged.begin * c10::elementSize(options_.dtype),
-               staged.values.data(), staged.values.size(), options_.dtype);
-  }
-  stagedWeights_.clear();
-  for (const auto& [param, values] : stagedMasters_) adamw_.writeMaster(param, values.data());
-  stagedMasters_.clear();
-}
-
-void OptimizerWorker::releaseStagedWeights() {
-  stagedWeights_.clear();
-  stagedMasters_.clear();
-  for (const auto& [param, at] : takenTies_) adamw_.setTieBits(param, at);
-  takenTies_.clear();
 }
 
 void OptimizerWorker::publishMasters() {

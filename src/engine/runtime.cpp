@@ -3,7 +3,6 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
-#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <thread>
@@ -21,7 +20,6 @@
 #include "model/batch.h"
 #include "model/libtorch.h"
 #include "model/lora.h"
-#include "optim/adamw.h"
 #include "run/checkpointing.h"
 #include "run/evaluation.h"
 #include "run/sampling.h"
@@ -382,33 +380,6 @@ torch::Tensor PipelineRuntime::storeTensor(const std::string& region, at::IntArr
   return torch::from_blob(store_->bytes(region), shape, dtype);
 }
 
-torch::Tensor PipelineRuntime::storeWeight(const std::string& name) const {
-  for (const auto& t : model_->tensors()) {
-    if (t.name != name) continue;
-    if (t.trainable && splitMasters()) {  // Note [Split master], with the tie bits finish() gathered
-      const auto* weight = reinterpret_cast<const std::uint16_t*>(store_->bytes(weightRegion(name)));
-      const auto* low = reinterpret_cast<const std::uint16_t*>(store_->bytes(masterRegion(name)));
-      const auto found = finalTies_.find(static_cast<std::size_t>(&t - model_->tensors().data()));
-      const std::set<std::uint64_t> none, &ties = found != finalTies_.end() ? found->second : none;
-      torch::Tensor out = torch::empty(t.local.sizes(), torch::kFloat);
-      float* data = out.data_ptr<float>();
-      for (std::int64_t k = 0; k < out.numel(); ++k) {
-        data[k] = optim::joinMaster(weight[k], low[k], ties.count(static_cast<std::uint64_t>(k)) != 0);
-      }
-      return out;
-    }
-    if (t.trainable) {
-      const bool own = masters() == Masters::kOwn;
-      return storeTensor(own ? masterRegion(name) : weightRegion(name), t.local.sizes(), torch::kFloat).clone();
-    }
-    const torch::Tensor stored = storeTensor(weightRegion(name), t.local.sizes(), t.local.scalar_type());
-    if (const model::Nf4Packing* packing = model_->model().packing(name))
-      return model::dequantizePacked(stored, *packing);
-    return stored.to(torch::kFloat);
-  }
-  RP_THROW(InputError, "no tensor named '{}' in the pipeline model", name);
-}
-
 void PipelineRuntime::runStep(std::int64_t step, const coordinator::Directive& directive) {
   activity_->set(rank_, 0, fmt::format("starting step {}", step + 1));
   fault::maybeInject(worldRank_, step);
@@ -601,24 +572,6 @@ void PipelineRuntime::drain(std::int64_t steps) {
   coordination_->finish(steps, describeWorldRank());
   if (steps > startStep_) optimizer_->waitFor(steps - 1);
   trainingMemory_ = readResidentMemory();  // before the final checkpoint stages its copy of the state
-}
-
-void PipelineRuntime::finish() {
-  // Every rank's optimizer is done: publish the final masters (each rank its slices) for sampling and export.
-  channel_->barrier();  // every optimizer is done
-  optimizer_->publishMasters();
-  if (splitMasters()) {               // storeWeight joins the split masters exactly with every rank's tie bits
-    std::vector<std::uint64_t> ties;  // (tensor, element) pairs
-    for (const auto& [tensor, element] : optimizer_->tieBits()) ties.insert(ties.end(), {tensor, element});
-    for (const auto& bytes : channel_->gather(ties.data(), ties.size() * sizeof(std::uint64_t), 0)) {
-      std::vector<std::uint64_t> theirs(bytes.size() / sizeof(std::uint64_t));
-      std::memcpy(theirs.data(), bytes.data(), bytes.size());
-      for (std::size_t k = 0; k + 1 < theirs.size(); k += 2) finalTies_[theirs[k]].insert(theirs[k + 1]);
-    }
-  }
-  channel_->barrier();  // the final weights are published
-  finishTrace();
-  if (leader_) writeProfile();
 }
 
 }  // namespace rp::engine

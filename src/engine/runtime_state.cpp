@@ -1,7 +1,9 @@
 // The pipeline runtime's checkpoints (docs/checkpoint-format.md): node 0's ranks each save their optimizer
 // slices of the node store; every rank restores the slices it owns under its own layout, so a checkpoint
-// resumes with any number of workers.
+// resumes with any number of workers. And the state a run ends with: finish() publishes the final masters,
+// storeWeight reads them back.
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -9,13 +11,17 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "engine/regions.h"
 #include "engine/runtime.h"
 #include "model/libtorch.h"
+#include "model/nf4.h"
+#include "optim/adamw.h"
 #include "trace/formats.h"
 
 namespace rp::engine {
 
 using nlohmann::json;
+using namespace detail;
 
 void PipelineRuntime::writeProfile() const {
   const coordinator::LayerProfile& p = coordination_->profile();
@@ -119,6 +125,51 @@ void PipelineRuntime::restore(const run::Resume& r) {
   startStep_ = r.manifest.step;
   if (id_.localRank == 0) fences_->startAt(startStep_);
   channel_->barrier();  // the checkpoint is restored
+}
+
+torch::Tensor PipelineRuntime::storeWeight(const std::string& name) const {
+  for (const auto& t : model_->tensors()) {
+    if (t.name != name) continue;
+    if (t.trainable && splitMasters()) {  // Note [Split master], with the tie bits finish() gathered
+      const auto* weight = reinterpret_cast<const std::uint16_t*>(store_->bytes(weightRegion(name)));
+      const auto* low = reinterpret_cast<const std::uint16_t*>(store_->bytes(masterRegion(name)));
+      const auto found = finalTies_.find(static_cast<std::size_t>(&t - model_->tensors().data()));
+      const std::set<std::uint64_t> none, &ties = found != finalTies_.end() ? found->second : none;
+      torch::Tensor out = torch::empty(t.local.sizes(), torch::kFloat);
+      float* data = out.data_ptr<float>();
+      for (std::int64_t k = 0; k < out.numel(); ++k) {
+        data[k] = optim::joinMaster(weight[k], low[k], ties.count(static_cast<std::uint64_t>(k)) != 0);
+      }
+      return out;
+    }
+    if (t.trainable) {
+      const bool own = masters() == Masters::kOwn;
+      return storeTensor(own ? masterRegion(name) : weightRegion(name), t.local.sizes(), torch::kFloat).clone();
+    }
+    const torch::Tensor stored = storeTensor(weightRegion(name), t.local.sizes(), t.local.scalar_type());
+    if (const model::Nf4Packing* packing = model_->model().packing(name))
+      return model::dequantizePacked(stored, *packing);
+    return stored.to(torch::kFloat);
+  }
+  RP_THROW(InputError, "no tensor named '{}' in the pipeline model", name);
+}
+
+void PipelineRuntime::finish() {
+  // Every rank's optimizer is done: publish the final masters (each rank its slices) for sampling and export.
+  channel_->barrier();  // every optimizer is done
+  optimizer_->publishMasters();
+  if (splitMasters()) {               // storeWeight joins the split masters exactly with every rank's tie bits
+    std::vector<std::uint64_t> ties;  // (tensor, element) pairs
+    for (const auto& [tensor, element] : optimizer_->tieBits()) ties.insert(ties.end(), {tensor, element});
+    for (const auto& bytes : channel_->gather(ties.data(), ties.size() * sizeof(std::uint64_t), 0)) {
+      std::vector<std::uint64_t> theirs(bytes.size() / sizeof(std::uint64_t));
+      std::memcpy(theirs.data(), bytes.data(), bytes.size());
+      for (std::size_t k = 0; k + 1 < theirs.size(); k += 2) finalTies_[theirs[k]].insert(theirs[k + 1]);
+    }
+  }
+  channel_->barrier();  // the final weights are published
+  finishTrace();
+  if (leader_) writeProfile();
 }
 
 }  // namespace rp::engine
