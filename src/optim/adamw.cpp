@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <regex>
+#include <type_traits>
 
 #include "common/error.h"
 #include "common/parallel.h"
@@ -28,6 +29,29 @@ bool decays(const std::string& name, const std::vector<std::string>& noDecay) {
   }
   return true;
 }
+
+namespace {
+
+// Where the tie bits of `n` second moments are set, in order, found on `threads` threads (Note [Split master]);
+// through a mutable pointer they are cleared too.
+template <typename V>
+std::vector<std::size_t> scanTieBits(V* v, std::size_t n, int threads) {
+  const int parts = parallel::partsFor(n, threads);
+  std::vector<std::vector<std::size_t>> found(static_cast<std::size_t>(parts));
+  parallel::forEachPart(parts, [&](int part) {
+    const auto [begin, end] = parallel::partOf(n, part, parts);
+    for (std::size_t k = begin; k < end; ++k) {
+      if (!tieBit(v[k])) continue;
+      found[static_cast<std::size_t>(part)].push_back(k);
+      if constexpr (!std::is_const_v<V>) v[k] = withTieBit(v[k], false);
+    }
+  });
+  std::vector<std::size_t> at;
+  for (const auto& f : found) at.insert(at.end(), f.begin(), f.end());
+  return at;
+}
+
+}  // namespace
 
 AdamWStepScalars stepScalars(const AdamWConfig& c, double lr, std::int64_t step) {
   RP_CHECK(step >= 1, "AdamW step counts from 1, got {}", step);
@@ -166,38 +190,34 @@ void AdamW::readMaster(std::size_t i, float* out) const {
   const Param& p = params_[i];
   RP_CHECK(p.masterLow != nullptr, "AdamW::readMaster: {} is not a split master", p.name);
   const float* v = p.expAvgSq.data();
-  for (std::size_t k = 0; k < p.n; ++k) out[k] = joinMaster(p.modelCopy[k], p.masterLow[k], tieBit(v[k]));
+  const int parts = parallel::partsFor(p.n, threads_);  // Note [Optimizer threads]
+  parallel::forEachPart(parts, [&](int part) {
+    const auto [begin, end] = parallel::partOf(p.n, part, parts);
+    for (std::size_t k = begin; k < end; ++k) out[k] = joinMaster(p.modelCopy[k], p.masterLow[k], tieBit(v[k]));
+  });
 }
 
 void AdamW::writeMaster(std::size_t i, const float* in) {
   Param& p = params_[i];
   RP_CHECK(p.masterLow != nullptr, "AdamW::writeMaster: {} is not a split master", p.name);
   float* v = p.expAvgSq.data();
-  for (std::size_t k = 0; k < p.n; ++k) v[k] = withTieBit(v[k], splitMaster(in[k], p.modelCopy[k], p.masterLow[k]));
+  const int parts = parallel::partsFor(p.n, threads_);
+  parallel::forEachPart(parts, [&](int part) {
+    const auto [begin, end] = parallel::partOf(p.n, part, parts);
+    for (std::size_t k = begin; k < end; ++k) {
+      v[k] = withTieBit(v[k], splitMaster(in[k], p.modelCopy[k], p.masterLow[k]));
+    }
+  });
 }
 
 std::vector<std::size_t> AdamW::takeTieBits(std::size_t i) {
-  std::vector<std::size_t> at;
-  Param& p = params_[i];
-  if (p.masterLow == nullptr) return at;
-  float* v = p.expAvgSq.data();
-  for (std::size_t k = 0; k < p.n; ++k) {
-    if (!tieBit(v[k])) continue;
-    at.push_back(k);
-    v[k] = withTieBit(v[k], false);
-  }
-  return at;
+  return params_[i].masterLow != nullptr ? scanTieBits(params_[i].expAvgSq.data(), params_[i].n, threads_)
+                                         : std::vector<std::size_t>{};
 }
 
 std::vector<std::size_t> AdamW::tieBits(std::size_t i) const {
-  std::vector<std::size_t> at;
-  const Param& p = params_[i];
-  if (p.masterLow == nullptr) return at;
-  const float* v = p.expAvgSq.data();
-  for (std::size_t k = 0; k < p.n; ++k) {
-    if (tieBit(v[k])) at.push_back(k);
-  }
-  return at;
+  return params_[i].masterLow != nullptr ? scanTieBits(params_[i].expAvgSq.data(), params_[i].n, threads_)
+                                         : std::vector<std::size_t>{};
 }
 
 void AdamW::setTieBits(std::size_t i, const std::vector<std::size_t>& at) {

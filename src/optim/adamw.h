@@ -151,8 +151,8 @@ class AdamW {
   // splitMaster of the starting master (a bfloat16 value: low words 0). Every step writes both.
   std::size_t addSplit(std::string name, std::uint16_t* weights, std::uint16_t* low, const float* grad, std::size_t n);
   bool split(std::size_t i) const { return params_[i].masterLow != nullptr; }
-  // Split masters, for checkpoints, while no step runs: the float32 masters of parameter i into `out`; and from
-  // `in`, into its weights, low words and tie bits.
+  // Split masters, for checkpoints, while no step runs (each on the optimizer's threads): the float32 masters of
+  // parameter i into `out`; and from `in`, into its weights, low words and tie bits.
   void readMaster(std::size_t i, float* out) const;
   void writeMaster(std::size_t i, const float* in);
   // Clears parameter i's tie bits, so that expAvgSq(i) holds v alone (a checkpoint saves it), and returns where

@@ -172,5 +172,39 @@ TEST(AdamWSplit, AdamWStepsAndCheckpointsASplitMasterBitwise) {
   EXPECT_GT(tiesTaken, 0u);
 }
 
+// The checkpoint accessors on a tensor large enough for the optimizer's threads to split (partsFor: 256 Ki
+// elements a part): the same masters and tie bits, in order, as one element at a time.
+TEST(AdamWSplit, TheCheckpointAccessorsSplitOverThreadsAsOneThread) {
+  const std::size_t n = 800000;
+  std::vector<float> masters(n), grad(n, 0.0f), back(n);
+  std::mt19937 gen(9);
+  std::normal_distribution<float> d;
+  for (std::size_t i = 0; i < n; ++i) {
+    masters[i] = d(gen);
+    if (i % 7 == 0) masters[i] = floatOf((bitsOf(masters[i]) & 0xFFFF0000u) | 0x8000u);  // ties, both ways
+  }
+  std::vector<std::uint16_t> weights(n), low(n);
+  AdamW adamw(AdamWConfig{}, bestAdamWKernel());
+  adamw.setThreads(3);
+  adamw.addSplit("w", weights.data(), low.data(), grad.data(), n);
+  adamw.writeMaster(0, masters.data());
+  std::vector<std::size_t> expected;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint16_t w, l;
+    if (splitMaster(masters[i], w, l)) expected.push_back(i);
+    ASSERT_EQ(weights[i], w);
+    ASSERT_EQ(low[i], l);
+  }
+  ASSERT_GT(expected.size(), 10000u);
+  adamw.readMaster(0, back.data());
+  EXPECT_EQ(std::memcmp(back.data(), masters.data(), n * 4), 0);
+  EXPECT_EQ(adamw.tieBits(0), expected);
+  EXPECT_EQ(adamw.takeTieBits(0), expected);
+  EXPECT_TRUE(adamw.tieBits(0).empty());
+  adamw.setTieBits(0, expected);
+  adamw.readMaster(0, back.data());
+  EXPECT_EQ(std::memcmp(back.data(), masters.data(), n * 4), 0);
+}
+
 }  // namespace
 }  // namespace rp::optim
