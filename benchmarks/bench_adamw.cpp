@@ -94,21 +94,29 @@ int main(int argc, char** argv) {
   struct K {
     const char* name;
     rp::optim::AdamWKernel kernel;
+    rp::optim::AdamW8Kernel kernel8;
   };
-  std::vector<K> kernels{{"roundpipe scalar", &rp::optim::adamwScalar}};
-  if (rp::optim::cpuRunsAvx2()) kernels.push_back({"roundpipe avx2", &rp::optim::adamwAvx2});
-  if (rp::optim::cpuRunsAvx512()) kernels.push_back({"roundpipe avx512", &rp::optim::adamwAvx512});
+  std::vector<K> kernels{{"roundpipe scalar", &rp::optim::adamwScalar, &rp::optim::adamw8Scalar}};
+  if (rp::optim::cpuRunsAvx2()) kernels.push_back({"roundpipe avx2", &rp::optim::adamwAvx2, nullptr});
+  if (rp::optim::cpuRunsAvx512()) {
+    kernels.push_back({"roundpipe avx512", &rp::optim::adamwAvx512, &rp::optim::adamw8Avx512});
+  }
   for (const K& k : kernels) {
     for (int threads : {1, 2}) {
       struct Variant {
         const char* name;
-        bool withCopy, split;
+        bool withCopy, split, eightBit;
       };
-      for (const Variant& v : {Variant{"", false, false}, Variant{" + bf16 copy", true, false},
-                               Variant{" split master", false, true}}) {
+      for (const Variant& v :
+           {Variant{"", false, false, false}, Variant{" + bf16 copy", true, false, false},
+            Variant{" split master", false, true, false}, Variant{" 8-bit states", false, false, true},
+            Variant{" 8-bit states, split master", false, true, true}}) {
         const bool withCopy = v.withCopy, split = v.split;
         if ((withCopy || split) && k.kernel == &rp::optim::adamwScalar) continue;
-        rp::optim::AdamW adamw({1e-3, 0.9, 0.999, 1e-8, 0.01, false, {}}, k.kernel);
+        if (v.eightBit && k.kernel8 == nullptr) continue;  // the AVX2 machines run the scalar 8-bit kernel
+        rp::optim::AdamWConfig config{1e-3, 0.9, 0.999, 1e-8, 0.01, false, {}};
+        config.stateBits = v.eightBit ? 8 : 32;
+        rp::optim::AdamW adamw(config, k.kernel, k.kernel8 != nullptr ? k.kernel8 : &rp::optim::adamw8Scalar);
         adamw.setThreads(threads);
         if (split) {  // Note [Split master]: the bf16 weights and low words are the master
           adamw.addSplit("p", copy.data(), low.data(), grad.data(), n);
@@ -118,8 +126,9 @@ int main(int argc, char** argv) {
         }
         const double s = timeIt(5, [&] { adamw.step(1e-3); });
         // Reads param, grad, m, v; writes param, m, v (28 bytes); the bf16 copy writes 2 more. Split: reads the
-        // weight, low word, grad, m, v; writes the weight, low word, m, v (28).
-        row((std::string(k.name) + v.name).c_str(), threads, s, withCopy ? 30 : 28);
+        // weight, low word, grad, m, v; writes the weight, low word, m, v (28). 8-bit states: m and v a byte each
+        // (16 bytes either way; the absmax, 8 bytes a block of 256, apart).
+        row((std::string(k.name) + v.name).c_str(), threads, s, v.eightBit ? 16 : withCopy ? 30 : 28);
       }
     }
   }

@@ -510,7 +510,7 @@ def main():
                     run_cap=60 if dry else 180, min_run=5 if dry else 30, ladder_cap=60 if dry else 120,
                     ladder_start=128 if dry else 16384, duel_start=128 if dry else 81920,
                     ladder_grain=64 if dry else 2048,
-                    seq_max=512 if dry else 131072)
+                    seq_max=256 if dry else 131072)
     for key, value in defaults.items():
         if getattr(a, key) is None:
             setattr(a, key, value)

@@ -36,7 +36,8 @@ Models:
   optim/            torch.optim.AdamW on random tensors (two hyper-parameter sets, 100 steps, the grads of every
                     step stored; and adamw_groups: Hugging Face Trainer's decay / no-decay parameter groups on a
                     module with a bias and two norms), transformers' LR schedules sampled per step, and the fixture's AdamW
-                    reference weights (optim/test_adamw.npz) re-encoded as safetensors.
+                    reference weights (optim/test_adamw.npz) re-encoded as safetensors; bitsandbytes' 8-bit
+                    blockwise quantization and 8-bit AdamW (q8, adamw8: scripts/goldens_optim8.py).
   tokenizers/       Hugging Face tokenizers' ids and decodes for the Qwen3, TinyStories and built-in
                     tokenizers on 3000 lines of tiny-shakespeare, the TinyStories sample and Unicode edge cases,
                     and the chat templates' renderings and ids (scripts/goldens_text.py).
@@ -53,6 +54,7 @@ import transformers
 from safetensors.torch import save_file
 
 import bnb_reference
+from goldens_optim8 import optim8_goldens
 from goldens_text import chat_template_goldens, chat_token_goldens, tokenizer_goldens
 
 
@@ -286,6 +288,7 @@ def optimizer_goldens(fixtures, out):
         with open(os.path.join(target, f"adamw_{name}.json"), "w") as f:
             json.dump({k: list(v) if isinstance(v, tuple) else v for k, v in hyper.items()}, f)
     adamw_groups(target)
+    optim8_goldens(target)
 
     dummy = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=2e-3)
     schedules = {}

@@ -188,18 +188,17 @@ void fillZero(void* data, std::size_t bytes, int threads) {
   });
 }
 
-ZeroedFloats::ZeroedFloats(std::size_t n, int threads) : size_(n) {
-  if (n == 0) return;
-  data_.reset(static_cast<float*>(std::malloc(n * sizeof(float))));
-  if (!data_) {
-    RP_THROW(SystemError, "malloc of {} floats ({:.2f} GB) failed: the host is out of memory", n,
-             static_cast<double>(n * sizeof(float)) / 1e9);
+template <typename T>
+void* Zeroed<T>::allocateZeroed(std::size_t bytes, int threads) {
+  void* data = std::malloc(bytes);
+  if (data == nullptr) {
+    RP_THROW(SystemError, "malloc of {} bytes ({:.2f} GB) failed: the host is out of memory", bytes,
+             static_cast<double>(bytes) / 1e9);
   }
-  fillZero(data_.get(), n * sizeof(float), threads);
+  fillZero(data, bytes, threads);
+  return data;
 }
-
-void ZeroedFloats::Free::operator()(float* p) const {
-  std::free(p);
-}
+template class Zeroed<float>;
+template class Zeroed<std::uint8_t>;
 
 }  // namespace rp::parallel

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <utility>
@@ -43,28 +45,36 @@ void forEachPart(int parts, const std::function<void(int part)>& fn);
 // before this is also its first touch, which the kernel pays for page by page (Note [Parallel first touch]).
 void fillZero(void* data, std::size_t bytes, int threads);
 
-// `n` floats, all zero, allocated without a serial first touch: fillZero on `threads` threads (Note [Parallel
-// first touch]). Owns its memory; moves, never copies.
-class ZeroedFloats {
+// `n` values of T (float, or the bytes of 8-bit optimizer states), all zero, allocated without a serial first
+// touch: fillZero on `threads` threads (Note [Parallel first touch]). Owns its memory; moves, never copies.
+template <typename T>
+class Zeroed {
  public:
-  ZeroedFloats() = default;
-  ZeroedFloats(std::size_t n, int threads);
+  Zeroed() = default;
+  Zeroed(std::size_t n, int threads) : size_(n) {
+    if (n == 0) return;
+    data_.reset(static_cast<T*>(allocateZeroed(n * sizeof(T), threads)));
+  }
 
-  float* data() { return data_.get(); }
-  const float* data() const { return data_.get(); }
+  T* data() { return data_.get(); }
+  const T* data() const { return data_.get(); }
   std::size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
-  float* begin() { return data(); }
-  float* end() { return data() + size_; }
-  const float* begin() const { return data(); }
-  const float* end() const { return data() + size_; }
+  T* begin() { return data(); }
+  T* end() { return data() + size_; }
+  const T* begin() const { return data(); }
+  const T* end() const { return data() + size_; }
 
  private:
+  // malloc'd and zeroed by fillZero; a SystemError naming the size where the host is out of memory.
+  static void* allocateZeroed(std::size_t bytes, int threads);
   struct Free {
-    void operator()(float* p) const;
+    void operator()(T* p) const { std::free(p); }
   };
-  std::unique_ptr<float[], Free> data_;
+  std::unique_ptr<T[], Free> data_;
   std::size_t size_ = 0;
 };
+using ZeroedFloats = Zeroed<float>;
+using ZeroedBytes = Zeroed<std::uint8_t>;
 
 }  // namespace rp::parallel

@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/parallel.h"
+#include "optim/blockwise8.h"
 
 namespace rp::optim {
 
@@ -19,6 +20,10 @@ std::optional<std::string> patternError(const std::string& pattern) {
     return std::string(e.what());
   }
   return std::nullopt;
+}
+
+bool eightBitStates(const std::string& name, std::size_t n) {
+  return n >= 4096 && name.find("embed") == std::string::npos && name.find("lm_head") == std::string::npos;
 }
 
 bool decays(const std::string& name, const std::vector<std::string>& noDecay) {
@@ -59,6 +64,7 @@ AdamWStepScalars stepScalars(const AdamWConfig& c, double lr, std::int64_t step)
   const double biasCorrection2 = 1.0 - std::pow(c.beta2, static_cast<double>(step));
   return AdamWStepScalars{
       static_cast<float>(1.0 - lr * c.weightDecay),
+      static_cast<float>(c.beta1),
       static_cast<float>(1.0 - c.beta1),
       static_cast<float>(c.beta2),
       static_cast<float>(1.0 - c.beta2),
@@ -109,8 +115,12 @@ void adamwScalar(const AdamWStepScalars& s, bool amsgrad, const AdamWSlice& x) {
   }
 }
 
-AdamW::AdamW(AdamWConfig config, AdamWKernel kernel) : config_(config), kernel_(kernel) {
-  RP_CHECK(kernel_ != nullptr, "AdamW needs a kernel");
+AdamW::AdamW(AdamWConfig config, AdamWKernel kernel, AdamW8Kernel kernel8)
+    : config_(config), kernel_(kernel), kernel8_(kernel8) {
+  RP_CHECK(kernel_ != nullptr && kernel8_ != nullptr, "AdamW needs its kernels");
+  RP_CHECK(config_.stateBits == 32 || config_.stateBits == 8, "AdamW state bits are 32 or 8, got {}",
+           config_.stateBits);
+  RP_CHECK(config_.stateBits == 32 || !config_.amsgrad, "AdamW: amsgrad needs 32-bit states");
 }
 
 float fromHalf(std::uint16_t h) {
@@ -164,16 +174,18 @@ std::size_t AdamW::add(std::string name, float* param, const float* grad, std::s
                        ModelCopy copy) {
   RP_CHECK((modelCopy != nullptr) == (copy != ModelCopy::kNone), "AdamW::add: a model copy needs its dtype");
   const bool decay = optim::decays(name, config_.noDecay);
-  Param p{std::move(name),
-          param,
-          grad,
-          n,
-          parallel::ZeroedFloats(n, threads_),
-          parallel::ZeroedFloats(n, threads_),
-          config_.amsgrad ? parallel::ZeroedFloats(n, threads_) : parallel::ZeroedFloats(),
-          modelCopy,
-          copy,
-          decay};
+  const bool eightBit = config_.stateBits == 8 && eightBitStates(name, n);
+  Param p{std::move(name), param, grad, n, {}, {}, {}, {}, {}, {}, {}, modelCopy, copy, decay};
+  if (eightBit) {
+    p.codesM = parallel::ZeroedBytes(n, threads_);
+    p.codesV = parallel::ZeroedBytes(n, threads_);
+    p.absmaxM = parallel::ZeroedFloats(q8::blocksOf(n), threads_);
+    p.absmaxV = parallel::ZeroedFloats(q8::blocksOf(n), threads_);
+  } else {
+    p.expAvg = parallel::ZeroedFloats(n, threads_);
+    p.expAvgSq = parallel::ZeroedFloats(n, threads_);
+    if (config_.amsgrad) p.maxExpAvgSq = parallel::ZeroedFloats(n, threads_);
+  }
   params_.push_back(std::move(p));
   return params_.size() - 1;
 }
@@ -189,11 +201,13 @@ std::size_t AdamW::addSplit(std::string name, std::uint16_t* weights, std::uint1
 void AdamW::readMaster(std::size_t i, float* out) const {
   const Param& p = params_[i];
   RP_CHECK(p.masterLow != nullptr, "AdamW::readMaster: {} is not a split master", p.name);
-  const float* v = p.expAvgSq.data();
+  const float* v = p.expAvgSq.data();                   // null for 8-bit moments, whose masters have no tie bits
   const int parts = parallel::partsFor(p.n, threads_);  // Note [Optimizer threads]
   parallel::forEachPart(parts, [&](int part) {
     const auto [begin, end] = parallel::partOf(p.n, part, parts);
-    for (std::size_t k = begin; k < end; ++k) out[k] = joinMaster(p.modelCopy[k], p.masterLow[k], tieBit(v[k]));
+    for (std::size_t k = begin; k < end; ++k) {
+      out[k] = joinMaster(p.modelCopy[k], p.masterLow[k], v != nullptr && tieBit(v[k]));
+    }
   });
 }
 
@@ -205,19 +219,26 @@ void AdamW::writeMaster(std::size_t i, const float* in) {
   parallel::forEachPart(parts, [&](int part) {
     const auto [begin, end] = parallel::partOf(p.n, part, parts);
     for (std::size_t k = begin; k < end; ++k) {
-      v[k] = withTieBit(v[k], splitMaster(in[k], p.modelCopy[k], p.masterLow[k]));
+      const bool tie = splitMaster(in[k], p.modelCopy[k], p.masterLow[k]);
+      if (v != nullptr) {
+        v[k] = withTieBit(v[k], tie);
+      } else if (tie) {
+        p.masterLow[k] = 0x8001;  // Note [8-bit split master]
+      }
     }
   });
 }
 
 std::vector<std::size_t> AdamW::takeTieBits(std::size_t i) {
-  return params_[i].masterLow != nullptr ? scanTieBits(params_[i].expAvgSq.data(), params_[i].n, threads_)
-                                         : std::vector<std::size_t>{};
+  return params_[i].masterLow != nullptr && !eightBit(i)
+             ? scanTieBits(params_[i].expAvgSq.data(), params_[i].n, threads_)
+             : std::vector<std::size_t>{};
 }
 
 std::vector<std::size_t> AdamW::tieBits(std::size_t i) const {
-  return params_[i].masterLow != nullptr ? scanTieBits(params_[i].expAvgSq.data(), params_[i].n, threads_)
-                                         : std::vector<std::size_t>{};
+  return params_[i].masterLow != nullptr && !eightBit(i)
+             ? scanTieBits(params_[i].expAvgSq.data(), params_[i].n, threads_)
+             : std::vector<std::size_t>{};
 }
 
 void AdamW::setTieBits(std::size_t i, const std::vector<std::size_t>& at) {
@@ -235,6 +256,19 @@ AdamWSlice AdamW::slice(Param& p, std::size_t begin, std::size_t end) {
                     p.modelCopy != nullptr ? p.modelCopy + begin : nullptr,
                     p.copy,
                     p.masterLow != nullptr ? p.masterLow + begin : nullptr};
+}
+
+AdamW8Slice AdamW::slice8(Param& p, std::size_t begin, std::size_t end) {
+  return AdamW8Slice{p.param != nullptr ? p.param + begin : nullptr,
+                     p.grad + begin,
+                     p.codesM.data() + begin,
+                     p.codesV.data() + begin,
+                     p.absmaxM.data() + begin / q8::kBlock,
+                     p.absmaxV.data() + begin / q8::kBlock,
+                     end - begin,
+                     p.modelCopy != nullptr ? p.modelCopy + begin : nullptr,
+                     p.copy,
+                     p.masterLow != nullptr ? p.masterLow + begin : nullptr};
 }
 
 void AdamW::setThreads(int threads) {
@@ -260,8 +294,14 @@ void AdamW::update(const Step& step, const std::vector<std::size_t>& params) {
   parallel::forEachPart(parts, [&](int part) {
     for (const std::size_t i : params) {
       Param& p = params_[i];
+      const AdamWStepScalars& scalars = p.decay ? step.decayed : step.plain;
+      if (!p.codesM.empty()) {  // 8-bit moments: parts of whole blocks (Note [8-bit states])
+        const auto [begin, end] = parallel::partOf(p.n, part, parts, q8::kBlock);
+        if (begin < end) kernel8_(scalars, slice8(p, begin, end));
+        continue;
+      }
       const auto [begin, end] = parallel::partOf(p.n, part, parts);
-      if (begin < end) kernel_(p.decay ? step.decayed : step.plain, config_.amsgrad, slice(p, begin, end));
+      if (begin < end) kernel_(scalars, config_.amsgrad, slice(p, begin, end));
     }
   });
 }

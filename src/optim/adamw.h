@@ -28,16 +28,24 @@ struct AdamWConfig {
   // matches take no weight decay: Hugging Face Trainer's convention (get_decay_parameter_names) by default,
   // config/schema.cpp. Empty: every parameter decays.
   std::vector<std::string> noDecay;
+  // 32, or 8: AdamW's moments as bitsandbytes' 8-bit blockwise states (Note [8-bit states], optim/blockwise8.cpp)
+  // for the parameters eightBitStates admits; the others keep 32-bit moments.
+  int stateBits = 32;
 };
 
 // Why `pattern` is not a regular expression AdamWConfig::noDecay can use, or nullopt when it is.
 std::optional<std::string> patternError(const std::string& pattern);
 // Whether `name` takes weight decay under `noDecay` (AdamWConfig::noDecay).
 bool decays(const std::string& name, const std::vector<std::string>& noDecay);
+// Whether a parameter keeps 8-bit moments where optim.state_bits is 8: bitsandbytes' rule (4,096 elements or more,
+// its min_8bit_size) and its advice to keep embeddings in 32 bits, with the LM head beside them: a name holding
+// "embed" or "lm_head" keeps 32-bit moments.
+bool eightBitStates(const std::string& name, std::size_t n);
 
 // The per-step scalars every element uses, computed once in double like torch does.
 struct AdamWStepScalars {
   float decay;          // 1 - lr * weight_decay
+  float beta1;          // the 8-bit update's (bitsandbytes': m = m * beta1 + (1 - beta1) * g)
   float oneMinusBeta1;  // lerp weight
   float beta2;
   float oneMinusBeta2;
@@ -71,6 +79,28 @@ struct AdamWSlice {
 };
 
 using AdamWKernel = void (*)(const AdamWStepScalars& s, bool amsgrad, const AdamWSlice& slice);
+
+// One range of a parameter with 8-bit moments (Note [8-bit states]): whole blocks of q8::kBlock elements from a
+// block boundary, the last short only at the tensor's end; absmaxM / absmaxV hold one value per block. A split
+// master as in AdamWSlice (param null, masterLow set), its tie rounded up stored one float32 ulp away (Note
+// [8-bit split master]).
+struct AdamW8Slice {
+  float* param;
+  const float* grad;
+  std::uint8_t* m;
+  std::uint8_t* v;
+  float* absmaxM;
+  float* absmaxV;
+  std::size_t n;
+  std::uint16_t* modelCopy = nullptr;
+  ModelCopy copy = ModelCopy::kNone;
+  std::uint16_t* masterLow = nullptr;
+};
+
+using AdamW8Kernel = void (*)(const AdamWStepScalars& s, const AdamW8Slice& slice);
+
+// The scalar 8-bit kernel: bitsandbytes' update ("adam" in optimizer_update_8bit_blockwise) block by block.
+void adamw8Scalar(const AdamWStepScalars& s, const AdamW8Slice& slice);
 
 // The scalar reference kernel.
 void adamwScalar(const AdamWStepScalars& s, bool amsgrad, const AdamWSlice& slice);
@@ -140,17 +170,18 @@ inline float withTieBit(float v, bool tie) {
 // AdamW over registered fp32 tensors. Owns the moments; parameters and gradients stay where they are.
 class AdamW {
  public:
-  explicit AdamW(AdamWConfig config, AdamWKernel kernel = &adamwScalar);
+  explicit AdamW(AdamWConfig config, AdamWKernel kernel = &adamwScalar, AdamW8Kernel kernel8 = &adamw8Scalar);
 
-  // Registers a parameter of `n` floats; returns its index. Its name decides its weight decay (noDecay). Buffers must
-  // outlive the optimizer. With a `modelCopy`, every step also writes the updated parameter there rounded to `copy`'s
-  // dtype.
+  // Registers a parameter of `n` floats; returns its index. Its name decides its weight decay (noDecay) and, with
+  // stateBits 8, its moments' width (eightBitStates). Buffers must outlive the optimizer. With a `modelCopy`, every
+  // step also writes the updated parameter there rounded to `copy`'s dtype.
   std::size_t add(std::string name, float* param, const float* grad, std::size_t n, std::uint16_t* modelCopy = nullptr,
                   ModelCopy copy = ModelCopy::kNone);
   // Registers a split master (Note [Split master]): its bfloat16 weights and low words, which must hold
   // splitMaster of the starting master (a bfloat16 value: low words 0). Every step writes both.
   std::size_t addSplit(std::string name, std::uint16_t* weights, std::uint16_t* low, const float* grad, std::size_t n);
   bool split(std::size_t i) const { return params_[i].masterLow != nullptr; }
+  bool eightBit(std::size_t i) const { return !params_[i].codesM.empty(); }
   // Split masters, for checkpoints, while no step runs (each on the optimizer's threads): the float32 masters of
   // parameter i into `out`; and from `in`, into its weights, low words and tie bits.
   void readMaster(std::size_t i, float* out) const;
@@ -181,6 +212,12 @@ class AdamW {
   const std::string& name(std::size_t i) const { return params_[i].name; }
   bool decays(std::size_t i) const { return params_[i].decay; }
   const parallel::ZeroedFloats& expAvg(std::size_t i) const { return params_[i].expAvg; }
+  // An 8-bit parameter's moments (empty otherwise): codes, one per element, and one absmax per block (Note [8-bit
+  // states]); expAvg / expAvgSq are empty for it.
+  parallel::ZeroedBytes& codesM(std::size_t i) { return params_[i].codesM; }
+  parallel::ZeroedBytes& codesV(std::size_t i) { return params_[i].codesV; }
+  parallel::ZeroedFloats& absmaxM(std::size_t i) { return params_[i].absmaxM; }
+  parallel::ZeroedFloats& absmaxV(std::size_t i) { return params_[i].absmaxV; }
   const parallel::ZeroedFloats& expAvgSq(std::size_t i) const { return params_[i].expAvgSq; }
   // For checkpoints: the moments of parameter i (maxExpAvgSq is empty unless amsgrad; a split master's expAvgSq
   // carries its tie bits), and the step count.
@@ -197,14 +234,18 @@ class AdamW {
     const float* grad;
     std::size_t n;
     parallel::ZeroedFloats expAvg, expAvgSq, maxExpAvgSq;  // zeroed on the optimizer's threads
+    parallel::ZeroedBytes codesM, codesV;                  // 8-bit moments instead (Note [8-bit states])
+    parallel::ZeroedFloats absmaxM, absmaxV;
     std::uint16_t* modelCopy;
     ModelCopy copy;
     bool decay;
     std::uint16_t* masterLow = nullptr;  // a split master (param null)
   };
   AdamWSlice slice(Param& p, std::size_t begin, std::size_t end);
+  AdamW8Slice slice8(Param& p, std::size_t begin, std::size_t end);
   AdamWConfig config_;
   AdamWKernel kernel_;
+  AdamW8Kernel kernel8_;
   std::vector<Param> params_;
   std::int64_t step_ = 0;
   int threads_ = 1;

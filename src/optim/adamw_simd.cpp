@@ -227,6 +227,10 @@ AdamWKernel bestAdamWKernel() {
   return &adamwScalar;
 }
 
+AdamW8Kernel bestAdamW8Kernel() {
+  return bestAdamWKernel() == &adamwAvx512 ? &adamw8Avx512 : &adamw8Scalar;
+}
+
 const char* adamwKernelName(AdamWKernel kernel) {
   if (kernel == &adamwAvx512) return "avx512";
   if (kernel == &adamwAvx2) return "avx2";

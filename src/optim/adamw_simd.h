@@ -13,6 +13,8 @@ namespace rp::optim {
 
 void adamwAvx2(const AdamWStepScalars& s, bool amsgrad, const AdamWSlice& slice);
 void adamwAvx512(const AdamWStepScalars& s, bool amsgrad, const AdamWSlice& slice);
+// The 8-bit kernel (Note [8-bit states]), AVX-512 only: elsewhere adamw8Scalar runs.
+void adamw8Avx512(const AdamWStepScalars& s, const AdamW8Slice& slice);
 
 // The float32 -> bfloat16 / half copy of `n` values (`copy` != kNone), as toBFloat16 / toHalf round, bitwise: the
 // AVX2 kernels' narrowing where the CPU runs them, else the scalar loop. The async master -> weights copy's pass
@@ -27,5 +29,7 @@ bool cpuRunsAvx512();
 // forces one (an unsupported choice is an InputError).
 AdamWKernel bestAdamWKernel();
 const char* adamwKernelName(AdamWKernel kernel);
+// The 8-bit kernel for bestAdamWKernel's choice: AVX-512's where that is it, else the scalar one.
+AdamW8Kernel bestAdamW8Kernel();
 
 }  // namespace rp::optim
