@@ -8,6 +8,7 @@
 
 #include "optim/adamw_simd.h"
 #include "optim/blockwise8.h"
+#include "optim/simd_bf16.h"
 
 namespace rp::optim {
 namespace {
@@ -99,8 +100,7 @@ __attribute__((target("avx512f,avx512bw,avx2,f16c,fma"))) void adamw8Avx512(cons
                step = _mm512_set1_ps(-s.stepSize), bc2 = _mm512_set1_ps(s.biasCorrection2Sqrt),
                eps = _mm512_set1_ps(s.eps), gradScale = _mm512_set1_ps(s.gradScale);
   const bool split = x.masterLow != nullptr;
-  const __m512i one = _mm512_set1_epi32(1), roundBias = _mm512_set1_epi32(0x7FFF), bf16Nan = _mm512_set1_epi32(0x7FC0),
-                half = _mm512_set1_epi32(0x8000), lowMask = _mm512_set1_epi32(0xFFFF),
+  const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x8000), lowMask = _mm512_set1_epi32(0xFFFF),
                 absMask = _mm512_set1_epi32(0x7FFFFFFF);
   alignas(64) float m[q8::kBlock], v[q8::kBlock];
   const std::size_t whole = x.n / q8::kBlock;
@@ -138,9 +138,7 @@ __attribute__((target("avx512f,avx512bw,avx2,f16c,fma"))) void adamw8Avx512(cons
       if (!split) _mm512_storeu_ps(x.param + i, p);
       if (x.copy == ModelCopy::kBFloat16) {
         const __m512i bits = _mm512_castps_si512(p);
-        const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), one);
-        __m512i r = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(roundBias, lsb)), 16);
-        r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(p, p, _CMP_UNORD_Q), bf16Nan);
+        const __m512i r = bfloat16BitsAvx512(p);
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(x.modelCopy + i), _mm512_cvtepi32_epi16(r));
         if (split) {  // a tie rounded up is stored 0x8001 (Note [8-bit split master])
           __m512i low = _mm512_and_si512(bits, lowMask);

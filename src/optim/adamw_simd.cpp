@@ -1,4 +1,5 @@
 #include "optim/adamw_simd.h"
+#include "optim/simd_bf16.h"
 
 #include <cpuid.h>
 #include <immintrin.h>
@@ -34,8 +35,7 @@ __attribute__((target("avx512f,avx512bw,avx2,f16c"))) void adamwAvx512(const Ada
                bc2 = _mm512_set1_ps(s.biasCorrection2Sqrt), eps = _mm512_set1_ps(s.eps),
                gradScale = _mm512_set1_ps(s.gradScale);
   const bool lerpFromM = s.oneMinusBeta1 < 0.5f, split = x.masterLow != nullptr;
-  const __m512i roundBias = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1), bf16Nan = _mm512_set1_epi32(0x7FC0),
-                half = _mm512_set1_epi32(0x8000), lowMask = _mm512_set1_epi32(0xFFFF),
+  const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x8000), lowMask = _mm512_set1_epi32(0xFFFF),
                 signBit = _mm512_set1_epi32(static_cast<int>(0x80000000u));
   std::size_t i = 0;
   for (; i + 16 <= x.n; i += 16) {
@@ -71,9 +71,7 @@ __attribute__((target("avx512f,avx512bw,avx2,f16c"))) void adamwAvx512(const Ada
     _mm512_storeu_ps(x.expAvg + i, m);
     if (x.copy == ModelCopy::kBFloat16) {
       const __m512i bits = _mm512_castps_si512(p);
-      const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), one);
-      __m512i r = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(roundBias, lsb)), 16);
-      r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(p, p, _CMP_UNORD_Q), bf16Nan);
+      const __m512i r = bfloat16BitsAvx512(p);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(x.modelCopy + i), _mm512_cvtepi32_epi16(r));
       if (split) {  // the low half, and the tie bit where a tie was rounded up (r != h)
         const __m512i low = _mm512_and_si512(bits, lowMask);
@@ -172,7 +170,7 @@ namespace {
 
 // The AVX2 kernel's bfloat16 rounding (and F16C's half), 8 values at a time; the rest as the scalar loop does.
 __attribute__((target("avx2,f16c"))) void narrowAvx2(std::uint16_t* dst, const float* src, std::size_t n,
-                                                   ModelCopy copy) {
+                                                     ModelCopy copy) {
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 p = _mm256_loadu_ps(src + i);

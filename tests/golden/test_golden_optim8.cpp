@@ -91,6 +91,35 @@ struct Reference8 {
   torch::Tensor at(const std::string& name, int i, int step) const {  // step >= 1
     return tensorOf(file, name + "." + std::to_string(i))[step - 1].contiguous();
   }
+  // How far tensor i's weights and codes (AdamW parameter 0) are from the reference's after `step`, added up.
+  struct Apart {
+    std::size_t far = 0, codes = 0;  // weights more than 1 ulp away; codes that differ
+    double worst = 0;
+  };
+  void compare(const torch::Tensor& param, AdamW& adamw, int i, int step, Apart& into) const {
+    const auto weights = at("weights", i, step), m = at("m", i, step), v = at("v", i, step);
+    for (std::size_t k = 0; k < static_cast<std::size_t>(param.numel()); ++k) {
+      const double d = ulpsApart(param.data_ptr<float>()[k], weights.data_ptr<float>()[k], config.lr);
+      into.far += d > 1;
+      into.worst = std::max(into.worst, d);
+      into.codes += (adamw.codesM(0).data()[k] != m.data_ptr<std::uint8_t>()[k]) +
+                    (adamw.codesV(0).data()[k] != v.data_ptr<std::uint8_t>()[k]);
+    }
+  }
+};
+
+// Tensor i's starting weights, its gradient buffer and an 8-bit AdamW over them.
+struct Run8 {
+  torch::Tensor param, grad;
+  AdamW adamw;
+  std::size_t n;
+  Run8(const Reference8& ref, int i)
+      : param(tensorOf(ref.file, "init." + std::to_string(i)).clone()),
+        grad(torch::zeros_like(param)),
+        adamw(ref.config),
+        n(static_cast<std::size_t>(param.numel())) {
+    adamw.add("p", param.data_ptr<float>(), grad.data_ptr<float>(), n);
+  }
 };
 
 // One step of bitsandbytes' 8-bit AdamW update (its CPU function, the quantizer its generic kernel) from each of
@@ -103,13 +132,11 @@ TEST(Golden8BitStates, OneStepFromEachOfBitsandbytesStatesGivesItsWeightsAndCode
   RP_SKIP_UNLESS(golden, "golden directory");
   const Reference8 ref(*golden);
   for (int i = 0; i < 2; ++i) {
-    auto param = tensorOf(ref.file, "init." + std::to_string(i)).clone(), grad = torch::zeros_like(param);
-    const auto n = static_cast<std::size_t>(param.numel());
-    AdamW adamw(ref.config);
-    adamw.add("p", param.data_ptr<float>(), grad.data_ptr<float>(), n);
+    Run8 run(ref, i);
+    auto& [param, grad, adamw, n] = run;
     ASSERT_TRUE(adamw.eightBit(0));
-    std::size_t far = 0, codes = 0, absmax = 0;
-    double worst = 0;
+    Reference8::Apart apart;
+    std::size_t absmax = 0;
     for (int t = 1; t <= ref.steps; ++t) {
       if (t > 1) {
         param.copy_(ref.at("weights", i, t - 1));
@@ -121,15 +148,8 @@ TEST(Golden8BitStates, OneStepFromEachOfBitsandbytesStatesGivesItsWeightsAndCode
       adamw.restoreStepCount(t - 1);
       grad.copy_(ref.at("grads", i, t));
       adamw.step(ref.config.lr);
-      const auto weights = ref.at("weights", i, t), m = ref.at("m", i, t), v = ref.at("v", i, t);
+      ref.compare(param, adamw, i, t, apart);
       const auto am = ref.at("absmax_m", i, t), av = ref.at("absmax_v", i, t);
-      for (std::size_t k = 0; k < n; ++k) {
-        const double d = ulpsApart(param.data_ptr<float>()[k], weights.data_ptr<float>()[k], ref.config.lr);
-        far += d > 1;
-        worst = std::max(worst, d);
-        codes += (adamw.codesM(0).data()[k] != m.data_ptr<std::uint8_t>()[k]) +
-                 (adamw.codesV(0).data()[k] != v.data_ptr<std::uint8_t>()[k]);
-      }
       for (std::size_t b = 0; b < q8::blocksOf(n); ++b) {
         absmax += (adamw.absmaxM(0).data()[b] != am.data_ptr<float>()[b]) +
                   (adamw.absmaxV(0).data()[b] != av.data_ptr<float>()[b]);
@@ -138,10 +158,10 @@ TEST(Golden8BitStates, OneStepFromEachOfBitsandbytesStatesGivesItsWeightsAndCode
     std::printf(
         "tensor %d (%zu elements), 20 single steps: %zu weights more than 1 ulp from bitsandbytes' (worst "
         "%.2f), %zu codes and %zu absmax differ\n",
-        i, n, far, worst, codes, absmax);
-    EXPECT_LE(worst, 2.0) << "tensor " << i;
-    EXPECT_LE(far, 20 * n / 10000) << "tensor " << i << ": worst " << worst << " ulp";
-    EXPECT_LE(codes, 20 * n / 10000) << "tensor " << i;  // at most 1 in 10,000 a step
+        i, n, apart.far, apart.worst, apart.codes, absmax);
+    EXPECT_LE(apart.worst, 2.0) << "tensor " << i;
+    EXPECT_LE(apart.far, 20 * n / 10000) << "tensor " << i << ": worst " << apart.worst << " ulp";
+    EXPECT_LE(apart.codes, 20 * n / 10000) << "tensor " << i;  // at most 1 in 10,000 a step
     EXPECT_LE(absmax, 20 * q8::blocksOf(n) / 100) << "tensor " << i;
   }
 }
@@ -154,30 +174,20 @@ TEST(Golden8BitStates, TwentyStepsStayWithBitsandbytes) {
   RP_SKIP_UNLESS(golden, "golden directory");
   const Reference8 ref(*golden);
   for (int i = 0; i < 2; ++i) {
-    auto param = tensorOf(ref.file, "init." + std::to_string(i)).clone(), grad = torch::zeros_like(param);
-    const auto n = static_cast<std::size_t>(param.numel());
-    AdamW adamw(ref.config);
-    adamw.add("p", param.data_ptr<float>(), grad.data_ptr<float>(), n);
+    Run8 run(ref, i);
+    auto& [param, grad, adamw, n] = run;
     for (int t = 1; t <= ref.steps; ++t) {
       grad.copy_(ref.at("grads", i, t));
       adamw.step(ref.config.lr);
     }
-    const auto weights = ref.at("weights", i, ref.steps), m = ref.at("m", i, ref.steps), v = ref.at("v", i, ref.steps);
-    std::size_t far = 0, codes = 0;
-    double worst = 0;
-    for (std::size_t k = 0; k < n; ++k) {
-      const double d = ulpsApart(param.data_ptr<float>()[k], weights.data_ptr<float>()[k], ref.config.lr);
-      far += d > 1;
-      worst = std::max(worst, d);
-      codes += (adamw.codesM(0).data()[k] != m.data_ptr<std::uint8_t>()[k]) +
-               (adamw.codesV(0).data()[k] != v.data_ptr<std::uint8_t>()[k]);
-    }
+    Reference8::Apart apart;
+    ref.compare(param, adamw, i, ref.steps, apart);
     std::printf(
         "tensor %d after 20 steps: %zu of %zu weights more than 1 ulp from bitsandbytes' (worst %.2f), %zu "
         "codes differ\n",
-        i, far, n, worst, codes);
-    EXPECT_LE(worst, 32.0) << "tensor " << i;
-    EXPECT_LE(codes, n / 1000) << "tensor " << i;
+        i, apart.far, n, apart.worst, apart.codes);
+    EXPECT_LE(apart.worst, 32.0) << "tensor " << i;
+    EXPECT_LE(apart.codes, n / 1000) << "tensor " << i;
   }
 }
 
