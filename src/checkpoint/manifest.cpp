@@ -146,7 +146,7 @@ Manifest readManifest(const std::filesystem::path& dir) {
 void readSlices(const std::filesystem::path& dir, const Manifest& m, const std::vector<Slice>& wanted) {
   // Datasets are read whole (to verify their checksum) and kept while consecutive requests use them.
   const SliceRecord* cached = nullptr;
-  std::vector<float> buffer;
+  std::vector<std::uint8_t> buffer;
   std::set<std::string> verified;  // files whose size and checksum were checked
   for (const Slice& w : wanted) {
     std::int64_t covered = 0;
@@ -166,12 +166,14 @@ void readSlices(const std::filesystem::path& dir, const Manifest& m, const std::
               std::find_if(m.files.begin(), m.files.end(), [&](const FileRecord& x) { return x.name == r.file; });
           if (f != m.files.end()) verifyFile(dir / r.file, *f);
         }
-        buffer.resize(static_cast<std::size_t>(r.count));
+        buffer.resize(static_cast<std::size_t>(r.count) * elementBytes(r.kind));
         readRecord(dir / r.file, r, buffer.data());
         cached = &r;
       }
-      std::memcpy(w.data + (a - w.offset), buffer.data() + (a - r.offset),
-                  static_cast<std::size_t>(b - a) * sizeof(float));
+      const std::size_t size = elementBytes(w.kind);
+      std::memcpy(static_cast<std::uint8_t*>(w.data) + static_cast<std::size_t>(a - w.offset) * size,
+                  buffer.data() + static_cast<std::size_t>(a - r.offset) * size,
+                  static_cast<std::size_t>(b - a) * size);
       covered += b - a;
     }
     if (!known) {

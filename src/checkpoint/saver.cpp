@@ -122,6 +122,14 @@ std::string Saver::previousNote() const {
   }
 }
 
+StagedSlice stage(const Slice& slice) {
+  const auto* data = static_cast<const std::uint8_t*>(slice.data);
+  StagedSlice staged{
+      slice, std::vector<std::uint8_t>(data, data + static_cast<std::size_t>(slice.count) * elementBytes(slice.kind))};
+  staged.slice.data = nullptr;
+  return staged;
+}
+
 void Saver::run(SaveJob& job) {
   const auto start = std::chrono::steady_clock::now();
   std::string error;
@@ -132,8 +140,8 @@ void Saver::run(SaveJob& job) {
     dir_.prepare(job.step);
     std::vector<Slice> slices;
     for (auto& s : job.slices) {
-      s.slice.data = s.values.data();
-      bytes += s.values.size() * sizeof(float);
+      s.slice.data = s.bytes.data();
+      bytes += s.bytes.size();
       slices.push_back(s.slice);
     }
     records = writeShard(dir_.shardPath(job.step, rank_), slices);

@@ -21,8 +21,10 @@ namespace rp::checkpoint {
 // A slice with its own copy of the values: the state of one step, which training may overwrite meanwhile.
 struct StagedSlice {
   Slice slice;  // slice.data is set when written
-  std::vector<float> values;
+  std::vector<std::uint8_t> bytes;
 };
+// A copy of the slice's elements (elementBytes(kind) each), and the slice without its pointer.
+StagedSlice stage(const Slice& slice);
 
 struct SaveJob {
   std::int64_t step = 0;

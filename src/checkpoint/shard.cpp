@@ -125,7 +125,8 @@ std::vector<SliceRecord> writeShard(const std::filesystem::path& path, const std
                     path.filename().string(),
                     s.offset,
                     s.count,
-                    crc32(s.data, static_cast<std::size_t>(s.count) * sizeof(float))};
+                    crc32(s.data, static_cast<std::size_t>(s.count) * elementBytes(s.kind))};
+      const bool codes = elementBytes(s.kind) == 1;
       const std::string where = fmt::format("{}: dataset {}", file, datasetPath(r));
       if (groups.insert(s.kind).second) {
         Handle g(H5Gcreate2(f, kindName(s.kind), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
@@ -135,13 +136,13 @@ std::vector<SliceRecord> writeShard(const std::filesystem::path& path, const std
       Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
       Handle props(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
       H5Pset_chunk(props.get(), 1, &chunk);
-      Handle d(
-          H5Dcreate2(f, datasetPath(r).c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, props.get(), H5P_DEFAULT),
-          H5Dclose);
+      Handle d(H5Dcreate2(f, datasetPath(r).c_str(), codes ? H5T_STD_U8LE : H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
+                          props.get(), H5P_DEFAULT),
+               H5Dclose);
       if (!d.ok()) RP_THROW(SystemError, "{}: cannot create (already written in this shard?){}", where, reason());
       try {
         errno = 0;
-        if (H5Dwrite(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, s.data) < 0) {
+        if (H5Dwrite(d.get(), codes ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, s.data) < 0) {
           RP_THROW(SystemError, "{}: write failed{}", where, reason());
         }
         writeAttr(d.get(), "shape", s.shape, where);
@@ -175,7 +176,7 @@ std::vector<SliceRecord> writeShard(const std::filesystem::path& path, const std
   return records;
 }
 
-void readRecord(const std::filesystem::path& path, const SliceRecord& r, float* out) {
+void readRecord(const std::filesystem::path& path, const SliceRecord& r, void* out) {
   quiet();
   const std::string file = path.string();
   if (!std::filesystem::exists(path)) RP_THROW(InputError, "checkpoint shard {} is missing", file);
@@ -192,13 +193,14 @@ void readRecord(const std::filesystem::path& path, const SliceRecord& r, float* 
   if (readAttr(d.get(), "shape", where) != r.shape || readAttr(d.get(), "offset", where) != std::vector{r.offset}) {
     RP_THROW(InputError, "{}: its shape or offset attribute differs from the manifest", where);
   }
-  if (!hasType(H5Dget_type(d.get()), H5T_IEEE_F32LE)) {
-    RP_THROW(InputError, "{} is not float32 (corrupt file, or not a roundpipe shard)", where);
+  const bool codes = elementBytes(r.kind) == 1;
+  if (!hasType(H5Dget_type(d.get()), codes ? H5T_STD_U8LE : H5T_IEEE_F32LE)) {
+    RP_THROW(InputError, "{} is not {} (corrupt file, or not a roundpipe shard)", where, codes ? "uint8" : "float32");
   }
-  if (H5Dread(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0) {
+  if (H5Dread(d.get(), codes ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0) {
     RP_THROW(InputError, "{} cannot be read: the file is truncated or corrupt", where);
   }
-  const std::uint32_t crc = crc32(out, static_cast<std::size_t>(r.count) * sizeof(float));
+  const std::uint32_t crc = crc32(out, static_cast<std::size_t>(r.count) * elementBytes(r.kind));
   if (crc != r.crc32) {
     RP_THROW(InputError, "{}: checksum mismatch (crc32 {:08x}, the manifest says {:08x}): the file is corrupt", where,
              crc, r.crc32);

@@ -1,5 +1,5 @@
 // One writer's HDF5 shard file (docs/checkpoint-format.md, "Shard files"): a group per state kind, a 1-D
-// float32 dataset per slice with its tensor name, full shape, offset and count as attributes.
+// float32 (uint8 for 8-bit codes) dataset per slice with its tensor name, full shape, offset and count as attributes.
 #pragma once
 
 #include <filesystem>
@@ -18,8 +18,8 @@ FileRecord fileRecord(const std::filesystem::path& path);
 // InputError naming the file when it is missing, of another size or another checksum.
 void verifyFile(const std::filesystem::path& path, const FileRecord& record);
 
-// Reads the dataset `record` describes from `path` into `out` (record.count floats), checking its
+// Reads the dataset `record` describes from `path` into `out` (record.count elements), checking its
 // attributes and checksum; errors name the file and the dataset.
-void readRecord(const std::filesystem::path& path, const SliceRecord& record, float* out);
+void readRecord(const std::filesystem::path& path, const SliceRecord& record, void* out);
 
 }  // namespace rp::checkpoint

@@ -18,15 +18,29 @@ const char* kindName(Kind kind) {
       return "exp_avg_sq";
     case Kind::kMaxExpAvgSq:
       return "max_exp_avg_sq";
+    case Kind::kExpAvgCodes:
+      return "exp_avg_q8";
+    case Kind::kExpAvgSqCodes:
+      return "exp_avg_sq_q8";
+    case Kind::kExpAvgAbsmax:
+      return "exp_avg_absmax";
+    case Kind::kExpAvgSqAbsmax:
+      return "exp_avg_sq_absmax";
   }
   return "?";
+}
+
+std::size_t elementBytes(Kind kind) {
+  return kind == Kind::kExpAvgCodes || kind == Kind::kExpAvgSqCodes ? 1 : 4;
 }
 
 Kind parseKind(const std::string& name, const std::string& where) {
   for (Kind k : kAllKinds) {
     if (name == kindName(k)) return k;
   }
-  RP_THROW(InputError, "{}: unknown state kind '{}' (expected weights, master, exp_avg, exp_avg_sq or max_exp_avg_sq)",
+  RP_THROW(InputError,
+           "{}: unknown state kind '{}' (expected weights, master, exp_avg, exp_avg_sq, max_exp_avg_sq, exp_avg_q8, "
+           "exp_avg_sq_q8, exp_avg_absmax or exp_avg_sq_absmax)",
            where, name);
 }
 

@@ -1,17 +1,34 @@
-// What a checkpoint holds, torch-free (docs/checkpoint-format.md): element ranges of named fp32 tensors, by
-// state kind. A writer saves the slices it owns; a reader asks for the slices it owns under its own layout,
-// whatever layout they were saved with.
+// What a checkpoint holds, torch-free (docs/checkpoint-format.md): element ranges of named tensors, by state
+// kind — float32, but the 8-bit moments' codes (uint8). A writer saves the slices it owns; a reader asks for the slices
+// it owns under its own layout, whatever layout they were saved with.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace rp::checkpoint {
 
-enum class Kind { kWeights, kMaster, kExpAvg, kExpAvgSq, kMaxExpAvgSq };
-inline constexpr Kind kAllKinds[] = {Kind::kWeights, Kind::kMaster, Kind::kExpAvg, Kind::kExpAvgSq, Kind::kMaxExpAvgSq};
+// The 8-bit moments (optim/blockwise8.h): codes, one byte an element, of the tensor's shape; and absmax, one float32
+// a block of 256 elements, as the tensor [ceil(numel / 256)] (blocks counted from the tensor's first element).
+enum class Kind {
+  kWeights,
+  kMaster,
+  kExpAvg,
+  kExpAvgSq,
+  kMaxExpAvgSq,
+  kExpAvgCodes,
+  kExpAvgSqCodes,
+  kExpAvgAbsmax,
+  kExpAvgSqAbsmax
+};
+inline constexpr Kind kAllKinds[] = {Kind::kWeights,       Kind::kMaster,       Kind::kExpAvg,
+                                     Kind::kExpAvgSq,      Kind::kMaxExpAvgSq,  Kind::kExpAvgCodes,
+                                     Kind::kExpAvgSqCodes, Kind::kExpAvgAbsmax, Kind::kExpAvgSqAbsmax};
 const char* kindName(Kind kind);  // the HDF5 group: "weights", "master", ...
+// Bytes an element of the kind: 1 for codes, 4 for the float32 kinds.
+std::size_t elementBytes(Kind kind);
 Kind parseKind(const std::string& name, const std::string& where);
 // The /weights slice name of the weights the iteration `ahead` after the checkpoint uploads: the tensor's own
 // name for the next one, "<name>@+<ahead>" for later ones (the pipeline's async staleness k >= 2 keeps k).
@@ -24,7 +41,7 @@ struct Slice {
   std::vector<std::int64_t> shape;
   std::int64_t offset = 0;
   std::int64_t count = 0;
-  float* data = nullptr;  // `count` floats: written from, or read into
+  void* data = nullptr;  // `count` elements (elementBytes(kind) each): written from, or read into
 };
 
 // A saved slice, as listed in the manifest.

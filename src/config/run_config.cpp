@@ -201,6 +201,15 @@ RunConfig buildRunConfig(Values v) {
     }
   }
   c.optim.amsgrad = v.getBool("optim.amsgrad");
+  c.optim.stateBits = v.getInt("optim.state_bits");
+  if (c.optim.stateBits != 32 && c.optim.stateBits != 8) {
+    RP_THROW(InputError, "{}: optim.state_bits = {}: expected 32 or 8", v.source({"optim.state_bits"}),
+             c.optim.stateBits);
+  }
+  if (c.optim.stateBits == 8 && c.optim.amsgrad) {
+    RP_THROW(InputError, "{}: optim.amsgrad needs 32-bit states (optim.state_bits = 32): 8-bit AdamW has no AMSGrad",
+             v.source({"optim.amsgrad", "optim.state_bits"}));
+  }
   c.optim.schedule = oneOf(v, "optim.schedule", {"constant", "linear", "cosine"});
   c.optim.warmupSteps = atLeast(v, "optim.warmup_steps", 0);
   c.optim.minLrRatio = inRange(v, "optim.min_lr_ratio", 0.0, 1.0, false);

@@ -54,6 +54,7 @@ struct RunConfig {
     double lr, beta1, beta2, eps, weightDecay, minLrRatio;
     std::vector<std::string> noDecay;  // patterns of the tensors without weight decay (optim/adamw.h)
     bool amsgrad;
+    std::int64_t stateBits;  // 32 or 8 (optim/blockwise8.h)
     std::string schedule;
     std::int64_t warmupSteps;
     // 0 = sync; k >= 1 = async: iteration t computes on W_{max(0, t-k)} (docs/optimizer.md, "Modes").

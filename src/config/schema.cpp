@@ -55,6 +55,9 @@ const std::vector<KeySpec>& runSchema() {
        "tensors without weight decay: regular expressions searched in the lowercased Hugging Face parameter name "
        "(default: Hugging Face Trainer's, biases and normalisation weights; [] = decay everywhere)"},
       {"optim.amsgrad", Type::kBool, false, "AMSGrad variant"},
+      {"optim.state_bits", Type::kInt, I(32),
+       "AdamW's moments: 32 (float32) | 8 (bitsandbytes' 8-bit blockwise states, for the tensors of 4,096 elements "
+       "or more but the embeddings and the LM head; docs/optimizer.md, \"8-bit states\")"},
       {"optim.schedule", Type::kString, S("cosine"), "constant | linear | cosine"},
       {"optim.warmup_steps", Type::kInt, I(0), "linear warmup steps"},
       {"optim.min_lr_ratio", Type::kFloat, 0.0, "linear/cosine floor as a fraction of optim.lr"},

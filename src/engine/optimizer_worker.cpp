@@ -13,6 +13,7 @@
 #include "common/resident_memory.h"
 #include "engine/dtype_copy.h"
 #include "optim/adamw_simd.h"
+#include "optim/blockwise8.h"
 #include "optim/grad_clip.h"
 #include "run/setup.h"
 
@@ -105,11 +106,13 @@ void widenAll(const std::vector<Widening>& work, c10::ScalarType dtype, int thre
   });
 }
 
-std::pair<std::size_t, std::size_t> sliceOf(std::size_t n, int part, int parts) {
+// Part `part` of `parts` of n elements, in units of `grain` (8-bit moments: whole blocks, Note [8-bit states];
+// the last unit may be short).
+std::pair<std::size_t, std::size_t> sliceOf(std::size_t n, int part, int parts, std::size_t grain = 1) {
   const std::size_t p = static_cast<std::size_t>(parts), r = static_cast<std::size_t>(part);
-  const std::size_t base = n / p, extra = n % p;
-  const std::size_t begin = base * r + std::min(r, extra);
-  return {begin, begin + base + (r < extra ? 1 : 0)};
+  const std::size_t units = (n + grain - 1) / grain, base = units / p, extra = units % p;
+  const std::size_t begin = (base * r + std::min(r, extra)) * grain;
+  return {std::min(begin, n), std::min(begin + (base + (r < extra ? 1 : 0)) * grain, n)};
 }
 
 }  // namespace
@@ -123,7 +126,7 @@ OptimizerWorker::OptimizerWorker(std::vector<OptimTensor> tensors, Fences& fence
       ranks_(node.size()),
       versions_(std::max(1, options_.staleness)),
       node_(node.duplicate()),
-      adamw_(options_.adamw, optim::bestAdamWKernel()) {
+      adamw_(options_.adamw, optim::bestAdamWKernel(), optim::bestAdamW8Kernel()) {
   threads_ = parallel::optimizerThreads(options_.threads, ranks_);
   adamw_.setThreads(threads_);
   if (options_.crossNode != nullptr) crossNode_ = options_.crossNode->duplicate();
@@ -140,13 +143,16 @@ OptimizerWorker::OptimizerWorker(std::vector<OptimTensor> tensors, Fences& fence
   layerGroups_.resize(static_cast<std::size_t>(options_.layers));
   for (std::size_t i = 0; i < tensors_.size(); ++i) {
     const auto& t = tensors_[i];
-    slices_.push_back(sliceOf(t.numel, rank_, ranks_));
+    // 8-bit moments: every rank's and node's part of whole blocks, so that blocks are the tensor's own
+    const std::size_t grain =
+        t.trainable && options_.adamw.stateBits == 8 && optim::eightBitStates(t.name, t.numel) ? optim::q8::kBlock : 1;
+    slices_.push_back(sliceOf(t.numel, rank_, ranks_, grain));
     const auto [begin, end] = slices_.back();
     auto& counts = shardCounts_.emplace_back();
     shards_.emplace_back(0, end - begin);
     if (sharded_ && t.trainable) {
       for (int n = 0; n < crossNode_->size(); ++n) {
-        const auto [from, to] = sliceOf(end - begin, n, crossNode_->size());
+        const auto [from, to] = sliceOf(end - begin, n, crossNode_->size(), grain);
         counts.push_back(to - from);
         if (n == crossNode_->rank()) shards_.back() = {from, to - from};
       }
@@ -159,9 +165,9 @@ OptimizerWorker::OptimizerWorker(std::vector<OptimTensor> tensors, Fences& fence
     RP_CHECK((t.masterLow != nullptr) == options_.splitMaster, "{}: a split master in a run without them", t.name);
     const std::size_t param =
         t.masterLow != nullptr
-            ? adamw_.addSplit(t.name, weights, t.masterLow + begin, grads_.back().data(), count)
+            ? adamw_.addSplit(t.name, weights, t.masterLow + begin, grads_.back().data(), count, t.numel)
             : adamw_.add(t.name, t.master + begin + offset, grads_.back().data(), count, fusedCopy_ ? weights : nullptr,
-                         fusedCopy_ ? copy : optim::ModelCopy::kNone);
+                         fusedCopy_ ? copy : optim::ModelCopy::kNone, t.numel);
     // copied (and, by layer, updated) with the shallowest layer that uses it
     auto& group = layerGroups_[static_cast<std::size_t>(*std::min_element(t.layers.begin(), t.layers.end()))];
     group.params.push_back(param);

@@ -32,14 +32,16 @@
 
 #include <c10/core/ScalarType.h>
 
-#include "common/host_cpu.h"
+#include "checkpoint/manifest.h"
 #include "checkpoint/slices.h"
+#include "common/host_cpu.h"
 #include "control/channel.h"
 #include "engine/activity.h"
 #include "engine/fences.h"
 #include "optim/adamw.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
+#include "run/moments.h"
 #include "trace/timeline.h"
 
 namespace rp::engine {
@@ -126,10 +128,13 @@ class OptimizerWorker {
   // them; split masters, too, go through float32 staging, and a save takes their tie bits out of the moments until
   // the release). Only while the thread is idle (every enqueued step waited for). Sharded across nodes, a save takes
   // the shard of everything (the nodes together write each element once) and a restore the whole slice of the
-  // masters and weights (every node holds them whole) and the shard of the moments.
+  // masters and weights (every node holds them whole) and the shard of the moments. The moments are float32 or
+  // 8-bit codes and absmax (run/moments.h); a restore from `saved` in the other width stages them, and
+  // restoreStagedWeights() converts them (returning how many tensors it converted).
   enum class Purpose { kSave, kRestore };
-  std::vector<checkpoint::Slice> stateSlices(std::int64_t steps, bool withWeights, Purpose purpose);
-  void restoreStagedWeights();
+  std::vector<checkpoint::Slice> stateSlices(std::int64_t steps, bool withWeights, Purpose purpose,
+                                             const checkpoint::Manifest* saved = nullptr);
+  std::size_t restoreStagedWeights();
   void releaseStagedWeights();
   // Split masters (Note [Split master]): where this rank's slices have their tie bits set, as (tensor index,
   // element of the tensor). Only while the thread is idle.
@@ -200,6 +205,7 @@ class OptimizerWorker {
   // copies the moments, the tie bits taken out of v.
   std::deque<std::pair<std::size_t, std::vector<float>>> stagedMasters_;
   std::vector<std::pair<std::size_t, std::vector<std::size_t>>> takenTies_;
+  run::MomentSlices moments_;  // a restore's moments in the other width
   optim::AdamW adamw_;
   int threads_ = 1;         // of every pass over the slices (Note [Optimizer threads])
   bool sharded_ = false;    // options.shardAcrossNodes over more than one node

@@ -6,7 +6,8 @@
 
 namespace rp::engine {
 
-std::vector<checkpoint::Slice> OptimizerWorker::stateSlices(std::int64_t steps, bool withWeights, Purpose purpose) {
+std::vector<checkpoint::Slice> OptimizerWorker::stateSlices(std::int64_t steps, bool withWeights, Purpose purpose,
+                                                            const checkpoint::Manifest* saved) {
   std::vector<checkpoint::Slice> out;
   releaseStagedWeights();
   std::size_t a = 0;  // the tensor's index in adamw_ (trainable tensors, in order)
@@ -45,11 +46,7 @@ std::vector<checkpoint::Slice> OptimizerWorker::stateSlices(std::int64_t steps, 
       }
       add(checkpoint::Kind::kWeights, checkpoint::weightsAhead(t.name, ahead), begin, end, data);
     }
-    add(checkpoint::Kind::kExpAvg, t.name, shardBegin, shardEnd, adamw_.expAvg(a).data());
-    add(checkpoint::Kind::kExpAvgSq, t.name, shardBegin, shardEnd, adamw_.expAvgSq(a).data());
-    if (options_.adamw.amsgrad) {
-      add(checkpoint::Kind::kMaxExpAvgSq, t.name, shardBegin, shardEnd, adamw_.maxExpAvgSq(a).data());
-    }
+    moments_.add(adamw_, a, t.name, t.shape, shardBegin, shardEnd, purpose == Purpose::kRestore ? saved : nullptr, out);
     ++a;
   }
   return out;
@@ -66,15 +63,18 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> OptimizerWorker::tieBits() 
 }
 
 std::size_t OptimizerWorker::stateBytes() const {
-  std::size_t floats = 0;
-  for (const auto& g : grads_) floats += g.size();
+  std::size_t bytes = 0;
+  for (const auto& g : grads_) bytes += g.size() * sizeof(float);
   for (std::size_t a = 0; a < adamw_.size(); ++a) {
-    floats += adamw_.expAvg(a).size() + adamw_.expAvgSq(a).size() + adamw_.maxExpAvgSq(a).size();
+    bytes += (adamw_.expAvg(a).size() + adamw_.expAvgSq(a).size() + adamw_.maxExpAvgSq(a).size() +
+              adamw_.absmaxM(a).size() + adamw_.absmaxV(a).size()) *
+                 sizeof(float) +
+             adamw_.codesM(a).size() + adamw_.codesV(a).size();
   }
-  return floats * sizeof(float);
+  return bytes;
 }
 
-void OptimizerWorker::restoreStagedWeights() {
+std::size_t OptimizerWorker::restoreStagedWeights() {
   for (const auto& staged : stagedWeights_) {
     narrowInto(tensors_[staged.tensor].weights[static_cast<std::size_t>(staged.version)] +
                    staged.begin * c10::elementSize(options_.dtype),
@@ -83,6 +83,7 @@ void OptimizerWorker::restoreStagedWeights() {
   stagedWeights_.clear();
   for (const auto& [param, values] : stagedMasters_) adamw_.writeMaster(param, values.data());
   stagedMasters_.clear();
+  return moments_.finish();
 }
 
 void OptimizerWorker::releaseStagedWeights() {

@@ -114,12 +114,16 @@ void PipelineRuntime::checkEmulatable() const {
 // before anything is allocated or loaded, so a run that cannot fit stops here, on every rank, naming the parts
 // (docs/training.md, "Host memory"). Worker stage slots, the activation arena and LibTorch come on top.
 void PipelineRuntime::checkHostMemory(double storeBytes) {
-  double trainable = 0.0;
-  for (const auto& t : model_->tensors()) trainable += t.trainable ? static_cast<double>(t.local.numel()) : 0.0;
-  // Per trainable element, over the node's optimizers: a float32 gradient and the AdamW moments (sharded across
-  // nodes: 1/N of them).
-  const double moments = (config_.optim.amsgrad ? 3.0 : 2.0) / (shardedAcrossNodes() ? id_.nodeCount : 1);
-  const double optimizer = trainable * sizeof(float) * (1.0 + moments);
+  double trainable = 0.0, moments = 0.0;
+  for (const auto& t : model_->tensors()) {
+    if (!t.trainable) continue;
+    trainable += static_cast<double>(t.local.numel());
+    moments += optim::momentBytes(t.name, static_cast<std::size_t>(t.local.numel()),
+                                  static_cast<int>(config_.optim.stateBits), config_.optim.amsgrad);
+  }
+  // Over the node's optimizers: a float32 gradient per trainable element and the AdamW moments (float32 or 8-bit;
+  // sharded across nodes: 1/N of them).
+  const double optimizer = trainable * sizeof(float) + moments / (shardedAcrossNodes() ? id_.nodeCount : 1);
   const HostMemory host = availableHostMemory();
   const double need = storeBytes + optimizer;
   std::int32_t fits = host.availableBytes == 0 || need <= static_cast<double>(host.availableBytes) ? 1 : 0;

@@ -55,9 +55,7 @@ std::optional<checkpoint::SaveJob> PipelineRuntime::snapshot(std::int64_t steps)
   // In async mode the weights the next k iterations upload (W_{t-k} .. W_{t-1}) differ from the masters (W_t):
   // saved too.
   for (const auto& s : optimizer_->stateSlices(steps, c.optim.async(), OptimizerWorker::Purpose::kSave)) {
-    checkpoint::StagedSlice staged{s, std::vector<float>(s.data, s.data + s.count)};
-    staged.slice.data = nullptr;
-    job.slices.push_back(std::move(staged));
+    job.slices.push_back(checkpoint::stage(s));
   }
   optimizer_->releaseStagedWeights();  // copied: k float32 copies of this rank's bf16/fp16 weights otherwise stay
   if (leader_) {
@@ -101,8 +99,9 @@ void PipelineRuntime::restore(const run::Resume& r) {
     RP_LOG_INFO("{}: saved with optim.staleness = {}, resumed with {}: the next iterations start from the masters",
                 r.where(), savedStaleness, c.optim.staleness);
   }
-  checkpoint::readSlices(r.dir, r.manifest,
-                         optimizer_->stateSlices(r.manifest.step, withWeights, OptimizerWorker::Purpose::kRestore));
+  checkpoint::readSlices(
+      r.dir, r.manifest,
+      optimizer_->stateSlices(r.manifest.step, withWeights, OptimizerWorker::Purpose::kRestore, &r.manifest));
   optimizer_->restoreStagedWeights();
   if (!withWeights) optimizer_->publishMasters();
   const json& t = r.manifest.training;

@@ -26,6 +26,11 @@ bool eightBitStates(const std::string& name, std::size_t n) {
   return n >= 4096 && name.find("embed") == std::string::npos && name.find("lm_head") == std::string::npos;
 }
 
+double momentBytes(const std::string& name, std::size_t n, int stateBits, bool amsgrad) {
+  if (stateBits == 8 && eightBitStates(name, n)) return 2.0 * static_cast<double>(n) + 8.0 * q8::blocksOf(n);
+  return (amsgrad ? 12.0 : 8.0) * static_cast<double>(n);
+}
+
 bool decays(const std::string& name, const std::vector<std::string>& noDecay) {
   std::string lower = name;
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -171,10 +176,10 @@ std::uint16_t toHalf(float value) {
 }
 
 std::size_t AdamW::add(std::string name, float* param, const float* grad, std::size_t n, std::uint16_t* modelCopy,
-                       ModelCopy copy) {
+                       ModelCopy copy, std::size_t tensorNumel) {
   RP_CHECK((modelCopy != nullptr) == (copy != ModelCopy::kNone), "AdamW::add: a model copy needs its dtype");
   const bool decay = optim::decays(name, config_.noDecay);
-  const bool eightBit = config_.stateBits == 8 && eightBitStates(name, n);
+  const bool eightBit = config_.stateBits == 8 && eightBitStates(name, tensorNumel != 0 ? tensorNumel : n);
   Param p{std::move(name), param, grad, n, {}, {}, {}, {}, {}, {}, {}, modelCopy, copy, decay};
   if (eightBit) {
     p.codesM = parallel::ZeroedBytes(n, threads_);
@@ -191,9 +196,9 @@ std::size_t AdamW::add(std::string name, float* param, const float* grad, std::s
 }
 
 std::size_t AdamW::addSplit(std::string name, std::uint16_t* weights, std::uint16_t* low, const float* grad,
-                            std::size_t n) {
+                            std::size_t n, std::size_t tensorNumel) {
   RP_CHECK(weights != nullptr && low != nullptr, "AdamW::addSplit: a split master needs its weights and low words");
-  const std::size_t i = add(std::move(name), nullptr, grad, n, weights, ModelCopy::kBFloat16);
+  const std::size_t i = add(std::move(name), nullptr, grad, n, weights, ModelCopy::kBFloat16, tensorNumel);
   params_[i].masterLow = low;
   return i;
 }

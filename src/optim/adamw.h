@@ -41,6 +41,9 @@ bool decays(const std::string& name, const std::vector<std::string>& noDecay);
 // its min_8bit_size) and its advice to keep embeddings in 32 bits, with the LM head beside them: a name holding
 // "embed" or "lm_head" keeps 32-bit moments.
 bool eightBitStates(const std::string& name, std::size_t n);
+// The bytes of one tensor's moments: 8 a parameter (12 with amsgrad), or with stateBits 8 where eightBitStates
+// admits it 2 and 8 a block of 256 (the absmax of m and v). For the host-memory checks.
+double momentBytes(const std::string& name, std::size_t n, int stateBits, bool amsgrad);
 
 // The per-step scalars every element uses, computed once in double like torch does.
 struct AdamWStepScalars {
@@ -173,13 +176,15 @@ class AdamW {
   explicit AdamW(AdamWConfig config, AdamWKernel kernel = &adamwScalar, AdamW8Kernel kernel8 = &adamw8Scalar);
 
   // Registers a parameter of `n` floats; returns its index. Its name decides its weight decay (noDecay) and, with
-  // stateBits 8, its moments' width (eightBitStates). Buffers must outlive the optimizer. With a `modelCopy`, every
-  // step also writes the updated parameter there rounded to `copy`'s dtype.
+  // stateBits 8, its moments' width (eightBitStates, of the whole tensor's `tensorNumel` elements where the
+  // parameter is a part of it; 0: n). Buffers must outlive the optimizer. With a `modelCopy`, every step also writes
+  // the updated parameter there rounded to `copy`'s dtype.
   std::size_t add(std::string name, float* param, const float* grad, std::size_t n, std::uint16_t* modelCopy = nullptr,
-                  ModelCopy copy = ModelCopy::kNone);
+                  ModelCopy copy = ModelCopy::kNone, std::size_t tensorNumel = 0);
   // Registers a split master (Note [Split master]): its bfloat16 weights and low words, which must hold
   // splitMaster of the starting master (a bfloat16 value: low words 0). Every step writes both.
-  std::size_t addSplit(std::string name, std::uint16_t* weights, std::uint16_t* low, const float* grad, std::size_t n);
+  std::size_t addSplit(std::string name, std::uint16_t* weights, std::uint16_t* low, const float* grad, std::size_t n,
+                       std::size_t tensorNumel = 0);
   bool split(std::size_t i) const { return params_[i].masterLow != nullptr; }
   bool eightBit(std::size_t i) const { return !params_[i].codesM.empty(); }
   // Split masters, for checkpoints, while no step runs (each on the optimizer's threads): the float32 masters of
@@ -218,6 +223,10 @@ class AdamW {
   parallel::ZeroedBytes& codesV(std::size_t i) { return params_[i].codesV; }
   parallel::ZeroedFloats& absmaxM(std::size_t i) { return params_[i].absmaxM; }
   parallel::ZeroedFloats& absmaxV(std::size_t i) { return params_[i].absmaxV; }
+  const parallel::ZeroedBytes& codesM(std::size_t i) const { return params_[i].codesM; }
+  const parallel::ZeroedBytes& codesV(std::size_t i) const { return params_[i].codesV; }
+  const parallel::ZeroedFloats& absmaxM(std::size_t i) const { return params_[i].absmaxM; }
+  const parallel::ZeroedFloats& absmaxV(std::size_t i) const { return params_[i].absmaxV; }
   const parallel::ZeroedFloats& expAvgSq(std::size_t i) const { return params_[i].expAvgSq; }
   // For checkpoints: the moments of parameter i (maxExpAvgSq is empty unless amsgrad; a split master's expAvgSq
   // carries its tie bits), and the step count.

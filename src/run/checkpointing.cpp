@@ -156,6 +156,9 @@ void checkRun(const checkpoint::Manifest& saved, const json& identity, const con
              "does not carry over; resume with optim.amsgrad = {}",
              where, optimizer.value("amsgrad", false), c.optim.amsgrad, optimizer.value("amsgrad", false));
   }
+  warnChanged(where, "optim.state_bits", optimizer.value("state_bits", json(32)), mine.at("state_bits"),
+              "the moments are converted as they load: quantized to 8-bit blocks, or 8-bit codes dequantized "
+              "(docs/optimizer.md, \"8-bit states\")");
   for (const char* field : {"lr", "schedule", "warmup_steps", "min_lr_ratio"}) {
     warnChanged(where, fmt::format("optim.{}", field), optimizer.value(field, json()), mine.at(field),
                 "the learning rate follows the new setting from the checkpoint's step on");
@@ -233,6 +236,7 @@ json optimizerJson(const config::RunConfig& c, std::int64_t stepCount) {
           {"weight_decay", c.optim.weightDecay},
           {"no_decay", c.optim.noDecay},
           {"amsgrad", c.optim.amsgrad},
+          {"state_bits", c.optim.stateBits},
           {"schedule", c.optim.schedule},
           {"warmup_steps", c.optim.warmupSteps},
           {"min_lr_ratio", c.optim.minLrRatio},

@@ -32,7 +32,8 @@ optim::ModelCopy modelCopyFor(torch::ScalarType dtype) {
 }
 
 optim::AdamWConfig adamwConfigFor(const config::RunConfig& c) {
-  return {c.optim.lr, c.optim.beta1, c.optim.beta2, c.optim.eps, c.optim.weightDecay, c.optim.amsgrad, c.optim.noDecay};
+  return {c.optim.lr,          c.optim.beta1,   c.optim.beta2,   c.optim.eps,
+          c.optim.weightDecay, c.optim.amsgrad, c.optim.noDecay, static_cast<int>(c.optim.stateBits)};
 }
 
 optim::LossScalerConfig lossScalerFor(const config::RunConfig& c) {

@@ -32,24 +32,28 @@ namespace {
 // config.json before any weight is allocated or loaded (docs/training.md, "Host memory").
 void checkHostMemory(const config::RunConfig& c, torch::ScalarType dtype) {
   model::CausalLM placeholder(run::loadModelConfigFor(c), run::paramOptionsFor(c, dtype, /*allocate=*/false));
-  double params = 0.0, trainable = 0.0, weights = 0.0;  // a packed NF4 weight: its parameters, its bytes
+  double params = 0.0, trainable = 0.0, weights = 0.0, moments = 0.0;  // a packed NF4 weight: its parameters, bytes
+  const auto bits = static_cast<int>(c.optim.stateBits);
   for (const auto& [name, p] : placeholder.hfParameters()) {
     const model::Nf4Packing* packing = placeholder.packing(name);
     params += static_cast<double>(packing ? packing->numel() : p.numel());
     weights += static_cast<double>(p.nbytes());
+    if (c.lora.rank == 0)
+      moments += optim::momentBytes(name, static_cast<std::size_t>(p.numel()), bits, c.optim.amsgrad);
   }
   if (c.lora.rank > 0) {
     for (const auto& [name, p] : model::attachLora(placeholder, run::loraConfigFor(c))) {
       params += static_cast<double>(p.numel());
       trainable += static_cast<double>(p.numel());
       weights += static_cast<double>(p.nbytes());
+      moments += optim::momentBytes(name, static_cast<std::size_t>(p.numel()), bits, c.optim.amsgrad);
     }
   } else {
     trainable = params;
   }
   const double element = static_cast<double>(c10::elementSize(dtype));
-  const double perTrainable = element + (dtype == torch::kFloat ? 0.0 : 4.0) + 4.0 + (c.optim.amsgrad ? 12.0 : 8.0);
-  const double state = trainable * perTrainable;
+  const double perTrainable = element + (dtype == torch::kFloat ? 0.0 : 4.0) + 4.0;
+  const double state = trainable * perTrainable + moments;
   const HostMemory host = availableHostMemory();
   if (host.availableBytes == 0 || weights + state <= static_cast<double>(host.availableBytes)) return;
   RP_THROW(InputError,
@@ -80,7 +84,7 @@ Trainer::Trainer(config::RunConfig config) : config_(std::move(config)), dtype_(
   } else {
     trainable_ = model_->hfParameters();
   }
-  adamw_ = std::make_unique<optim::AdamW>(run::adamwConfigFor(c), optim::bestAdamWKernel());
+  adamw_ = std::make_unique<optim::AdamW>(run::adamwConfigFor(c), optim::bestAdamWKernel(), optim::bestAdamW8Kernel());
   optimThreads_ = parallel::optimizerThreads(static_cast<int>(c.optim.threads), 1);
   adamw_->setThreads(optimThreads_);
   // bf16/fp16: the kernel writes the rounded model copy (the parameter itself) in the same pass.

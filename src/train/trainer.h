@@ -21,6 +21,7 @@
 #include "optim/lr_schedule.h"
 #include "run/checkpointing.h"
 #include "run/loop.h"
+#include "run/moments.h"
 #include "trace/metrics.h"
 
 namespace rp::train {
@@ -96,7 +97,10 @@ class Trainer : public run::Executor {
   std::vector<trace::StepMetrics> finished_;  // steps run since the loop last asked
 
   // The tensors of the state, by checkpoint kind (trainer_state.cpp).
-  std::vector<checkpoint::Slice> stateSlices() const;
+  // The masters and the moments (run/moments.h); a restore passes the checkpoint's manifest, whose moments in the
+  // other width moments_ converts once read.
+  std::vector<checkpoint::Slice> stateSlices(const checkpoint::Manifest* saved = nullptr) const;
+  mutable run::MomentSlices moments_;
   void restore(const run::Resume& resume);
 };
 

@@ -18,17 +18,14 @@ bool hasWeights(const checkpoint::Manifest& m, const std::string& tensor) {
 
 }  // namespace
 
-std::vector<checkpoint::Slice> Trainer::stateSlices() const {
+std::vector<checkpoint::Slice> Trainer::stateSlices(const checkpoint::Manifest* saved) const {
   std::vector<checkpoint::Slice> out;
   for (std::size_t i = 0; i < trainable_.size(); ++i) {
     const auto& [name, param] = trainable_[i];
     const auto shape = param.sizes().vec();
     const std::int64_t n = param.numel();
     out.push_back({checkpoint::Kind::kMaster, name, shape, 0, n, masters_[i].data_ptr<float>()});
-    out.push_back({checkpoint::Kind::kExpAvg, name, shape, 0, n, adamw_->expAvg(i).data()});
-    out.push_back({checkpoint::Kind::kExpAvgSq, name, shape, 0, n, adamw_->expAvgSq(i).data()});
-    if (config_.optim.amsgrad)
-      out.push_back({checkpoint::Kind::kMaxExpAvgSq, name, shape, 0, n, adamw_->maxExpAvgSq(i).data()});
+    moments_.add(*adamw_, i, name, shape, 0, static_cast<std::size_t>(n), saved, out);
   }
   return out;
 }
@@ -37,17 +34,15 @@ std::optional<checkpoint::SaveJob> Trainer::snapshot(std::int64_t step) {
   checkpoint::SaveJob job;
   job.step = step;
   for (const auto& s : stateSlices()) {
-    checkpoint::StagedSlice staged{s, std::vector<float>(s.data, s.data + s.count)};
-    staged.slice.data = nullptr;
-    job.slices.push_back(std::move(staged));
+    job.slices.push_back(checkpoint::stage(s));
   }
   // Model-dtype weights differ from the masters only in bf16/fp16 runs (rounded copies): saved then.
   if (dtype_ != torch::kFloat) {
     torch::NoGradGuard noGrad;
     for (const auto& [name, param] : trainable_) {
       const torch::Tensor f = param.detach().to(torch::kFloat).contiguous();
-      job.slices.push_back({{checkpoint::Kind::kWeights, name, param.sizes().vec(), 0, param.numel(), nullptr},
-                            std::vector<float>(f.data_ptr<float>(), f.data_ptr<float>() + f.numel())});
+      job.slices.push_back(checkpoint::stage(
+          {checkpoint::Kind::kWeights, name, param.sizes().vec(), 0, param.numel(), f.data_ptr<float>()}));
     }
   }
   job.manifest = run::describeRun(config_, identity_);
@@ -68,7 +63,8 @@ std::optional<checkpoint::SaveJob> Trainer::snapshot(std::int64_t step) {
 }
 
 void Trainer::restore(const run::Resume& r) {
-  checkpoint::readSlices(r.dir, r.manifest, stateSlices());
+  checkpoint::readSlices(r.dir, r.manifest, stateSlices(&r.manifest));
+  moments_.finish();
   torch::NoGradGuard noGrad;
   for (std::size_t i = 0; i < trainable_.size(); ++i) {
     auto& [name, param] = trainable_[i];

@@ -7,14 +7,16 @@
 #  2. async mode resumes bitwise (the saved one-step-stale weights); so do async bfloat16, staleness 3 in
 #     bfloat16 (three saved weight versions), float16 with its loss scaler, LoRA and, with $RP_GOLDEN_DIR, the
 #     generated Qwen3 (full and LoRA) and Qwen3-MoE (async, with the load-balancing loss);
+#  2b. 8-bit AdamW states (bfloat16, split masters beside them) resume bitwise; with RP_CHECKPOINT_LONG=1 they
+#     reshard 2 -> 3, and a float32 checkpoint resumes with them (the moments quantized as they load, in a warning);
 #  3. kill -9 of a rank at each point of a save: the next start resumes from the previous checkpoint (or the
 #     newer complete one), never from a partial one, and removes the partial directory;
 #  4. SIGUSR1 to mpirun: the run saves at the next step boundary and exits with code 3;
 #  5. roundpipe_export of the newest checkpoint (bf16), and its error for --adapter on a full fine-tune.
 # The generated MoE models' resumes (2.), SIGTERM to mpirun (4c., steps of ~2 s), and the second of each pair
 # of like cases (resharded resumes across 1 <-> 2 nodes, staleness 3 resumed with 1, float16's loss scaler, Qwen3
-# LoRA, kills at the manifest and the rename) run only with RP_CHECKPOINT_LONG=1 (mpi.checkpoint_resume_long, in
-# scripts/test.sh --all): ~1.5 minutes of the default suite, which holds to 25 on a fresh machine.
+# LoRA, kills at the manifest and the rename, the 8-bit reshard and conversion) run only with RP_CHECKPOINT_LONG=1
+# (mpi.checkpoint_resume_long, in scripts/test.sh --all): ~1.5 minutes of the default suite, which holds to 25 on a fresh machine.
 # Usage: checkpoint_resume.sh <roundpipe_train> <fixtures dir> <mpiexec> [mpiexec flags...]
 set -uo pipefail
 train="$1"; fixtures="$2"; shift 2
@@ -110,6 +112,28 @@ run "$work/a2" 2 --set optim.mode=async || fail "the async run failed"
 run "$work/ra2" 2 --set optim.mode=async --resume "$work/a2/checkpoints/step-00000003" || fail "async resume failed"
 same_losses "$work/a2" "$work/ra2" 4 0
 same_state "$work/a2" "$work/ra2"
+
+# 8-bit states (docs/optimizer.md, "8-bit states"), bfloat16 sync (split masters beside them): bitwise on the
+# same workers, their codes and absmax in the shards; (long) resharded 2 -> 3 within 1e-6 (every rank's part whole
+# blocks: the tensor's own); and the 4-worker float32 checkpoint resumed with 8-bit states, its moments quantized
+# as they load, with a warning (Note [Moments across widths]).
+q8=(--set optim.mode=sync --set optim.state_bits=8 --set model.dtype=bfloat16)
+resumes_bitwise q8 2 "8-bit states" "${q8[@]}"
+python3 - "$work/q8/checkpoints/step-00000003/manifest.json" <<'PY' || fail "the 8-bit checkpoint lacks codes or absmax"
+import json, sys
+kinds = {t["kind"] for t in json.load(open(sys.argv[1]))["tensors"]}
+assert {"exp_avg_q8", "exp_avg_sq_q8", "exp_avg_absmax", "exp_avg_sq_absmax", "exp_avg"} <= kinds, kinds
+PY
+if [[ $long == 1 ]]; then  # the slices' arithmetic of both is unit.MomentSlices'
+  run "$work/q8to3" 3 "${q8[@]}" --resume "$work/q8/checkpoints/step-00000003" ||
+    { tail -20 "$work/q8to3.log"; fail "resuming the 8-bit checkpoint on 3 workers failed"; }
+  same_losses "$work/q8" "$work/q8to3" 4 1e-6
+  run "$work/w4to8" 2 --set optim.mode=sync --set optim.state_bits=8 --resume "$work/w4/checkpoints/step-00000003" ||
+    { tail -20 "$work/w4to8.log"; fail "resuming the float32 checkpoint with 8-bit states failed"; }
+  grep -q "optim.state_bits was 32 in the checkpoint's run, now 8: the moments are converted" "$work/w4to8.log" ||
+    { tail -20 "$work/w4to8.log"; fail "w4to8 did not say its moments are converted"; }
+  same_losses "$work/w4" "$work/w4to8" 4 1e-2
+fi
 
 # Bounded staleness in bfloat16: optim.staleness = 3 keeps three weight versions; the checkpoint holds the
 # weights of the next three iterations (/weights/<name>, <name>@+1, <name>@+2) and resumes bitwise. Resumed

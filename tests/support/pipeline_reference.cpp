@@ -54,7 +54,7 @@ Reference delayedUpdateReference(const config::RunConfig& config) {
   std::vector<torch::Tensor> masters;
   optim::AdamW adamw(run::adamwConfigFor(config));
   for (std::size_t i = 0; i < trainer.trainable().size(); ++i) {
-    masters.push_back(trainer.trainable()[i].second.detach().clone());
+    masters.push_back(trainer.masters()[i].detach().clone());  // float32, for a bf16/fp16 model too
     adamw.add(trainer.trainable()[i].first, masters.back().data_ptr<float>(), trainer.gradSlots()[i].data_ptr<float>(),
               static_cast<std::size_t>(masters.back().numel()));
   }

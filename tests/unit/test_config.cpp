@@ -77,6 +77,12 @@ TEST(RunConfig, WrongTypesAndValues) {
   EXPECT_NE(errorOf(kMinimal, {"optim.beta2=1.0"}).find("optim.beta2 = 1: must be in [0, 1)"), std::string::npos)
       << errorOf(kMinimal, {"optim.beta2=1.0"});
   EXPECT_NE(errorOf(kMinimal, {"train.seq_len"}).find("--set 'train.seq_len': expected key=value"), std::string::npos);
+  EXPECT_NE(errorOf(kMinimal, {"optim.state_bits=4"}).find("optim.state_bits = 4: expected 32 or 8"), std::string::npos)
+      << errorOf(kMinimal, {"optim.state_bits=4"});
+  EXPECT_NE(errorOf(kMinimal, {"optim.state_bits=8", "optim.amsgrad=true"})
+                .find("optim.amsgrad needs 32-bit states (optim.state_bits = 32)"),
+            std::string::npos)
+      << errorOf(kMinimal, {"optim.state_bits=8", "optim.amsgrad=true"});
 }
 
 // optim.mode alone gives staleness 0 or 1; optim.staleness alone decides the mode; both must agree, unless a

@@ -88,7 +88,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"full", {}}, Case{"lora_dropout", {"lora.rank=4", "lora.dropout=0.1"}},
                       // The NF4 base is rebuilt from model.path on resume: the same bytes.
                       Case{"qlora", {"lora.rank=4", "lora.base_dtype=nf4", "lora.double_quant=true"}},
-                      Case{"bf16", {"model.dtype=bfloat16"}}, Case{"fp16", {"model.dtype=float16"}}),
+                      Case{"bf16", {"model.dtype=bfloat16"}}, Case{"fp16", {"model.dtype=float16"}},
+                      // 8-bit moments: their codes and absmax in the checkpoint (docs/checkpoint-format.md).
+                      Case{"eight_bit", {"optim.state_bits=8"}}),
     [](const auto& info) { return std::string(info.param.name); });
 
 class ResumeErrors : public ResumeTest {};
