@@ -20,7 +20,8 @@
 # Environment: RP_EMU_PROFILE (default rtx4090x8), RP_EMU_MODES (default "sync async"), RP_EMU_STEPS (default 8),
 # RP_EMU_HOST_TRAFFIC=1 (copies touch the host memory a DMA would), RP_EMU_PLAN (pipeline.plan, default auto:
 # the planner's), RP_EMU_WAITS (pipeline.emulated_waits: block, the default, or spin), RP_EMU_PINNED=0 (host
-# memory left pageable: pipeline.emulated_pinned = false), RP_EMU_SPLIT_MASTER=false (float32 masters of their own), RP_EMU_KEEP=<dir> (keep the runs' outputs there),
+# memory left pageable: pipeline.emulated_pinned = false), RP_EMU_SPLIT_MASTER=false (float32 masters of their own),
+# RP_EMU_STATE_BITS=8 (8-bit AdamW moments: optim.state_bits), RP_EMU_KEEP=<dir> (keep the runs' outputs there),
 # RP_BUILD_DIR (default build).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -33,6 +34,7 @@ plan_setting="${RP_EMU_PLAN:-auto}"
 waits="${RP_EMU_WAITS:-block}"
 pinned="$([[ "${RP_EMU_PINNED:-1}" == 0 ]] && echo false || echo true)"
 split_master="${RP_EMU_SPLIT_MASTER:-true}"
+state_bits="${RP_EMU_STATE_BITS:-32}"
 workers=("$@")
 ((${#workers[@]})) || workers=(1 2)
 model="$root/benchmarks/configs/qwen3-0.6b"
@@ -60,7 +62,7 @@ for w in "${workers[@]}"; do
       --set data.path=/usr/share/games/fortunes/literature,/usr/share/games/fortunes/wisdom \
       --set data.format=text --set data.sample_by=document --set train.seq_len=4096 --set train.global_batch=8 --set train.microbatches=8 \
       --set "train.max_steps=$steps" --set "optim.mode=$mode" --set pipeline.backend=emulated \
-      --set "pipeline.plan=$plan_setting" --set "pipeline.emulated_waits=$waits" --set "optim.split_master=$split_master" --set "pipeline.emulated_pinned=$pinned" \
+      --set "pipeline.plan=$plan_setting" --set "pipeline.emulated_waits=$waits" --set "optim.split_master=$split_master" --set "optim.state_bits=$state_bits" --set "pipeline.emulated_pinned=$pinned" \
       --set "pipeline.emulated_profile=$profile" --set "pipeline.emulated_host_traffic=$([[ $traffic == 1 ]] && echo true || echo false)" \
       --set checkpoint.at_end=false --set output.sample_prompt= --set output.log_every=1 \
       --set "output.dir=$dir" >"$dir.log" 2>&1 || { tail -20 "$dir.log"; exit 1; }

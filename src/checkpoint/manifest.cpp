@@ -155,8 +155,9 @@ void readSlices(const std::filesystem::path& dir, const Manifest& m, const std::
       if (r.tensor != w.tensor || r.kind != w.kind) continue;
       known = true;
       if (r.shape != w.shape) {
-        RP_THROW(InputError, "{}: tensor '{}' has shape [{}] in the checkpoint, the model has [{}]",
-                 (dir / "manifest.json").string(), w.tensor, fmt::join(r.shape, ", "), fmt::join(w.shape, ", "));
+        RP_THROW(InputError, "{}: tensor '{}' ({}) has shape [{}] in the checkpoint, the model has [{}]",
+                 (dir / "manifest.json").string(), w.tensor, kindName(w.kind), fmt::join(r.shape, ", "),
+                 fmt::join(w.shape, ", "));
       }
       const std::int64_t a = std::max(r.offset, w.offset), b = std::min(r.offset + r.count, w.offset + w.count);
       if (a >= b) continue;

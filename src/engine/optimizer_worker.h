@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -129,12 +130,12 @@ class OptimizerWorker {
   // the release). Only while the thread is idle (every enqueued step waited for). Sharded across nodes, a save takes
   // the shard of everything (the nodes together write each element once) and a restore the whole slice of the
   // masters and weights (every node holds them whole) and the shard of the moments. The moments are float32 or
-  // 8-bit codes and absmax (run/moments.h); a restore from `saved` in the other width stages them, and
-  // restoreStagedWeights() converts them (returning how many tensors it converted).
+  // 8-bit codes and absmax (run/moments.h); moments `saved` holds in the other width are left out, and
+  // restoreStagedWeights() reads and converts them from checkpoint `dir`.
   enum class Purpose { kSave, kRestore };
   std::vector<checkpoint::Slice> stateSlices(std::int64_t steps, bool withWeights, Purpose purpose,
                                              const checkpoint::Manifest* saved = nullptr);
-  std::size_t restoreStagedWeights();
+  void restoreStagedWeights(const std::filesystem::path& dir, const checkpoint::Manifest& saved);
   void releaseStagedWeights();
   // Split masters (Note [Split master]): where this rank's slices have their tie bits set, as (tensor index,
   // element of the tensor). Only while the thread is idle.

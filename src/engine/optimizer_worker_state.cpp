@@ -74,7 +74,9 @@ std::size_t OptimizerWorker::stateBytes() const {
   return bytes;
 }
 
-std::size_t OptimizerWorker::restoreStagedWeights() {
+void OptimizerWorker::restoreStagedWeights(const std::filesystem::path& dir, const checkpoint::Manifest& saved) {
+  // The moments first: a split master's tie bits ride in the float32 v a conversion writes (Note [Split master]).
+  moments_.convert(dir, saved);
   for (const auto& staged : stagedWeights_) {
     narrowInto(tensors_[staged.tensor].weights[static_cast<std::size_t>(staged.version)] +
                    staged.begin * c10::elementSize(options_.dtype),
@@ -83,7 +85,6 @@ std::size_t OptimizerWorker::restoreStagedWeights() {
   stagedWeights_.clear();
   for (const auto& [param, values] : stagedMasters_) adamw_.writeMaster(param, values.data());
   stagedMasters_.clear();
-  return moments_.finish();
 }
 
 void OptimizerWorker::releaseStagedWeights() {

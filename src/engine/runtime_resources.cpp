@@ -136,7 +136,7 @@ void PipelineRuntime::checkHostMemory(double storeBytes) {
   RP_THROW(InputError,
            "node {} ({}): this run needs {:.2f} GB of host memory — the node store {:.2f} GB (weights, gradient slots, "
            "masters of {:.0f}M trainable parameters) and the optimizer {:.2f} GB (float32 gradients and "
-           "moments) — but {} leaves {:.2f} GB: {}lower optim.staleness, or use a node with more memory "
+           "AdamW moments) — but {} leaves {:.2f} GB: {}lower optim.staleness, or use a node with more memory "
            "(docs/training.md, \"Host memory\")",
            id_.node, id_.hostname, need / 1e9, storeBytes / 1e9, trainable / 1e6, optimizer / 1e9, host.source,
            static_cast<double>(host.availableBytes) / 1e9, run::smallerModelHint(config_));

@@ -102,7 +102,7 @@ void PipelineRuntime::restore(const run::Resume& r) {
   checkpoint::readSlices(
       r.dir, r.manifest,
       optimizer_->stateSlices(r.manifest.step, withWeights, OptimizerWorker::Purpose::kRestore, &r.manifest));
-  optimizer_->restoreStagedWeights();
+  optimizer_->restoreStagedWeights(r.dir, r.manifest);
   if (!withWeights) optimizer_->publishMasters();
   const json& t = r.manifest.training;
   try {

@@ -181,6 +181,7 @@ std::size_t AdamW::add(std::string name, float* param, const float* grad, std::s
   const bool decay = optim::decays(name, config_.noDecay);
   const bool eightBit = config_.stateBits == 8 && eightBitStates(name, tensorNumel != 0 ? tensorNumel : n);
   Param p{std::move(name), param, grad, n, {}, {}, {}, {}, {}, {}, {}, modelCopy, copy, decay};
+  p.eightBit = eightBit;
   if (eightBit) {
     p.codesM = parallel::ZeroedBytes(n, threads_);
     p.codesV = parallel::ZeroedBytes(n, threads_);
@@ -300,7 +301,7 @@ void AdamW::update(const Step& step, const std::vector<std::size_t>& params) {
     for (const std::size_t i : params) {
       Param& p = params_[i];
       const AdamWStepScalars& scalars = p.decay ? step.decayed : step.plain;
-      if (!p.codesM.empty()) {  // 8-bit moments: parts of whole blocks (Note [8-bit states])
+      if (p.eightBit) {  // 8-bit moments: parts of whole blocks (Note [8-bit states])
         const auto [begin, end] = parallel::partOf(p.n, part, parts, q8::kBlock);
         if (begin < end) kernel8_(scalars, slice8(p, begin, end));
         continue;

@@ -186,7 +186,7 @@ class AdamW {
   std::size_t addSplit(std::string name, std::uint16_t* weights, std::uint16_t* low, const float* grad, std::size_t n,
                        std::size_t tensorNumel = 0);
   bool split(std::size_t i) const { return params_[i].masterLow != nullptr; }
-  bool eightBit(std::size_t i) const { return !params_[i].codesM.empty(); }
+  bool eightBit(std::size_t i) const { return params_[i].eightBit; }
   // Split masters, for checkpoints, while no step runs (each on the optimizer's threads): the float32 masters of
   // parameter i into `out`; and from `in`, into its weights, low words and tie bits.
   void readMaster(std::size_t i, float* out) const;
@@ -249,6 +249,7 @@ class AdamW {
     ModelCopy copy;
     bool decay;
     std::uint16_t* masterLow = nullptr;  // a split master (param null)
+    bool eightBit = false;               // of the whole tensor, so an empty part of it too (Note [8-bit states])
   };
   AdamWSlice slice(Param& p, std::size_t begin, std::size_t end);
   AdamW8Slice slice8(Param& p, std::size_t begin, std::size_t end);

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -19,23 +20,22 @@ class MomentSlices {
  public:
   // Appends the slices of AdamW parameter `param`'s moments to `out`: it holds elements [begin, end) of tensor
   // `name` of `shape` (an 8-bit parameter's `begin` a multiple of optim::q8::kBlock). With `saved` (a restore),
-  // a tensor whose moments the checkpoint holds in the other width reads them into staging, which finish() converts.
+  // a tensor whose moments the checkpoint holds in the other width is left to convert() instead.
   void add(optim::AdamW& adamw, std::size_t param, const std::string& name, const std::vector<std::int64_t>& shape,
            std::size_t begin, std::size_t end, const checkpoint::Manifest* saved, std::vector<checkpoint::Slice>& out);
-  // After checkpoint::readSlices: the staged moments into the optimizer's width; how many tensors were converted.
-  std::size_t finish();
+  // After checkpoint::readSlices of the others: the moments add() left, read from checkpoint `dir` (`saved` its
+  // manifest) a chunk at a time into the optimizer's width; how many parts were converted.
+  std::size_t convert(const std::filesystem::path& dir, const checkpoint::Manifest& saved);
 
  private:
-  struct Staged {
+  struct Pending {
     optim::AdamW* adamw;
-    std::size_t param, n;
-    std::size_t skip = 0;  // dequantizing: the elements of the first block before the part
-    bool toEightBit;       // float32 read, quantized; else codes and absmax read, dequantized
-    std::vector<float> m, v;
-    std::vector<std::uint8_t> codesM, codesV;
-    std::vector<float> absmaxM, absmaxV;
+    std::size_t param;
+    std::string name;
+    std::vector<std::int64_t> shape;
+    std::size_t begin, end;
   };
-  std::vector<Staged> staged_;
+  std::vector<Pending> pending_;
 };
 
 // Whether `saved` holds tensor `name`'s moments as 8-bit codes (else as float32, or not at all).

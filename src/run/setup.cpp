@@ -51,7 +51,10 @@ std::shared_ptr<model::CausalLM> loadModelFor(const config::RunConfig& c, torch:
 }
 
 std::string smallerModelHint(const config::RunConfig& c) {
-  if (c.lora.rank == 0) return "train LoRA (lora.rank), ";
+  if (c.lora.rank == 0) {
+    return c.optim.stateBits == 8 ? "train LoRA (lora.rank), "
+                                  : "keep 8-bit AdamW moments (optim.state_bits = 8), train LoRA (lora.rank), ";
+  }
   return c.lora.nf4Base ? "" : "store the frozen base in 4 bits (lora.base_dtype = \"nf4\"), ";
 }
 

@@ -38,8 +38,9 @@ void checkActivationMemory(const config::RunConfig& config, const model::ModelCo
 std::shared_ptr<model::CausalLM> loadModelFor(const config::RunConfig& config, torch::ScalarType dtype);
 // The same into the parameters of an existing model (bound to memory; the pipeline: the node store).
 void initModelFor(const config::RunConfig& config, model::CausalLM& model);
-// What would shrink the model's host memory, for the host-memory errors: "train LoRA (lora.rank), ", "store the
-// frozen base in 4 bits (lora.base_dtype = \"nf4\"), " or nothing.
+// What would shrink the model's host memory, for the host-memory errors: 8-bit moments (optim.state_bits) where
+// they are 32-bit, and "train LoRA (lora.rank), " in a full fine-tune; "store the frozen base in 4 bits
+// (lora.base_dtype = \"nf4\"), " in a bf16-base LoRA run; or nothing.
 std::string smallerModelHint(const config::RunConfig& config);
 // The run's lora.* keys as the model's LoRA settings.
 model::LoraConfig loraConfigFor(const config::RunConfig& config);

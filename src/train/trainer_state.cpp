@@ -64,7 +64,7 @@ std::optional<checkpoint::SaveJob> Trainer::snapshot(std::int64_t step) {
 
 void Trainer::restore(const run::Resume& r) {
   checkpoint::readSlices(r.dir, r.manifest, stateSlices(&r.manifest));
-  moments_.finish();
+  moments_.convert(r.dir, r.manifest);
   torch::NoGradGuard noGrad;
   for (std::size_t i = 0; i < trainable_.size(); ++i) {
     auto& [name, param] = trainable_[i];

@@ -63,7 +63,7 @@ struct Parts {
       moments.add(adamw, i, "w", kShape, ranges[i].first, ranges[i].second, &m, slices);
     }
     checkpoint::readSlices(dir, m, slices);
-    return moments.finish();
+    return moments.convert(dir, m);
   }
 };
 

@@ -3,7 +3,7 @@
 // run whose masters are its weights, train bitwise as the runs with masters of their own — losses, grad norms,
 // and every master and moment their checkpoints hold — at W = 1..3 workers, with a node store
 // 2 (4) bytes a trainable parameter smaller; and a checkpoint of either layout resumes in the other and ends where
-// the uninterrupted run does, bit for bit.
+// the uninterrupted run does, bit for bit; split masters resumed from 8-bit moments keep their tie bits.
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -100,6 +100,38 @@ INSTANTIATE_TEST_SUITE_P(Workers, SplitMaster,
                          [](const auto& info) {
                            return fmt::format("{}_W{}", std::get<0>(info.param), std::get<1>(info.param));
                          });
+
+// A checkpoint of 8-bit moments (docs/optimizer.md, "8-bit states") with float32 masters of their own, resumed in
+// a bfloat16 run with float32 moments: split masters take their tie bits with the converted moments (Note
+// [Moments across widths]), and the run ends bit for bit where the same resume with masters of its own does.
+TEST(SplitMasterResume, FromEightBitMomentsKeepsTheTieBits) {
+  const auto fixtures = test::fixturesDir();
+  RP_SKIP_UNLESS(fixtures, "shared fixtures");
+  const std::string model = *fixtures + "/models/tinystories-656k", scratch = test::scratchDir();
+  const auto run = [&](const std::string& out, std::vector<std::string> extra) {
+    std::vector<std::string> sets = test::equivalenceSettings(model, model, *fixtures, scratch + "/" + out);
+    sets.insert(sets.end(), {"model.dtype=bfloat16", "checkpoint.every=10", "checkpoint.keep=0"});
+    sets.insert(sets.end(), extra.begin(), extra.end());
+    return test::runOnThreads(config::loadRunConfig("", sets), 2, TensorPlane::kHostStaged, {});
+  };
+  run("q8", {"train.max_steps=10", "optim.state_bits=8", "optim.split_master=false"});
+  const std::string from = "checkpoint.resume=" + scratch + "/q8/checkpoints/step-00000010";
+  int ties = 0;  // masters at a bfloat16 tie: the elements whose tie bit the split must keep
+  for (const auto& [key, bits] : stateOf(scratch + "/q8/checkpoints/step-00000010")) {
+    if (key.rfind("master/", 0) != 0) continue;
+    for (const std::uint32_t b : bits) ties += (b & 0xffffu) == 0x8000u ? 1 : 0;
+  }
+  ASSERT_GT(ties, 0) << "no master of the checkpoint is at a tie, so nothing here could fail";
+  const test::ThreadRun own = run("own", {"train.max_steps=20", "optim.split_master=false", from}),
+                        split = run("split", {"train.max_steps=20", "optim.split_master=true", from});
+  ASSERT_EQ(own.metrics.size(), 10u);
+  ASSERT_EQ(split.metrics.size(), 10u);
+  for (std::size_t i = 0; i < 10; ++i) EXPECT_EQ(split.metrics[i].loss, own.metrics[i].loss) << "step " << i + 11;
+  const auto a = stateOf(scratch + "/own/checkpoints/step-00000020"),
+             b = stateOf(scratch + "/split/checkpoints/step-00000020");
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [key, bits] : a) EXPECT_TRUE(b.at(key) == bits) << key << " differs";
+}
 
 }  // namespace
 }  // namespace rp::engine
