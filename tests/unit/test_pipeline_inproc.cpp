@@ -99,10 +99,18 @@ const std::vector<Case>& matrixCases() {
       Case{"olmo2_bf16", {"model.dtype=bfloat16"}, 0, {}, false, true, "olmo2"},
       Case{"glm4_async_lora", {"lora.rank=4"}, 1, {}, false, true, "glm4"},
       // 8-bit AdamW states (docs/optimizer.md, "8-bit states"): every rank's part of a tensor whole blocks, so
-      // the pipeline's update is the trainer's; bfloat16 adds split masters (Note [8-bit split master]).
+      // the pipeline's update is the trainer's; bfloat16 adds split masters (Note [8-bit split master]); the
+      // MoE experts' fused tensors (4 x 128 x 128, 4 x 64 x 128) and rank-32 adapters (32 x 128) are 8-bit too.
       Case{"eight_bit", {"optim.state_bits=8"}, 0, kEightBit},
-      Case{"bf16_eight_bit_async", {"model.dtype=bfloat16", "optim.state_bits=8"}, 1, kEightBit, false, true},
-      Case{"bf16_eight_bit", {"model.dtype=bfloat16", "optim.state_bits=8"}, 0, kEightBit, false, true}};
+      Case{"moe_bf16_eight_bit_async",
+           {"model.dtype=bfloat16", "optim.state_bits=8"},
+           1,
+           kEightBit,
+           false,
+           true,
+           "qwen3_moe_aux"},
+      Case{"bf16_eight_bit", {"model.dtype=bfloat16", "optim.state_bits=8"}, 0, kEightBit, false, true},
+      Case{"eight_bit_lora", {"optim.state_bits=8", "lora.rank=32"}, 0, kEightBit, false, true}};
   return cases;
 }
 constexpr TensorPlane kPlanes[] = {TensorPlane::kHostStaged, TensorPlane::kInProcess, TensorPlane::kDirect,
