@@ -252,9 +252,80 @@ def chat_template_goldens(fixtures, out):
         json.dump(result, f, ensure_ascii=False, indent=1)
 
 
+# Each family's chat templates among the fixtures on a tokenizer of the family's kind, where its real tokenizer.json is
+# not among them: (name, the kind, its special tokens, added tokens that are not special, bos, eos, unk, the
+# templates' file-name prefixes). Kinds: byte-level BPE with Llama-3's split (Llama 3, the R1 distills, Mistral's
+# Tekken, Phi-4's tiktoken-style), SentencePiece-style BPE with byte fallback whose spaces are replaced by U+2581
+# without a prefix (Gemma), and the Metaspace pre-tokenizer with a prefix (Mistral's v3 SentencePiece).
+FAMILY_CHAT_TOKENIZERS = [
+    ("llama3", "byte-level", ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
+                              "<|eot_id|>", "<|eom_id|>", "<|python_tag|>"], [],
+     "<|begin_of_text|>", "<|eot_id|>", None, ["meta-llama-Llama-3."]),
+    ("deepseek-r1", "byte-level", ["<\uff5cbegin\u2581of\u2581sentence\uff5c>", "<\uff5cend\u2581of\u2581sentence\uff5c>",
+                                   "<\uff5cUser\uff5c>", "<\uff5cAssistant\uff5c>"] + [
+        f"<\uff5ctool\u2581{t}\uff5c>" for t in ("calls\u2581begin", "calls\u2581end", "call\u2581begin", "call\u2581end",
+                                             "outputs\u2581begin", "outputs\u2581end", "output\u2581begin",
+                                             "output\u2581end", "sep")], ["<think>", "</think>"],
+     "<\uff5cbegin\u2581of\u2581sentence\uff5c>", "<\uff5cend\u2581of\u2581sentence\uff5c>", None,
+     ["deepseek-ai-DeepSeek-R1-Distill-"]),
+    ("gemma", "sentencepiece", ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>",
+                                "<start_of_image>"], [], "<bos>", "<eos>", "<unk>", ["google-gemma-"]),
+    ("mistral-spm", "metaspace", ["<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]",
+                                  "[/AVAILABLE_TOOLS]", "[TOOL_RESULTS]", "[/TOOL_RESULTS]"], [],
+     "<s>", "</s>", "<unk>", ["mistralai-mistral-common-v3_spm"]),
+    ("mistral-tekken", "byte-level", ["<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]",
+                                      "[/AVAILABLE_TOOLS]", "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[TOOL_CALLS]", "[IMG]",
+                                      "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[TOOL_CONTENT]", "[ARGS]", "[CALL_ID]"], [],
+     "<s>", "</s>", "<unk>", ["mistralai-Mistral-Nemo", "mistralai-Mistral-Small", "mistralai-mistral-common-v7",
+                              "mistralai-mistral-common-v11"]),
+    ("phi-4", "byte-level", ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|im_sep|>"], [],
+     "<|endoftext|>", "<|im_end|>", None, ["microsoft-phi-4"]),
+    ("phi-4-mini", "byte-level", ["<|endoftext|>", "<|assistant|>", "<|end|>", "<|user|>", "<|system|>", "<|tool|>",
+                                  "<|/tool|>"], [], "<|endoftext|>", "<|endoftext|>", "<|endoftext|>",
+     ["microsoft-Phi-4-mini"]),
+]
+
+
+def family_chat_tokenizer(fixtures, directory, kind, specials, added, bos, eos, unk):
+    """A tokenizer of `kind` trained by HF tokenizers on tiny-shakespeare with the family's special tokens, saved with
+    a tokenizer_config.json naming its bos/eos/unk, as a model directory has them."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    if kind == "byte-level":
+        tok = Tokenizer(models.BPE(ignore_merges=True))
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=1200, special_tokens=specials,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    else:
+        tok = Tokenizer(models.BPE(byte_fallback=True, unk_token=unk, fuse_unk=True))
+        if kind == "sentencepiece":  # Gemma: spaces replaced, no prefix, no pre-tokenizer
+            tok.normalizer = normalizers.Replace(" ", "\u2581")
+            tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
+        else:
+            tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=True)
+            tok.decoder = decoders.Sequence([decoders.ByteFallback(),
+                                             decoders.Metaspace(replacement="\u2581", prepend_scheme="first")])
+        trainer = trainers.BpeTrainer(vocab_size=1400, special_tokens=specials + [f"<0x{b:02X}>" for b in range(256)],
+                                      show_progress=False)
+    tok.train([os.path.join(fixtures, "text", "tinyshakespeare.txt")], trainer)
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in added])
+    os.makedirs(directory, exist_ok=True)
+    tok.save(os.path.join(directory, "tokenizer.json"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": bos, "eos_token": eos,
+              "clean_up_tokenization_spaces": False, "model_max_length": 131072}
+    if unk:
+        config["unk_token"] = unk
+    with open(os.path.join(directory, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, ensure_ascii=False, indent=1)
+
+
 def chat_token_goldens(fixtures, out):
-    """The ids transformers' apply_chat_template(tokenize=True) gives for every real chat template among the fixtures
-    on the real Qwen3 and Phi-3 tokenizers (each with its own tokenizer_config.json), or the error it raised."""
+    """The ids transformers' apply_chat_template(tokenize=True) gives, or the error it raised: every real chat
+    template among the fixtures on the real Qwen3 and Phi-3 tokenizers (each with its own tokenizer_config.json), and
+    each family's own templates on a tokenizer of its kind (FAMILY_CHAT_TOKENIZERS)."""
     from transformers import AutoTokenizer
 
     templates_dir = os.path.join(fixtures, "chat-templates")
@@ -266,14 +337,21 @@ def chat_token_goldens(fixtures, out):
         if file.endswith(".jinja"):
             with open(os.path.join(templates_dir, file), encoding="utf-8") as f:
                 templates[file] = f.read()
+    tokenizers = [(name, os.path.join(fixtures, "tokenizers", directory), list(templates))
+                  for name, directory in (("qwen3", "qwen3"), ("phi-3", "phi-3-mini-4k-instruct"))]
+    if os.path.exists(os.path.join(fixtures, "text", "tinyshakespeare.txt")):
+        for name, kind, specials, added, bos, eos, unk, prefixes in FAMILY_CHAT_TOKENIZERS:
+            path = os.path.abspath(os.path.join(out, "tokenizers", "chat", name))
+            family_chat_tokenizer(fixtures, path, kind, specials, added, bos, eos, unk)
+            tokenizers.append((name, path, [f for f in templates if any(f.startswith(p) for p in prefixes)]))
     result = {}
-    for name, directory in (("qwen3", "qwen3"), ("phi-3", "phi-3-mini-4k-instruct")):
-        path = os.path.join(fixtures, "tokenizers", directory)
+    for name, path, files in tokenizers:
         if not os.path.exists(os.path.join(path, "tokenizer.json")):
             continue
         tok = AutoTokenizer.from_pretrained(path)
         per_template = {}
-        for file, template in templates.items():
+        for file in files:
+            template = templates[file]
             cases = []
             for messages in CONVERSATIONS:
                 case = {"messages": messages}

@@ -40,7 +40,8 @@ Models:
                     blockwise quantization and 8-bit AdamW (q8, adamw8: scripts/goldens_optim8.py).
   tokenizers/       Hugging Face tokenizers' ids and decodes for the Qwen3, TinyStories and built-in
                     tokenizers on 3000 lines of tiny-shakespeare, the TinyStories sample and Unicode edge cases,
-                    and the chat templates' renderings and ids (scripts/goldens_text.py).
+                    and the chat templates' renderings and ids (scripts/goldens_text.py); tokenizers/chat/: a
+                    tokenizer of each family's kind with its special tokens, for its templates' ids.
 Every model directory also gets decay_names.json: the parameters Hugging Face Trainer decays
 (Trainer.get_decay_parameter_names). versions.json records the library versions used.
 """
