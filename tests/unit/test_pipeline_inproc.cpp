@@ -88,8 +88,10 @@ const std::vector<Case>& matrixCases() {
       Case{"granite_async", {}, 1, {}, false, true, "granite"},
       Case{"gemma2_lora", {"lora.rank=4"}, 0, {}, false, true, "gemma2"},
       Case{"gemma3_qlora", {"lora.rank=4", "lora.base_dtype=nf4"}, 0, {}, false, true, "gemma3"},
-      Case{"qwen3_5_lora",
-           {"lora.rank=4", "lora.targets=q,v,down,in_proj_qkv,in_proj_z,out_proj"},
+      // Qwen3.5's linear-attention projections adapted and packed in NF4 beside the full layers' (the plain
+      // LoRA export: golden.Families/ExportTest qwen3_5_lora).
+      Case{"qwen3_5_qlora",
+           {"lora.rank=4", "lora.base_dtype=nf4", "lora.targets=q,v,down,in_proj_qkv,in_proj_z,out_proj"},
            0,
            {},
            false,
