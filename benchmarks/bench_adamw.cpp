@@ -1,12 +1,13 @@
 // AdamW on the host: our kernels (scalar, AVX2, AVX-512; 1 and 2 threads; with and without the fused bf16
-// model copy, and on split masters: optim/adamw.h, Note [Split master]) in parameters/s and GB/s, beside this machine's memory bandwidth measured in the same binary
-// (a STREAM triad) and LibTorch's torch::optim::AdamW on the same sizes; then the passes of one sync bf16
-// optimizer step over the same parameters (engine/optimizer_worker.cpp: widen the bf16 gradient slots to
-// float32, sum of squares, both at once (Note [Norm while widening]), AdamW with the clip and the bf16 copy fused:
-// Note [Clipping in the update]) at 1 and 2 threads (Note [Optimizer threads]);
-// then the zeroing of a rank's optimizer state (gradients and both moments) in memory just allocated, the old
-// way and in parallel, beside zeroing memory already present (Note [Parallel first touch]). Prints three tables.
-// Usage: bench_adamw [million parameters] (default 16). DeepSpeed's CPU Adam: benchmarks/peer_deepspeed_adam.py.
+// model copy, and on split masters: optim/adamw.h, Note [Split master]) in parameters/s and GB/s, beside this machine's
+// memory bandwidth measured in the same binary (a STREAM triad) and LibTorch's torch::optim::AdamW on the same sizes;
+// then the passes of one sync bf16 optimizer step over the same parameters (engine/optimizer_worker.cpp: widen the bf16
+// gradient slots to float32, sum of squares, both at once (Note [Norm while widening]), AdamW with the clip and the
+// bf16 copy fused: Note [Clipping in the update]) at 1 and 2 threads (Note [Optimizer threads]), and the same with the
+// gradient read in place from the slot (Note [Gradients read in place]); then the zeroing of a rank's optimizer state
+// (gradients and both moments) in memory just allocated, the old way and in parallel, beside zeroing memory already
+// present (Note [Parallel first touch]). Prints three tables. Usage: bench_adamw [million parameters] (default 16).
+// DeepSpeed's CPU Adam: benchmarks/peer_deepspeed_adam.py.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -149,8 +150,9 @@ int main(int argc, char** argv) {
   std::printf(
       "| threads | widen bf16 -> fp32 | sum of squares | widen with the norm's blocks | AdamW + clip + bf16 copy | all "
       "| ns per parameter | a separate clip pass (before 2026-11-27) | AdamW + clip, split master | all, split | ns "
-      "per parameter, split |\n");
-  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+      "per parameter, split | the norm's sums from the slot | AdamW split, gradient read in place | all, in place | ns "
+      "per parameter, in place | the same, 8-bit states |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (int threads : {1, 2}) {
     const int parts = rp::parallel::partsFor(n, threads);
     const std::vector<rp::optim::GradBuffer> buffers{{grad.data(), n}};
@@ -193,9 +195,34 @@ int main(int argc, char** argv) {
     splitAdamw.addSplit("p", copy.data(), low.data(), grad.data(), n);
     const double splitUpdate = timeIt(5, [&] { splitAdamw.step(1e-3, coef); });
     const double all = widenNorm + update, allSplit = widenNorm + splitUpdate;  // as the optimizer runs them
-    std::printf("| %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f | %.1f | %.1f | %.1f | %.2f |\n", threads, widen * 1e3,
-                sum * 1e3, widenNorm * 1e3, update * 1e3, all * 1e3, all / static_cast<double>(n) * 1e9, clip * 1e3,
-                splitUpdate * 1e3, allSplit * 1e3, allSplit / static_cast<double>(n) * 1e9);
+    // Note [Gradients read in place]: the norm's block sums and the update reading the bf16 slot itself; the same
+    // with 8-bit states.
+    const rp::optim::GradIn slotGrad(slot.data(), nullptr);
+    const double slotNorm = timeIt(5, [&] {
+      rp::parallel::forEachPart(parts, [&](int part) {
+        const auto [begin, end] = rp::parallel::partOf(n, part, parts, kBlock);
+        for (std::size_t b = begin; b < end; b += kBlock) {
+          blockSums[b / kBlock] = rp::optim::blockSumOfSquares(slotGrad.from(b), std::min(kBlock, end - b));
+        }
+      });
+    });
+    double inPlace[2] = {0, 0};
+    for (const int bits : {32, 8}) {
+      rp::optim::AdamWConfig config{1e-3, 0.9, 0.999, 1e-8, 0.01, false, {}};
+      config.stateBits = bits;
+      rp::optim::AdamW a(config, rp::optim::bestAdamWKernel(), rp::optim::bestAdamW8Kernel());
+      a.setThreads(threads);
+      a.addSplit("p", copy.data(), low.data(), slotGrad, n);
+      inPlace[bits == 8 ? 1 : 0] = timeIt(5, [&] { a.step(1e-3, coef); });
+    }
+    const double allInPlace = slotNorm + inPlace[0];
+    std::printf(
+        "| %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f | %.1f | %.1f | %.1f | %.2f | %.1f | %.1f | %.1f | %.2f | %.2f "
+        "|\n",
+        threads, widen * 1e3, sum * 1e3, widenNorm * 1e3, update * 1e3, all * 1e3, all / static_cast<double>(n) * 1e9,
+        clip * 1e3, splitUpdate * 1e3, allSplit * 1e3, allSplit / static_cast<double>(n) * 1e9, slotNorm * 1e3,
+        inPlace[0] * 1e3, allInPlace * 1e3, allInPlace / static_cast<double>(n) * 1e9,
+        (slotNorm + inPlace[1]) / static_cast<double>(n) * 1e9);
   }
 
   // A rank's optimizer state for these parameters: float32 gradients and two moments. Each run allocates fresh

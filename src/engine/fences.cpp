@@ -165,6 +165,12 @@ void Fences::waitConsumedByAll(int l, std::int64_t n) const {
     wait(consumedAt(l, r), n, fmt::format("rank {}'s optimizer taking layer {}'s gradients", r, l), r);
   }
 }
+bool Fences::consumedByAll(int l, std::int64_t n) const {
+  for (int r = 0; r < ranks_; ++r) {
+    if (at(consumedAt(l, r)).load(std::memory_order_acquire) < n) return false;
+  }
+  return true;
+}
 void Fences::waitFusedDone(std::int64_t step) const {
   wait(fusedDoneAt(step), step / (versions_ + 1) + 1, fmt::format("step {}'s fused stage", step + 1));
 }

@@ -59,6 +59,7 @@ class Fences {
   // `atLeast`, not after the last one's (Note [Upload as published]).
   void forEachCopiedByAll(int begin, int end, std::int64_t atLeast, const std::function<void(int)>& each) const;
   void waitConsumedByAll(int layer, std::int64_t atLeast) const;  // every rank's slice
+  bool consumedByAll(int layer, std::int64_t atLeast) const;      // the same, without waiting
   void waitFusedDone(std::int64_t step) const;                    // iteration `step`'s fused stage finished
   void waitFusedStarted(std::int64_t step, int microbatch) const;
 

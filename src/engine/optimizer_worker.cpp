@@ -64,14 +64,32 @@ void narrowInto(std::uint8_t* dst, const float* src, std::size_t n, c10::ScalarT
 
 namespace {
 
-// One widening of a gradient slot's slice into its float32 buffer.
+// One widening of a gradient slot's slice into its float32 buffer; or, for a gradient read in place (dst null),
+// its slots' sums of squares alone: of `src` plus `added` (null: none) as GradIn reads them.
 struct Widening {
   float* dst;
   const std::uint8_t* src;
   std::size_t n;
   bool add;
   double* blockSums = nullptr;  // the tensor's last widening of the step: its blocks' sums of squares go here
+  const std::uint8_t* added = nullptr;
 };
+
+// Note [Gradients read in place]
+// The float32 gradient was 4 bytes a parameter of host memory — a fifth of a bfloat16 full fine-tune's — and a
+// pass that writes them during the backward for the update to read back. In a sync run on one node without loss
+// scaling nothing needs them: the update reads the gradient from the slots the downloads wrote, widening each
+// bfloat16 value in registers (optim::GradIn; a tied embedding's two slots added there in the widening's order,
+// the deepest use first), and the norm's block sums (Note [Norm while widening]) are taken at the tensor's last
+// layer from the same values, widened in registers too. So the update, the norm and
+// the clip are bitwise the widened path's (tests/unit/test_adamw_kernels.cpp, the LatinSquare cases). The slots
+// must then stay until the update has read them: a layer's slots are marked consumed after its update (Note
+// [Update by layer]) — or, on a skipped step, at its end — instead of after their widening. That costs no wait:
+// the next iteration's download of layer l follows its backward, which follows its forward of layer l, which
+// already waited for the same update's weights. Not where the gradients change before the update (the exchange
+// across nodes sums them, fp16 unscales them), where the next iteration writes the slots before the update
+// (async), or for slots of another shape (a float16 slot; a tensor of more uses than two, or of two in float32):
+// those keep their float32 gradient (gradientsInPlace, below).
 
 // Note [Norm while widening]
 // The global norm needs every gradient once more after its last widening: a pass that reads 4 bytes per
@@ -91,6 +109,18 @@ void widenAll(const std::vector<Widening>& work, c10::ScalarType dtype, int thre
   const std::size_t size = c10::elementSize(dtype);
   parallel::forEachPart(parts, [&](int part) {
     for (const auto& w : work) {
+      if (w.dst == nullptr) {  // read in place: the sums alone, of the values the widening would write
+        const optim::GradIn slots = dtype == c10::ScalarType::Float
+                                        ? optim::GradIn(reinterpret_cast<const float*>(w.src))
+                                        : optim::GradIn(reinterpret_cast<const std::uint16_t*>(w.src),
+                                                        reinterpret_cast<const std::uint16_t*>(w.added));
+        const auto [begin, end] = parallel::partOf(w.n, part, parts, optim::kSumBlock);
+        for (std::size_t b = begin; b < end; b += optim::kSumBlock) {
+          w.blockSums[b / optim::kSumBlock] =
+              optim::blockSumOfSquares(slots.from(b), std::min(optim::kSumBlock, end - b));
+        }
+        continue;
+      }
       if (w.blockSums == nullptr) {
         const auto [begin, end] = parallel::partOf(w.n, part, parts);
         widen(w.dst + begin, w.src + begin * size, end - begin, dtype, w.add);
@@ -116,6 +146,12 @@ std::pair<std::size_t, std::size_t> sliceOf(std::size_t n, int part, int parts, 
 }
 
 }  // namespace
+
+bool gradientsInPlace(int staleness, bool crossNode, bool lossScaling, c10::ScalarType dtype, std::size_t uses) {
+  if (staleness != 0 || crossNode || lossScaling) return false;
+  if (dtype == c10::ScalarType::BFloat16) return uses == 1 || uses == 2;
+  return dtype == c10::ScalarType::Float && uses == 1;
+}
 
 OptimizerWorker::OptimizerWorker(std::vector<OptimTensor> tensors, Fences& fences, OptimizerOptions options,
                                  control::ControlChannel& node)
@@ -157,16 +193,22 @@ OptimizerWorker::OptimizerWorker(std::vector<OptimTensor> tensors, Fences& fence
         if (n == crossNode_->rank()) shards_.back() = {from, to - from};
       }
     }
-    grads_.emplace_back(t.trainable ? end - begin : 0, threads_);
-    blockSums_.emplace_back((grads_.back().size() + optim::kSumBlock - 1) / optim::kSumBlock, 0.0);
+    const bool inPlace =
+        t.trainable && gradientsInPlace(options_.staleness, crossNode_ != nullptr, options_.lossScaling.has_value(),
+                                        options_.dtype, t.layers.size());
+    inPlace_.push_back(inPlace);
+    anyInPlace_ = anyInPlace_ || inPlace;
+    grads_.emplace_back(t.trainable && !inPlace ? end - begin : 0, threads_);
+    blockSums_.emplace_back(t.trainable ? (end - begin + optim::kSumBlock - 1) / optim::kSumBlock : 0, 0.0);
     if (!t.trainable) continue;
     const auto [offset, count] = shards_.back();
     auto* weights = reinterpret_cast<std::uint16_t*>(t.weights.front()) + begin;
     RP_CHECK((t.masterLow != nullptr) == options_.splitMaster, "{}: a split master in a run without them", t.name);
+    const optim::GradIn grad = inPlace ? slotGradient(i) : optim::GradIn(grads_.back().data());
     const std::size_t param =
         t.masterLow != nullptr
-            ? adamw_.addSplit(t.name, weights, t.masterLow + begin, grads_.back().data(), count, t.numel)
-            : adamw_.add(t.name, t.master + begin + offset, grads_.back().data(), count, fusedCopy_ ? weights : nullptr,
+            ? adamw_.addSplit(t.name, weights, t.masterLow + begin, grad, count, t.numel)
+            : adamw_.add(t.name, t.master + begin + offset, grad, count, fusedCopy_ ? weights : nullptr,
                          fusedCopy_ ? copy : optim::ModelCopy::kNone, t.numel);
     // copied (and, by layer, updated) with the shallowest layer that uses it
     auto& group = layerGroups_[static_cast<std::size_t>(*std::min_element(t.layers.begin(), t.layers.end()))];
@@ -330,6 +372,19 @@ void OptimizerWorker::copyMaster(std::size_t i, int version) {
 // update runs while it computes; the main thread no longer waits for the step (engine/runtime.cpp). The
 // values are the whole step's, bitwise (AdamW::update). Sharded across nodes the masters are gathered whole
 // after the update, so that path publishes at the end.
+// Tensor i's gradient in its slots (Note [Gradients read in place]): this rank's slice of its one slot, or of its two
+// bfloat16 ones, the deepest use's first.
+optim::GradIn OptimizerWorker::slotGradient(std::size_t i) const {
+  const auto& t = tensors_[i];
+  const std::size_t begin = slices_[i].first, bytes = begin * c10::elementSize(options_.dtype);
+  const std::vector<std::uint8_t*>& slots = t.slots.front();
+  if (options_.dtype == c10::ScalarType::Float) return {reinterpret_cast<const float*>(slots.front() + bytes)};
+  const auto* deepest = reinterpret_cast<const std::uint16_t*>(slots.back() + bytes);
+  return {deepest, slots.size() == 2 ? reinterpret_cast<const std::uint16_t*>(slots.front() + bytes) : nullptr};
+}
+
+// With gradients read in place, a layer's slots are consumed once the layers up to it are updated: every tensor
+// using layer l is in a group <= l.
 void OptimizerWorker::updateByLayer(std::int64_t t, const optim::AdamW::Step& step) {
   for (int l = 0; l < options_.layers; ++l) {
     const LayerGroup& group = layerGroups_[static_cast<std::size_t>(l)];
@@ -338,6 +393,7 @@ void OptimizerWorker::updateByLayer(std::int64_t t, const optim::AdamW::Step& st
       for (const std::size_t i : group.tensors) copyMaster(i, 0);
     }
     fences_.setCopied(l, rank_, t + 1);
+    if (anyInPlace_) fences_.setConsumed(l, rank_, t + 1);
   }
 }
 
@@ -430,8 +486,17 @@ OptimizerResult OptimizerWorker::runStep(std::int64_t t) {
           tensor.slots[static_cast<std::size_t>(t % versions_)][static_cast<std::size_t>(use - tensor.layers.begin())];
       const auto [begin, end] = slices_[i];
       const bool final = l == *std::min_element(tensor.layers.begin(), tensor.layers.end());
-      widenings.push_back({grads_[i].data(), slot + begin * c10::elementSize(options_.dtype), end - begin, started[i],
-                           normWhileWidening_ && final ? blockSums_[i].data() : nullptr});
+      const std::size_t bytes = begin * c10::elementSize(options_.dtype);
+      if (inPlace_[i]) {  // the sums alone, at the last layer (Note [Gradients read in place])
+        if (final) {
+          const std::uint8_t* deepest = tensor.slots.front().back() + bytes;
+          widenings.push_back({nullptr, deepest, end - begin, false, blockSums_[i].data(),
+                               tensor.slots.front().size() == 2 ? tensor.slots.front().front() + bytes : nullptr});
+        }
+      } else {
+        widenings.push_back({grads_[i].data(), slot + bytes, end - begin, started[i],
+                             normWhileWidening_ && final ? blockSums_[i].data() : nullptr});
+      }
       started[i] = true;
       if (final) finals.push_back(i);
     }
@@ -448,7 +513,7 @@ OptimizerResult OptimizerWorker::runStep(std::int64_t t) {
                                                                  control::Element::kFloat32, control::Reduce::kSum));
       }
     }
-    fences_.setConsumed(l, rank_, t + 1);
+    if (!anyInPlace_) fences_.setConsumed(l, rank_, t + 1);
   }
 
   gradSpan.reset();
@@ -516,6 +581,9 @@ OptimizerResult OptimizerWorker::runStep(std::int64_t t) {
   }
   // The next iteration runs on W_{t+1}: published layer by layer as it was updated, or here (no update).
   if (options_.staleness == 0 && (result.skipped || !byLayer_)) copyMasters(t, nullptr);
+  if (anyInPlace_ && result.skipped) {
+    for (int l = 0; l < options_.layers; ++l) fences_.setConsumed(l, rank_, t + 1);
+  }
   result.finished = std::chrono::steady_clock::now();
   result.hostCpu = cpu::hostCpu();
   result.rankPeakMb = gatherPeaks();

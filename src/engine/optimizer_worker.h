@@ -5,7 +5,8 @@
 //          been issued, take its gradients layer by layer in reverse order as each layer's download lands,
 //          clip, update the master to W_{t+1};
 //   sync:  take the gradients, clip, update layer by layer from the first, publishing each layer's weights
-//          (W_{t+1}) as it is done (Note [Update by layer]).
+//          (W_{t+1}) as it is done (Note [Update by layer]); on one node without loss scaling the update reads
+//          the gradients from their slots (Note [Gradients read in place]).
 // Weights and gradient slots are in the model dtype (float32, bfloat16 or float16), masters and moments in
 // float32. fp16: the gradients are of the loss times the loss scale; every rank unscales its slices, and a
 // step with a non-finite gradient anywhere is skipped on every rank (the ranks agree by an all-reduce) and
@@ -95,6 +96,11 @@ struct OptimizerResult {
   std::vector<double> rankPeakMb;
 };
 
+// Whether the optimizer reads the gradient of a trainable tensor used by `uses` layers straight from its slots,
+// keeping no float32 copy of it (Note [Gradients read in place]): in sync runs on one node without loss scaling,
+// from one or two bfloat16 slots or one float32 slot. For the host-memory check too.
+bool gradientsInPlace(int staleness, bool crossNode, bool lossScaling, c10::ScalarType dtype, std::size_t uses);
+
 class OptimizerWorker {
  public:
   // Collective over `node` (and options.crossNode): the thread gets duplicates of its own. This rank owns
@@ -140,7 +146,8 @@ class OptimizerWorker {
   // Split masters (Note [Split master]): where this rank's slices have their tie bits set, as (tensor index,
   // element of the tensor). Only while the thread is idle.
   std::vector<std::pair<std::uint64_t, std::uint64_t>> tieBits() const;
-  // This rank's optimizer state in its own memory: the float32 gradient slices and the AdamW moments.
+  // This rank's optimizer state in its own memory: the float32 gradient slices (those not read in place) and the
+  // AdamW moments.
   std::size_t stateBytes() const;
   std::int64_t stepCount() const { return adamw_.stepCount(); }
   void restoreStepCount(std::int64_t steps) { adamw_.restoreStepCount(steps); }
@@ -165,6 +172,8 @@ class OptimizerWorker {
   void stopPoint() const;
   // Master -> weights version `version` of tensor i's slice, rounded to the model dtype.
   void copyMaster(std::size_t i, int version);
+  // Tensor i's gradient read from its slots (Note [Gradients read in place]).
+  optim::GradIn slotGradient(std::size_t i) const;
   // Sync: the update of step t layer by layer, each layer's weights published as it is done (Note [Update by
   // layer]).
   void updateByLayer(std::int64_t t, const optim::AdamW::Step& step);
@@ -190,8 +199,10 @@ class OptimizerWorker {
   std::vector<std::vector<std::size_t>> shardCounts_;
   std::vector<std::pair<std::size_t, std::size_t>> shards_;
   // This rank's slice of each trainable tensor's gradient (sharded: after the exchange, its shard's sum is at
-  // the front).
+  // the front); empty for a gradient read in place (Note [Gradients read in place]).
   std::vector<parallel::ZeroedFloats> grads_;  // zeroed on the optimizer threads (Note [Parallel first touch])
+  std::vector<bool> inPlace_;                  // by tensor: its gradient is read from its slots
+  bool anyInPlace_ = false;                    // a layer's slots are consumed after its update, not its widening
   // Note [Norm while widening]: each gradient's blocks' sums of squares, taken at its last widening of the step.
   std::vector<std::vector<double>> blockSums_;
   bool normWhileWidening_ = false;

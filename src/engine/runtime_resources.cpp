@@ -11,6 +11,7 @@
 #include "common/resident_memory.h"
 #include "device/placement.h"
 #include "engine/emulation.h"
+#include "engine/optimizer_worker.h"
 #include "engine/runtime.h"
 #include "engine/stage_slots.h"
 #include "run/setup.h"
@@ -114,16 +115,20 @@ void PipelineRuntime::checkEmulatable() const {
 // before anything is allocated or loaded, so a run that cannot fit stops here, on every rank, naming the parts
 // (docs/training.md, "Host memory"). Worker stage slots, the activation arena and LibTorch come on top.
 void PipelineRuntime::checkHostMemory(double storeBytes) {
-  double trainable = 0.0, moments = 0.0;
+  double trainable = 0.0, moments = 0.0, gradients = 0.0;
   for (const auto& t : model_->tensors()) {
     if (!t.trainable) continue;
-    trainable += static_cast<double>(t.local.numel());
+    const auto n = static_cast<double>(t.local.numel());
+    trainable += n;
     moments += optim::momentBytes(t.name, static_cast<std::size_t>(t.local.numel()),
                                   static_cast<int>(config_.optim.stateBits), config_.optim.amsgrad);
+    const bool inPlace = gradientsInPlace(static_cast<int>(config_.optim.staleness), id_.nodeCount > 1,
+                                          model_->dtype() == torch::kHalf, model_->dtype(), t.layers.size());
+    gradients += inPlace ? 0.0 : n * sizeof(float);
   }
-  // Over the node's optimizers: a float32 gradient per trainable element and the AdamW moments (float32 or 8-bit;
-  // sharded across nodes: 1/N of them).
-  const double optimizer = trainable * sizeof(float) + moments / (shardedAcrossNodes() ? id_.nodeCount : 1);
+  // Over the node's optimizers: a float32 gradient per trainable element not read in place (Note [Gradients read in
+  // place]) and the AdamW moments (float32 or 8-bit; sharded across nodes: 1/N of them).
+  const double optimizer = gradients + moments / (shardedAcrossNodes() ? id_.nodeCount : 1);
   const HostMemory host = availableHostMemory();
   const double need = storeBytes + optimizer;
   std::int32_t fits = host.availableBytes == 0 || need <= static_cast<double>(host.availableBytes) ? 1 : 0;

@@ -94,7 +94,7 @@ AdamWStepScalars stepScalars(const AdamWConfig& c, double lr, std::int64_t step)
 void adamwScalar(const AdamWStepScalars& s, bool amsgrad, const AdamWSlice& x) {
   const bool split = x.masterLow != nullptr;
   for (std::size_t i = 0; i < x.n; ++i) {
-    const float g = x.grad[i] * s.gradScale;
+    const float g = x.grad.at(i) * s.gradScale;
     const float stored = x.expAvgSq[i];
     float p = (split ? joinMaster(x.modelCopy[i], x.masterLow[i], tieBit(stored)) : x.param[i]) * s.decay;
     float m = x.expAvg[i];
@@ -175,7 +175,7 @@ std::uint16_t toHalf(float value) {
   return static_cast<std::uint16_t>(out | (sign >> 16));
 }
 
-std::size_t AdamW::add(std::string name, float* param, const float* grad, std::size_t n, std::uint16_t* modelCopy,
+std::size_t AdamW::add(std::string name, float* param, GradIn grad, std::size_t n, std::uint16_t* modelCopy,
                        ModelCopy copy, std::size_t tensorNumel) {
   RP_CHECK((modelCopy != nullptr) == (copy != ModelCopy::kNone), "AdamW::add: a model copy needs its dtype");
   const bool decay = optim::decays(name, config_.noDecay);
@@ -196,8 +196,8 @@ std::size_t AdamW::add(std::string name, float* param, const float* grad, std::s
   return params_.size() - 1;
 }
 
-std::size_t AdamW::addSplit(std::string name, std::uint16_t* weights, std::uint16_t* low, const float* grad,
-                            std::size_t n, std::size_t tensorNumel) {
+std::size_t AdamW::addSplit(std::string name, std::uint16_t* weights, std::uint16_t* low, GradIn grad, std::size_t n,
+                            std::size_t tensorNumel) {
   RP_CHECK(weights != nullptr && low != nullptr, "AdamW::addSplit: a split master needs its weights and low words");
   const std::size_t i = add(std::move(name), nullptr, grad, n, weights, ModelCopy::kBFloat16, tensorNumel);
   params_[i].masterLow = low;
@@ -254,7 +254,7 @@ void AdamW::setTieBits(std::size_t i, const std::vector<std::size_t>& at) {
 
 AdamWSlice AdamW::slice(Param& p, std::size_t begin, std::size_t end) {
   return AdamWSlice{p.param != nullptr ? p.param + begin : nullptr,
-                    p.grad + begin,
+                    p.grad.from(begin),
                     p.expAvg.data() + begin,
                     p.expAvgSq.data() + begin,
                     config_.amsgrad ? p.maxExpAvgSq.data() + begin : nullptr,
@@ -266,7 +266,7 @@ AdamWSlice AdamW::slice(Param& p, std::size_t begin, std::size_t end) {
 
 AdamW8Slice AdamW::slice8(Param& p, std::size_t begin, std::size_t end) {
   return AdamW8Slice{p.param != nullptr ? p.param + begin : nullptr,
-                     p.grad + begin,
+                     p.grad.from(begin),
                      p.codesM.data() + begin,
                      p.codesV.data() + begin,
                      p.absmaxM.data() + begin / q8::kBlock,

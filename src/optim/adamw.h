@@ -66,12 +66,28 @@ AdamWStepScalars stepScalars(const AdamWConfig& config, double lr, std::int64_t 
 // and a rounded model copy): round to nearest even, as LibTorch's float -> bfloat16 / half conversions.
 enum class ModelCopy { kNone, kBFloat16, kFloat16 };
 
+// Where a kernel reads a parameter's gradient (Note [Gradients read in place], engine/optimizer_worker.cpp):
+// float32 values, or the widened sum of one or two bfloat16 gradient slots, the first plus the second (the
+// widening pass's order: the deepest use first). Implicit from a float pointer: most callers hold float32 ones.
+struct GradIn {
+  const float* f32 = nullptr;
+  const std::uint16_t* bf16[2] = {nullptr, nullptr};
+
+  GradIn() = default;
+  GradIn(const float* values) : f32(values) {}  // NOLINT(google-explicit-constructor)
+  GradIn(const std::uint16_t* first, const std::uint16_t* second) : bf16{first, second} {}
+  bool empty() const { return f32 == nullptr && bf16[0] == nullptr; }
+  // The gradient from element `from` on.
+  GradIn from(std::size_t offset) const;
+  float at(std::size_t i) const;
+};
+
 // One element range of one tensor. maxExpAvgSq is null unless amsgrad; modelCopy is null unless copy != kNone.
 // A split master (masterLow set; Note [Split master]): param is null, copy is kBFloat16, the master is
 // joinMaster(modelCopy[i], masterLow[i], the sign bit of expAvgSq[i]) and the kernel writes it back split.
 struct AdamWSlice {
   float* param;
-  const float* grad;
+  GradIn grad;
   float* expAvg;
   float* expAvgSq;
   float* maxExpAvgSq;
@@ -89,7 +105,7 @@ using AdamWKernel = void (*)(const AdamWStepScalars& s, bool amsgrad, const Adam
 // [8-bit split master]).
 struct AdamW8Slice {
   float* param;
-  const float* grad;
+  GradIn grad;
   std::uint8_t* m;
   std::uint8_t* v;
   float* absmaxM;
@@ -125,6 +141,16 @@ inline float fromBFloat16(std::uint16_t bits) {
   return out;
 }
 float fromHalf(std::uint16_t bits);
+
+inline GradIn GradIn::from(std::size_t offset) const {
+  if (empty()) return {};
+  if (f32 != nullptr) return GradIn(f32 + offset);
+  return GradIn(bf16[0] + offset, bf16[1] != nullptr ? bf16[1] + offset : nullptr);
+}
+inline float GradIn::at(std::size_t i) const {
+  if (f32 != nullptr) return f32[i];
+  return bf16[1] != nullptr ? fromBFloat16(bf16[0][i]) + fromBFloat16(bf16[1][i]) : fromBFloat16(bf16[0][i]);
+}
 
 // Note [Split master]
 // A bfloat16 run's float32 master x is kept as the bfloat16 weight the workers upload, w = toBFloat16(x),
@@ -179,11 +205,11 @@ class AdamW {
   // stateBits 8, its moments' width (eightBitStates, of the whole tensor's `tensorNumel` elements where the
   // parameter is a part of it; 0: n). Buffers must outlive the optimizer. With a `modelCopy`, every step also writes
   // the updated parameter there rounded to `copy`'s dtype.
-  std::size_t add(std::string name, float* param, const float* grad, std::size_t n, std::uint16_t* modelCopy = nullptr,
+  std::size_t add(std::string name, float* param, GradIn grad, std::size_t n, std::uint16_t* modelCopy = nullptr,
                   ModelCopy copy = ModelCopy::kNone, std::size_t tensorNumel = 0);
   // Registers a split master (Note [Split master]): its bfloat16 weights and low words, which must hold
   // splitMaster of the starting master (a bfloat16 value: low words 0). Every step writes both.
-  std::size_t addSplit(std::string name, std::uint16_t* weights, std::uint16_t* low, const float* grad, std::size_t n,
+  std::size_t addSplit(std::string name, std::uint16_t* weights, std::uint16_t* low, GradIn grad, std::size_t n,
                        std::size_t tensorNumel = 0);
   bool split(std::size_t i) const { return params_[i].masterLow != nullptr; }
   bool eightBit(std::size_t i) const { return params_[i].eightBit; }
@@ -240,7 +266,7 @@ class AdamW {
   struct Param {
     std::string name;
     float* param;
-    const float* grad;
+    GradIn grad;
     std::size_t n;
     parallel::ZeroedFloats expAvg, expAvgSq, maxExpAvgSq;  // zeroed on the optimizer's threads
     parallel::ZeroedBytes codesM, codesV;                  // 8-bit moments instead (Note [8-bit states])

@@ -36,7 +36,7 @@ void adamw8Scalar(const AdamWStepScalars& s, const AdamW8Slice& x) {
     const std::size_t at = b * q8::kBlock, len = std::min(q8::kBlock, x.n - at);
     for (std::size_t k = 0; k < len; ++k) {
       const std::size_t i = at + k;
-      const float g = x.grad[i] * s.gradScale;
+      const float g = x.grad.at(i) * s.gradScale;
       m[k] = std::fma(s.oneMinusBeta1, g, q8::decode(mMap, x.m[i], x.absmaxM[b]) * s.beta1);
       v[k] = std::fma(s.oneMinusBeta2 * g, g, q8::decode(vMap, x.v[i], x.absmaxV[b]) * s.beta2);
       const float denom = std::sqrt(v[k]) / s.biasCorrection2Sqrt + s.eps;

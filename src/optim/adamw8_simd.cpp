@@ -99,6 +99,7 @@ __attribute__((target("avx512f,avx512bw,avx2,f16c,fma"))) void adamw8Avx512(cons
                beta2 = _mm512_set1_ps(s.beta2), omb2 = _mm512_set1_ps(s.oneMinusBeta2),
                step = _mm512_set1_ps(-s.stepSize), bc2 = _mm512_set1_ps(s.biasCorrection2Sqrt),
                eps = _mm512_set1_ps(s.eps), gradScale = _mm512_set1_ps(s.gradScale);
+  const GradIn grad = x.grad;  // a local: the stores below cannot alias it
   const bool split = x.masterLow != nullptr;
   const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x8000), lowMask = _mm512_set1_epi32(0xFFFF),
                 absMask = _mm512_set1_epi32(0x7FFFFFFF);
@@ -111,7 +112,7 @@ __attribute__((target("avx512f,avx512bw,avx2,f16c,fma"))) void adamw8Avx512(cons
       const std::size_t i = b * q8::kBlock + k;
       const __m512i qm = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.m + i)));
       const __m512i qv = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.v + i)));
-      const __m512 g = _mm512_mul_ps(_mm512_loadu_ps(x.grad + i), gradScale);
+      const __m512 g = _mm512_mul_ps(gradAvx512(grad, i), gradScale);
       const __m512 mOld = _mm512_mul_ps(decode16(mCode, qm), am);
       const __m512 vOld = _mm512_mul_ps(decode16(vCode, qv), av);
       const __m512 mNew = _mm512_fmadd_ps(omb1, g, _mm512_mul_ps(mOld, beta1));
@@ -160,10 +161,10 @@ __attribute__((target("avx512f,avx512bw,avx2,f16c,fma"))) void adamw8Avx512(cons
   }
   if (whole * q8::kBlock < x.n) {  // the tensor's short last block
     const std::size_t at = whole * q8::kBlock;
-    adamw8Scalar(
-        s, AdamW8Slice{x.param != nullptr ? x.param + at : nullptr, x.grad + at, x.m + at, x.v + at, x.absmaxM + whole,
-                       x.absmaxV + whole, x.n - at, x.modelCopy != nullptr ? x.modelCopy + at : nullptr, x.copy,
-                       x.masterLow != nullptr ? x.masterLow + at : nullptr});
+    adamw8Scalar(s, AdamW8Slice{x.param != nullptr ? x.param + at : nullptr, x.grad.from(at), x.m + at, x.v + at,
+                                x.absmaxM + whole, x.absmaxV + whole, x.n - at,
+                                x.modelCopy != nullptr ? x.modelCopy + at : nullptr, x.copy,
+                                x.masterLow != nullptr ? x.masterLow + at : nullptr});
   }
 }
 

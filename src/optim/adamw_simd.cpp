@@ -15,7 +15,7 @@ namespace {
 // The element range [from, n) of a slice, for the scalar tail.
 AdamWSlice tail(const AdamWSlice& x, std::size_t from) {
   return AdamWSlice{x.param != nullptr ? x.param + from : nullptr,
-                    x.grad + from,
+                    x.grad.from(from),
                     x.expAvg + from,
                     x.expAvgSq + from,
                     x.maxExpAvgSq != nullptr ? x.maxExpAvgSq + from : nullptr,
@@ -34,12 +34,13 @@ __attribute__((target("avx512f,avx512bw,avx2,f16c"))) void adamwAvx512(const Ada
                omb2 = _mm512_set1_ps(s.oneMinusBeta2), step = _mm512_set1_ps(-s.stepSize),
                bc2 = _mm512_set1_ps(s.biasCorrection2Sqrt), eps = _mm512_set1_ps(s.eps),
                gradScale = _mm512_set1_ps(s.gradScale);
+  const GradIn grad = x.grad;  // a local: the stores below cannot alias it
   const bool lerpFromM = s.oneMinusBeta1 < 0.5f, split = x.masterLow != nullptr;
   const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x8000), lowMask = _mm512_set1_epi32(0xFFFF),
                 signBit = _mm512_set1_epi32(static_cast<int>(0x80000000u));
   std::size_t i = 0;
   for (; i + 16 <= x.n; i += 16) {
-    const __m512 g = _mm512_mul_ps(_mm512_loadu_ps(x.grad + i), gradScale);
+    const __m512 g = _mm512_mul_ps(gradAvx512(grad, i), gradScale);
     __m512i storedV = _mm512_loadu_si512(x.expAvgSq + i);
     __m512 p;
     if (split) {  // Note [Split master]: h = w - 1 where l > 0x8000, or l = 0x8000 with the tie bit
@@ -112,12 +113,13 @@ __attribute__((target("avx2,f16c"))) void adamwAvx2(const AdamWStepScalars& s, b
                omb2 = _mm256_set1_ps(s.oneMinusBeta2), step = _mm256_set1_ps(-s.stepSize),
                bc2 = _mm256_set1_ps(s.biasCorrection2Sqrt), eps = _mm256_set1_ps(s.eps),
                gradScale = _mm256_set1_ps(s.gradScale);
+  const GradIn grad = x.grad;  // a local: the stores below cannot alias it
   const bool lerpFromM = s.oneMinusBeta1 < 0.5f, split = x.masterLow != nullptr;
   const __m256i half = _mm256_set1_epi32(0x8000), lowMask = _mm256_set1_epi32(0xFFFF),
                 signBit = _mm256_set1_epi32(static_cast<int>(0x80000000u));
   std::size_t i = 0;
   for (; i + 8 <= x.n; i += 8) {
-    const __m256 g = _mm256_mul_ps(_mm256_loadu_ps(x.grad + i), gradScale);
+    const __m256 g = _mm256_mul_ps(gradAvx2(grad, i), gradScale);
     __m256i storedV = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.expAvgSq + i));
     __m256 p;
     if (split) {  // Note [Split master]: h = w - 1 where l > 0x8000, or l = 0x8000 with the tie bit

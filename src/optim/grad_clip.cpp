@@ -12,16 +12,39 @@ namespace rp::optim {
 // (and whether a block was summed here or right after its widening: Note [Norm while widening]).
 // Within a block, element i goes to the i mod 8-th of eight partial sums, added pairwise at the end: eight
 // independent chains of additions, where one chain's latency bounded the pass (twice as slow on our VM).
-double blockSumOfSquares(const float* data, std::size_t n) {
+namespace {
+
+template <typename Load>
+double blockSum(Load load, std::size_t n) {
   constexpr std::size_t kChains = 8;
   double partial[kChains] = {};
   std::size_t i = 0;
   for (; i + kChains <= n; i += kChains) {
-    for (std::size_t j = 0; j < kChains; ++j) partial[j] += static_cast<double>(data[i + j]) * data[i + j];
+    for (std::size_t j = 0; j < kChains; ++j) {
+      const double x = load(i + j);
+      partial[j] += x * x;
+    }
   }
-  for (std::size_t j = 0; i + j < n; ++j) partial[j] += static_cast<double>(data[i + j]) * data[i + j];
+  for (std::size_t j = 0; i + j < n; ++j) {
+    const double x = load(i + j);
+    partial[j] += x * x;
+  }
   return ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
          ((partial[4] + partial[5]) + (partial[6] + partial[7]));
+}
+
+}  // namespace
+
+double blockSumOfSquares(const float* data, std::size_t n) {
+  return blockSum([data](std::size_t i) { return data[i]; }, n);
+}
+
+// The same float32 values the widening would have written (Note [Gradients read in place]).
+double blockSumOfSquares(const GradIn& g, std::size_t n) {
+  if (g.f32 != nullptr) return blockSumOfSquares(g.f32, n);
+  const std::uint16_t *first = g.bf16[0], *second = g.bf16[1];
+  if (second == nullptr) return blockSum([first](std::size_t i) { return fromBFloat16(first[i]); }, n);
+  return blockSum([first, second](std::size_t i) { return fromBFloat16(first[i]) + fromBFloat16(second[i]); }, n);
 }
 
 double sumOfSquares(std::span<const GradBuffer> grads, int threads) {

@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <span>
 
+#include "optim/adamw.h"
+
 namespace rp::optim {
 
 struct GradBuffer {
@@ -18,6 +20,8 @@ struct GradBuffer {
 inline constexpr std::size_t kSumBlock = std::size_t{1} << 16;
 // One block's sum of squares (at most kSumBlock elements): what sumOfSquares adds for it.
 double blockSumOfSquares(const float* data, std::size_t n);
+// The same of a gradient read in place (GradIn::at's values), bitwise.
+double blockSumOfSquares(const GradIn& g, std::size_t n);
 // Sum of squares over all buffers, accumulated in double in fixed blocks (Note [Blocked sum of squares]): the
 // part of the squared norm one shard holds (a sharded gradient sums it over the shards).
 double sumOfSquares(std::span<const GradBuffer> grads, int threads = 1);

@@ -1,16 +1,21 @@
 // The SIMD AdamW kernels against the scalar reference — bitwise, on sizes with SIMD tails, both lerp
 // branches, amsgrad, and the fused bf16/fp16 model copy — and the model-copy roundings against LibTorch's
 // own float -> bfloat16 / half conversions. Threads split the work without changing a bit. A gradient scale
-// (the clipping coefficient) is the in-place clip before the update, bitwise.
+// (the clipping coefficient) is the in-place clip before the update, bitwise. Gradients read from bfloat16 slots are
+// their widened float32 sum, bitwise.
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
+#include <tuple>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "common/error.h"
 #include "model/libtorch.h"
 #include "optim/adamw_simd.h"
+#include "optim/grad_clip.h"
 
 namespace rp::optim {
 namespace {
@@ -253,6 +258,72 @@ TEST(AdamWKernels, AStepInGroupsIsTheWholeStepBitwise) {
     EXPECT_TRUE(whole[i].copy == grouped[i].copy) << names[i];
     EXPECT_EQ(std::memcmp(a.expAvgSq(i).data(), b.expAvgSq(i).data(), sizes[i] * sizeof(float)), 0) << names[i];
   }
+}
+
+// Note [Gradients read in place]: every kernel, 32- and 8-bit, reading its gradient from one or two bfloat16 slots
+// is the same kernel reading their widened float32 sum (the first slot plus the second), bitwise, and so is the
+// norm's block sum of squares — the plain master
+// with its bf16 copy and the split master, on sizes with SIMD and block tails. A kernel dropping the second slot
+// fails it (checked).
+TEST(AdamWKernels, GradientsReadFromBfloat16SlotsAreTheirWidenedSumBitwise) {
+  std::vector<std::tuple<const char*, AdamWKernel, AdamW8Kernel>> kernels = {{"scalar", &adamwScalar, &adamw8Scalar}};
+  if (cpuRunsAvx2()) kernels.emplace_back("avx2", &adamwAvx2, &adamw8Scalar);
+  if (cpuRunsAvx512()) kernels.emplace_back("avx512", &adamwAvx512, &adamw8Avx512);
+  const std::size_t n = 4 * 256 + 77;  // 8-bit moments from 4,096 elements: a bigger tensor below
+  int cases = 0;
+  for (const auto& [name, kernel, kernel8] : kernels) {
+    for (const int bits : {32, 8}) {
+      for (const std::size_t slots : {1, 2}) {
+        for (const bool split : {false, true}) {
+          const std::size_t size = bits == 8 ? 16 * n : n;
+          std::mt19937 gen(static_cast<unsigned>(slots * 10 + (split ? 1 : 0)));
+          std::normal_distribution<float> d(0.0f, 0.02f);
+          std::vector<std::uint16_t> first(size), second(size);
+          std::vector<float> widened(size);
+          for (std::size_t i = 0; i < size; ++i) {
+            first[i] = toBFloat16(d(gen));
+            second[i] = toBFloat16(d(gen));
+            widened[i] = slots == 2 ? fromBFloat16(first[i]) + fromBFloat16(second[i]) : fromBFloat16(first[i]);
+          }
+          AdamWConfig config{1e-3, 0.9, 0.999, 1e-8, 0.01, false, {}};
+          config.stateBits = bits;
+          AdamW viaFloat(config, kernel, kernel8), viaSlots(config, kernel, kernel8);
+          Buffers a(size, 5), b(size, 5);
+          for (std::size_t i = 0; i < size; ++i) a.copy[i] = b.copy[i] = toBFloat16(a.param[i]);
+          const GradIn fromSlots(first.data(), slots == 2 ? second.data() : nullptr);
+          std::vector<std::uint16_t> lowA(size), lowB(size);
+          if (split) {
+            viaFloat.addSplit("layers.0.w", a.copy.data(), lowA.data(), widened.data(), size);
+            viaSlots.addSplit("layers.0.w", b.copy.data(), lowB.data(), fromSlots, size);
+          } else {
+            viaFloat.add("layers.0.w", a.param.data(), widened.data(), size, a.copy.data(), ModelCopy::kBFloat16);
+            viaSlots.add("layers.0.w", b.param.data(), fromSlots, size, b.copy.data(), ModelCopy::kBFloat16);
+          }
+          ASSERT_EQ(viaSlots.eightBit(0), bits == 8);
+          EXPECT_EQ(blockSumOfSquares(fromSlots, size), blockSumOfSquares(widened.data(), size));  // the norm's
+          for (int step = 0; step < 3; ++step) {
+            viaFloat.step(1e-3, 0.75f);
+            viaSlots.step(1e-3, 0.75f);
+          }
+          const std::string what = fmt::format("{} {}-bit, {} slot(s){}", name, bits, slots, split ? ", split" : "");
+          EXPECT_TRUE(a == b) << what;
+          EXPECT_EQ(lowA, lowB) << what;
+          if (bits == 8) {
+            EXPECT_EQ(std::memcmp(viaFloat.codesM(0).data(), viaSlots.codesM(0).data(), size), 0) << what;
+            EXPECT_EQ(std::memcmp(viaFloat.absmaxV(0).data(), viaSlots.absmaxV(0).data(),
+                                  viaSlots.absmaxV(0).size() * sizeof(float)),
+                      0)
+                << what;
+          } else {
+            EXPECT_EQ(std::memcmp(viaFloat.expAvgSq(0).data(), viaSlots.expAvgSq(0).data(), size * sizeof(float)), 0)
+                << what;
+          }
+          ++cases;
+        }
+      }
+    }
+  }
+  EXPECT_GE(cases, 8);
 }
 
 TEST(AdamWKernels, TheKernelCanBeForcedAndABadChoiceIsNamed) {

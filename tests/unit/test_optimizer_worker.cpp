@@ -1,6 +1,7 @@
 // The optimizer thread alone, on a store of plain buffers (one rank, threads as the workers): Note [Update by
 // layer] — a sync step publishes each layer's weights as soon as that layer is updated, the first layer first,
-// and the values are the whole step's (AdamW::step on the same gradients, clipped), bitwise; Note [Upload as
+// and the values are the whole step's (AdamW::step on the same gradients, clipped), bitwise, with the gradients
+// read in place and their slots consumed only after the update (Note [Gradients read in place]); Note [Upload as
 // published] and Note [Copy as the iteration starts] — async's copy of the masters runs as the iteration starts
 // and publishes each layer as soon as that layer is copied.
 #include <algorithm>
@@ -154,6 +155,25 @@ TEST(OptimizerWorker, SyncPublishesEachLayerAsSoonAsItIsUpdatedWithTheWholeSteps
       }
       lastStillPending = !fences.copiedByAll(kLayers - 1, step + 1);
     });
+    // The next iteration's downloads, as early as the fences let them: each layer's slots overwritten (NaN) as
+    // soon as they are marked consumed. The update reads them in place (Note [Gradients read in place]), so a mark
+    // before the layer's update would show in its values.
+    int consumedBeforeCopied = 0;
+    std::thread nextDownloads([&] {
+      for (int l = 0; l < kLayers; ++l) {
+        while (!fences.consumedByAll(l, step + 1) && !done) {
+        }
+        if (done) return;
+        consumedBeforeCopied += fences.copiedByAll(l, step + 1) ? 0 : 1;
+        for (auto& t : store) {
+          const auto use = std::find(t.layers.begin(), t.layers.end(), l);
+          if (use != t.layers.end()) {
+            auto& slot = t.slots[static_cast<std::size_t>(use - t.layers.begin())];
+            std::fill(slot.begin(), slot.end(), std::uint16_t{0x7fc1});
+          }
+        }
+      }
+    });
     while (!ready) std::this_thread::yield();
     rank.worker->beginIteration(step, std::vector<std::int64_t>(kLayers, 0));  // sync: nothing to copy
     rank.worker->enqueue(step);
@@ -164,10 +184,13 @@ TEST(OptimizerWorker, SyncPublishesEachLayerAsSoonAsItIsUpdatedWithTheWholeSteps
     } catch (...) {
       done = true;
       observer.join();
+      nextDownloads.join();
       throw;
     }
+    nextDownloads.join();  // the step marks every layer consumed
     done = true;
     observer.join();
+    EXPECT_EQ(consumedBeforeCopied, 0) << "step " << step << ": a layer's slots were consumed before its update";
     layerZeroFirst += lastStillPending ? 1 : 0;
     for (int l = 0; l < kLayers; ++l) EXPECT_TRUE(fences.copiedByAll(l, step + 1)) << "layer " << l;
 
