@@ -82,7 +82,8 @@ struct Widening {
 // bfloat16 value in registers (optim::GradIn; a tied embedding's two slots added there in the widening's order,
 // the deepest use first), and the norm's block sums (Note [Norm while widening]) are taken at the tensor's last
 // layer from the same values, widened in registers too. So the update, the norm and
-// the clip are bitwise the widened path's (tests/unit/test_adamw_kernels.cpp, the LatinSquare cases). The slots
+// the clip are bitwise the widened path's (tests/unit/test_adamw_kernels.cpp; the in-process matrix, unit.LatinSquare,
+// against the single-process trainer). The slots
 // must then stay until the update has read them: a layer's slots are marked consumed after its update (Note
 // [Update by layer]) — or, on a skipped step, at its end — instead of after their widening. That costs no wait:
 // the next iteration's download of layer l follows its backward, which follows its forward of layer l, which
@@ -216,6 +217,8 @@ OptimizerWorker::OptimizerWorker(std::vector<OptimTensor> tensors, Fences& fence
     group.tensors.push_back(i);
   }
   normWhileWidening_ = !crossNode_ && !options_.lossScaling;  // Note [Norm while widening]
+  // A gradient read in place has no buffer for sumOfSquares: its norm is its blocks' sums.
+  RP_CHECK(!anyInPlace_ || normWhileWidening_, "gradients read in place need the norm taken from the slots");
   if (options_.lossScaling) {
     scaler_ = std::make_unique<optim::LossScaler>(*options_.lossScaling);
     startScale_ = scaler_->scale();
@@ -364,14 +367,6 @@ void OptimizerWorker::copyMaster(std::size_t i, int version) {
   });
 }
 
-// Note [Update by layer]: in sync mode iteration t+1 uploads layer l's weights once every rank has published
-// copied[l] for step t (Note [Layer fences]), so the update publishes each layer as soon as it is done instead
-// of after the whole model: layer by layer from the first, each tensor with the shallowest layer that uses it
-// (a tied embedding with layer 0), its bf16/fp16 copy written in the same pass (float32: copied right after).
-// Iteration t+1's first stage then waits for the norm and its own layers' update only, and the rest of the
-// update runs while it computes; the main thread no longer waits for the step (engine/runtime.cpp). The
-// values are the whole step's, bitwise (AdamW::update). Sharded across nodes the masters are gathered whole
-// after the update, so that path publishes at the end.
 // Tensor i's gradient in its slots (Note [Gradients read in place]): this rank's slice of its one slot, or of its two
 // bfloat16 ones, the deepest use's first.
 optim::GradIn OptimizerWorker::slotGradient(std::size_t i) const {
@@ -383,6 +378,14 @@ optim::GradIn OptimizerWorker::slotGradient(std::size_t i) const {
   return {deepest, slots.size() == 2 ? reinterpret_cast<const std::uint16_t*>(slots.front() + bytes) : nullptr};
 }
 
+// Note [Update by layer]: in sync mode iteration t+1 uploads layer l's weights once every rank has published
+// copied[l] for step t (Note [Layer fences]), so the update publishes each layer as soon as it is done instead
+// of after the whole model: layer by layer from the first, each tensor with the shallowest layer that uses it
+// (a tied embedding with layer 0), its bf16/fp16 copy written in the same pass (float32: copied right after).
+// Iteration t+1's first stage then waits for the norm and its own layers' update only, and the rest of the
+// update runs while it computes; the main thread no longer waits for the step (engine/runtime.cpp). The
+// values are the whole step's, bitwise (AdamW::update). Sharded across nodes the masters are gathered whole
+// after the update, so that path publishes at the end.
 // With gradients read in place, a layer's slots are consumed once the layers up to it are updated: every tensor
 // using layer l is in a group <= l.
 void OptimizerWorker::updateByLayer(std::int64_t t, const optim::AdamW::Step& step) {

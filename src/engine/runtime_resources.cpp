@@ -140,11 +140,11 @@ void PipelineRuntime::checkHostMemory(double storeBytes) {
   }
   RP_THROW(InputError,
            "node {} ({}): this run needs {:.2f} GB of host memory — the node store {:.2f} GB (weights, gradient slots, "
-           "masters of {:.0f}M trainable parameters) and the optimizer {:.2f} GB (float32 gradients and "
-           "AdamW moments) — but {} leaves {:.2f} GB: {}lower optim.staleness, or use a node with more memory "
-           "(docs/training.md, \"Host memory\")",
-           id_.node, id_.hostname, need / 1e9, storeBytes / 1e9, trainable / 1e6, optimizer / 1e9, host.source,
-           static_cast<double>(host.availableBytes) / 1e9, run::smallerModelHint(config_));
+           "masters of {:.0f}M trainable parameters) and the optimizer {:.2f} GB ({}AdamW moments) — but {} leaves "
+           "{:.2f} GB: {}lower optim.staleness, or use a node with more memory (docs/training.md, \"Host memory\")",
+           id_.node, id_.hostname, need / 1e9, storeBytes / 1e9, trainable / 1e6, optimizer / 1e9,
+           gradients > 0.0 ? "float32 gradients and " : "", host.source, static_cast<double>(host.availableBytes) / 1e9,
+           run::smallerModelHint(config_));
 }
 
 double PipelineRuntime::modelFlopsPerStep() const {
