@@ -15,6 +15,9 @@ void adamwAvx2(const AdamWStepScalars& s, bool amsgrad, const AdamWSlice& slice)
 void adamwAvx512(const AdamWStepScalars& s, bool amsgrad, const AdamWSlice& slice);
 // The 8-bit kernel (Note [8-bit states]), AVX-512 only: elsewhere adamw8Scalar runs.
 void adamw8Avx512(const AdamWStepScalars& s, const AdamW8Slice& slice);
+// That kernel's encode of one whole block (q8::kBlock values) with its absmax, m's map where `isSigned` (Note [Encode
+// by 16-bit keys]): q8::quantizeBlock's codes, for tests.
+void quantizeBlockAvx512(bool isSigned, const float* x, float absmax, std::uint8_t* out);
 
 // The float32 -> bfloat16 / half copy of `n` values (`copy` != kNone), as toBFloat16 / toHalf round, bitwise: the
 // AVX2 kernels' narrowing where the CPU runs them, else the scalar loop. The async master -> weights copy's pass

@@ -163,5 +163,52 @@ TEST(AdamW8, SimdKernelsEqualTheScalarOne) {
   }
 }
 
+// Note [Encode by 16-bit keys]: the AVX-512 encode is the scalar one where it is hardest — every bound of both maps,
+// its float neighbours, the values that share its high half (the lanes compared in float32), each negated, zeros of
+// either sign, ±1, a NaN, the smallest normal and a subnormal — and on random values, in blocks whose absmax is 1.
+TEST(AdamW8, TheSimdEncodeIsTheScalarOneOnEveryBoundAndAroundIt) {
+  if (!cpuRunsAvx512()) GTEST_SKIP() << "this CPU runs no SIMD 8-bit kernel";
+  for (const bool isSigned : {true, false}) {
+    const q8::Map& map = isSigned ? q8::signedMap() : q8::unsignedMap();
+    std::vector<float> values = {0.0f, -0.0f, 1.0f, -1.0f, std::nanf(""), 1.17549435e-38f, 1e-40f};
+    for (const float b : map.bounds) {
+      std::uint32_t bits;
+      std::memcpy(&bits, &b, 4);
+      for (const std::uint32_t low : {0x0000u, 0x0001u, 0x7FFFu, 0x8000u, 0xFFFEu, 0xFFFFu}) {
+        const std::uint32_t same = (bits & 0xFFFF0000u) | low;
+        float v;
+        std::memcpy(&v, &same, 4);
+        values.push_back(v);
+      }
+      for (const float v : {b, std::nextafter(b, 0.0f), std::nextafter(b, 2.0f)}) values.push_back(v);
+    }
+    std::mt19937 gen(isSigned ? 1 : 2);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f), exponent(-9.0f, 0.0f);
+    for (int i = 0; i < 4000; ++i) {
+      values.push_back(uniform(gen));
+      values.push_back(std::pow(10.0f, exponent(gen)));
+    }
+    const std::size_t count = values.size();
+    for (std::size_t i = 0; i < count; ++i) values.push_back(-values[i]);
+    std::size_t blocks = 0, differ = 0;
+    for (std::size_t at = 0; at < values.size(); at += q8::kBlock - 1, ++blocks) {
+      std::vector<float> block(q8::kBlock, 0.5f);
+      block[0] = 1.0f;  // the absmax: the values are their own scaled ones
+      for (std::size_t k = 1; k < q8::kBlock && at + k - 1 < values.size(); ++k) block[k] = values[at + k - 1];
+      std::uint8_t scalar[q8::kBlock], simd[q8::kBlock];
+      ASSERT_EQ(q8::quantizeBlock(map, block.data(), q8::kBlock, scalar), 1.0f);
+      quantizeBlockAvx512(isSigned, block.data(), 1.0f, simd);
+      for (std::size_t k = 0; k < q8::kBlock; ++k) {
+        if (scalar[k] == simd[k]) continue;
+        if (++differ <= 5) {
+          ADD_FAILURE() << (isSigned ? "signed" : "unsigned") << " map: " << block[k] << " took code " << int{simd[k]}
+                        << ", encode's " << int{scalar[k]};
+        }
+      }
+    }
+    EXPECT_EQ(differ, 0u) << blocks << " blocks";
+  }
+}
+
 }  // namespace
 }  // namespace rp::optim
