@@ -1,4 +1,4 @@
-// AdamW on the host: our kernels (scalar, AVX2, AVX-512; 1 and 2 threads; with and without the fused bf16
+// AdamW on the host: our kernels (scalar, AVX2, AVX-512; 1 and 2 threads by default; with and without the fused bf16
 // model copy, and on split masters: optim/adamw.h, Note [Split master]) in parameters/s and GB/s, beside this machine's
 // memory bandwidth measured in the same binary (a STREAM triad) and LibTorch's torch::optim::AdamW on the same sizes;
 // then the passes of one sync bf16 optimizer step over the same parameters (engine/optimizer_worker.cpp: widen the bf16
@@ -6,17 +6,21 @@
 // bf16 copy fused: Note [Clipping in the update]) at 1 and 2 threads (Note [Optimizer threads]), and the same with the
 // gradient read in place from the slot (Note [Gradients read in place]); then the zeroing of a rank's optimizer state
 // (gradients and both moments) in memory just allocated, the old way and in parallel, beside zeroing memory already
-// present (Note [Parallel first touch]). Prints three tables. Usage: bench_adamw [million parameters] (default 16).
-// DeepSpeed's CPU Adam: benchmarks/peer_deepspeed_adam.py.
+// present (Note [Parallel first touch]). Prints three tables. Usage: bench_adamw [million parameters (default 16)]
+// [thread counts of the first two tables (default 1,2; e.g. 1,2,16)]. DeepSpeed's CPU Adam:
+// benchmarks/peer_deepspeed_adam.py.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <exception>
+#include <map>
+#include <sstream>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include <immintrin.h>
-#include <vector>
 
 #include <torch/torch.h>  // torch::optim::AdamW, the peer: not in model/libtorch.h
 
@@ -75,22 +79,38 @@ double triadGBs(std::size_t n, int threads) {
 
 int main(int argc, char** argv) {
   const std::size_t n = (argc > 1 ? std::stoul(argv[1]) : 16) * 1000000;
+  // The thread counts of the first two tables: a comma-separated list (default 1,2), e.g. "1,2,8,16" on a GPU host.
+  std::vector<int> counts;
+  for (std::stringstream list(argc > 2 ? argv[2] : "1,2"); list.good();) {
+    std::string item;
+    std::getline(list, item, ',');
+    int count = 0;
+    try {
+      count = std::stoi(item);
+    } catch (const std::exception&) {
+    }
+    if (count < 1) {
+      std::fprintf(stderr, "bench_adamw: thread counts are integers >= 1 separated by commas, got '%s'\n",
+                   item.c_str());
+      return 2;
+    }
+    counts.push_back(count);
+  }
   torch::set_num_threads(1);
-  const double triad1 = triadGBs(n, 1), triad2 = triadGBs(n, 2);
+  std::map<int, double> triad;
+  for (const int threads : counts) triad[threads] = triadGBs(n, threads);
   std::vector<float> param(n, 0.5f), grad(n), copy32(n);
   std::vector<std::uint16_t> copy(n), low(n);
   for (std::size_t i = 0; i < n; ++i) grad[i] = 1e-3f * static_cast<float>(i % 1000) - 0.5f;
 
+  std::printf("AdamW, %.0fM fp32 parameters; memory bandwidth (STREAM triad):", static_cast<double>(n) / 1e6);
+  for (const auto& [threads, gbs] : triad) std::printf(" %.1f GB/s (%d threads)", gbs, threads);
   std::printf(
-      "AdamW, %.0fM fp32 parameters; memory bandwidth (STREAM triad): %.1f GB/s (1 thread), %.1f GB/s "
-      "(2 threads)\n",
-      static_cast<double>(n) / 1e6, triad1, triad2);
-  std::printf(
-      "| implementation | threads | ms/step | Mparams/s | GB/s | %% of triad |\n|---|---:|---:|---:|---:|---:|\n");
+      "\n| implementation | threads | ms/step | Mparams/s | GB/s | %% of triad |\n|---|---:|---:|---:|---:|---:|\n");
   auto row = [&](const char* name, int threads, double seconds, double bytesPerParam) {
     const double gbs = bytesPerParam * static_cast<double>(n) / seconds / 1e9;
     std::printf("| %s | %d | %.1f | %.0f | %.1f | %.0f%% |\n", name, threads, seconds * 1e3,
-                static_cast<double>(n) / seconds / 1e6, gbs, 100 * gbs / (threads == 1 ? triad1 : triad2));
+                static_cast<double>(n) / seconds / 1e6, gbs, 100 * gbs / triad[threads]);
   };
   struct K {
     const char* name;
@@ -103,7 +123,7 @@ int main(int argc, char** argv) {
     kernels.push_back({"roundpipe avx512", &rp::optim::adamwAvx512, &rp::optim::adamw8Avx512});
   }
   for (const K& k : kernels) {
-    for (int threads : {1, 2}) {
+    for (const int threads : counts) {
       struct Variant {
         const char* name;
         bool withCopy, split, eightBit;
@@ -134,7 +154,7 @@ int main(int argc, char** argv) {
     }
   }
   // LibTorch's AdamW (C++ frontend) on one parameter of the same size.
-  for (int threads : {1, 2}) {
+  for (const int threads : counts) {
     torch::set_num_threads(threads);
     torch::Tensor p = torch::full({static_cast<std::int64_t>(n)}, 0.5f).set_requires_grad(true);
     p.mutable_grad() = torch::from_blob(grad.data(), {static_cast<std::int64_t>(n)}, torch::kFloat).clone();
@@ -153,7 +173,7 @@ int main(int argc, char** argv) {
       "per parameter, split | the norm's sums from the slot | AdamW split, gradient read in place | all, in place | ns "
       "per parameter, in place | the same, 8-bit states |\n");
   std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-  for (int threads : {1, 2}) {
+  for (const int threads : counts) {
     const int parts = rp::parallel::partsFor(n, threads);
     const std::vector<rp::optim::GradBuffer> buffers{{grad.data(), n}};
     const double widen = timeIt(5, [&] {
