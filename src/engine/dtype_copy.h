@@ -1,4 +1,4 @@
-// The copies between the store's model dtype and the optimizer's float32 buffers (engine/optimizer_worker.cpp):
+// The copies between the store's model dtype and the optimizer's float32 buffers (engine/dtype_copy.cpp):
 // exact widening, and narrowing with LibTorch's round to nearest even (optim/adamw.h).
 #pragma once
 

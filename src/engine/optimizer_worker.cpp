@@ -20,59 +20,15 @@
 namespace rp::engine {
 namespace {
 
-// `n` two-byte values at `src` widened by `from` into `dst` (or added to it).
-template <typename From>
-void widenHalves(float* dst, const std::uint8_t* src, std::size_t n, bool add, From from) {
-  for (std::size_t k = 0; k < n; ++k) {
-    std::uint16_t bits;
-    std::memcpy(&bits, src + k * 2, 2);
-    const float x = from(bits);
-    dst[k] = add ? dst[k] + x : x;
-  }
-}
-
-}  // namespace
-
-void widen(float* dst, const std::uint8_t* src, std::size_t n, c10::ScalarType dtype, bool add) {
-  if (dtype == c10::ScalarType::Float) {
-    if (!add) {
-      std::memcpy(dst, src, n * sizeof(float));
-      return;
-    }
-    for (std::size_t k = 0; k < n; ++k) {
-      float x;
-      std::memcpy(&x, src + k * 4, 4);
-      dst[k] += x;
-    }
-  } else if (dtype == c10::ScalarType::BFloat16) {
-    widenHalves(dst, src, n, add, [](std::uint16_t bits) { return optim::fromBFloat16(bits); });
-  } else {
-    widenHalves(dst, src, n, add, [](std::uint16_t bits) { return optim::fromHalf(bits); });
-  }
-}
-
-void narrowInto(std::uint8_t* dst, const float* src, std::size_t n, c10::ScalarType dtype) {
-  if (dtype == c10::ScalarType::Float) {
-    std::memcpy(dst, src, n * sizeof(float));
-    return;
-  }
-  // The AVX2 kernels' rounding where the CPU has it (bitwise the scalar's): this pass was the async copy's
-  // whole cost (docs/benchmarks.md, "The emulated GPU host"). The slots are 64-byte aligned, so dst is 2-aligned.
-  optim::narrowFloats(reinterpret_cast<std::uint16_t*>(dst), src, n,
-                      dtype == c10::ScalarType::Half ? optim::ModelCopy::kFloat16 : optim::ModelCopy::kBFloat16);
-}
-
-namespace {
-
 // One widening of a gradient slot's slice into its float32 buffer; or, for a gradient read in place (dst null),
-// its slots' sums of squares alone: of `src` plus `added` (null: none) as GradIn reads them.
+// the sums of squares alone of `inPlace`'s values.
 struct Widening {
   float* dst;
   const std::uint8_t* src;
   std::size_t n;
   bool add;
   double* blockSums = nullptr;  // the tensor's last widening of the step: its blocks' sums of squares go here
-  const std::uint8_t* added = nullptr;
+  optim::GradIn inPlace = {};
 };
 
 // Note [Gradients read in place]
@@ -111,14 +67,10 @@ void widenAll(const std::vector<Widening>& work, c10::ScalarType dtype, int thre
   parallel::forEachPart(parts, [&](int part) {
     for (const auto& w : work) {
       if (w.dst == nullptr) {  // read in place: the sums alone, of the values the widening would write
-        const optim::GradIn slots = dtype == c10::ScalarType::Float
-                                        ? optim::GradIn(reinterpret_cast<const float*>(w.src))
-                                        : optim::GradIn(reinterpret_cast<const std::uint16_t*>(w.src),
-                                                        reinterpret_cast<const std::uint16_t*>(w.added));
         const auto [begin, end] = parallel::partOf(w.n, part, parts, optim::kSumBlock);
         for (std::size_t b = begin; b < end; b += optim::kSumBlock) {
           w.blockSums[b / optim::kSumBlock] =
-              optim::blockSumOfSquares(slots.from(b), std::min(optim::kSumBlock, end - b));
+              optim::blockSumOfSquares(w.inPlace.from(b), std::min(optim::kSumBlock, end - b));
         }
         continue;
       }
@@ -491,11 +443,7 @@ OptimizerResult OptimizerWorker::runStep(std::int64_t t) {
       const bool final = l == *std::min_element(tensor.layers.begin(), tensor.layers.end());
       const std::size_t bytes = begin * c10::elementSize(options_.dtype);
       if (inPlace_[i]) {  // the sums alone, at the last layer (Note [Gradients read in place])
-        if (final) {
-          const std::uint8_t* deepest = tensor.slots.front().back() + bytes;
-          widenings.push_back({nullptr, deepest, end - begin, false, blockSums_[i].data(),
-                               tensor.slots.front().size() == 2 ? tensor.slots.front().front() + bytes : nullptr});
-        }
+        if (final) widenings.push_back({nullptr, nullptr, end - begin, false, blockSums_[i].data(), slotGradient(i)});
       } else {
         widenings.push_back({grads_[i].data(), slot + bytes, end - begin, started[i],
                              normWhileWidening_ && final ? blockSums_[i].data() : nullptr});
