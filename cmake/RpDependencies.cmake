@@ -60,8 +60,22 @@ message(STATUS "roundpipe: LibTorch ${Torch_VERSION} from ${_rp_torch_prefix}")
 # The CUDA wheel's libtorch_cuda needs the NCCL/cuBLAS/... shipped as nvidia-* wheels; the linker must
 # resolve them there (its RPATH uses $ORIGIN), not in /usr/local/cuda, whose NCCL may be older.
 file(GLOB RP_TORCH_NVIDIA_LIBDIRS LIST_DIRECTORIES true "${RP_SITE_PACKAGES}/nvidia/*/lib")
+# rp_torch is LibTorch without its CUDA kernels (libtorch_cuda.so): a program that may run the CUDA backend
+# loads them at run time where a driver is (Note [LibTorch's CUDA kernels], device/cuda/torch_cuda.cpp); the GPU
+# tier's tests link them (rp_torch_cuda). The compile side is the `torch` target's (rp_torch_headers: its include
+# directories and flags), named after rp_fmt (Note [One fmt]).
+add_library(rp_torch_headers INTERFACE)
+target_include_directories(rp_torch_headers SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
+if(TORCH_CXX_FLAGS)
+  separate_arguments(_rp_torch_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
+  target_compile_options(rp_torch_headers INTERFACE ${_rp_torch_flags})
+endif()
 add_library(rp_torch INTERFACE)
-target_link_libraries(rp_torch INTERFACE rp_fmt ${TORCH_LIBRARIES})
+target_link_libraries(rp_torch INTERFACE rp_fmt rp_torch_headers torch_cpu_library c10)
+if(TARGET torch_cuda_library)
+  add_library(rp_torch_cuda INTERFACE)
+  target_link_libraries(rp_torch_cuda INTERFACE rp_torch torch_cuda_library)
+endif()
 # Note [One libstdc++]: the torch wheels export the parts of libstdc++ they link statically (all of
 # std::filesystem, exception_ptr's reference count; pytorch/pytorch#133437). The dynamic linker binds each
 # symbol to the first library of the program's list that defines it, and libtorch_cpu.so comes before

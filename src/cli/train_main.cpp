@@ -83,5 +83,11 @@ int run(int argc, char** argv, const rp::MpiSession& session) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before any LibTorch call (Note [LibTorch's CUDA kernels]).
+  if (const int code = rp::cli::runMain([] {
+        rp::device::loadCudaKernels();
+        return rp::cli::kExitOk;
+      }))
+    return code;
   return rp::cli::runMpiMain(&argc, &argv, [&](const rp::MpiSession& session) { return run(argc, argv, session); });
 }

@@ -22,6 +22,11 @@ struct Inventory {
 // Probes once; cheap after the first call. Never throws for "no GPU".
 Inventory probe();
 
+// Loads LibTorch's CUDA kernels where an NVIDIA driver is installed (a no-op in a build without CUDA; Note
+// [LibTorch's CUDA kernels], device/cuda/torch_cuda.cpp). A program that may run the CUDA backend calls it first
+// in main, before any LibTorch call. Throws SystemError where the driver is but the kernels do not load.
+void loadCudaKernels();
+
 // Runs a tiny kernel on CUDA device `index` and checks its result (for the gpu test tier).
 // Returns an empty string on success, otherwise what failed. Requires cudaCompiled.
 std::string cudaSelfTest(int index);

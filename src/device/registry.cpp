@@ -60,6 +60,12 @@ Inventory probe() {
   return inventory;
 }
 
+void loadCudaKernels() {
+#if RP_WITH_CUDA
+  cuda::loadTorchCuda(/*withoutDriver=*/false);
+#endif
+}
+
 std::string cudaSelfTest(int index) {
 #if RP_WITH_CUDA
   return cuda::selfTest(index);

@@ -338,6 +338,11 @@ class CudaWorker : public Worker {
 }  // namespace
 
 std::unique_ptr<Worker> makeCudaWorker(const WorkerOptions& options) {
+  if (!torchCudaLoaded()) {  // Note [LibTorch's CUDA kernels]
+    RP_THROW(SystemError,
+             "LibTorch's CUDA kernels are not loaded in this process: its main must call "
+             "rp::device::loadCudaKernels() before any LibTorch call");
+  }
   // Before the worker's streams and its copy thread touch the device (Note [Blocking host waits]).
   std::string waits = blockHostWaits(options.deviceIndex);
   return std::make_unique<CudaWorker>(options, std::move(waits));

@@ -14,7 +14,14 @@
 
 namespace rp::device::cuda {
 
-// Throws SystemError naming the call and the device when the device cannot be used.
+// Throws SystemError naming the call and the device when the device cannot be used, or where LibTorch's CUDA
+// kernels are not loaded (loadTorchCuda).
 std::unique_ptr<Worker> makeCudaWorker(const WorkerOptions& options);
+
+// LibTorch's CUDA kernels (torch_cuda.cpp, Note [LibTorch's CUDA kernels]): whether they are registered, and
+// loading them where the driver's library loads (anywhere with `withoutDriver`, for the tests). Returns whether
+// they are loaded; throws SystemError where the driver is but they do not load.
+bool torchCudaLoaded();
+bool loadTorchCuda(bool withoutDriver);
 
 }  // namespace rp::device::cuda
