@@ -1,5 +1,6 @@
 #include "world/mpi_session.h"
 
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +22,10 @@ void checkMpi(int rc, const char* call) {
 }
 
 MpiSession::MpiSession(int* argc, char*** argv) {
+  // A process started without a launcher (a singleton: the single-process trainer, --help, the tools) has Open MPI
+  // 4 fork and start a daemon, orted, for it to spawn through, 0.15-0.3 s of a start that ends in a second;
+  // roundpipe never spawns. Under a launcher Open MPI ignores this; a caller's setting wins.
+  ::setenv("OMPI_MCA_ess_singleton_isolated", "1", /*overwrite=*/0);
   int provided = MPI_THREAD_SINGLE;
   checkMpi(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
   if (provided < MPI_THREAD_MULTIPLE) {
