@@ -29,6 +29,11 @@ int guarded(Fn&& fn, int& code) {
 
 }  // namespace
 
+void exitProcess(int code) {
+  std::fflush(nullptr);
+  std::_Exit(code);
+}
+
 int runMain(const std::function<int()>& body) {
   int code = kExitOk;
   guarded(body, code);

@@ -24,4 +24,9 @@ int runMain(const std::function<int()>& body);
 // The job's exit code is the failing rank's.
 int runMpiMain(int* argc, char*** argv, const std::function<int(const MpiSession&)>& body);
 
+// Ends the process with `code` once stdio is flushed, without static destructors: LibTorch's alone (its operators'
+// deregistration) cost every process ~0.1 s of CPU (docs/testing.md, "Process starts"). Every main ends with it;
+// by then what must reach a file has been closed (RAII inside `body`) and MPI finalized (runMpiMain).
+[[noreturn]] void exitProcess(int code);
+
 }  // namespace rp::cli

@@ -306,5 +306,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return rp::cli::runMain([&] { return run(argc, argv); });
+  rp::cli::exitProcess(rp::cli::runMain([&] { return run(argc, argv); }));
 }

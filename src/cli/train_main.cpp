@@ -88,6 +88,7 @@ int main(int argc, char** argv) {
         rp::device::loadCudaKernels();
         return rp::cli::kExitOk;
       }))
-    return code;
-  return rp::cli::runMpiMain(&argc, &argv, [&](const rp::MpiSession& session) { return run(argc, argv, session); });
+    rp::cli::exitProcess(code);
+  rp::cli::exitProcess(
+      rp::cli::runMpiMain(&argc, &argv, [&](const rp::MpiSession& session) { return run(argc, argv, session); }));
 }
