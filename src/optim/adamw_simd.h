@@ -16,7 +16,7 @@ void adamwAvx512(const AdamWStepScalars& s, bool amsgrad, const AdamWSlice& slic
 // The 8-bit kernel (Note [8-bit states]), AVX-512 only: elsewhere adamw8Scalar runs.
 void adamw8Avx512(const AdamWStepScalars& s, const AdamW8Slice& slice);
 // That kernel's encode of one whole block (q8::kBlock values) with its absmax, m's map where `isSigned` (Note [Encode
-// by 16-bit keys]): q8::quantizeBlock's codes, for tests.
+// by regions]): q8::quantizeBlock's codes, for tests.
 void quantizeBlockAvx512(bool isSigned, const float* x, float absmax, std::uint8_t* out);
 
 // The float32 -> bfloat16 / half copy of `n` values (`copy` != kNone), as toBFloat16 / toHalf round, bitwise: the

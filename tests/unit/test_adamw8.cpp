@@ -163,14 +163,20 @@ TEST(AdamW8, SimdKernelsEqualTheScalarOne) {
   }
 }
 
-// Note [Encode by 16-bit keys]: the AVX-512 encode is the scalar one where it is hardest — every bound of both maps,
-// its float neighbours, the values that share its high half (the lanes compared in float32), each negated, zeros of
-// either sign, ±1, a NaN, the smallest normal and a subnormal — and on random values, in blocks whose absmax is 1.
+// Note [Encode by regions]: the AVX-512 encode is the scalar one where it is hardest — every bound of both maps (the
+// regions' edges among them) and its float neighbours, values that share its high half, every power of two from 2^-40
+// to 1/2 and its neighbours (the binades' ends), each negated, zeros of either sign, ±1, a NaN, the smallest normal and
+// a subnormal — and on random values, in blocks whose absmax is 1.
 TEST(AdamW8, TheSimdEncodeIsTheScalarOneOnEveryBoundAndAroundIt) {
   if (!cpuRunsAvx512()) GTEST_SKIP() << "this CPU runs no SIMD 8-bit kernel";
   for (const bool isSigned : {true, false}) {
     const q8::Map& map = isSigned ? q8::signedMap() : q8::unsignedMap();
-    std::vector<float> values = {0.0f, -0.0f, 1.0f, -1.0f, std::nanf(""), 1.17549435e-38f, 1e-40f};
+    std::vector<float> values = {0.0f,          -0.0f,           1.0f,  -1.0f, std::nextafter(1.0f, 0.0f),
+                                 std::nanf(""), 1.17549435e-38f, 1e-40f};
+    for (int e = -40; e < 0; ++e) {
+      const float power = std::ldexp(1.0f, e);
+      for (const float v : {power, std::nextafter(power, 0.0f), std::nextafter(power, 2.0f)}) values.push_back(v);
+    }
     for (const float b : map.bounds) {
       std::uint32_t bits;
       std::memcpy(&bits, &b, 4);
