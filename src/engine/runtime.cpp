@@ -182,6 +182,11 @@ PipelineRuntime::PipelineRuntime(config::RunConfig config, RuntimeParts parts)
   auto slots = std::make_unique<StageSlots>(*worker_, memoryBudget_, c.pipeline.memoryLimitGb > 0);
   if (leader_) {
     run::logStartWarnings(c, model_->model().config(), worker_->placement().backend == device::Backend::kCpu);
+    std::vector<std::pair<std::string, std::size_t>> trainable;
+    for (const auto& t : model_->tensors()) {
+      if (t.trainable) trainable.emplace_back(t.name, static_cast<std::size_t>(t.local.numel()));
+    }
+    run::logEightBitLine(c, trainable);
   }
   if (env::getInt(env::kBenchNoUploads) != 0 && leader_) {
     RP_LOG_WARN(

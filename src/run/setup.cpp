@@ -1,5 +1,6 @@
 #include "run/setup.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <tuple>
@@ -249,6 +250,39 @@ std::string cpuFlags() {
 void logStartWarnings(const config::RunConfig& c, const model::ModelConfig& model, bool computesOnCpu) {
   for (const auto& warning : startWarnings(c, model, computesOnCpu, computesOnCpu ? cpuFlags() : std::string())) {
     RP_LOG_WARN("{}", warning);
+  }
+}
+
+std::optional<StartLine> eightBitLine(const config::RunConfig& c,
+                                      const std::vector<std::pair<std::string, std::size_t>>& trainable) {
+  if (c.optim.stateBits != 8) return std::nullopt;
+  std::size_t parameters = 0, eightBit = 0, tensors = 0, largest = 0;
+  for (const auto& [name, n] : trainable) {
+    parameters += n;
+    largest = std::max(largest, n);
+    if (!optim::eightBitStates(name, n)) continue;
+    eightBit += n;
+    ++tensors;
+  }
+  if (tensors == 0) {
+    return StartLine{true, fmt::format("{}: optim.state_bits = 8 changes nothing in this run: no trainable tensor "
+                                       "takes 8-bit moments, which need 4,096 elements or more and not an embedding "
+                                       "or the LM head (bitsandbytes' rule), and the largest of these {} has {} "
+                                       "(docs/optimizer.md, \"8-bit states\")",
+                                       c.values.source({"optim.state_bits"}), trainable.size(), largest)};
+  }
+  return StartLine{false, fmt::format("8-bit AdamW moments for {} of the {} trainable parameters ({} of {} tensors); "
+                                      "the others keep 32 bits (under 4,096 elements, embeddings, the LM head)",
+                                      eightBit, parameters, tensors, trainable.size())};
+}
+
+void logEightBitLine(const config::RunConfig& c, const std::vector<std::pair<std::string, std::size_t>>& trainable) {
+  const auto line = eightBitLine(c, trainable);
+  if (!line) return;
+  if (line->warning) {
+    RP_LOG_WARN("{}", line->text);
+  } else {
+    RP_LOG_INFO("{}", line->text);
   }
 }
 

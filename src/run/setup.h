@@ -1,8 +1,11 @@
 // What the single-process trainer and the pipeline runtime set up the same way from a run config.
 #pragma once
 
+#include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/run_config.h"
@@ -70,6 +73,19 @@ std::vector<std::string> startWarnings(const config::RunConfig& config, const mo
 std::string cpuFlags();
 // startWarnings for this machine, logged.
 void logStartWarnings(const config::RunConfig& config, const model::ModelConfig& model, bool computesOnCpu);
+
+// With optim.state_bits = 8, what the start's log says of the trainable tensors (name, elements) that keep 8-bit
+// AdamW moments (optim::eightBitStates): how many parameters and tensors of them, or, as a warning (`warning`), that
+// none does, so the setting changes nothing, with the largest tensor's size. Nothing with 32-bit states.
+struct StartLine {
+  bool warning;
+  std::string text;
+};
+std::optional<StartLine> eightBitLine(const config::RunConfig& config,
+                                      const std::vector<std::pair<std::string, std::size_t>>& trainable);
+// eightBitLine, logged.
+void logEightBitLine(const config::RunConfig& config,
+                     const std::vector<std::pair<std::string, std::size_t>>& trainable);
 
 // Creates output.dir and writes the effective config there (config.effective.toml); a failed write is a
 // SystemError naming the file.

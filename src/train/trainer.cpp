@@ -102,6 +102,9 @@ Trainer::Trainer(config::RunConfig config) : config_(std::move(config)), dtype_(
   }
   RP_LOG_INFO("{} trainable parameters in {} tensors ({})", count, trainable_.size(),
               c.lora.rank > 0 ? fmt::format("LoRA rank {}", c.lora.rank) : std::string("full fine-tune"));
+  std::vector<std::pair<std::string, std::size_t>> sizes;
+  for (const auto& [name, param] : trainable_) sizes.emplace_back(name, static_cast<std::size_t>(param.numel()));
+  run::logEightBitLine(c, sizes);
 
   schedule_ = optim::LrSchedule{optim::parseScheduleKind(c.optim.schedule, "optim.schedule"), c.optim.lr,
                                 c.optim.warmupSteps, c.train.maxSteps, c.optim.minLrRatio};

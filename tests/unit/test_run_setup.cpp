@@ -1,4 +1,5 @@
-// What the trainer and the pipeline set up alike from a run config (run/setup.h): the warnings at start.
+// What the trainer and the pipeline set up alike from a run config (run/setup.h): the warnings at start, and the
+// line on 8-bit moments.
 #include <gtest/gtest.h>
 
 #include "config/run_config.h"
@@ -37,6 +38,31 @@ TEST(StartWarnings, SequenceLengthBeyondTheModelsPositionsNamesBothValues) {
   const auto scaled = startWarnings(runConfig({"train.seq_len=1024"}), modelWithPositions(512, "yarn"), true, kAvx2);
   ASSERT_EQ(scaled.size(), 1u);
   EXPECT_NE(scaled[0].find("its yarn RoPE scaling"), std::string::npos) << scaled[0];
+}
+
+// bitsandbytes' rule (min_8bit_size 4,096; embeddings in 32 bits) on a Llama's names: of these, only the MLP weight.
+TEST(EightBitLine, CountsTheTensorsThatTakeEightBitsAndWarnsWhereNoneDoes) {
+  const std::vector<std::pair<std::string, std::size_t>> full = {{"model.embed_tokens.weight", 8192},
+                                                                 {"model.layers.0.mlp.up_proj.weight", 4096},
+                                                                 {"model.layers.0.input_layernorm.weight", 64},
+                                                                 {"lm_head.weight", 8192}};
+  EXPECT_FALSE(eightBitLine(runConfig({}), full).has_value()) << "32-bit states say nothing";
+  const auto line = eightBitLine(runConfig({"optim.state_bits=8"}), full);
+  ASSERT_TRUE(line.has_value());
+  EXPECT_FALSE(line->warning);
+  EXPECT_NE(line->text.find("8-bit AdamW moments for 4096 of the 20544 trainable parameters (1 of 4 tensors)"),
+            std::string::npos)
+      << line->text;
+  // LoRA adapters of rank 4 on a hidden size of 512: 2,048 elements each, none takes 8 bits.
+  const std::vector<std::pair<std::string, std::size_t>> lora = {
+      {"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight", 2048},
+      {"base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight", 2048}};
+  const auto none = eightBitLine(runConfig({"optim.state_bits=8"}), lora);
+  ASSERT_TRUE(none.has_value());
+  EXPECT_TRUE(none->warning);
+  for (const char* part : {"--set: optim.state_bits = 8 changes nothing", "4,096", "the largest of these 2 has 2048"}) {
+    EXPECT_NE(none->text.find(part), std::string::npos) << part << " in: " << none->text;
+  }
 }
 
 TEST(StartWarnings, HalfPrecisionOnACpuWithoutNativeSupportSaysItIsSlow) {
