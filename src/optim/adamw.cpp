@@ -23,7 +23,8 @@ std::optional<std::string> patternError(const std::string& pattern) {
 }
 
 bool eightBitStates(const std::string& name, std::size_t n) {
-  return n >= 4096 && name.find("embed") == std::string::npos && name.find("lm_head") == std::string::npos;
+  return n >= kMinEightBitElements && name.find("embed") == std::string::npos &&
+         name.find("lm_head") == std::string::npos;
 }
 
 double momentBytes(const std::string& name, std::size_t n, int stateBits, bool amsgrad) {

@@ -37,8 +37,10 @@ struct AdamWConfig {
 std::optional<std::string> patternError(const std::string& pattern);
 // Whether `name` takes weight decay under `noDecay` (AdamWConfig::noDecay).
 bool decays(const std::string& name, const std::vector<std::string>& noDecay);
-// Whether a parameter keeps 8-bit moments where optim.state_bits is 8: bitsandbytes' rule (4,096 elements or more,
-// its min_8bit_size) and its advice to keep embeddings in 32 bits, with the LM head beside them: a name holding
+// The fewest elements a tensor with 8-bit moments has: bitsandbytes' min_8bit_size.
+inline constexpr std::size_t kMinEightBitElements = 4096;
+// Whether a parameter keeps 8-bit moments where optim.state_bits is 8: bitsandbytes' rule (kMinEightBitElements or
+// more) and its advice to keep embeddings in 32 bits, with the LM head beside them: a name holding
 // "embed" or "lm_head" keeps 32-bit moments.
 bool eightBitStates(const std::string& name, std::size_t n);
 // The bytes of one tensor's moments: 8 a parameter (12 with amsgrad), or with stateBits 8 where eightBitStates

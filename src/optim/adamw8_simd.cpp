@@ -172,7 +172,8 @@ __attribute__((target("avx512f,avx512bw"))) inline void decode32(const Halves& h
   second = _mm512_castsi512_ps(_mm512_permutex2var_epi16(low, secondWords, high));
 }
 
-// The lanes of `doubt` by the search, on the clamped value as quantizeBlock (Note [Encode by regions]).
+// The lanes of `doubt` by the search, on the clamped value as quantizeBlock (Note [Encode by regions]); out of line,
+// the hot loop's rare path (about one 16-lane group in 120).
 __attribute__((target("avx512f,avx512bw"), noinline)) __m512i encodeInDoubt(const EncodeTables& t, const float* x,
                                                                             float reciprocal, __mmask16 doubt,
                                                                             __m512i c) {

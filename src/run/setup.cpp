@@ -266,14 +266,15 @@ std::optional<StartLine> eightBitLine(const config::RunConfig& c,
   }
   if (tensors == 0) {
     return StartLine{true, fmt::format("{}: optim.state_bits = 8 changes nothing in this run: no trainable tensor "
-                                       "takes 8-bit moments, which need 4,096 elements or more and not an embedding "
+                                       "takes 8-bit moments, which need {} elements or more and not an embedding "
                                        "or the LM head (bitsandbytes' rule), and the largest of these {} has {} "
                                        "(docs/optimizer.md, \"8-bit states\")",
-                                       c.values.source({"optim.state_bits"}), trainable.size(), largest)};
+                                       c.values.source({"optim.state_bits"}), optim::kMinEightBitElements,
+                                       trainable.size(), largest)};
   }
   return StartLine{false, fmt::format("8-bit AdamW moments for {} of the {} trainable parameters ({} of {} tensors); "
-                                      "the others keep 32 bits (under 4,096 elements, embeddings, the LM head)",
-                                      eightBit, parameters, tensors, trainable.size())};
+                                      "the others keep 32 bits (under {} elements, embeddings, the LM head)",
+                                      eightBit, parameters, tensors, trainable.size(), optim::kMinEightBitElements)};
 }
 
 void logEightBitLine(const config::RunConfig& c, const std::vector<std::pair<std::string, std::size_t>>& trainable) {

@@ -60,7 +60,8 @@ TEST(EightBitLine, CountsTheTensorsThatTakeEightBitsAndWarnsWhereNoneDoes) {
   const auto none = eightBitLine(runConfig({"optim.state_bits=8"}), lora);
   ASSERT_TRUE(none.has_value());
   EXPECT_TRUE(none->warning);
-  for (const char* part : {"--set: optim.state_bits = 8 changes nothing", "4,096", "the largest of these 2 has 2048"}) {
+  for (const char* part :
+       {"--set: optim.state_bits = 8 changes nothing", "4096 elements", "the largest of these 2 has 2048"}) {
     EXPECT_NE(none->text.find(part), std::string::npos) << part << " in: " << none->text;
   }
 }
